@@ -1,0 +1,33 @@
+// Error type thrown at the engine's API boundary. One style, kept everywhere in engine/:
+// functions throw rill::Error with a code and a message that names the file/request and the
+// problem; the server maps the code to a gRPC status / HTTP code in one place.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace rill {
+
+enum class ErrorCode {
+  kInvalidArgument,    // bad request, bad flag, bad file contents
+  kNotFound,           // missing file, unknown sequence id
+  kUnsupported,        // architecture, dtype, feature we do not implement
+  kResourceExhausted,  // out of KV blocks / memory
+  kOutOfRange,         // context limit reached
+  kInternal,           // CUDA / cuBLAS failure, broken invariant
+  kCancelled,
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace rill
