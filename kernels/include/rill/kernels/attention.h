@@ -1,0 +1,85 @@
+// Attention over the paged KV cache with StreamingLLM sinks + window (and plain full caches).
+//
+// Keys are stored rotated at their stream position. Window keys are scored with the query
+// rotated at its stream position (`q`), sink keys with the query rotated at its in-cache
+// position (`q_sink`), which reproduces the paper's positions-within-the-cache exactly: only
+// relative distances enter RoPE scores, and window distances equal stream distances.
+//
+// Head dims supported by the dispatch: 64, 128 (and 32, 80, 96, 256 for decode); others return
+// cudaErrorInvalidValue with a message ("unsupported head_dim=72").
+#pragma once
+
+#include <cstddef>
+
+#include "rill/kernels/common.h"
+
+namespace rill::kernels {
+
+/// One decoding sequence; its newest token (the query's own k/v) is already in the cache.
+/// Keys: sinks at slots [0, num_sink) scored with q_sink, and window tokens with rel index
+/// head_rel - d for d in [0, window_count), at slot ring_base + ((rel mod ring_size) + ring_size) % ring_size.
+struct DecodeSeq {
+  SeqCacheGeometry geo;
+  int32_t num_sink = 0;
+  int32_t head_rel = 0;
+  int32_t window_count = 0;
+};
+
+struct DecodeAttentionParams {
+  DType dtype = DType::kF16;
+  int num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;                 // usually 1 / sqrt(head_dim)
+  const void* q = nullptr;            // row s at q + s * q_stride: [num_heads, head_dim]
+  int64_t q_stride = 0;
+  const void* q_sink = nullptr;       // row s at q_sink + s * q_sink_stride
+  int64_t q_sink_stride = 0;
+  const DecodeSeq* seqs = nullptr;    // [num_seqs] device
+  const void* cache = nullptr;        // this layer's cache
+  KvCacheLayout layout;
+  void* out = nullptr;                // [num_seqs, num_heads * head_dim]
+  /// Split-K: each (sequence, kv head) is split into `num_splits` parts of at least
+  /// `min_keys_per_split` keys (empty parts exit at once); parts are merged by a second kernel
+  /// through `workspace` (decode_attention_workspace_bytes). num_splits is fixed per launch so the
+  /// grid never depends on data: safe under CUDA graphs.
+  int num_splits = 1;
+  int min_keys_per_split = 256;
+  void* workspace = nullptr;
+};
+size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
+cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
+
+/// One prefill chunk of T tokens at stream positions c0 .. c0 + T - 1. The cache holds the
+/// sequence as it was before the chunk; the chunk's own keys/values come from the qkv rows
+/// (written to the cache afterwards by launch_kv_write). With kk the key index relative to the
+/// chunk (chunk row, or -1 - d for the old token d steps before the chunk) and qq the query row:
+///   cache sinks  s in [0, sink_cache):     visible to every query, scored with q_sink;
+///   chunk sinks  rows [0, sink_fresh):     visible iff kk <= qq, scored with q_sink;
+///   old window   d in [0, cache_window):   rel index old_head_rel - d in the cache, visible iff qq - kk < window;
+///   chunk window rows [sink_fresh, T):     visible iff kk <= qq and qq - kk < window; scored with q.
+struct PrefillSeq {
+  SeqCacheGeometry geo;
+  int32_t q_offset = 0;       // first row of the chunk in qkv / q_sink / out
+  int32_t num_tokens = 0;     // T
+  int32_t sink_cache = 0;
+  int32_t sink_fresh = 0;
+  int32_t cache_window = 0;
+  int32_t old_head_rel = 0;
+  int32_t window = 0x7fffffff;
+};
+
+struct PrefillAttentionParams {
+  DType dtype = DType::kF16;
+  int num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  const void* qkv = nullptr;          // [total_tokens, qkv_stride]: q (rotated) | k (rotated) | v
+  int qkv_stride = 0;
+  const void* q_sink = nullptr;       // [total_tokens, num_heads * head_dim]
+  const PrefillSeq* seqs = nullptr;   // [num_seqs] device
+  const void* cache = nullptr;        // this layer's cache
+  KvCacheLayout layout;
+  void* out = nullptr;                // [total_tokens, num_heads * head_dim]
+  int max_tokens = 0;                 // largest T over the sequences (sizes the grid)
+};
+cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream);
+
+}  // namespace rill::kernels

@@ -1,0 +1,44 @@
+// Shared vocabulary of the kernel library's host API. kernels/ depends on nothing else in Rill:
+// every op takes raw device pointers, a params struct and an explicit cudaStream_t; launchers
+// never allocate, synchronize or copy between host and device, so a whole decode step can be
+// captured in a CUDA graph. Each returns cudaErrorInvalidValue for an unsupported dtype or shape
+// (see `last_kernel_error_detail()` for the reason) and the launch error otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rill::kernels {
+
+/// Element type of activations, weights and the KV cache (fp32 accumulation everywhere).
+enum class DType : int { kF16 = 0, kBF16 = 1 };
+
+/// Why the last launcher on this thread returned cudaErrorInvalidValue ("" if it did not).
+const char* last_kernel_error_detail();
+
+/// Geometry of the paged KV cache, shared by the rope/KV-write and attention kernels.
+/// Storage: cache[layer][block][2 (k, v)][num_kv_heads][block_size][head_dim]; the launchers take
+/// the base of one layer, i.e. `cache + layer * layer_stride()`.
+struct KvCacheLayout {
+  int num_blocks = 0;
+  int num_kv_heads = 0;
+  int block_size = 16;
+  int head_dim = 0;
+  /// Elements from the K of a block to its V, and from one block to the next.
+  int64_t kv_stride() const { return static_cast<int64_t>(num_kv_heads) * block_size * head_dim; }
+  int64_t block_stride() const { return 2 * kv_stride(); }
+  int64_t layer_stride() const { return static_cast<int64_t>(num_blocks) * block_stride(); }
+};
+
+/// Where each sequence's tokens live (see engine/kv/cache_policy.h, KvGeometry): stream positions
+/// [0, n_sink) at slots [0, n_sink), later ones at ring_base + rel where rel = pos - n_sink,
+/// taken modulo ring_size (ring_size = INT32_MAX for a linear cache). Slot s lives in block
+/// block_table[s / block_size] at offset s % block_size. All values are per sequence.
+struct SeqCacheGeometry {
+  int32_t ring_base = 0;
+  int32_t ring_size = 0x7fffffff;
+  const int32_t* block_table = nullptr;  // device pointer to this sequence's row
+};
+
+}  // namespace rill::kernels

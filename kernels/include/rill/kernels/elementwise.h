@@ -1,0 +1,70 @@
+// Embedding gather, residual add fused with the next norm, activations, and the K/V scatter.
+#pragma once
+
+#include "rill/kernels/common.h"
+
+namespace rill::kernels {
+
+/// out[t, :] = float(table[tokens[t], :]); ids outside [0, vocab) give a zero row.
+struct EmbeddingParams {
+  DType dtype = DType::kF16;
+  int num_tokens = 0, hidden = 0, vocab = 0;
+  const void* table = nullptr;     // [vocab, hidden]
+  const int32_t* tokens = nullptr; // [num_tokens]
+  float* out = nullptr;            // [num_tokens, hidden] fp32 residual stream
+};
+cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
+
+enum class NormType : int { kRms = 0, kLayer = 1 };
+
+/// The residual add of one sub-layer fused with the norm of the next (pre-norm structure):
+///   r = residual[row] (+ delta0[i] + bias0) (+ delta1[i] + bias1)     (fp32)
+///   residual[row] = r                                                (when any delta is given)
+///   out0[i] = norm(r) * weight0 (+ norm_bias0)                       (dtype)
+///   out1[i] = norm(r) * weight1 (+ norm_bias1)                       (optional)
+/// with row = rows ? rows[i] : i; rms: r / sqrt(mean(r^2) + eps); layer: (r - mean) / sqrt(var + eps).
+/// GPT-NeoX's parallel residual passes both sub-layer outputs (delta0, delta1) and both norms.
+struct AddNormParams {
+  DType dtype = DType::kF16;
+  NormType type = NormType::kRms;
+  float eps = 1e-5f;
+  int num_tokens = 0, hidden = 0;
+  float* residual = nullptr;                                // [*, hidden] fp32
+  const void* delta0 = nullptr; const void* bias0 = nullptr;  // [num_tokens, hidden], [hidden]
+  const void* delta1 = nullptr; const void* bias1 = nullptr;
+  const void* weight0 = nullptr; const void* norm_bias0 = nullptr;  // [hidden]
+  void* out0 = nullptr;                                     // [num_tokens, hidden]
+  const void* weight1 = nullptr; const void* norm_bias1 = nullptr;
+  void* out1 = nullptr;                                     // optional
+  const int32_t* rows = nullptr;                            // optional [num_tokens] gather of residual rows
+};
+cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream);
+
+enum class ActKind : int { kSiluMul = 0, kGeluErf = 1, kGeluTanh = 2 };
+
+/// kSiluMul: out[t, i] = silu(in[t, i] + b[i]) * (in[t, I + i] + b[I + i]), in [T, 2I] (gate | up).
+/// kGelu*:   out[t, i] = gelu(in[t, i] + b[i]), in [T, I]. out may alias in for gelu.
+struct ActivationParams {
+  DType dtype = DType::kF16;
+  ActKind kind = ActKind::kSiluMul;
+  int num_tokens = 0, width = 0;  // width = I
+  const void* in = nullptr;
+  const void* bias = nullptr;     // optional: [2I] for kSiluMul, [I] for gelu
+  void* out = nullptr;            // [T, I]
+};
+cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream);
+
+/// Copies the K and V of each token (from the qkv rows, already rotated) into the paged cache at
+/// cache_slot[t] (= block * block_size + offset); tokens with cache_slot[t] < 0 are skipped.
+struct KvWriteParams {
+  DType dtype = DType::kF16;
+  int num_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const void* qkv = nullptr;          // [num_tokens, qkv_stride]: q | k | v
+  int qkv_stride = 0;                 // elements per row, >= (num_heads + 2 * num_kv_heads) * head_dim
+  const int32_t* cache_slot = nullptr;  // [num_tokens]
+  void* cache = nullptr;              // this layer's cache
+  KvCacheLayout layout;
+};
+cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream);
+
+}  // namespace rill::kernels

@@ -1,0 +1,33 @@
+// RoPE fused with the bias add of the QKV projection and the write of K and V into the paged cache.
+#pragma once
+
+#include "rill/kernels/common.h"
+
+namespace rill::kernels {
+
+/// For every token t, in place on its qkv row (q | k | v, heads of head_dim each):
+///   q, k, v += bias (when given);
+///   q_sink[t] = q rotated at sink_positions[t]   (the in-cache position the paper gives a query
+///                                                 when it looks at attention sinks)
+///   q rotated at positions[t], k rotated at positions[t];
+///   if cache_slot[t] >= 0: k and v stored in the cache at that slot.
+/// Rotation (rotate-half convention, first rotary_dim dims of each head, the rest untouched):
+///   angle_i = (pos * inv_freq[i]) reduced modulo 2*pi in double precision, so positions of
+///   endless streams stay exact;  x_i' = x_i cos - x_{i+r/2} sin,  x_{i+r/2}' = x_{i+r/2} cos + x_i sin.
+struct RopeKvParams {
+  DType dtype = DType::kF16;
+  int num_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  void* qkv = nullptr;                   // [num_tokens, qkv_stride]
+  int qkv_stride = 0;                    // elements per row
+  const void* qkv_bias = nullptr;        // [(num_heads + 2 * num_kv_heads) * head_dim] or null
+  void* q_sink = nullptr;                // [num_tokens, num_heads * head_dim]
+  const int64_t* positions = nullptr;    // [num_tokens]
+  const int64_t* sink_positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;       // [rotary_dim / 2]
+  const int32_t* cache_slot = nullptr;   // [num_tokens]; null or < 0: do not store
+  void* cache = nullptr;                 // this layer's cache
+  KvCacheLayout layout;
+};
+cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream);
+
+}  // namespace rill::kernels

@@ -1,0 +1,38 @@
+// Sampling on the GPU, so full logits never travel to the host. Same semantics as the CPU
+// sampler (engine/sampling.h): penalties, temperature, the kept set {p >= tau} with tau the
+// largest of the top-k, top-p (within top-k) and min-p thresholds, inverse-CDF sampling in
+// token-id order with philox_uniform(seed, step); temperature 0 is argmax (lowest id on ties).
+#pragma once
+
+#include "rill/kernels/common.h"
+
+namespace rill::kernels {
+
+struct SamplingRow {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t top_k = 0;
+  int32_t state_slot = -1;   // row of output_counts / prompt_mask; -1: no penalty state
+  uint64_t seed = 0;
+  uint64_t step = 0;         // draws this sequence made before
+};
+
+struct SampleParams {
+  int num_rows = 0, vocab = 0;
+  float* logits = nullptr;               // [num_rows, vocab] fp32, modified in place
+  const SamplingRow* rows = nullptr;     // [num_rows] device
+  int32_t* output_counts = nullptr;      // [num_slots, vocab]: +1 for each sampled token (if slot >= 0)
+  const uint8_t* prompt_mask = nullptr;  // [num_slots, vocab]: 1 where the prompt has the token
+  int32_t* out_tokens = nullptr;         // [num_rows]
+};
+cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream);
+
+/// prompt_mask[slot, tokens[i]] = 1 for i < num_tokens.
+cudaError_t launch_mark_prompt(uint8_t* prompt_mask, int vocab, int slot, const int32_t* tokens, int num_tokens,
+                               cudaStream_t stream);
+
+}  // namespace rill::kernels
