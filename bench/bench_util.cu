@@ -1,0 +1,97 @@
+#include "bench/bench_util.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace rill::bench {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error at %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+double median_ms(const std::function<void()>& fn, cudaStream_t stream, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CUDA(cudaEventRecord(a, stream));
+    fn();
+    BENCH_CUDA(cudaEventRecord(b, stream));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    BENCH_CUDA(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[iters / 2];
+}
+
+namespace {
+
+__global__ void fill_random(__half* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2half((static_cast<float>(x & 0xffff) / 65536.0f - 0.5f));
+  }
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(cudaStream_t stream) {
+  Ceilings c;
+  cudaDeviceProp prop{};
+  int dev = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  c.device = prop.name;
+  // Copy: 1 GiB each way, far beyond L2.
+  const size_t bytes = size_t(1) << 30;
+  void *src, *dst;
+  BENCH_CUDA(cudaMalloc(&src, bytes));
+  BENCH_CUDA(cudaMalloc(&dst, bytes));
+  BENCH_CUDA(cudaMemsetAsync(src, 1, bytes, stream));
+  const double copy_ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream); },
+                                   stream, 3, 15);
+  c.copy_gbps = 2.0 * bytes / (copy_ms * 1e-3) / 1e9;
+  BENCH_CUDA(cudaFree(src));
+  BENCH_CUDA(cudaFree(dst));
+  // GEMM: 8192^3 fp16 with fp32 accumulation on random data.
+  const int n = 8192;
+  __half *a, *b, *d;
+  BENCH_CUDA(cudaMalloc(&a, size_t(n) * n * 2));
+  BENCH_CUDA(cudaMalloc(&b, size_t(n) * n * 2));
+  BENCH_CUDA(cudaMalloc(&d, size_t(n) * n * 2));
+  fill_random<<<1024, 256, 0, stream>>>(a, size_t(n) * n, 1);
+  fill_random<<<1024, 256, 0, stream>>>(b, size_t(n) * n, 2);
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, stream);
+  const float one = 1, zero = 0;
+  const double gemm_ms = median_ms(
+      [&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n, &zero, d,
+                     CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      stream, 3, 10);
+  c.gemm_tflops = 2.0 * n * double(n) * n / (gemm_ms * 1e-3) / 1e12;
+  cublasDestroy(h);
+  BENCH_CUDA(cudaFree(a));
+  BENCH_CUDA(cudaFree(b));
+  BENCH_CUDA(cudaFree(d));
+  return c;
+}
+
+}  // namespace rill::bench

@@ -1,0 +1,28 @@
+// Timing and ceilings shared by Rill's benchmarks: CUDA-event timing with warm-up and medians,
+// and the device's measured copy bandwidth and GEMM rate, which every result is compared to.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <string>
+
+namespace rill::bench {
+
+/// Aborts with a message when a CUDA call fails (benchmarks have no error recovery).
+void check(cudaError_t err, const char* what);
+#define BENCH_CUDA(expr) ::rill::bench::check((expr), #expr)
+
+/// Median time in milliseconds of `fn` (enqueued on `stream`), timed with CUDA events after
+/// `warmup` untimed runs, over `iters` runs.
+double median_ms(const std::function<void()>& fn, cudaStream_t stream, int warmup = 5, int iters = 30);
+
+struct Ceilings {
+  std::string device;
+  double copy_gbps = 0;    // device-to-device copy, bytes read + written per second / 1e9
+  double gemm_tflops = 0;  // cuBLAS fp16 8192^3 GEMM (random data)
+};
+/// Measures both ceilings once (about a second of GPU time).
+Ceilings measure_ceilings(cudaStream_t stream);
+
+}  // namespace rill::bench
