@@ -18,11 +18,13 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
 enum class NormType : int { kRms = 0, kLayer = 1 };
 
 /// The residual add of one sub-layer fused with the norm of the next (pre-norm structure):
-///   r = residual[row] (+ delta0[i] + bias0) (+ delta1[i] + bias1)     (fp32)
-///   residual[row] = r                                                (when any delta is given)
-///   out0[i] = norm(r) * weight0 (+ norm_bias0)                       (dtype)
-///   out1[i] = norm(r) * weight1 (+ norm_bias1)                       (optional)
-/// with row = rows ? rows[i] : i; rms: r / sqrt(mean(r^2) + eps); layer: (r - mean) / sqrt(var + eps).
+///   r = residual[row] (+ delta0[row] + bias0) (+ delta1[row] + bias1)  (fp32)
+///   residual[row] = r                                                  (when any delta is given)
+///   out0[i] = norm(r) * weight0 (+ norm_bias0)                         (dtype)
+///   out1[i] = norm(r) * weight1 (+ norm_bias1)                         (optional)
+/// for i < num_tokens, with row = rows ? rows[i] : i (the final norm gathers only the rows whose
+/// logits are needed; residual and deltas are indexed by row, outputs by i);
+/// rms: r / sqrt(mean(r^2) + eps); layer: (r - mean) / sqrt(var + eps).
 /// GPT-NeoX's parallel residual passes both sub-layer outputs (delta0, delta1) and both norms.
 struct AddNormParams {
   DType dtype = DType::kF16;
@@ -30,7 +32,7 @@ struct AddNormParams {
   float eps = 1e-5f;
   int num_tokens = 0, hidden = 0;
   float* residual = nullptr;                                // [*, hidden] fp32
-  const void* delta0 = nullptr; const void* bias0 = nullptr;  // [num_tokens, hidden], [hidden]
+  const void* delta0 = nullptr; const void* bias0 = nullptr;  // [*, hidden] (indexed by row), [hidden]
   const void* delta1 = nullptr; const void* bias1 = nullptr;
   const void* weight0 = nullptr; const void* norm_bias0 = nullptr;  // [hidden]
   void* out0 = nullptr;                                     // [num_tokens, hidden]
