@@ -1,0 +1,304 @@
+#include "engine/cpu/cpu_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/error.h"
+
+namespace rill {
+
+struct CpuRunner::Layer {
+  std::vector<float> attn_norm, attn_norm_b, mlp_norm, mlp_norm_b;
+  std::vector<float> wqkv, bqkv;  // [qkv_dim, hidden]: q rows, then k, then v
+  std::vector<float> wo, bo;      // [hidden, q_dim]
+  std::vector<float> wgate, bgate, wup, bup;  // [intermediate, hidden]
+  std::vector<float> wdown, bdown;            // [hidden, intermediate]
+};
+
+struct CpuRunner::Chunk {
+  SeqId id;
+  const KvSequence* seq;
+  int64_t start;  // stream position of the first token
+  int64_t row;    // first row in the step's token matrix
+  int64_t len;
+};
+
+namespace {
+
+std::vector<float> f32(const Tensor& t) { return t.present() ? t.to_f32() : std::vector<float>{}; }
+
+std::vector<float> concat(std::initializer_list<const Tensor*> parts) {
+  std::vector<float> out;
+  for (const Tensor* t : parts) {
+    if (!t->present()) continue;
+    auto v = t->to_f32();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(model.config) {
+  const ModelConfig& c = config_;
+  pool_ = std::make_unique<ThreadPool>(opt.num_threads);
+  embed_ = f32(model.weights.embed);
+  lm_head_ = c.tie_word_embeddings ? std::vector<float>{} : f32(model.weights.lm_head);
+  final_norm_ = f32(model.weights.final_norm);
+  final_norm_b_ = f32(model.weights.final_norm_bias);
+  inv_freq_ = c.rope.inv_freq();
+  for (const LayerWeights& w : model.weights.layers) {
+    Layer l;
+    l.attn_norm = f32(w.attn_norm);
+    l.attn_norm_b = f32(w.attn_norm_bias);
+    l.mlp_norm = f32(w.mlp_norm);
+    l.mlp_norm_b = f32(w.mlp_norm_bias);
+    l.wqkv = concat({&w.q, &w.k, &w.v});
+    if (c.qkv_bias) l.bqkv = concat({&w.q_bias, &w.k_bias, &w.v_bias});
+    l.wo = f32(w.o);
+    l.bo = f32(w.o_bias);
+    l.wgate = f32(w.gate);
+    l.bgate = f32(w.gate_bias);
+    l.wup = f32(w.up);
+    l.bup = f32(w.up_bias);
+    l.wdown = f32(w.down);
+    l.bdown = f32(w.down_bias);
+    layers_.push_back(std::move(l));
+  }
+  const int64_t block_floats = 2ll * c.num_kv_heads * opt.block_size * c.head_dim;
+  num_blocks_ = opt.num_blocks > 0 ? opt.num_blocks
+                                   : static_cast<int>(opt.kv_cache_bytes / (block_floats * 4 * c.num_layers));
+  if (num_blocks_ <= 0) throw Error(ErrorCode::kInvalidArgument, "CPU KV cache budget too small for one block");
+  // Uninitialised on purpose: pages are touched only when blocks are used.
+  cache_.reset(new float[static_cast<size_t>(num_blocks_) * block_floats * c.num_layers]);
+  kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window);
+}
+
+CpuRunner::~CpuRunner() = default;
+
+void CpuRunner::add_sequence(const SequenceSpec& spec) {
+  spec.sampling.validate();
+  if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
+  kv_->add_sequence(spec.id, spec.cache);
+  SeqState s;
+  s.sampling = spec.sampling;
+  if (spec.sampling.repetition_penalty != 1.0f) s.sampler.prompt_seen.assign(config_.vocab_size, 0);
+  seqs_.emplace(spec.id, std::move(s));
+}
+
+void CpuRunner::remove_sequence(SeqId id) {
+  kv_->remove_sequence(id);
+  seqs_.erase(id);
+}
+
+float* CpuRunner::kv_ptr(int layer, int32_t block, int kv, int head, int offset) {
+  const ModelConfig& c = config_;
+  const int bs = kv_->block_size();
+  const int64_t idx = (((static_cast<int64_t>(layer) * num_blocks_ + block) * 2 + kv) * c.num_kv_heads + head) *
+                          bs * c.head_dim + static_cast<int64_t>(offset) * c.head_dim;
+  return cache_.get() + idx;
+}
+
+void CpuRunner::norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y,
+                     int64_t T) const {
+  if (config_.norm == NormKind::kRmsNorm) cpu::rms_norm(x, w.data(), config_.norm_eps, y, T, config_.hidden_size);
+  else cpu::layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), config_.norm_eps, y, T, config_.hidden_size);
+}
+
+// Attention of one chunk's queries. Keys before the chunk come from the cache (as it was before
+// this step), the chunk's own keys from `qkv`; each query i sees the sinks [0, min(S, i+1)) with
+// its query rotated at the in-cache position, and positions [max(S, i-W+1), i] with the query
+// rotated at i (keys are stored rotated at their stream position).  qkv [len, qkv_dim] (q and
+// k already rotated), out [len, q_dim].
+void CpuRunner::attention(int layer, const Chunk& c, const float* qkv, float* out) {
+  const ModelConfig& cf = config_;
+  const KvGeometry& g = c.seq->geometry;
+  const int hd = cf.head_dim, qkv_dim = cf.qkv_dim(), group = cf.num_heads / cf.num_kv_heads;
+  const int bs = kv_->block_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool_->parallel_for(c.len * cf.num_heads, [&](int64_t b, int64_t e) {
+    std::vector<float> scores, q_sink(hd), acc(hd);
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t t = job / cf.num_heads;
+      const int h = static_cast<int>(job % cf.num_heads), kh = h / group;
+      const int64_t i = c.start + t;
+      const float* q = qkv + t * qkv_dim + h * hd;
+      auto key = [&](int64_t j, int kv) -> const float* {
+        if (j >= c.start) return qkv + (j - c.start) * qkv_dim + cf.q_dim() + kv * cf.kv_dim() + kh * hd;
+        const long long slot = g.slot(j);
+        return kv_ptr(layer, c.seq->block_table[slot / bs], kv, kh, static_cast<int>(slot % bs));
+      };
+      const int64_t n_sink = std::min<int64_t>(g.n_sink, i + 1);
+      const int64_t lo = g.window ? std::max<int64_t>(g.n_sink, i - g.window + 1) : g.n_sink;
+      const int64_t n_win = std::max<int64_t>(0, i - lo + 1);
+      if (n_sink > 0) {  // the query as the paper positions it among the sinks
+        std::memcpy(q_sink.data(), q, hd * sizeof(float));
+        const int64_t qp = g.sink_query_pos(i);
+        if (qp != i) cpu::rope(q_sink.data(), 1, hd, cf.rope.rotary_dim, inv_freq_.data(), qp - i);
+      }
+      scores.resize(n_sink + n_win);
+      for (int64_t j = 0; j < n_sink; ++j) {
+        const float* k = key(j, 0);
+        float s = 0;
+        for (int d = 0; d < hd; ++d) s += q_sink[d] * k[d];
+        scores[j] = s * scale;
+      }
+      for (int64_t j = 0; j < n_win; ++j) {
+        const float* k = key(lo + j, 0);
+        float s = 0;
+        for (int d = 0; d < hd; ++d) s += q[d] * k[d];
+        scores[n_sink + j] = s * scale;
+      }
+      const float mx = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (float& s : scores) sum += (s = std::exp(s - mx));
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < n_sink + n_win; ++j) {
+        const float* v = key(j < n_sink ? j : lo + (j - n_sink), 1);
+        const float p = static_cast<float>(scores[j] / sum);
+        for (int d = 0; d < hd; ++d) acc[d] += p * v[d];
+      }
+      std::memcpy(out + t * cf.q_dim() + h * hd, acc.data(), hd * sizeof(float));
+    }
+  });
+}
+
+// Stores the chunk's (rotated) keys and values. In a ring only the last ring_tokens positions
+// survive the chunk, so earlier ones are not written (they would be overwritten anyway).
+void CpuRunner::write_kv(int layer, const Chunk& c, const float* qkv) {
+  const ModelConfig& cf = config_;
+  const KvGeometry& g = c.seq->geometry;
+  const int hd = cf.head_dim, bs = kv_->block_size();
+  const int64_t end = c.start + c.len;
+  for (int64_t t = 0; t < c.len; ++t) {
+    const int64_t j = c.start + t;
+    if (g.ring_tokens && j >= g.n_sink && j < end - g.ring_tokens) continue;
+    const long long slot = g.slot(j);
+    const int32_t block = c.seq->block_table[slot / bs];
+    for (int kv = 0; kv < 2; ++kv)
+      for (int kh = 0; kh < cf.num_kv_heads; ++kh)
+        std::memcpy(kv_ptr(layer, block, kv, kh, static_cast<int>(slot % bs)),
+                    qkv + t * cf.qkv_dim() + cf.q_dim() + kv * cf.kv_dim() + kh * hd, hd * sizeof(float));
+  }
+}
+
+void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
+  const ModelConfig& c = config_;
+  const int64_t I = c.intermediate_size, H = c.hidden_size;
+  std::vector<float> up(T * I);
+  cpu::matmul(*pool_, h, l.wup.data(), l.bup.empty() ? nullptr : l.bup.data(), up.data(), T, H, I);
+  auto act = c.act == Activation::kSilu ? cpu::silu : c.act == Activation::kGeluErf ? cpu::gelu_erf : cpu::gelu_tanh;
+  if (c.gated_mlp) {
+    std::vector<float> gate(T * I);
+    cpu::matmul(*pool_, h, l.wgate.data(), l.bgate.empty() ? nullptr : l.bgate.data(), gate.data(), T, H, I);
+    for (int64_t i = 0; i < T * I; ++i) up[i] *= act(gate[i]);
+  } else {
+    for (float& v : up) v = act(v);
+  }
+  cpu::matmul(*pool_, up.data(), l.wdown.data(), l.bdown.empty() ? nullptr : l.bdown.data(), out, T, I, H);
+}
+
+StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, qkv_dim = c.qkv_dim();
+  std::vector<Chunk> chunks;
+  int64_t T = 0;
+  for (const StepInput& in : inputs) {
+    if (!seqs_.count(in.id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(in.id));
+    if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
+    for (const Chunk& other : chunks)
+      if (other.id == in.id) throw Error(ErrorCode::kInvalidArgument, "sequence twice in one step");
+    for (int32_t tok : in.tokens)
+      if (tok < 0 || tok >= c.vocab_size)
+        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(tok) + " outside the vocabulary");
+    chunks.push_back({in.id, nullptr, 0, T, static_cast<int64_t>(in.tokens.size())});
+    T += static_cast<int64_t>(in.tokens.size());
+  }
+  std::vector<std::pair<SeqId, int64_t>> appends;
+  for (const Chunk& ch : chunks) appends.emplace_back(ch.id, ch.len);
+  kv_->check_append(appends);
+  for (size_t k = 0; k < chunks.size(); ++k) {  // after the checks: allocation cannot half-fail
+    chunks[k].start = kv_->append(chunks[k].id, chunks[k].len);
+    chunks[k].seq = &kv_->sequence(chunks[k].id);
+  }
+  // x [T, H]: the residual stream.
+  std::vector<float> x(T * H), h(T * H), qkv(T * qkv_dim), attn(T * c.q_dim()), o(T * H), m(T * H);
+  for (size_t k = 0; k < chunks.size(); ++k)
+    for (int64_t t = 0; t < chunks[k].len; ++t)
+      std::memcpy(&x[(chunks[k].row + t) * H], &embed_[static_cast<int64_t>(inputs[k].tokens[t]) * H], H * 4);
+
+  for (int li = 0; li < c.num_layers; ++li) {
+    const Layer& l = layers_[li];
+    norm(l.attn_norm, l.attn_norm_b, x.data(), h.data(), T);
+    cpu::matmul(*pool_, h.data(), l.wqkv.data(), l.bqkv.empty() ? nullptr : l.bqkv.data(), qkv.data(), T, H, qkv_dim);
+    for (const Chunk& ch : chunks)
+      for (int64_t t = 0; t < ch.len; ++t) {
+        float* row = &qkv[(ch.row + t) * qkv_dim];
+        cpu::rope(row, c.num_heads, c.head_dim, c.rope.rotary_dim, inv_freq_.data(), ch.start + t);
+        cpu::rope(row + c.q_dim(), c.num_kv_heads, c.head_dim, c.rope.rotary_dim, inv_freq_.data(), ch.start + t);
+      }
+    for (const Chunk& ch : chunks) attention(li, ch, &qkv[ch.row * qkv_dim], &attn[ch.row * c.q_dim()]);
+    for (const Chunk& ch : chunks) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
+    cpu::matmul(*pool_, attn.data(), l.wo.data(), l.bo.empty() ? nullptr : l.bo.data(), o.data(), T, c.q_dim(), H);
+    if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x))
+      norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);
+      mlp(l, h.data(), m.data(), T);
+      for (int64_t i = 0; i < T * H; ++i) x[i] += o[i] + m[i];
+    } else {
+      for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+      norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);
+      mlp(l, h.data(), m.data(), T);
+      for (int64_t i = 0; i < T * H; ++i) x[i] += m[i];
+    }
+  }
+
+  // Final norm and LM head for the rows anyone asked for.
+  StepOutput out;
+  out.sampled.assign(inputs.size(), -1);
+  out.logits_row.assign(inputs.size(), -1);
+  std::vector<int64_t> rows;
+  std::vector<int64_t> sample_row(inputs.size(), -1);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Chunk& ch = chunks[k];
+    if (inputs[k].logits == LogitsMode::kAll) {
+      out.logits_row[k] = static_cast<int64_t>(rows.size());
+      for (int64_t t = 0; t < ch.len; ++t) rows.push_back(ch.row + t);
+    } else if (inputs[k].logits == LogitsMode::kLast || inputs[k].sample) {
+      if (inputs[k].logits == LogitsMode::kLast) out.logits_row[k] = static_cast<int64_t>(rows.size());
+      rows.push_back(ch.row + ch.len - 1);
+    }
+    if (inputs[k].sample) sample_row[k] = static_cast<int64_t>(rows.size()) - 1;
+  }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  std::vector<float> gathered(R * H), normed(R * H), logits(R * c.vocab_size);
+  for (int64_t r = 0; r < R; ++r) std::memcpy(&gathered[r * H], &x[rows[r] * H], H * 4);
+  norm(final_norm_, final_norm_b_, gathered.data(), normed.data(), R);
+  const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, c.vocab_size);
+
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    SeqState& s = seqs_.at(inputs[k].id);
+    if (s.sampler.step == 0 && !s.sampler.prompt_seen.empty())
+      for (int32_t tok : inputs[k].tokens) s.sampler.prompt_seen[tok] = 1;
+    if (sample_row[k] >= 0) {
+      std::vector<float> row(&logits[sample_row[k] * c.vocab_size], &logits[(sample_row[k] + 1) * c.vocab_size]);
+      out.sampled[k] = sample_token(row, s.sampling, s.sampler);
+    }
+  }
+  // Keep only the rows that were asked for (sampling-only rows are dropped).
+  int64_t kept = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (out.logits_row[k] < 0) continue;
+    const int64_t n = inputs[k].logits == LogitsMode::kAll ? chunks[k].len : 1;
+    out.logits.insert(out.logits.end(), &logits[out.logits_row[k] * c.vocab_size],
+                      &logits[(out.logits_row[k] + n) * c.vocab_size]);
+    out.logits_row[k] = kept;
+    kept += n;
+  }
+  return out;
+}
+
+}  // namespace rill

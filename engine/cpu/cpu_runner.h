@@ -1,0 +1,60 @@
+// The CPU reference runner: a clear fp32 forward pass over a paged KV cache, batched over
+// sequences, multi-threaded over output features and attention heads. The CUDA runner is
+// tested against it, and the server uses it when no GPU is present.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/cpu/thread_pool.h"
+#include "engine/model.h"
+#include "engine/runner.h"
+
+namespace rill {
+
+struct CpuRunnerOptions {
+  int num_threads = 0;                   // 0: all cores
+  int block_size = 16;                   // tokens per KV block
+  int64_t kv_cache_bytes = 256ll << 20;  // pool size; ignored when num_blocks > 0
+  int num_blocks = 0;
+};
+
+class CpuRunner final : public ModelRunner {
+ public:
+  /// Converts the model's weights to fp32; `model` need not outlive the runner.
+  CpuRunner(const Model& model, const CpuRunnerOptions& options = {});
+  ~CpuRunner() override;
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheManager& kv() const override { return *kv_; }
+  void add_sequence(const SequenceSpec& spec) override;
+  void remove_sequence(SeqId id) override;
+  StepOutput step(std::span<const StepInput> inputs) override;
+
+ private:
+  struct Layer;
+  struct SeqState {
+    SamplingParams sampling;
+    SamplerState sampler;
+  };
+  struct Chunk;  // one input's slice of the step
+
+  void attention(int layer, const Chunk& c, const float* qkv, float* out);
+  void write_kv(int layer, const Chunk& c, const float* qkv);
+  void mlp(const Layer& l, const float* h, float* out, int64_t T);
+  void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t T) const;
+  float* kv_ptr(int layer, int32_t block, int kv, int head, int offset);
+
+  ModelConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::vector<float> embed_, lm_head_, final_norm_, final_norm_b_, inv_freq_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<float[]> cache_;  // [layers][blocks][2][kv_heads][block_size][head_dim]
+  int num_blocks_ = 0;
+  std::unordered_map<SeqId, SeqState> seqs_;
+};
+
+}  // namespace rill

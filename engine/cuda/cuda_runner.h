@@ -1,0 +1,113 @@
+// The CUDA model runner: weights resident in fp16/bf16, cuBLAS GEMMs with fused QKV and
+// gate/up projections, Rill's kernels for everything else, a paged KV pool sized from free GPU
+// memory, sampling on the GPU, and decode steps replayed as CUDA graphs per batch-size bucket.
+// Per step only token ids, positions, cache slots / block tables and sampling rows go to the
+// device, and only sampled tokens (and logits when asked for) come back.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/cuda/cuda_util.h"
+#include "engine/cuda/cuda_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/step_meta.h"
+#include "engine/model.h"
+#include "engine/runner.h"
+#include "engine/runner_factory.h"
+
+namespace rill {
+
+/// Number of visible CUDA devices.
+int cuda_device_count();
+
+/// Per-category GPU time of eagerly launched steps (rill-bench's breakdown).
+struct StepProfile {
+  double gemm_ms = 0, attention_ms = 0, norm_elementwise_ms = 0, sampling_ms = 0, total_ms = 0;
+  int steps = 0;
+};
+
+class CudaRunner final : public ModelRunner {
+ public:
+  CudaRunner(const Model& model, const EngineOptions& options);
+  ~CudaRunner() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheManager& kv() const override { return *kv_; }
+  void add_sequence(const SequenceSpec& spec) override;
+  void remove_sequence(SeqId id) override;
+  StepOutput step(std::span<const StepInput> inputs) override;
+
+  // Introspection for rill-bench and tests.
+  kernels::DType dtype() const { return weights_->dtype(); }
+  size_t weight_bytes() const { return weights_->bytes(); }
+  size_t kv_pool_bytes() const { return cache_.bytes(); }
+  void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
+  void set_gemv(bool on) { gemm_->set_gemv_enabled(on); }
+  /// While enabled, eager steps record CUDA events per op category into `profile()`
+  /// (graph replays are not broken down).
+  void set_profiling(bool on);
+  const StepProfile& profile() const { return profile_; }
+  int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
+
+ private:
+  struct SeqInfo {
+    cuda::SamplingSlot sampling;
+  };
+  class Profiler;
+
+  void allocate_buffers();
+  void size_kv_pool(double memory_fraction);
+  void tune_gemms();
+  void warm_up();
+  void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
+  void enqueue_layer(int layer, const cuda::StepPlan& plan);
+  int attention_splits(int decode_seqs) const;
+  cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
+  const char* dmeta() const { return meta_dev_.as<const char>(); }
+
+  ModelConfig config_;
+  EngineOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::DeviceWeights> weights_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<KvCacheManager> kv_;
+  kernels::KvCacheLayout layout_;
+  int num_sms_ = 0;
+  int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
+  int32_t trash_block_ = 0;
+  bool graphs_enabled_ = true;
+
+  // Activations, sized for the largest step.
+  cuda::DeviceMemory x_;        // [T, H] fp32 residual stream
+  cuda::DeviceMemory h_, h2_;   // [T, H] normed inputs (h2: GPT-NeoX's MLP branch)
+  cuda::DeviceMemory qkv_;      // [T, qkv_dim]
+  cuda::DeviceMemory q_sink_;   // [T, q_dim]
+  cuda::DeviceMemory attn_;     // [T, q_dim]
+  cuda::DeviceMemory o_;        // [T, H]
+  cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
+  cuda::DeviceMemory act_;      // [T, I]
+  cuda::DeviceMemory m_;        // [T, H]
+  cuda::DeviceMemory normed_;   // [R, H]
+  cuda::DeviceMemory logits_;   // [R, V] fp32
+  cuda::DeviceMemory sampled_;  // [R] int32
+  cuda::DeviceMemory attn_ws_;  // decode attention split workspace
+  cuda::DeviceMemory cache_;    // [layers][blocks + 1][2][kv_heads][block_size][head_dim]
+  cuda::DeviceMemory output_counts_;  // [max_batch, V] int32 penalty state
+  cuda::DeviceMemory prompt_mask_;    // [max_batch, V] uint8
+  std::vector<int32_t> free_state_slots_;
+  cuda::DeviceMemory meta_dev_;
+  cuda::PinnedMemory meta_host_, logits_host_, sampled_host_;
+
+  std::unordered_map<SeqId, SeqInfo> seqs_;
+  std::map<int, cudaGraphExec_t> graphs_;
+  std::map<int, cuda::StepShape> graph_shapes_;
+  std::unique_ptr<Profiler> profiler_;
+  StepProfile profile_;
+};
+
+}  // namespace rill

@@ -1,0 +1,71 @@
+#include "engine/cuda/cuda_util.h"
+
+#include <utility>
+
+#include "rill/kernels/common.h"
+
+namespace rill::cuda {
+
+void throw_cuda(cudaError_t err, const char* what, const char* file, int line) {
+  std::string msg = std::string(what) + " failed: " + cudaGetErrorString(err);
+  const char* detail = kernels::last_kernel_error_detail();
+  if (err == cudaErrorInvalidValue && detail && *detail) msg += " (" + std::string(detail) + ")";
+  msg += " [" + std::string(file) + ":" + std::to_string(line) + "]";
+  throw Error(err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal, msg);
+}
+
+void throw_cublas(cublasStatus_t st, const char* what, const char* file, int line) {
+  throw Error(st == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted : ErrorCode::kInternal,
+              std::string(what) + " failed: " + cublasGetStatusString(st) + " [" + file + ":" + std::to_string(line) + "]");
+}
+
+DeviceMemory::DeviceMemory(size_t bytes, const char* what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    throw Error(ErrorCode::kResourceExhausted, std::string("cannot allocate ") + std::to_string(bytes >> 20) +
+                                                   " MiB of GPU memory for " + what + ": " + cudaGetErrorString(err));
+  }
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedMemory::PinnedMemory(size_t bytes) : bytes_(bytes) {
+  if (bytes) RILL_CUDA(cudaMallocHost(&ptr_, bytes));
+}
+
+PinnedMemory::~PinnedMemory() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
+PinnedMemory& PinnedMemory::operator=(PinnedMemory&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace rill::cuda

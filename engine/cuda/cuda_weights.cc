@@ -1,0 +1,141 @@
+#include "engine/cuda/cuda_weights.h"
+
+#include <cstring>
+
+namespace rill::cuda {
+namespace {
+
+size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+// Plans every tensor's place in one arena, then converts and copies them in.
+class Uploader {
+ public:
+  explicit Uploader(kernels::DType dtype) : dtype_(dtype) {}
+
+  /// Reserves room for the concatenation of `parts` (absent parts skipped); returns a slot id.
+  int plan(std::vector<const Tensor*> parts) {
+    size_t elems = 0;
+    for (const Tensor* t : parts)
+      if (t->present()) elems += static_cast<size_t>(t->numel());
+    if (elems == 0) return -1;
+    items_.push_back({std::move(parts), offset_, elems});
+    offset_ += align256(elems * 2);
+    return static_cast<int>(items_.size()) - 1;
+  }
+  int plan_floats(std::vector<float> values) {
+    floats_.push_back({std::move(values), offset_});
+    offset_ += align256(floats_.back().values.size() * 4);
+    return static_cast<int>(floats_.size()) - 1;
+  }
+  size_t bytes() const { return offset_; }
+
+  void upload(char* base) {
+    std::vector<uint16_t> host;
+    for (const Item& it : items_) {
+      host.resize(it.elems);
+      size_t at = 0;
+      for (const Tensor* t : it.parts) {
+        if (!t->present()) continue;
+        convert(*t, host.data() + at);
+        at += static_cast<size_t>(t->numel());
+      }
+      RILL_CUDA(cudaMemcpy(base + it.offset, host.data(), it.elems * 2, cudaMemcpyHostToDevice));
+    }
+    for (const Floats& f : floats_)
+      RILL_CUDA(cudaMemcpy(base + f.offset, f.values.data(), f.values.size() * 4, cudaMemcpyHostToDevice));
+  }
+  size_t offset_of(int slot) const { return items_[slot].offset; }
+  size_t float_offset_of(int slot) const { return floats_[slot].offset; }
+
+ private:
+  void convert(const Tensor& t, uint16_t* dst) const {
+    const size_t n = static_cast<size_t>(t.numel());
+    const DType want = dtype_ == kernels::DType::kF16 ? DType::kF16 : DType::kBF16;
+    if (t.dtype == want) {
+      std::memcpy(dst, t.data, n * 2);
+      return;
+    }
+    std::vector<float> f = t.to_f32();
+    for (size_t i = 0; i < n; ++i) dst[i] = want == DType::kF16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+  }
+  struct Item {
+    std::vector<const Tensor*> parts;
+    size_t offset, elems;
+  };
+  struct Floats {
+    std::vector<float> values;
+    size_t offset;
+  };
+  kernels::DType dtype_;
+  std::vector<Item> items_;
+  std::vector<Floats> floats_;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+kernels::DType resolve_dtype(const std::string& requested, DType stored) {
+  if (requested == "float16" || requested == "fp16" || requested == "half") return kernels::DType::kF16;
+  if (requested == "bfloat16" || requested == "bf16") return kernels::DType::kBF16;
+  if (requested != "auto")
+    throw Error(ErrorCode::kInvalidArgument, "unsupported CUDA dtype '" + requested + "' (auto, float16, bfloat16)");
+  return stored == DType::kBF16 ? kernels::DType::kBF16 : kernels::DType::kF16;
+}
+
+DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype) : dtype_(dtype) {
+  const ModelWeights& w = model.weights;
+  const ModelConfig& c = model.config;
+  Uploader up(dtype);
+  const int embed = up.plan({&w.embed});
+  const int head = c.tie_word_embeddings ? embed : up.plan({&w.lm_head});
+  const int fnorm = up.plan({&w.final_norm});
+  const int fnorm_b = up.plan({&w.final_norm_bias});
+  const int freq = up.plan_floats(c.rope.inv_freq());
+  struct Slots {
+    int an, anb, mn, mnb, qkv, bqkv, o, bo, upw, upb, down, bdown;
+  };
+  std::vector<Slots> slots;
+  for (const LayerWeights& l : w.layers) {
+    Slots s;
+    s.an = up.plan({&l.attn_norm});
+    s.anb = up.plan({&l.attn_norm_bias});
+    s.mn = up.plan({&l.mlp_norm});
+    s.mnb = up.plan({&l.mlp_norm_bias});
+    s.qkv = up.plan({&l.q, &l.k, &l.v});
+    s.bqkv = up.plan({&l.q_bias, &l.k_bias, &l.v_bias});
+    s.o = up.plan({&l.o});
+    s.bo = up.plan({&l.o_bias});
+    s.upw = c.gated_mlp ? up.plan({&l.gate, &l.up}) : up.plan({&l.up});
+    s.upb = c.gated_mlp ? up.plan({&l.gate_bias, &l.up_bias}) : up.plan({&l.up_bias});
+    s.down = up.plan({&l.down});
+    s.bdown = up.plan({&l.down_bias});
+    slots.push_back(s);
+  }
+  arena_ = DeviceMemory(up.bytes(), "model weights");
+  char* base = arena_.as<char>();
+  up.upload(base);
+  auto at = [&](int slot) -> const void* { return slot < 0 ? nullptr : base + up.offset_of(slot); };
+  embed_ = at(embed);
+  lm_head_ = at(head);
+  final_norm_ = at(fnorm);
+  final_norm_bias_ = at(fnorm_b);
+  inv_freq_ = reinterpret_cast<const float*>(base + up.float_offset_of(freq));
+  for (const Slots& s : slots) {
+    DeviceLayer d;
+    d.attn_norm = at(s.an);
+    d.attn_norm_bias = at(s.anb);
+    d.mlp_norm = at(s.mn);
+    d.mlp_norm_bias = at(s.mnb);
+    d.wqkv = at(s.qkv);
+    d.bqkv = at(s.bqkv);
+    d.wo = at(s.o);
+    d.bo = at(s.bo);
+    d.wup = at(s.upw);
+    d.bup = at(s.upb);
+    d.wdown = at(s.down);
+    d.bdown = at(s.bdown);
+    layers_.push_back(d);
+  }
+}
+
+}  // namespace rill::cuda

@@ -1,0 +1,49 @@
+// Sampling parameters of one request, and the CPU sampler (the reference for the GPU sampler).
+//
+// Order, as in vLLM: repetition / frequency / presence penalties on the logits, then
+// temperature, then the kept set {p >= tau} with tau the largest of the top-k, top-p (computed
+// within the top-k set) and min-p thresholds, then inverse-CDF sampling in token-id order with a
+// Philox uniform drawn from (seed, step). Temperature 0 is greedy (argmax, lowest id on ties).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace rill {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // 1: off; over prompt and generated tokens
+  float presence_penalty = 0.0f;    // over generated tokens
+  float frequency_penalty = 0.0f;   // over generated tokens
+  uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 1e-6f; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
+  /// Throws kInvalidArgument naming the first out-of-range field.
+  void validate() const;
+};
+
+/// Per-sequence sampler state: the draw counter and the token histories penalties need.
+struct SamplerState {
+  uint64_t step = 0;                                 // draws made so far
+  std::vector<uint8_t> prompt_seen;                  // [vocab] 1 where the prompt has the token
+  std::unordered_map<int32_t, int32_t> output_counts;  // generated token -> count
+};
+
+/// Applies the penalties of `p` to `logits` in place.
+void apply_penalties(std::span<float> logits, const SamplingParams& p, const SamplerState& s);
+
+/// Samples one token from `logits` (modified in place) and advances the state.
+int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerState& s);
+
+}  // namespace rill

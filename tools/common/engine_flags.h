@@ -1,0 +1,25 @@
+// Flags shared by the rill-* tools: model path, engine options, sampling and cache policy.
+#pragma once
+
+#include "engine/kv/cache_policy.h"
+#include "engine/model.h"
+#include "engine/runner_factory.h"
+#include "engine/sampling.h"
+#include "tools/common/args.h"
+
+namespace rill::cli {
+
+/// Default model: the one embedded in the source tree.
+std::string default_model_dir();
+
+void add_engine_flags(Args& args);
+EngineOptions engine_options(const Args& args);
+
+void add_sampling_flags(Args& args);
+/// Flags override the model's generation_config.json defaults (--greedy forces temperature 0).
+SamplingParams sampling_params(const Args& args, const GenerationDefaults& defaults);
+
+void add_cache_flags(Args& args);
+CachePolicy cache_policy(const Args& args);
+
+}  // namespace rill::cli
