@@ -439,23 +439,22 @@ class RegexParser {
     return true;
   }
 
-  // "{m}", "{m,}", "{m,n}"; anything else leaves '{' to be read as a literal.
+  // "{m}", "{m,}", "{m,n}" and Oniguruma's "{,n}"; anything else leaves '{' to be read as a
+  // literal.
   bool parse_braces(int* min, int* max) {
     const size_t save = i_;
     ++i_;  // '{'
-    if (!parse_count(min)) {
-      i_ = save;
-      return false;
-    }
+    const bool has_min = parse_count(min);
+    if (!has_min) *min = 0;
     *max = *min;
+    bool has_max = false;
     if (eat(',')) {
-      if (!parse_count(max)) *max = -1;
+      has_max = parse_count(max);
+      if (!has_max) *max = -1;
     }
-    if (!eat('}') || (*max != -1 && *max < *min)) {
-      i_ = save;
-      return false;
-    }
-    return true;
+    const bool ok = (has_min || has_max) && eat('}') && (*max == -1 || *max >= *min);
+    if (!ok) i_ = save;
+    return ok;
   }
 
   int parse_quantifier(int atom) {
