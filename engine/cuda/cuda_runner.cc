@@ -219,6 +219,8 @@ void CudaRunner::remove_sequence(SeqId id) {
   kv_->remove_sequence(id);
 }
 
+void CudaRunner::profile_snapshot_and_stop() { profiler_.reset(); }
+
 void CudaRunner::set_profiling(bool on) {
   profiler_ = on ? std::make_unique<Profiler>(stream_) : nullptr;
   profile_ = {};

@@ -51,6 +51,8 @@ class CudaRunner final : public ModelRunner {
   /// While enabled, eager steps record CUDA events per op category into `profile()`
   /// (graph replays are not broken down).
   void set_profiling(bool on);
+  /// Stops recording and keeps what was recorded in profile().
+  void profile_snapshot_and_stop();
   const StepProfile& profile() const { return profile_; }
   int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
 

@@ -1,0 +1,196 @@
+// rill-bench: end-to-end decode and prefill timings of the CUDA engine for any model directory,
+// each printed beside the ceiling measured in the same run (device copy bandwidth for decode,
+// cuBLAS GEMM rate for prefill), plus a per-category breakdown of one decode step.
+//   rill-bench --model DIR --batch 1,64 --context 512,1024 [--cache streaming --sink 4 --window 252]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "bench/bench_util.h"
+#include "engine/cuda/cuda_runner.h"
+#include "engine/error.h"
+#include "engine/model.h"
+#include "tools/common/engine_flags.h"
+
+using namespace rill;
+
+namespace {
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(std::stoi(item));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+using Clock = std::chrono::steady_clock;
+
+struct DecodeResult {
+  double step_ms = 0;
+  int cached = 0;  // tokens each sequence attends to during the timed steps
+};
+
+// `batch` sequences with `context` tokens of cache each; times `steps` decode steps (median).
+// With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile()).
+DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy, int steps,
+                         std::mt19937& rng, bool profile = false) {
+  const int V = r.config().vocab_size;
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  const int prompt = std::max(1, context - steps / 2);  // attend to ~`context` tokens mid-run
+  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prompt));
+  for (auto& p : prompts)
+    for (auto& t : p) t = tok(rng);
+  for (int b = 0; b < batch; ++b) r.add_sequence({b, policy, {.temperature = 0.0f}});
+  const int chunk = 2048;
+  for (int pos = 0; pos < prompt; pos += chunk) {  // prefill in chunks, several sequences per step
+    const int n = std::min(chunk, prompt - pos);
+    const int per_step = std::max(1, 8192 / n);
+    for (int b0 = 0; b0 < batch; b0 += per_step) {
+      std::vector<StepInput> in;
+      for (int b = b0; b < std::min(batch, b0 + per_step); ++b)
+        in.push_back({b, std::span<const int32_t>(prompts[b].data() + pos, n), LogitsMode::kNone, false});
+      r.step(in);
+    }
+  }
+  std::vector<int32_t> next(batch);
+  for (auto& t : next) t = tok(rng);
+  std::vector<double> ms;
+  if (profile) r.set_profiling(true);
+  for (int s = 0; s < steps + 3; ++s) {
+    std::vector<StepInput> in;
+    for (int b = 0; b < batch; ++b) in.push_back({b, std::span<const int32_t>(&next[b], 1), LogitsMode::kNone, true});
+    const auto t0 = Clock::now();
+    const StepOutput o = r.step(in);
+    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (s >= 3) ms.push_back(dt);  // warm-up steps (graph capture) excluded
+    for (int b = 0; b < batch; ++b) next[b] = o.sampled[b];
+  }
+  DecodeResult res;
+  res.step_ms = median(ms);
+  if (profile) r.profile_snapshot_and_stop();
+  const KvGeometry g = r.kv().geometry_for(policy);
+  const int64_t len = r.kv().sequence(0).num_tokens - steps / 2;
+  res.cached = static_cast<int>(policy.is_streaming() ? std::min<int64_t>(len, g.n_sink + g.window) : len);
+  for (int b = 0; b < batch; ++b) r.remove_sequence(b);
+  return res;
+}
+
+double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * c.num_layers * c.kv_dim() * 2; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::Args args("rill-bench", "Decode and prefill benchmarks of the CUDA engine, against measured ceilings.");
+  cli::add_engine_flags(args);
+  args.option("batch", "1,8,64", "decode batch sizes");
+  args.option("context", "128,512,1024", "tokens in each sequence's cache while decoding");
+  args.option("steps", "32", "timed decode steps per configuration (median reported)");
+  args.option("prefill", "2048", "prefill prompt lengths (0: skip)");
+  args.option("max-step-tokens", "8192", "largest step the runner is sized for");
+  args.option("max-batch", "256", "largest decode batch the runner is sized for");
+  args.flag("graphs-off-too", "also time every decode configuration with CUDA graphs off");
+  args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
+  args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
+  cli::add_cache_flags(args);
+  args.parse(argc, argv);
+  try {
+    EngineOptions eo = cli::engine_options(args);
+    eo.device = "cuda";
+    eo.max_step_tokens = args.get_int("max-step-tokens");
+    eo.max_batch = args.get_int("max-batch");
+    const Model model = load_model(args.get("model"));
+    const auto t_load = Clock::now();
+    CudaRunner r(model, eo);
+    const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+    cudaStream_t s;
+    BENCH_CUDA(cudaStreamCreate(&s));
+    const bench::Ceilings ceil = bench::measure_ceilings(s);
+    const ModelConfig& c = model.config;
+    const double wbytes = static_cast<double>(r.weight_bytes());
+    std::printf("device: %s | copy %.0f GB/s | GEMM %.0f TFLOP/s\n", ceil.device.c_str(), ceil.copy_gbps, ceil.gemm_tflops);
+    std::printf("model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token; runner ready in %.1f s\n",
+                args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
+                r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_bytes_per_token(c) / 1e3, load_s);
+    std::mt19937 rng(1);
+    const CachePolicy policy = cli::cache_policy(args);
+    const int steps = args.get_int("steps");
+
+    std::printf("\ndecode (%s cache): median step time\n", policy.to_string().c_str());
+    std::printf("%6s %8s %8s %10s %10s %12s %10s\n", "batch", "cached", "graphs", "step ms", "tok/s", "GB/s moved",
+                "% of copy");
+    for (int batch : int_list(args.get("batch"))) {
+      for (int ctx : int_list(args.get("context"))) {
+        if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
+        for (int graphs : args.on("graphs-off-too") ? std::vector<int>{1, 0} : std::vector<int>{1}) {
+          for (int gemv : (args.on("gemv-off-too") && batch <= 8) ? std::vector<int>{1, 0} : std::vector<int>{1}) {
+            r.set_cuda_graphs(graphs && eo.cuda_graphs);
+            r.set_gemv(gemv);
+            const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng);
+            const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
+            const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
+            std::printf("%6d %8d %8s %10.3f %10.0f %12.0f %9.1f%%%s\n", batch, d.cached, graphs ? "on" : "off",
+                        d.step_ms, batch * 1e3 / d.step_ms, gbps, 100 * gbps / ceil.copy_gbps,
+                        gemv ? "" : "  (GEMV off)");
+          }
+        }
+      }
+    }
+    r.set_cuda_graphs(eo.cuda_graphs);
+    r.set_gemv(true);
+
+    const std::vector<int> prefills = int_list(args.get("prefill"));
+    if (!prefills.empty() && prefills[0] > 0) {
+      std::printf("\nprefill: one prompt in one step\n%8s %10s %12s %12s %10s\n", "tokens", "ms", "tokens/s",
+                  "TFLOP/s", "% of GEMM");
+      for (int n : prefills) {
+        if (n > eo.max_step_tokens || n > c.max_position_embeddings) continue;
+        std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+        std::vector<int32_t> prompt(n);
+        for (auto& t : prompt) t = tok(rng);
+        std::vector<double> ms;
+        for (int it = 0; it < 8; ++it) {
+          r.add_sequence({1000, CachePolicy::full(), {.temperature = 0.0f}});
+          StepInput in{1000, prompt, LogitsMode::kNone, true};
+          const auto t0 = Clock::now();
+          r.step(std::span<const StepInput>(&in, 1));
+          ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          r.remove_sequence(1000);
+        }
+        ms.erase(ms.begin(), ms.begin() + 2);
+        const double t = median(ms);
+        const double params = wbytes / 2;
+        const double attn = 4.0 * n * n / 2 * c.head_dim * c.num_heads * c.num_layers;
+        const double tflops = (2.0 * params * n + attn) / (t * 1e-3) / 1e12;
+        std::printf("%8d %10.2f %12.0f %12.1f %9.1f%%\n", n, t, n * 1e3 / t, tflops, 100 * tflops / ceil.gemm_tflops);
+      }
+    }
+
+    if (args.on("breakdown")) {
+      const int batch = int_list(args.get("batch")).front(), ctx = int_list(args.get("context")).front();
+      const DecodeResult d = time_decode(r, batch, ctx, policy, 16, rng, true);
+      const StepProfile& p = r.profile();
+      const double per = 1.0 / std::max(1, p.steps);
+      const double kernels = (p.gemm_ms + p.attention_ms + p.norm_elementwise_ms + p.sampling_ms) * per;
+      std::printf("\nbreakdown of one decode step (batch %d, %d cached, eager launches, %d steps)\n", batch, d.cached,
+                  p.steps);
+      std::printf("  GEMMs %.3f ms | attention %.3f ms | norms, rope, activations, embedding %.3f ms | sampling %.3f ms\n"
+                  "  sum of kernels %.3f ms | eager step wall time %.3f ms | gaps and host %.3f ms\n",
+                  p.gemm_ms * per, p.attention_ms * per, p.norm_elementwise_ms * per, p.sampling_ms * per, kernels,
+                  d.step_ms, d.step_ms - kernels);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());
+    return 1;
+  }
+}
