@@ -59,7 +59,10 @@ BpeModel::BpeModel(TokenMap vocab, const std::vector<std::pair<std::string, std:
     };
     // As HF: the merged token drops the right part's continuing-subword prefix.
     const std::string merged = a + (b.size() >= prefix_len ? b.substr(prefix_len) : b);
-    merges_[pair_key(lookup(a), lookup(b))] = Merge{static_cast<int32_t>(rank), lookup(merged)};
+    const int32_t a_id = lookup(a);  // in order, so the error names the first missing token
+    const int32_t b_id = lookup(b);
+    const int32_t merged_id = lookup(merged);
+    merges_[pair_key(a_id, b_id)] = Merge{static_cast<int32_t>(rank), merged_id};
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];

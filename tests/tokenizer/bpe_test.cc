@@ -1,7 +1,9 @@
 // BPE model semantics on hand-built tokenizer.json documents.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "engine/error.h"
 #include "tests/tokenizer/test_util.h"
@@ -120,6 +122,31 @@ TEST(Bpe, WholeTextWithoutPreTokenizerIsFast) {
   EXPECT_GT(ids.size(), 10000u);
   EXPECT_EQ(t.decode(ids), text);
   EXPECT_LT(seconds, 2.0);
+}
+
+TEST(Bpe, ConcurrentEncodeIsSafe) {
+  // The per-word cache is shared: encode from several threads on a cold tokenizer.
+  const json j = test::byte_level_json({"h e", "l l", "he ll", "hell o", "\u0120 w", "o r"});
+  const Tokenizer reference = test::load(j);
+  const Tokenizer shared = test::load(j);
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < 64; ++i) {
+    texts.push_back("hello world " + std::to_string(i * 7919) + " word" + std::to_string(i % 5));
+    expected.push_back(reference.encode(texts.back()));
+  }
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 200; ++k) {
+        const size_t i = static_cast<size_t>(k * 13 + t) % texts.size();
+        if (shared.encode(texts[i]) != expected[i]) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace

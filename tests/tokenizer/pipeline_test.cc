@@ -1,6 +1,8 @@
 // Normalizers, pre-tokenizers and post-processors, checked directly and through tokenizer.json.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "engine/error.h"
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/post_processor.h"
@@ -142,6 +144,33 @@ TEST(Tokenizer, ConfigTokensAndVocab) {
   EXPECT_EQ(t.decode(std::vector<int32_t>{*t.token_to_id("hello"), 99999, -5}), "hello");
   // Invalid UTF-8 input is replaced like from_utf8_lossy instead of failing.
   EXPECT_EQ(t.decode(t.encode("a\xFF")), "a\uFFFD");
+}
+
+TEST(Tokenizer, RandomBytesRoundTrip) {
+  // Arbitrary bytes never throw; valid text round-trips; invalid bytes come back as U+FFFD.
+  const Tokenizer byte_level = test::load(test::byte_level_json({"h e", "\u0120 t"}));
+  const Tokenizer sentencepiece =
+      test::load(test::sentencepiece_json({"\u2581", "a", "\u2581a"}, {"\u2581 a"}));
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 500; ++iter) {
+    std::string bytes;
+    const int len = static_cast<int>(rng() % 40);
+    for (int i = 0; i < len; ++i) {
+      // Mostly ASCII and UTF-8 lead/continuation bytes, sometimes special-token text.
+      const unsigned r = rng() % 10;
+      if (r == 0) {
+        bytes += "<|endoftext|>";  // special in byte_level, plain text for sentencepiece
+      } else if (r < 5) {
+        bytes.push_back(static_cast<char>('a' + rng() % 3));
+      } else {
+        bytes.push_back(static_cast<char>(rng() % 256));
+      }
+    }
+    for (const Tokenizer* t : {&byte_level, &sentencepiece}) {
+      const Ids ids = t->encode(bytes, false);
+      EXPECT_EQ(t->decode(ids, false), utf8::from_lossy(bytes)) << iter;
+    }
+  }
 }
 
 }  // namespace
