@@ -1,0 +1,121 @@
+// Decode GEMV at the Llama-7B shapes, M = 1..8, beside cuBLAS (cublasGemmEx, fp16, fp32
+// accumulation) on the same data, so the engine can pick per shape. Each timed call reads a
+// different copy of the weights (a working set of several times the L2), as decode does.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "rill/kernels/gemv.h"
+
+namespace {
+
+using rill::bench::median_ms;
+
+__global__ void fill_uniform(__half* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2half((static_cast<float>(x & 0xffff) / 65536.0f - 0.5f) * scale);
+  }
+}
+
+struct Shape {
+  const char* name;
+  int N, K;
+};
+
+}  // namespace
+
+int main() {
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
+  int dev = 0, l2_bytes = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+  std::printf("device: %s, copy bandwidth %.0f GB/s, L2 %d MB\n", ceil.device.c_str(),
+              ceil.copy_gbps, l2_bytes >> 20);
+  std::printf("GB/s counts the weights, x and y once; %% is of the copy bandwidth.\n\n");
+  std::printf("%-8s %6s %6s %2s | %9s %8s %6s | %9s %8s %6s | %s\n", "shape", "N", "K", "M",
+              "rill ms", "GB/s", "%", "cublas ms", "GB/s", "%", "faster");
+
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    return 1;
+  }
+  cublasSetStream(handle, stream);
+  const Shape shapes[] = {{"qkv", 12288, 4096},
+                          {"o", 4096, 4096},
+                          {"gate_up", 22016, 4096},
+                          {"down", 4096, 11008},
+                          {"lm_head", 32000, 4096}};
+  constexpr int kMaxM = 8;
+  for (const Shape& s : shapes) {
+    const size_t w_elems = size_t(s.N) * s.K;
+    const size_t w_bytes = w_elems * sizeof(__half);
+    // Enough copies that the working set is at least 4x the L2 (at least 2 copies).
+    const int copies = std::max<int>(2, int((4 * size_t(l2_bytes) + w_bytes - 1) / w_bytes));
+    std::vector<__half*> w(copies);
+    for (int c = 0; c < copies; ++c) {
+      BENCH_CUDA(cudaMalloc(&w[c], w_bytes));
+      fill_uniform<<<1024, 256, 0, stream>>>(w[c], w_elems, 17 + c, 0.05f);
+    }
+    __half *x, *y;
+    BENCH_CUDA(cudaMalloc(&x, size_t(kMaxM) * s.K * sizeof(__half)));
+    BENCH_CUDA(cudaMalloc(&y, size_t(kMaxM) * s.N * sizeof(__half)));
+    fill_uniform<<<256, 256, 0, stream>>>(x, size_t(kMaxM) * s.K, 3, 2.0f);
+    BENCH_CUDA(cudaGetLastError());
+    for (int M = 1; M <= kMaxM; ++M) {
+      const double bytes = double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N;
+      int next = 0;
+      rill::kernels::GemvParams p;
+      p.dtype = rill::kernels::DType::kF16;
+      p.M = M;
+      p.N = s.N;
+      p.K = s.K;
+      p.x = x;
+      p.y = y;
+      const double ours = median_ms(
+          [&] {
+            p.w = w[next++ % copies];
+            BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
+          },
+          stream, 5, 50);
+      const float one = 1.0f, zero = 0.0f;
+      // Column-major view: y^T (N x M) = w (K x N)^T * x^T (K x M).
+      const double theirs = median_ms(
+          [&] {
+            const cublasStatus_t st =
+                cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one,
+                             w[next++ % copies], CUDA_R_16F, s.K, x, CUDA_R_16F, s.K, &zero, y,
+                             CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+              std::fprintf(stderr, "cublasGemmEx failed: %d\n", int(st));
+              std::exit(1);
+            }
+          },
+          stream, 5, 50);
+      const double ours_gbps = bytes / (ours * 1e-3) / 1e9,
+                   theirs_gbps = bytes / (theirs * 1e-3) / 1e9;
+      std::printf("%-8s %6d %6d %2d | %9.4f %8.0f %5.1f%% | %9.4f %8.0f %5.1f%% | %s\n", s.name,
+                  s.N, s.K, M, ours, ours_gbps, 100.0 * ours_gbps / ceil.copy_gbps, theirs,
+                  theirs_gbps, 100.0 * theirs_gbps / ceil.copy_gbps,
+                  ours <= theirs ? "rill" : "cublas");
+    }
+    for (__half* p : w) BENCH_CUDA(cudaFree(p));
+    BENCH_CUDA(cudaFree(x));
+    BENCH_CUDA(cudaFree(y));
+  }
+  cublasDestroy(handle);
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}

@@ -1,0 +1,62 @@
+// Embedding gather: out[t, :] = float(table[tokens[t], :]), a zero row for ids outside [0, vocab).
+#include <algorithm>
+
+#include "rill/kernels/elementwise.h"
+#include "vec.cuh"
+
+namespace rill::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// grid (num_tokens, column blocks); VEC: 16-byte loads of 8 elements (hidden % 8 == 0, aligned).
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(kThreads)
+    embedding_kernel(const T* __restrict__ table,         // [vocab, hidden]
+                     const int32_t* __restrict__ tokens,  // [num_tokens]
+                     float* __restrict__ out,             // [num_tokens, hidden]
+                     int hidden, int vocab) {
+  const int t = blockIdx.x;
+  const int id = tokens[t];
+  const bool valid = id >= 0 && id < vocab;
+  const T* src = table + static_cast<int64_t>(valid ? id : 0) * hidden;
+  float* dst = out + static_cast<int64_t>(t) * hidden;
+  constexpr int kStep = VEC ? kVec : 1;
+  for (int i = (blockIdx.y * kThreads + threadIdx.x) * kStep; i < hidden;
+       i += gridDim.y * kThreads * kStep) {
+    if constexpr (VEC) {
+      float f[kVec] = {};
+      if (valid) load8(src + i, f);
+      store8(dst + i, f);
+    } else {
+      dst[i] = valid ? to_float<T>(src[i]) : 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
+  if (p.num_tokens < 0 || p.hidden < 0 || p.vocab < 0)
+    return invalid_argument("embedding: negative size");
+  if (p.num_tokens == 0 || p.hidden == 0) return cudaSuccess;
+  if (!p.table || !p.tokens || !p.out) return invalid_argument("embedding: null pointer");
+  const bool vec = p.hidden % kVec == 0 && is_aligned16(p.table) && is_aligned16(p.out);
+  // Enough column blocks that one row of a long hidden is still spread over a few SMs at decode.
+  const int per_block = kThreads * (vec ? kVec : 1);
+  const int col_blocks = std::min((p.hidden + per_block - 1) / per_block, 8);
+  const dim3 grid(p.num_tokens, col_blocks);
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    const T* table = static_cast<const T*>(p.table);
+    if (vec) {
+      embedding_kernel<T, true>
+          <<<grid, kThreads, 0, stream>>>(table, p.tokens, p.out, p.hidden, p.vocab);
+    } else {
+      embedding_kernel<T, false>
+          <<<grid, kThreads, 0, stream>>>(table, p.tokens, p.out, p.hidden, p.vocab);
+    }
+    return launch_status();
+  });
+}
+
+}  // namespace rill::kernels

@@ -1,0 +1,142 @@
+// Decode GEMV, y[m, n] = sum_k x[m, k] w[n, k] for M <= 8, at the memory bandwidth limit.
+//
+// The weight matrix is read exactly once, with 16-byte streaming loads; the products run on the
+// tensor cores (mma.sync m16n8k16, fp32 accumulation) so that M = 8 costs no more than M = 1:
+// the mma's n = 8 columns are the (up to) 8 rows of x, its 16 rows are 16 rows of w.
+//
+// Tile: a CTA of 4 warps owns 16 rows of w and splits K among its warps. In one "step" a warp
+// covers 32 values of k: lane (g = lane / 4, t = lane % 4) loads 8 consecutive k (chunk 4s + t) of
+// w rows g and g + 8 and of x row g. A dot product does not care in which order its k arrive,
+// so each 16-byte chunk is fed to two mmas as it lies in registers: the mma's k slots
+// {2t, 2t+1, 2t+8, 2t+9} take the chunk's elements {0, 1, 2, 3} (first mma) and {4, 5, 6, 7}
+// (second), identically for the A (w) and B (x) fragments, which is all the product needs.
+// The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the 4 warps' partial sums
+// are added in a fixed order through shared memory.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "dispatch.cuh"
+#include "rill/kernels/gemv.h"
+#include "vec.cuh"
+
+namespace rill::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;   // rows of w per CTA (the mma's M)
+constexpr int kUnroll = 4;  // steps per warp in flight: 8 loads of w + 4 of x per thread
+constexpr int kMaxM = 8;    // the mma's N
+
+// Streaming load of weights, read once: keep them out of L1 so x stays there.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// grid (ceil(N / 16)), block kThreads. K % 8 == 0, x and w 16-byte aligned.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ x,  // [M, K]
+                                                        const T* __restrict__ w,  // [N, K]
+                                                        void* __restrict__ y,  // [M, N], T or fp32
+                                                        int M, int N, int K, bool y_f32) {
+  __shared__ float partial[kWarps][4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * kRows;
+  // Rows past N are clamped (loaded, never stored) so that no load needs a row predicate.
+  const uint4* w_lo =
+      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+  const uint4* w_hi =
+      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
+  const bool x_live = g < M;  // x rows past M are zero columns of B
+  const int chunks = K / kVec;
+  const int steps = (chunks + 3) / 4;
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
+    uint4 lo[kUnroll], hi[kUnroll], xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = (s0 + u * kWarps) * 4 + t;
+      lo[u] = hi[u] = xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks) {
+        lo[u] = load_stream(w_lo + c);
+        hi[u] = load_stream(w_hi + c);
+        if (x_live) xv[u] = __ldg(x_row + c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      mma_16816<T>(acc, lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv[u].x, xv[u].y);
+      mma_16816<T>(acc, lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv[u].z, xv[u].w);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float sum = partial[0][i][lane];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum += partial[v][i][lane];
+    const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+    if (m < M && n < N) {
+      const int64_t at = static_cast<int64_t>(m) * N + n;
+      if (y_f32) {
+        static_cast<float*>(y)[at] = sum;
+      } else {
+        static_cast<T*>(y)[at] = from_float<T>(sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
+  if (p.M < 0 || p.N < 0 || p.K < 0) return invalid_argument("gemv: negative size");
+  if (p.M > kMaxM) return invalid_argument("gemv: M=" + std::to_string(p.M) + " > 8");
+  if (p.K % kVec != 0)
+    return invalid_argument("gemv: K=" + std::to_string(p.K) + " is not a multiple of 8");
+  if (p.M == 0 || p.N == 0) return cudaSuccess;
+  if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
+  if (!is_aligned16(p.x) || !is_aligned16(p.w))
+    return invalid_argument("gemv: x and w must be 16-byte aligned");
+  const int blocks = (p.N + kRows - 1) / kRows;
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    gemv_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y, p.M, p.N, p.K, p.y_f32);
+    return launch_status();
+  });
+}
+
+}  // namespace rill::kernels

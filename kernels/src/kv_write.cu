@@ -1,0 +1,73 @@
+// K/V scatter into the paged cache: a copy of the k | v part of each qkv row to its slot.
+// A pure copy, so the kernel moves 16-bit words (or 16-byte vectors) whatever the dtype.
+#include <string>
+
+#include "kv_cache.cuh"
+#include "rill/kernels/elementwise.h"
+#include "vec.cuh"
+
+namespace rill::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+
+// grid (num_tokens). VEC: 16-byte copies (head_dim, qkv_stride multiples of 8, aligned pointers).
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+    kv_write_kernel(const uint16_t* __restrict__ qkv,        // [num_tokens, qkv_stride]
+                    const int32_t* __restrict__ cache_slot,  // [num_tokens]
+                    uint16_t* __restrict__ cache,            // this layer
+                    KvCacheLayout layout, int num_heads, int qkv_stride) {
+  const int64_t t = blockIdx.x;
+  const int32_t slot = cache_slot[t];
+  if (!kv_cache_slot_valid(layout, slot)) return;
+  const int head_dim = layout.head_dim;
+  const int kv_width = layout.num_kv_heads * head_dim;  // elements of k (and of v) per row
+  const uint16_t* src =
+      qkv + t * qkv_stride + static_cast<int64_t>(num_heads) * head_dim;  // k heads | v heads
+  constexpr int kStep = VEC ? kVec : 1;
+  for (int e = threadIdx.x * kStep; e < 2 * kv_width; e += kThreads * kStep) {
+    const int is_v = e >= kv_width;
+    const int rem = e - is_v * kv_width;
+    const int head = rem / head_dim, d = rem - head * head_dim;
+    uint16_t* dst =
+        cache + kv_cache_k_offset(layout, slot, head) + is_v * kv_cache_v_offset(layout) + d;
+    if constexpr (VEC) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src + e);
+    } else {
+      *dst = src[e];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
+  if (p.dtype != DType::kF16 && p.dtype != DType::kBF16)
+    return invalid_argument("kv_write: unsupported dtype");
+  if (p.num_tokens < 0) return invalid_argument("kv_write: negative num_tokens");
+  if (p.num_tokens == 0) return cudaSuccess;
+  const KvCacheLayout& l = p.layout;
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || l.block_size <= 0 ||
+      l.num_blocks < 0)
+    return invalid_argument("kv_write: bad shape");
+  if (l.num_kv_heads != p.num_kv_heads || l.head_dim != p.head_dim)
+    return invalid_argument("kv_write: layout disagrees with num_kv_heads/head_dim");
+  if (p.qkv_stride < (p.num_heads + 2 * p.num_kv_heads) * p.head_dim)
+    return invalid_argument("kv_write: qkv_stride=" + std::to_string(p.qkv_stride) + " too small");
+  if (!p.qkv || !p.cache_slot || !p.cache) return invalid_argument("kv_write: null pointer");
+  const bool vec = p.head_dim % kVec == 0 && p.qkv_stride % kVec == 0 && is_aligned16(p.qkv) &&
+                   is_aligned16(p.cache);
+  const auto* qkv = static_cast<const uint16_t*>(p.qkv);
+  auto* cache = static_cast<uint16_t*>(p.cache);
+  if (vec) {
+    kv_write_kernel<true><<<p.num_tokens, kThreads, 0, stream>>>(qkv, p.cache_slot, cache, l,
+                                                                 p.num_heads, p.qkv_stride);
+  } else {
+    kv_write_kernel<false><<<p.num_tokens, kThreads, 0, stream>>>(qkv, p.cache_slot, cache, l,
+                                                                  p.num_heads, p.qkv_stride);
+  }
+  return launch_status();
+}
+
+}  // namespace rill::kernels

@@ -1,0 +1,169 @@
+// RoPE fused with the QKV bias add, the sink-position copy of q and the K/V write to the cache.
+//
+// grid (num_tokens, unit blocks): a CTA first tabulates cos/sin of its token's angles in shared
+// memory (angle reduced modulo 2 pi in double precision: positions of endless streams reach the
+// millions and a float product would lose the angle), then its threads take work units:
+//   q and k heads: a "pair" unit rotates dims [i, i + S) with their partners [i + r/2, i + r/2 +
+//   S),
+//                  a "tail" unit copies S dims of [rotary_dim, head_dim) (bias only);
+//   v heads:       a unit copies S dims (bias only);
+// with S = 8 (16-byte accesses) or 1 (scalar fallback). All math in fp32, one rounding per store,
+// so the cache receives exactly the values written back to the qkv row.
+#include <algorithm>
+#include <string>
+
+#include "kv_cache.cuh"
+#include "rill/kernels/rope.h"
+#include "vec.cuh"
+
+namespace rill::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+// Loads S elements at p (+ bias at b, when given) into f.
+template <typename T, int S>
+__device__ __forceinline__ void load_s(const T* p, const T* b, float (&f)[kVec]) {
+  if constexpr (S == kVec) {
+    load8(p, f);
+    if (b) add8(b, f);
+  } else {
+    f[0] = to_float<T>(*p) + (b ? to_float<T>(*b) : 0.0f);
+  }
+}
+
+template <typename T, int S>
+__device__ __forceinline__ void store_s(T* p, const float (&f)[kVec]) {
+  if constexpr (S == kVec) {
+    store8(p, f);
+  } else {
+    *p = from_float<T>(f[0]);
+  }
+}
+
+// Rotation of the pair (x1, x2) by the angles at table index i .. i + S.
+template <int S>
+__device__ __forceinline__ void rotate(const float (&x1)[kVec], const float (&x2)[kVec],
+                                       const float* cos_t, const float* sin_t, float (&y1)[kVec],
+                                       float (&y2)[kVec]) {
+#pragma unroll
+  for (int e = 0; e < S; ++e) {
+    y1[e] = x1[e] * cos_t[e] - x2[e] * sin_t[e];
+    y2[e] = x2[e] * cos_t[e] + x1[e] * sin_t[e];
+  }
+}
+
+__device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float* sin_out,
+                                             float* cos_out) {
+  const double angle = fmod(static_cast<double>(pos) * static_cast<double>(inv_freq), kTwoPi);
+  sincosf(static_cast<float>(angle), sin_out, cos_out);
+}
+
+template <typename T, int S>
+__global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
+  __shared__ float cos_pos[kMaxHeadDim / 2], sin_pos[kMaxHeadDim / 2];
+  __shared__ float cos_sink[kMaxHeadDim / 2], sin_sink[kMaxHeadDim / 2];
+  const int64_t t = blockIdx.x;
+  const int head_dim = p.head_dim, half = p.rotary_dim / 2;
+  const bool want_sink = p.q_sink != nullptr;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    angle_sincos(p.positions[t], p.inv_freq[i], &sin_pos[i], &cos_pos[i]);
+    if (want_sink) angle_sincos(p.sink_positions[t], p.inv_freq[i], &sin_sink[i], &cos_sink[i]);
+  }
+  __syncthreads();
+
+  T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;  // [q heads | k heads | v heads] x head_dim
+  const T* bias = static_cast<const T*>(p.qkv_bias);   // same layout, or null
+  T* q_sink = want_sink ? static_cast<T*>(p.q_sink) + t * p.num_heads * head_dim : nullptr;
+  const int32_t slot = p.cache_slot ? p.cache_slot[t] : -1;
+  T* cache = kv_cache_slot_valid(p.layout, slot) && p.cache ? static_cast<T*>(p.cache) : nullptr;
+
+  const int pair_units = half / S, tail_units = (head_dim - 2 * half) / S;
+  const int qk_units = pair_units + tail_units, v_units = head_dim / S;
+  const int qk_heads = p.num_heads + p.num_kv_heads;
+  const int total = qk_heads * qk_units + p.num_kv_heads * v_units;
+  for (int u = blockIdx.y * kThreads + threadIdx.x; u < total; u += gridDim.y * kThreads) {
+    float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+    if (u < qk_heads * qk_units) {
+      const int head = u / qk_units, c = u - head * qk_units;
+      const bool is_k = head >= p.num_heads;
+      T* h = row + head * head_dim;
+      const T* hb = bias ? bias + head * head_dim : nullptr;
+      T* kc =
+          is_k && cache ? cache + kv_cache_k_offset(p.layout, slot, head - p.num_heads) : nullptr;
+      if (c < pair_units) {
+        const int i = c * S;
+        load_s<T, S>(h + i, hb ? hb + i : nullptr, x1);
+        load_s<T, S>(h + i + half, hb ? hb + i + half : nullptr, x2);
+        if (!is_k && q_sink) {
+          rotate<S>(x1, x2, cos_sink + i, sin_sink + i, y1, y2);
+          store_s<T, S>(q_sink + head * head_dim + i, y1);
+          store_s<T, S>(q_sink + head * head_dim + i + half, y2);
+        }
+        rotate<S>(x1, x2, cos_pos + i, sin_pos + i, y1, y2);
+        store_s<T, S>(h + i, y1);
+        store_s<T, S>(h + i + half, y2);
+        if (kc) {
+          store_s<T, S>(kc + i, y1);
+          store_s<T, S>(kc + i + half, y2);
+        }
+      } else {
+        const int d = 2 * half + (c - pair_units) * S;
+        load_s<T, S>(h + d, hb ? hb + d : nullptr, x1);
+        if (hb) store_s<T, S>(h + d, x1);
+        if (!is_k && q_sink) store_s<T, S>(q_sink + head * head_dim + d, x1);
+        if (kc) store_s<T, S>(kc + d, x1);
+      }
+    } else {
+      const int v = u - qk_heads * qk_units;
+      const int g = v / v_units, d = (v - g * v_units) * S;
+      const int col = (qk_heads + g) * head_dim + d;
+      load_s<T, S>(row + col, bias ? bias + col : nullptr, x1);
+      if (bias) store_s<T, S>(row + col, x1);
+      if (cache)
+        store_s<T, S>(
+            cache + kv_cache_k_offset(p.layout, slot, g) + kv_cache_v_offset(p.layout) + d, x1);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream) {
+  if (p.num_tokens < 0) return invalid_argument("rope_kv: negative num_tokens");
+  if (p.num_tokens == 0) return cudaSuccess;
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0) return invalid_argument("rope_kv: bad head counts");
+  if (p.head_dim <= 0 || p.head_dim % 2 || p.head_dim > kMaxHeadDim)
+    return invalid_argument("rope_kv: unsupported head_dim=" + std::to_string(p.head_dim));
+  if (p.rotary_dim < 0 || p.rotary_dim % 2 || p.rotary_dim > p.head_dim)
+    return invalid_argument("rope_kv: unsupported rotary_dim=" + std::to_string(p.rotary_dim));
+  if (p.qkv_stride < (p.num_heads + 2 * p.num_kv_heads) * p.head_dim)
+    return invalid_argument("rope_kv: qkv_stride=" + std::to_string(p.qkv_stride) + " too small");
+  if (!p.qkv || !p.positions || (p.rotary_dim > 0 && !p.inv_freq))
+    return invalid_argument("rope_kv: qkv, positions and inv_freq are required");
+  if (p.q_sink && !p.sink_positions)
+    return invalid_argument("rope_kv: q_sink without sink_positions");
+  const bool store = p.cache_slot && p.cache;
+  if (store && (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim ||
+                p.layout.block_size <= 0 || p.layout.num_blocks < 0))
+    return invalid_argument("rope_kv: cache layout disagrees with num_kv_heads/head_dim");
+  const bool vec = p.rotary_dim % (2 * kVec) == 0 && p.head_dim % kVec == 0 &&
+                   p.qkv_stride % kVec == 0 && is_aligned16(p.qkv) && is_aligned16(p.qkv_bias) &&
+                   is_aligned16(p.q_sink) && is_aligned16(p.cache);
+  const int s = vec ? kVec : 1;
+  const int units = (p.num_heads + p.num_kv_heads) * ((p.head_dim - p.rotary_dim / 2) / s) +
+                    p.num_kv_heads * (p.head_dim / s);
+  const dim3 grid(p.num_tokens, std::min((units + kThreads - 1) / kThreads, 65535));
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    if (vec) {
+      rope_kv_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      rope_kv_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
+    }
+    return launch_status();
+  });
+}
+
+}  // namespace rill::kernels

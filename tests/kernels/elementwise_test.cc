@@ -1,0 +1,396 @@
+// Embedding, add_norm, activation and kv_write against fp64 CPU references of the same formulas.
+// Odd sizes (769, 5125) and offset pointers run the scalar fallbacks; every output sits between
+// guard regions and is poisoned (NaN) before the launch, so unwritten elements show up.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rill/kernels/elementwise.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DType;
+
+constexpr DType kDTypes[] = {DType::kF16, DType::kBF16};
+
+const char* dtype_name(DType t) {
+  return t == DType::kF16 ? "f16" : "bf16";
+}
+
+// One unit in the last place at 1.0.
+double ulp1(DType t) {
+  return t == DType::kF16 ? 0x1p-10 : 0x1p-7;
+}
+
+// A result rounded once to the dtype from an fp32 computation: at most about one ulp of the
+// largest magnitude off the fp64 reference, and the normalized error within the dtype's budget.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, DType t,
+                  const std::string& what) {
+  ASSERT_FALSE(has_nonfinite(got)) << what << ": non-finite or unwritten output";
+  double scale = 1e-6;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  EXPECT_LE(max_abs_error(got, want), 1.01 * ulp1(t) * scale) << what;
+  EXPECT_LE(normalized_error(got, want), tol_for(t)) << what;
+}
+
+std::vector<float> rounded_random(size_t n, std::mt19937& rng, DType t, float scale = 1.0f) {
+  return round_to(random_vector(n, rng, scale), t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  const int vocab = 1000;
+  for (DType dt : kDTypes) {
+    for (int hidden : {64, 769, 4096, 5125}) {
+      for (bool offset_table : {false, true}) {  // offset: a misaligned table, the scalar path
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " hidden=" + std::to_string(hidden) +
+                     (offset_table ? " offset" : ""));
+        const std::vector<float> table = rounded_random(size_t(vocab) * hidden, rng, dt);
+        std::vector<int32_t> tokens(33);
+        for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = int32_t((t * 7919) % vocab);
+        tokens[0] = 0, tokens[1] = vocab - 1, tokens[2] = -1, tokens[3] = vocab,
+        tokens[4] = 1 << 30;
+        const int off = offset_table ? 1 : 0;
+        std::vector<float> table_buf(table.size() + off, 0.0f);
+        std::copy(table.begin(), table.end(), table_buf.begin() + off);
+        DeviceBuffer d_table(table_buf.size(), 2), d_tokens(tokens.size(), 4),
+            d_out(tokens.size() * hidden, 4);
+        d_table.upload_floats(table_buf, dt);
+        d_tokens.upload(tokens.data());
+        d_out.poison();
+        kernels::EmbeddingParams p;
+        p.dtype = dt;
+        p.num_tokens = int(tokens.size());
+        p.hidden = hidden;
+        p.vocab = vocab;
+        p.table = d_table.as<uint16_t>() + off;
+        p.tokens = d_tokens.as<int32_t>();
+        p.out = d_out.as<float>();
+        CUDA_OK(kernels::launch_embedding(p, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_TRUE(d_out.check_guards());
+        std::vector<float> want(tokens.size() * hidden, 0.0f);
+        for (size_t t = 0; t < tokens.size(); ++t)
+          if (tokens[t] >= 0 && tokens[t] < vocab)
+            std::copy_n(table.begin() + size_t(tokens[t]) * hidden, hidden,
+                        want.begin() + t * hidden);
+        const std::vector<float> got = d_out.download_floats(dt);
+        ASSERT_FALSE(has_nonfinite(got));
+        EXPECT_EQ(max_abs_error(got, want), 0.0);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// add_norm
+
+struct AddNormCase {
+  kernels::NormType type;
+  int hidden, num_tokens, deltas;
+  bool biases, norm_bias, two_outputs, gather;
+};
+
+std::string describe(const AddNormCase& c, DType dt) {
+  return std::string(dtype_name(dt)) + (c.type == kernels::NormType::kRms ? " rms" : " layer") +
+         " hidden=" + std::to_string(c.hidden) + " T=" + std::to_string(c.num_tokens) +
+         " deltas=" + std::to_string(c.deltas) + (c.biases ? " biases" : "") +
+         (c.norm_bias ? " norm_bias" : "") + (c.two_outputs ? " out1" : "") +
+         (c.gather ? " rows" : "");
+}
+
+void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
+  SCOPED_TRACE(describe(c, dt));
+  const int H = c.hidden, T = c.num_tokens;
+  const int R = c.gather ? T + 5 : T;  // residual rows
+  const float eps = 1e-5f;
+  std::vector<int32_t> rows(T);
+  for (int i = 0; i < T; ++i)
+    rows[i] = c.gather ? (i * 7 + 3) % R : i;  // distinct: 7 and R coprime below
+  if (c.gather) {
+    std::vector<int32_t> sorted = rows;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  }
+  std::vector<float> residual = random_vector(size_t(R) * H, rng, 2.0f);
+  for (int j = 0; j < H; ++j) residual[j] += 0.5f;  // a non-zero mean for LayerNorm
+  std::vector<std::vector<float>> delta(2), bias(2);
+  for (int d = 0; d < c.deltas; ++d) {
+    delta[d] = rounded_random(size_t(T) * H, rng, dt);
+    if (c.biases) bias[d] = rounded_random(H, rng, dt, 0.3f);
+  }
+  std::vector<std::vector<float>> weight(2), norm_bias(2);
+  for (int o = 0; o < 2; ++o) {
+    weight[o] = round_to(random_vector(H, rng, 0.5f), dt);
+    for (float& w : weight[o]) w = from_half_bits(to_half_bits(w + 1.0f, dt), dt);
+    if (c.norm_bias) norm_bias[o] = rounded_random(H, rng, dt, 0.2f);
+  }
+
+  // Reference: the residual update in fp32 with the kernel's order, the rest in fp64.
+  std::vector<float> want_res = residual;
+  std::vector<std::vector<float>> want_out(2, std::vector<float>(size_t(T) * H));
+  for (int i = 0; i < T; ++i) {
+    float* r = want_res.data() + size_t(rows[i]) * H;
+    for (int d = 0; d < c.deltas; ++d)
+      for (int j = 0; j < H; ++j)
+        r[j] += delta[d][size_t(i) * H + j] + (c.biases ? bias[d][j] : 0.0f);
+    double mean = 0, sq = 0;
+    if (c.type == kernels::NormType::kLayer) {
+      for (int j = 0; j < H; ++j) mean += r[j];
+      mean /= H;
+    }
+    for (int j = 0; j < H; ++j) sq += (r[j] - mean) * (r[j] - mean);
+    const double inv = 1.0 / std::sqrt(sq / H + eps);
+    for (int o = 0; o < 2; ++o)
+      for (int j = 0; j < H; ++j)
+        want_out[o][size_t(i) * H + j] =
+            float((r[j] - mean) * inv * weight[o][j] + (c.norm_bias ? norm_bias[o][j] : 0.0));
+  }
+  for (auto& w : want_out) w = round_to(w, dt);
+
+  DeviceBuffer d_res(residual.size(), 4), d_rows(T, 4);
+  d_res.upload_floats(residual, dt);
+  d_rows.upload(rows.data());
+  std::vector<DeviceBuffer*> owned;
+  auto upload = [&](const std::vector<float>& v) -> const void* {
+    if (v.empty()) return nullptr;
+    owned.push_back(new DeviceBuffer(v.size(), 2));
+    owned.back()->upload_floats(v, dt);
+    return owned.back()->get();
+  };
+  DeviceBuffer d_out0(size_t(T) * H, 2), d_out1(size_t(T) * H, 2);
+  d_out0.poison();
+  d_out1.poison();
+  kernels::AddNormParams p;
+  p.dtype = dt;
+  p.type = c.type;
+  p.eps = eps;
+  p.num_tokens = T;
+  p.hidden = H;
+  p.residual = d_res.as<float>();
+  p.delta0 = upload(delta[0]);
+  p.bias0 = upload(bias[0]);
+  p.delta1 = upload(delta[1]);
+  p.bias1 = upload(bias[1]);
+  p.weight0 = upload(weight[0]);
+  p.norm_bias0 = upload(norm_bias[0]);
+  p.out0 = d_out0.get();
+  if (c.two_outputs) {
+    p.weight1 = upload(weight[1]);
+    p.norm_bias1 = upload(norm_bias[1]);
+    p.out1 = d_out1.get();
+  }
+  p.rows = c.gather ? d_rows.as<int32_t>() : nullptr;
+  CUDA_OK(kernels::launch_add_norm(p, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_res.check_guards());
+  EXPECT_TRUE(d_out0.check_guards());
+  EXPECT_TRUE(d_out1.check_guards());
+  for (DeviceBuffer* b : owned) delete b;
+
+  const std::vector<float> got_res = d_res.download_floats(dt);
+  ASSERT_FALSE(has_nonfinite(got_res));
+  EXPECT_LE(max_abs_error(got_res, want_res), 0.0) << "residual (same fp32 operations)";
+  expect_close(d_out0.download_floats(dt), want_out[0], dt, "out0");
+  if (c.two_outputs) expect_close(d_out1.download_floats(dt), want_out[1], dt, "out1");
+}
+
+TEST(AddNorm, RmsAndLayerNormOverShapesDeltasAndOutputs) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(2);
+  for (DType dt : kDTypes) {
+    for (auto type : {kernels::NormType::kRms, kernels::NormType::kLayer}) {
+      for (int hidden : {64, 769, 4096, 5125, 8192, 16384}) {
+        for (int deltas : {0, 1, 2}) {
+          const bool biases = deltas > 0 && hidden != 8192;
+          run_add_norm({type, hidden, hidden >= 8192 ? 3 : 33, deltas, biases,
+                        type == kernels::NormType::kLayer, deltas == 2, false},
+                       dt, rng);
+        }
+      }
+    }
+  }
+}
+
+TEST(AddNorm, RowsGatherUpdatesOnlyTheGatheredResidualRows) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (DType dt : kDTypes) {
+    for (int hidden : {769, 4096}) {
+      for (int T : {1, 3, 33}) {
+        run_add_norm({kernels::NormType::kRms, hidden, T, 1, true, false, false, true}, dt, rng);
+        run_add_norm({kernels::NormType::kLayer, hidden, T, 2, false, true, true, true}, dt, rng);
+      }
+    }
+  }
+}
+
+TEST(AddNorm, RejectsBadArguments) {
+  kernels::AddNormParams p;
+  p.num_tokens = 1;
+  p.hidden = 64;
+  EXPECT_EQ(kernels::launch_add_norm(p, nullptr),
+            cudaErrorInvalidValue);  // no residual / weight / out
+  float dummy[64];
+  p.residual = dummy;
+  p.weight0 = dummy;
+  p.out0 = dummy;
+  p.hidden = 16385;
+  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
+  p.hidden = 64;
+  p.bias0 = dummy;  // a bias without its delta
+  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation
+
+double ref_activation(kernels::ActKind kind, double x) {
+  switch (kind) {
+    case kernels::ActKind::kGeluErf:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case kernels::ActKind::kGeluTanh:
+      return 0.5 * x *
+             (1.0 +
+              std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    default:
+      return x / (1.0 + std::exp(-x));
+  }
+}
+
+TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(4);
+  const kernels::ActKind kinds[] = {kernels::ActKind::kSiluMul, kernels::ActKind::kGeluErf,
+                                    kernels::ActKind::kGeluTanh};
+  for (DType dt : kDTypes) {
+    for (auto kind : kinds) {
+      for (int width : {769, 4096, 11008}) {
+        for (int T : {1, 3, 33}) {
+          for (bool with_bias : {false, true}) {
+            for (bool in_place : {false, true}) {
+              const bool gated = kind == kernels::ActKind::kSiluMul;
+              if (in_place && gated) continue;  // only gelu may run in place
+              SCOPED_TRACE(std::string(dtype_name(dt)) + " kind=" + std::to_string(int(kind)) +
+                           " width=" + std::to_string(width) + " T=" + std::to_string(T) +
+                           (with_bias ? " bias" : "") + (in_place ? " in-place" : ""));
+              const int in_w = gated ? 2 * width : width;
+              const std::vector<float> in = rounded_random(size_t(T) * in_w, rng, dt, 3.0f);
+              const std::vector<float> bias =
+                  with_bias ? rounded_random(in_w, rng, dt, 0.5f) : std::vector<float>();
+              std::vector<float> want(size_t(T) * width);
+              for (int t = 0; t < T; ++t) {
+                for (int i = 0; i < width; ++i) {
+                  const float x = in[size_t(t) * in_w + i] + (with_bias ? bias[i] : 0.0f);
+                  double y = ref_activation(kind, x);
+                  if (gated)
+                    y *= double(in[size_t(t) * in_w + width + i] +
+                                (with_bias ? bias[width + i] : 0.0f));
+                  want[size_t(t) * width + i] = float(y);
+                }
+              }
+              want = round_to(want, dt);
+              DeviceBuffer d_in(in.size(), 2), d_bias(std::max<size_t>(bias.size(), 1), 2),
+                  d_out(want.size(), 2);
+              d_in.upload_floats(in, dt);
+              if (with_bias) d_bias.upload_floats(bias, dt);
+              d_out.poison();
+              kernels::ActivationParams p;
+              p.dtype = dt;
+              p.kind = kind;
+              p.num_tokens = T;
+              p.width = width;
+              p.in = d_in.get();
+              p.bias = with_bias ? d_bias.get() : nullptr;
+              p.out = in_place ? d_in.get() : d_out.get();
+              CUDA_OK(kernels::launch_activation(p, nullptr));
+              CUDA_OK(cudaDeviceSynchronize());
+              EXPECT_TRUE(d_in.check_guards());
+              EXPECT_TRUE(d_out.check_guards());
+              expect_close((in_place ? d_in : d_out).download_floats(dt), want, dt, "activation");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kv_write
+
+TEST(KvWrite, ScattersKAndVToTheirSlotsAndSkipsNegativeSlots) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  const int num_heads = 4, num_kv_heads = 2, T = 33;
+  for (DType dt : kDTypes) {
+    for (int head_dim : {64, 128, 80, 66}) {
+      for (int extra_stride : {0, 3}) {  // 3: an odd row stride, the scalar path
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim=" + std::to_string(head_dim) +
+                     " extra_stride=" + std::to_string(extra_stride));
+        kernels::KvCacheLayout layout;
+        layout.num_blocks = 7;
+        layout.num_kv_heads = num_kv_heads;
+        layout.block_size = 16;
+        layout.head_dim = head_dim;
+        const int stride = (num_heads + 2 * num_kv_heads) * head_dim + extra_stride;
+        const std::vector<float> qkv = rounded_random(size_t(T) * stride, rng, dt);
+        std::vector<float> cache = rounded_random(size_t(layout.layer_stride()), rng, dt);
+        // Distinct scattered slots, every fourth token skipped.
+        std::vector<int32_t> slots(T);
+        for (int t = 0; t < T; ++t)
+          slots[t] = t % 4 == 3 ? -1 : (t * 37 + 5) % (layout.num_blocks * layout.block_size);
+        std::vector<float> want = cache;
+        for (int t = 0; t < T; ++t) {
+          if (slots[t] < 0) continue;
+          const int b = slots[t] / layout.block_size, o = slots[t] % layout.block_size;
+          for (int g = 0; g < num_kv_heads; ++g) {
+            for (int d = 0; d < head_dim; ++d) {
+              const size_t k_at = size_t(b) * layout.block_stride() +
+                                  (size_t(g) * layout.block_size + o) * head_dim + d;
+              want[k_at] = qkv[size_t(t) * stride + (num_heads + g) * head_dim + d];
+              want[k_at + layout.kv_stride()] =
+                  qkv[size_t(t) * stride + (num_heads + num_kv_heads + g) * head_dim + d];
+            }
+          }
+        }
+        DeviceBuffer d_qkv(qkv.size(), 2), d_slots(T, 4), d_cache(cache.size(), 2);
+        d_qkv.upload_floats(qkv, dt);
+        d_slots.upload(slots.data());
+        d_cache.upload_floats(cache, dt);
+        kernels::KvWriteParams p;
+        p.dtype = dt;
+        p.num_tokens = T;
+        p.num_heads = num_heads;
+        p.num_kv_heads = num_kv_heads;
+        p.head_dim = head_dim;
+        p.qkv = d_qkv.get();
+        p.qkv_stride = stride;
+        p.cache_slot = d_slots.as<int32_t>();
+        p.cache = d_cache.get();
+        p.layout = layout;
+        CUDA_OK(kernels::launch_kv_write(p, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_TRUE(d_cache.check_guards());
+        const std::vector<float> got = d_cache.download_floats(dt);
+        ASSERT_FALSE(has_nonfinite(got));
+        EXPECT_EQ(max_abs_error(got, want), 0.0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rill::testing

@@ -1,0 +1,117 @@
+// Decode GEMV against an fp64 CPU reference: M 1..8, K 8 / 4096 / 11008, odd N, both output
+// types, and the rejections (M > 8, K not a multiple of 8) that send callers to a GEMM.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rill/kernels/gemv.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DType;
+
+constexpr DType kDTypes[] = {DType::kF16, DType::kBF16};
+
+double ulp1(DType t) {
+  return t == DType::kF16 ? 0x1p-10 : 0x1p-7;
+}
+
+void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
+               " N=" + std::to_string(N) + " K=" + std::to_string(K) + (y_f32 ? " y_f32" : ""));
+  const std::vector<float> x = round_to(random_vector(size_t(M) * K, rng), dt);
+  const std::vector<float> w =
+      round_to(random_vector(size_t(N) * K, rng, 1.0f / std::sqrt(float(K))), dt);
+  std::vector<float> want(size_t(M) * N);
+  double sum_abs_max = 0;  // the largest sum of |products|: the scale of fp32 accumulation error
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double s = 0, a = 0;
+      for (int k = 0; k < K; ++k) {
+        const double prod = double(x[size_t(m) * K + k]) * w[size_t(n) * K + k];
+        s += prod;
+        a += std::abs(prod);
+      }
+      want[size_t(m) * N + n] = float(s);
+      sum_abs_max = std::max(sum_abs_max, a);
+    }
+  }
+  if (!y_f32) want = round_to(want, dt);
+  DeviceBuffer d_x(x.size(), 2), d_w(w.size(), 2), d_y(want.size(), y_f32 ? 4 : 2);
+  d_x.upload_floats(x, dt);
+  d_w.upload_floats(w, dt);
+  d_y.poison();
+  kernels::GemvParams p;
+  p.dtype = dt;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.x = d_x.get();
+  p.w = d_w.get();
+  p.y = d_y.get();
+  p.y_f32 = y_f32;
+  CUDA_OK(kernels::launch_gemv(p, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_y.check_guards());
+  const std::vector<float> got = d_y.download_floats(dt);
+  ASSERT_FALSE(has_nonfinite(got)) << "non-finite or unwritten output";
+  double scale = 1e-6;
+  for (float v : want) scale = std::max(scale, double(std::abs(v)));
+  // fp32 accumulation: a few ulps of fp32 of the sum of |products|; plus one dtype ulp when
+  // rounded.
+  const double acc_err = 1e-5 * sum_abs_max;
+  EXPECT_LE(max_abs_error(got, want), (y_f32 ? 0.0 : 1.01 * ulp1(dt) * scale) + acc_err);
+  EXPECT_LE(normalized_error(got, want), y_f32 ? 1e-5 : tol_for(dt));
+}
+
+TEST(Gemv, AllBatchSizesOnASmallShape) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  for (DType dt : kDTypes)
+    for (int M = 1; M <= 8; ++M)
+      for (bool y_f32 : {false, true}) run_gemv(dt, M, 257, 4096, y_f32, rng);
+}
+
+TEST(Gemv, OddAndTinyShapes) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(32);
+  for (DType dt : kDTypes) {
+    run_gemv(dt, 1, 1, 8, false, rng);
+    run_gemv(dt, 3, 17, 8, true, rng);
+    run_gemv(dt, 8, 33, 24, false, rng);    // 3 chunks: a partial step
+    run_gemv(dt, 5, 1001, 200, true, rng);  // 25 chunks
+    run_gemv(dt, 2, 15, 4104, false, rng);  // N < 16, K not a multiple of 32
+  }
+}
+
+TEST(Gemv, LlamaShapes) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(33);
+  for (DType dt : kDTypes) {
+    for (int M : {1, 8}) {
+      run_gemv(dt, M, 4099, 11008, false, rng);  // the down projection's K, an odd N
+      run_gemv(dt, M, 1027, 4096, true, rng);
+    }
+  }
+}
+
+TEST(Gemv, RejectsShapesForAGemm) {
+  kernels::GemvParams p;
+  p.M = 9;
+  p.N = 16;
+  p.K = 64;
+  EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
+  p.M = 1;
+  p.K = 12;
+  EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace rill::testing
