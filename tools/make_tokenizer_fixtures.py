@@ -13,6 +13,8 @@ Then commit DIR/fixtures -> tests/fixtures/tokenizers/ and DIR/golden -> tests/g
 Output:
     DIR/fixtures/<style>/tokenizer.json + tokenizer_config.json   for the HF styles
     DIR/fixtures/llama2c/tokenizer.bin
+    DIR/fixtures/variant_*/...  the optional components (NFKC, Lowercase, Strip, Digits, ...) on
+                                the vocabularies above, with random texts added to their cases
     DIR/golden/<style>.json  {"tokenizer": "tests/fixtures/tokenizers/<style>", "vocab_size",
                               "bos_id", "eos_id", "cases": [{"text", "ids", "ids_no_special",
                               "decoded", "decoded_with_special"}], "decode_cases": [{"ids",
@@ -23,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import struct
 import sys
@@ -425,6 +428,82 @@ def make_llama2c(vocab, merges, texts, out):
     print("%-10s vocab %5d  tokenizer.bin" % ("llama2c", len(pieces)))
 
 
+# ---- variants: the less common components, on the trained vocabularies above ---------------
+
+FUZZ_POOL = ["hello", "Hello", "HELLO", "the", "The", "THE", " ", "  ", "   ", "\n", "\t", "123",
+             "45678", "3.14", "x", "xx", "'s", "don't", "!!", "?", "...", ",", "(", ")", "-", "\u00e9",
+             "e\u0301", "\u00dc", "\u00df", "\u0130", "\u03a3\u0391\u03a3", "\ufb01", "\u2460",
+             "\u00bd", "\u4e2d\u6587", "\U0001F44D", "<mask>", " <mask> ", "ab", " ab", "cab", "e", "ee",
+             "beer", SPIECE, "\u00a0", "\u3000", "a", "aaa", "Ab", "<|endoftext|>"]
+
+
+def fuzz_texts(seed, count=150):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(0, 10))) for _ in range(count)]
+
+
+def make_variants(out):
+    """Pipelines with the optional normalizers / pre-tokenizers / decoders / post-processors."""
+    def byte_level():
+        return Tokenizer.from_file(os.path.join(out, "fixtures", "gpt2", "tokenizer.json"))
+
+    def sentencepiece():
+        return Tokenizer.from_file(os.path.join(out, "fixtures", "llama2_sp", "tokenizer.json"))
+
+    t = byte_level()
+    t.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase(),
+                                         normalizers.Strip(left=True, right=True),
+                                         normalizers.Replace(Regex(" {2,}"), " ")])
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Punctuation("contiguous"),
+        pre_tokenizers.Split(Regex(r"\s+"), "merged_with_previous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False)])
+    yield "variant_normalizers", t
+
+    t = byte_level()
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split("e", "merged_with_next"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True,
+                                     normalized=False)])
+    t.add_tokens([AddedToken("hello", single_word=True, normalized=True),
+                  AddedToken("ab", normalized=True, lstrip=True)])
+    yield "variant_added_tokens", t
+
+    t = byte_level()
+    eot = t.token_to_id("<|endoftext|>")
+    t.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Whitespace(), pre_tokenizers.Split(Regex("[aeiou]"), "contiguous", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t.post_processor = processors.RobertaProcessing(("<|endoftext|>", eot), ("<|endoftext|>", eot))
+    yield "variant_whitespace", t
+
+    t = byte_level()
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.BertPreTokenizer(), pre_tokenizers.CharDelimiterSplit("x"),
+        pre_tokenizers.Split(Regex(r"(?i:the)|\d{2,3}"), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    # (Strip with stop > 0 is left out: tokenizers panics on empty tokens there.)
+    t.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Replace("a", "A"),
+                                   decoders.Strip("A", 1, 0)])
+    yield "variant_bert_split", t
+
+    t = sentencepiece()
+    t.normalizer = normalizers.Lowercase()
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPIECE, prepend_scheme="always", split=True)
+    t.decoder = decoders.Metaspace(replacement=SPIECE, prepend_scheme="always", split=True)
+    yield "variant_metaspace_always", t
+
+
+def save_variants(texts, out):
+    for index, (style, tok) in enumerate(make_variants(out)):
+        is_sp = style == "variant_metaspace_always"
+        byte_ids = {b: 3 + b for b in range(256)} if is_sp else byte_level_ids(tok)
+        save_hf(out, style, tok, {}, texts + fuzz_texts(index), byte_ids,
+                tok.token_to_id("</s>" if is_sp else "<|endoftext|>"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", required=True, help="training text (tinyshakespeare.txt)")
@@ -442,6 +521,7 @@ def main():
     vocab, merges = train_sentencepiece_style(lines)
     make_sentencepiece_styles(vocab, merges, texts, args.out)
     make_llama2c(vocab, merges, texts, args.out)
+    save_variants(texts, args.out)
 
 
 if __name__ == "__main__":

@@ -139,35 +139,6 @@ bool below(std::string_view s, unsigned char limit) {
                      [limit](char c) { return static_cast<unsigned char>(c) < limit; });
 }
 
-bool is_cased(char32_t cp) {
-  return has_property(cp, bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt));
-}
-
-bool is_case_ignorable(char32_t cp) {
-  return cp == '\'' || cp == '.' || cp == ':' || cp == 0x00B7 || cp == 0x2019 ||
-         has_property(cp, bit(Category::kMn) | bit(Category::kMe) | bit(Category::kCf) |
-                              bit(Category::kLm) | bit(Category::kSk));
-}
-
-// Final_Sigma (Unicode 3.13): a capital sigma preceded by a cased letter and not followed by
-// one (case-ignorable characters skipped on both sides) lowercases to the final form.
-bool is_final_sigma(const std::u32string& cps, size_t i) {
-  size_t j = i;
-  bool before = false;
-  while (j > 0) {
-    --j;
-    if (is_case_ignorable(cps[j])) continue;
-    before = is_cased(cps[j]);
-    break;
-  }
-  if (!before) return false;
-  for (size_t k = i + 1; k < cps.size(); ++k) {
-    if (is_case_ignorable(cps[k])) continue;
-    return !is_cased(cps[k]);
-  }
-  return true;
-}
-
 }  // namespace
 
 Category category(char32_t cp) {
@@ -236,15 +207,10 @@ std::string to_lower(std::string_view s) {
     }
     return out;
   }
-  const std::u32string cps = utf8::to_u32(s);
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < cps.size(); ++i) {
-    const char32_t cp = cps[i];
-    if (cp == 0x03A3 && is_final_sigma(cps, i)) {
-      utf8::append(out, 0x03C2);
-      continue;
-    }
+  for (size_t pos = 0; pos < s.size();) {
+    const char32_t cp = utf8::next(s, pos);
     const MappingEntry* e = find_mapping(kLowercase, cp);
     if (e == nullptr) {
       utf8::append(out, cp);

@@ -86,7 +86,8 @@ std::string nfd(std::string_view s);
 std::string nfkc(std::string_view s);
 std::string nfkd(std::string_view s);
 
-/// Full lowercase mapping like Rust's str::to_lowercase (including the final-sigma rule).
+/// Lowercase, one code point at a time like HF's Lowercase normalizer (Rust char::to_lowercase:
+/// full mappings such as İ -> i̇, but no context-dependent final sigma).
 std::string to_lower(std::string_view s);
 
 /// Unicode version of the generated tables.

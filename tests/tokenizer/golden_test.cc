@@ -117,7 +117,9 @@ TEST_P(GoldenTest, StreamingMatchesDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest,
                          ::testing::Values("gpt2", "llama3", "qwen2", "llama2_sp", "metaspace",
-                                           "neox", "llama2c"),
+                                           "neox", "llama2c", "variant_normalizers",
+                                           "variant_added_tokens", "variant_whitespace",
+                                           "variant_bert_split", "variant_metaspace_always"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
