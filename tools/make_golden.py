@@ -15,8 +15,9 @@ Produces
 
 Greedy decoding is a plain loop over full forward passes (no KV cache, no `generate`), in fp32 on
 the CPU, so the references do not depend on cache or kernel choices. Every greedy step records the
-margin between the two largest logits; fixtures are re-seeded until every margin exceeds
-MIN_MARGIN, so a correct engine cannot flip a near-tie.
+margin between the two largest logits; each fixture keeps the seed (of SEEDS) with the widest
+smallest margin, so a correct fp32 engine cannot flip a near-tie, and fp16/bf16 tests know which
+steps are close calls.
 """
 import argparse
 import json
@@ -30,7 +31,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_compat import from_pretrained_fp32, rope_kwargs  # noqa: E402
 
-MIN_MARGIN = 0.02
+MIN_MARGIN = 1e-3  # fp32 engines agree to ~1e-5; tests read per-step margins for fp16/bf16
+SEEDS = range(100, 108)
 FIXTURE_VOCAB = 512
 LOGIT_STEPS = 3
 
@@ -74,28 +76,29 @@ def fixture_tokenizer(text, out_dir):
 
 @torch.no_grad()
 def greedy(model, prompt_ids, steps, logit_steps=LOGIT_STEPS):
-    """Greedy continuation by full forward passes; returns tokens, first logits and the smallest margin."""
+    """Greedy continuation by full forward passes; returns tokens, first logits and per-step margins."""
     ids = list(prompt_ids)
-    out, logits_rec, min_margin = [], [], float("inf")
+    out, logits_rec, margins = [], [], []
     for i in range(steps):
         logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
         top2 = torch.topk(logits, 2).values
-        min_margin = min(min_margin, float(top2[0] - top2[1]))
+        margins.append(round(float(top2[0] - top2[1]), 6))
         if i < logit_steps:
             logits_rec.append([float(f"{v:.6g}") for v in logits.tolist()])
         nxt = int(torch.argmax(logits))
         out.append(nxt)
         ids.append(nxt)
-    return out, logits_rec, min_margin
+    return out, logits_rec, margins
 
 
 def golden_cases(model, prompts_ids, steps):
+    """Greedy cases; `margins` (top-1 minus top-2 logit per step) tell tests where ties are close."""
     cases, worst = [], float("inf")
     for prompt, ids in prompts_ids:
-        toks, logits, margin = greedy(model, ids, steps)
-        worst = min(worst, margin)
+        toks, logits, margins = greedy(model, ids, steps)
+        worst = min(worst, min(margins))
         cases.append({"prompt": prompt, "prompt_ids": ids, "greedy_ids": toks, "logits": logits,
-                      "min_margin": round(margin, 6)})
+                      "margins": margins})
     return cases, worst
 
 
@@ -161,21 +164,32 @@ def init_fixture(model_cls, config, seed):
 
 
 def make_fixture(name, model_cls, config, dtype, save_kw, tok_dir, fixtures_dir, tok):
+    """Saves a fixture; of SEEDS seeds keeps the one whose greedy runs have the widest top-1 margin."""
     path = os.path.join(fixtures_dir, name)
-    for seed in range(100, 140):
+    best = None
+    for seed in SEEDS:
         model = init_fixture(model_cls, config, seed)
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path)
         model.to(dtype).save_pretrained(path, safe_serialization=True, **save_kw)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(tok_dir, f), path)
         ref = from_pretrained_fp32(model_cls, path).eval()  # the stored (rounded) weights, upcast
         prompts = [(p, tok.encode(p).ids) for p in FIXTURE_PROMPTS]
         cases, worst = golden_cases(ref, prompts, 32)
-        if worst >= MIN_MARGIN:
-            print(f"fixture {name}: seed {seed}, min greedy margin {worst:.4f}", flush=True)
-            return path, ref, cases, seed
-    raise SystemExit(f"fixture {name}: no seed gave greedy margins >= {MIN_MARGIN}")
+        if best is None or worst > best[0]:
+            best = (worst, seed)
+    worst, seed = best
+    if worst < MIN_MARGIN:
+        raise SystemExit(f"fixture {name}: best greedy margin {worst:.2e} < {MIN_MARGIN}")
+    model = init_fixture(model_cls, config, seed)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    model.to(dtype).save_pretrained(path, safe_serialization=True, **save_kw)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tok_dir, f), path)
+    ref = from_pretrained_fp32(model_cls, path).eval()
+    cases, worst = golden_cases(ref, [(p, tok.encode(p).ids) for p in FIXTURE_PROMPTS], 32)
+    print(f"fixture {name}: seed {seed}, min greedy margin {worst:.4f}", flush=True)
+    return path, ref, cases, seed
 
 
 def write_llama2c(hf_dir, ref_model, out_dir, tok):
@@ -272,6 +286,18 @@ def make_default(model_dir, golden_dir):
         "tokenizer": "models/" + os.path.basename(os.path.normpath(model_dir)), "cases": tcases})
 
 
+def write_eval_ids(model_dir, text, out_path, tokens):
+    """The held-out split (the training script's last 10%) tokenized by the model's own tokenizer."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    cut = text.rfind("\n", 0, int(len(text) * 0.9)) + 1
+    ids = tok.encode(text[cut:], add_special_tokens=False).ids[:tokens]
+    bos = json.load(open(os.path.join(model_dir, "config.json")))["bos_token_id"]
+    prompt = [bos] + tok.encode("ROMEO:", add_special_tokens=False).ids
+    save_json(out_path, {"bos_id": bos, "eval_ids": ids, "prompt_ids": prompt})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", help="default model directory (skipped when absent)")
@@ -279,6 +305,7 @@ def main():
     ap.add_argument("--fixtures", help="fixture directory (fixtures skipped when absent)")
     ap.add_argument("--golden", required=True)
     ap.add_argument("--tmp", default="/tmp/rill_golden")
+    ap.add_argument("--eval-tokens", type=int, default=10240, help="held-out tokens for the streaming reference")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     os.makedirs(args.golden, exist_ok=True)
@@ -288,6 +315,8 @@ def main():
         make_fixtures(text, args.fixtures, args.golden, args.tmp)
     if args.model:
         make_default(args.model, args.golden)
+        write_eval_ids(args.model, open(args.text, encoding="utf-8").read(),
+                       os.path.join(args.golden, "default_eval_ids.json"), args.eval_tokens)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,13 @@
 """Independent PyTorch reference for StreamingLLM (Xiao et al., ICLR 2024) on a Llama checkpoint.
 
   python3 tools/streaming_reference.py --model models/rill-shakespeare \
-      --text ../shared/data/tinyshakespeare.txt --out tests/golden/streaming_default.json
+      --ids tests/golden/default_eval_ids.json --golden-logits tests/golden/default_model.json \
+      --out tests/golden/streaming_default.json
+
+The held-out ids come from tools/make_golden.py (the model's Hugging Face tokenizer), so this
+script needs only torch. --methods picks rows (full,window,recompute,streaming,generation) and
+--merge combines partial outputs, so the batched rows can run on a GPU and the token-by-token
+rows on a CPU.
 
 This is written from the paper's description, not from Rill's code, and shares nothing with it:
   * keys are cached BEFORE RoPE; at every step all cached keys are rotated with positions assigned
@@ -20,7 +26,7 @@ same split as tools/train_tiny_model.py) for the methods of the paper's comparis
              tokens from scratch, positions 0..window-1;
   streaming  n_sink attention sinks + a rolling window, several (n_sink, window) pairs;
 and the greedy tokens of a long generation that runs far past a small cache.
-The dense path is checked against transformers' logits when transformers is installed.
+The dense path is checked against transformers' logits from tests/golden/default_model.json.
 """
 import argparse
 import json
@@ -218,30 +224,30 @@ def long_generation(m, prompt_ids, n_sink, window, steps):
     return out, margin
 
 
-def check_against_transformers(m, model_dir, stream):
-    try:
-        import sys
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from hf_compat import from_pretrained_fp32
-        from transformers import LlamaForCausalLM
-    except ImportError:
-        print("transformers not installed: skipping the cross-check", flush=True)
-        return None
-    ref = from_pretrained_fp32(LlamaForCausalLM, model_dir).to(m.device).eval()
-    ids = torch.tensor([stream[:300]], device=m.device)
-    with torch.no_grad():
-        diff = (ref(input_ids=ids).logits - m.dense(ids)).abs().max().item()
-    print(f"dense vs transformers: max |logit diff| = {diff:.2e}", flush=True)
-    assert diff < 1e-3, diff
-    return diff
+def check_against_golden_logits(m, golden_path):
+    """Cross-checks the independent dense pass against transformers' logits (tools/make_golden.py)."""
+    g = json.load(open(golden_path))
+    worst = 0.0
+    for case in g["cases"]:
+        ids = case["prompt_ids"] + case["greedy_ids"][: len(case["logits"]) - 1]
+        logits = m.dense(torch.tensor([ids], device=m.device))[0]
+        n = len(case["prompt_ids"])
+        for step, ref in enumerate(case["logits"]):
+            ours = logits[n - 1 + step].double().cpu()
+            worst = max(worst, (ours - torch.tensor(ref, dtype=torch.float64)).abs().max().item())
+    print(f"dense vs transformers golden logits: max |diff| = {worst:.2e}", flush=True)
+    assert worst < 1e-3, worst
+    return worst
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--text", required=True)
+    ap.add_argument("--ids", required=True, help="JSON with bos_id, eval_ids, prompt_ids (tools/make_golden.py)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=10240, help="evaluated tokens (>= 20x the largest cache)")
+    ap.add_argument("--methods", default="full,window,recompute,streaming,generation")
+    ap.add_argument("--golden-logits", help="default_model.json: cross-check the dense pass against transformers")
+    ap.add_argument("--merge", nargs="*", default=[], help="partial outputs to merge into --out")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--pairs", default="1:255,4:252,8:248,4:508", help="n_sink:window pairs")
     ap.add_argument("--window", type=int, default=256, help="window of the window-only and recompute rows")
@@ -249,17 +255,24 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
-    text = open(args.text, encoding="utf-8").read()
-    cut = text.rfind("\n", 0, int(len(text) * 0.9)) + 1  # the training script's split
-    eval_ids = tok.encode(text[cut:], add_special_tokens=False).ids[: args.tokens]
-    bos = json.load(open(os.path.join(args.model, "config.json")))["bos_token_id"]
+    spec = json.load(open(args.ids))
+    bos, eval_ids, prompt = spec["bos_id"], spec["eval_ids"], spec["prompt_ids"]
     stream = [bos] + eval_ids  # predictions for every eval token
+    out = {"model": "models/" + os.path.basename(os.path.normpath(args.model)), "bos_id": bos,
+           "context": args.context, "eval_ids": eval_ids, "methods": [], "devices": []}
+    for part in args.merge:
+        p = json.load(open(part))
+        out["methods"] += p["methods"]
+        out["devices"] += p.get("devices", [])
+        for key in ("long_generation", "golden_logits_max_diff"):
+            if key in p:
+                out[key] = p[key]
     m = Llama(args.model, device)
-    diff = check_against_transformers(m, args.model, stream)
-
+    out["devices"].append(torch.cuda.get_device_name() if device == "cuda" else "cpu")
+    if args.golden_logits:
+        out["golden_logits_max_diff"] = check_against_golden_logits(m, args.golden_logits)
     # The step-by-step cache with no eviction must equal the dense pass.
     probe = stream[:64]
     c = StreamingCache(m, 0, 10**9)
@@ -269,29 +282,29 @@ def main():
     print(f"token-by-token vs dense: max |logit diff| = {sd:.2e}", flush=True)
     assert sd < 1e-3, sd
 
-    methods = []
-
     def record(mode, n_sink, window, nll, seconds):
         ppl = math.exp(sum(nll) / len(nll))
-        methods.append({"mode": mode, "n_sink": n_sink, "window": window, "ppl": round(ppl, 5),
-                        "seconds": round(seconds, 2), "nll": [float(f"{x:.6g}") for x in nll]})
+        out["methods"].append({"mode": mode, "n_sink": n_sink, "window": window, "ppl": round(ppl, 5),
+                               "seconds": round(seconds, 2), "device": out["devices"][-1],
+                               "nll": [float(f"{x:.6g}") for x in nll]})
         print(f"{mode:10s} sink {n_sink:2d} window {window:4d}: ppl {ppl:9.3f}  ({seconds:.1f} s)", flush=True)
 
-    t = time.time(); record("full", 0, args.context, ppl_full(m, stream, args.context), time.time() - t)
-    t = time.time(); record("window", 0, args.window, ppl_stream(m, stream, 0, args.window), time.time() - t)
-    t = time.time(); record("recompute", 0, args.window, ppl_recompute(m, stream, args.window), time.time() - t)
-    for pair in args.pairs.split(","):
-        s, w = (int(x) for x in pair.split(":"))
-        t = time.time(); record("streaming", s, w, ppl_stream(m, stream, s, w), time.time() - t)
-
-    prompt = [bos] + tok.encode("ROMEO:", add_special_tokens=False).ids
-    gen, margin = long_generation(m, prompt, 4, 60, 600)
-    print(f"long generation: 600 tokens past a 4+60 cache, min greedy margin {margin:.4f}", flush=True)
-    out = {"model": "models/" + os.path.basename(os.path.normpath(args.model)), "bos_id": bos,
-           "context": args.context, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-           "transformers_max_logit_diff": diff, "eval_ids": eval_ids, "methods": methods,
-           "long_generation": {"prompt_ids": prompt, "n_sink": 4, "window": 60, "greedy_ids": gen,
-                               "min_margin": round(margin, 6)}}
+    methods = args.methods.split(",")
+    if "full" in methods:
+        t = time.time(); record("full", 0, args.context, ppl_full(m, stream, args.context), time.time() - t)
+    if "window" in methods:
+        t = time.time(); record("window", 0, args.window, ppl_stream(m, stream, 0, args.window), time.time() - t)
+    if "recompute" in methods:
+        t = time.time(); record("recompute", 0, args.window, ppl_recompute(m, stream, args.window), time.time() - t)
+    if "streaming" in methods:
+        for pair in args.pairs.split(","):
+            s, w = (int(x) for x in pair.split(":"))
+            t = time.time(); record("streaming", s, w, ppl_stream(m, stream, s, w), time.time() - t)
+    if "generation" in methods:
+        gen, margin = long_generation(m, prompt, 4, 60, 600)
+        print(f"long generation: 600 tokens past a 4+60 cache, min greedy margin {margin:.4f}", flush=True)
+        out["long_generation"] = {"prompt_ids": prompt, "n_sink": 4, "window": 60, "greedy_ids": gen,
+                                  "min_margin": round(margin, 6)}
     with open(args.out, "w") as f:
         json.dump(out, f, separators=(",", ":"))
     print(f"wrote {args.out}", flush=True)

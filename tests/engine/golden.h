@@ -2,6 +2,7 @@
 // (transformers / an independent PyTorch implementation), read by the engine tests.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,12 @@
 
 namespace rill::testing {
 
-inline std::filesystem::path source_path(const std::string& rel) { return std::filesystem::path(RILL_SOURCE_DIR) / rel; }
+/// `rel` under the source tree: $RILL_SOURCE_DIR when set (binaries run from another checkout,
+/// as on the GPU machine), else the tree this test was built from.
+inline std::filesystem::path source_path(const std::string& rel) {
+  const char* env = std::getenv("RILL_SOURCE_DIR");
+  return std::filesystem::path(env && *env ? env : RILL_SOURCE_DIR) / rel;
+}
 
 inline nlohmann::json load_golden(const std::string& name) {
   const auto p = source_path("tests/golden/" + name);

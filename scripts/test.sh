@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install what is missing, build, run every test.
+# GPU tests skip (visibly) where no GPU exists; run them on a GPU machine before a change lands.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1200
