@@ -1,0 +1,240 @@
+// rill-attention-bench: decode attention (GB/s of K/V read against the copy ceiling) and prefill
+// attention (TFLOP/s against the GEMM ceiling) on random data.
+//
+// Decode shapes are timed over enough layers (separate caches, one launch each, as in a decode
+// step) that the K/V read per timed run exceeds 3x the L2 cache: the figures are DRAM figures.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "rill/kernels/attention.h"
+
+namespace {
+
+using rill::kernels::DecodeAttentionParams;
+using rill::kernels::DecodeSeq;
+using rill::kernels::DType;
+using rill::kernels::KvCacheLayout;
+using rill::kernels::PrefillAttentionParams;
+using rill::kernels::PrefillSeq;
+
+constexpr int kBlock = 16;
+
+/// Uniform values in [-scale, scale) from a hash of the index (fp16 bits).
+__global__ void fill_random(__half* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2half((static_cast<float>(x & 0xffff) / 32768.0f - 1.0f) * scale);
+  }
+}
+
+void* alloc_random(size_t elems, uint32_t seed, float scale, cudaStream_t stream) {
+  void* p = nullptr;
+  BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(elems, 8) * 2));
+  fill_random<<<1024, 256, 0, stream>>>(static_cast<__half*>(p), elems, seed, scale);
+  BENCH_CUDA(cudaGetLastError());
+  return p;
+}
+
+/// Block table rows of `batch` sequences of `blocks` blocks each, at shuffled physical blocks.
+int32_t* shuffled_tables(int batch, int blocks, std::mt19937& rng) {
+  std::vector<int32_t> t(static_cast<size_t>(batch) * blocks);
+  std::iota(t.begin(), t.end(), 0);
+  std::shuffle(t.begin(), t.end(), rng);
+  int32_t* d = nullptr;
+  BENCH_CUDA(cudaMalloc(&d, t.size() * 4));
+  BENCH_CUDA(cudaMemcpy(d, t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+/// Splits for a decode launch: enough CTAs for ~4 per SM, keeping >= 64 keys per split.
+int pick_splits(int batch, int kv_heads, int keys, int sms) {
+  const int ctas = batch * kv_heads;
+  const int want = (4 * sms + ctas - 1) / ctas;
+  return std::max(1, std::min(want, std::max(1, keys / 64)));
+}
+
+struct DecodeShape {
+  int batch, keys, heads, kv_heads, head_dim;
+};
+
+void bench_decode(const DecodeShape& s, int splits, const rill::bench::Ceilings& ceil, size_t l2,
+                  cudaStream_t stream) {
+  std::mt19937 rng(7);
+  const int blocks_per_seq = (s.keys + kBlock - 1) / kBlock;
+  KvCacheLayout layout;
+  layout.num_blocks = s.batch * blocks_per_seq;
+  layout.num_kv_heads = s.kv_heads;
+  layout.block_size = kBlock;
+  layout.head_dim = s.head_dim;
+  const double kv_bytes = 2.0 * s.batch * s.keys * s.kv_heads * s.head_dim * sizeof(__half);
+  const int layers = std::max(1, static_cast<int>(3.0 * l2 / kv_bytes) + 1);
+
+  void* cache = alloc_random(layout.layer_stride() * layers, 11, 1.0f, stream);
+  void* q = alloc_random(static_cast<size_t>(s.batch) * s.heads * s.head_dim, 12, 1.0f, stream);
+  void* out = nullptr;
+  BENCH_CUDA(cudaMalloc(&out, static_cast<size_t>(s.batch) * s.heads * s.head_dim * 2));
+  int32_t* tables = shuffled_tables(s.batch, blocks_per_seq, rng);
+  std::vector<DecodeSeq> seqs(s.batch);
+  for (int b = 0; b < s.batch; ++b) {
+    seqs[b].geo.block_table = tables + static_cast<size_t>(b) * blocks_per_seq;
+    seqs[b].head_rel = s.keys - 1;
+    seqs[b].window_count = s.keys;
+  }
+  DecodeSeq* d_seqs = nullptr;
+  BENCH_CUDA(cudaMalloc(&d_seqs, seqs.size() * sizeof(DecodeSeq)));
+  BENCH_CUDA(
+      cudaMemcpy(d_seqs, seqs.data(), seqs.size() * sizeof(DecodeSeq), cudaMemcpyHostToDevice));
+  void* ws = nullptr;
+  const size_t ws_bytes =
+      rill::kernels::decode_attention_workspace_bytes(s.batch, s.heads, s.head_dim, splits);
+  if (ws_bytes) BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+
+  DecodeAttentionParams p;
+  p.dtype = DType::kF16;
+  p.num_seqs = s.batch;
+  p.num_heads = s.heads;
+  p.num_kv_heads = s.kv_heads;
+  p.head_dim = s.head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.q = q;
+  p.q_stride = static_cast<int64_t>(s.heads) * s.head_dim;
+  p.q_sink = q;
+  p.q_sink_stride = p.q_stride;
+  p.seqs = d_seqs;
+  p.layout = layout;
+  p.out = out;
+  p.num_splits = splits;
+  p.min_keys_per_split = 16;
+  p.workspace = ws;
+  const auto run = [&] {
+    for (int l = 0; l < layers; ++l) {
+      p.cache = static_cast<const __half*>(cache) + l * layout.layer_stride();
+      BENCH_CUDA(rill::kernels::launch_decode_attention(p, stream));
+    }
+  };
+  const double ms = rill::bench::median_ms(run, stream, 3, 20) / layers;
+  const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
+  std::printf(
+      "decode  batch %4d x %5d keys  heads %2d/%2d x %3d  splits %3d  %8.4f ms  %7.1f GB/s  "
+      "%5.1f%% of copy\n",
+      s.batch, s.keys, s.heads, s.kv_heads, s.head_dim, splits, ms, gbps,
+      100.0 * gbps / ceil.copy_gbps);
+  BENCH_CUDA(cudaFree(cache));
+  BENCH_CUDA(cudaFree(q));
+  BENCH_CUDA(cudaFree(out));
+  BENCH_CUDA(cudaFree(tables));
+  BENCH_CUDA(cudaFree(d_seqs));
+  if (ws) BENCH_CUDA(cudaFree(ws));
+}
+
+struct PrefillShape {
+  int batch, tokens, heads, kv_heads, head_dim;
+};
+
+void bench_prefill(const PrefillShape& s, DType dtype, const rill::bench::Ceilings& ceil,
+                   cudaStream_t stream) {
+  const int qkv_stride = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const size_t rows = static_cast<size_t>(s.batch) * s.tokens;
+  KvCacheLayout layout;
+  layout.num_blocks = 1;
+  layout.num_kv_heads = s.kv_heads;
+  layout.block_size = kBlock;
+  layout.head_dim = s.head_dim;
+  // Random bits are valid bf16 values too (|x| <= 1 either way, reinterpreted): fine for timing.
+  void* qkv = alloc_random(rows * qkv_stride, 21, 1.0f, stream);
+  void* q_sink = alloc_random(rows * s.heads * s.head_dim, 22, 1.0f, stream);
+  void* cache = alloc_random(layout.layer_stride(), 23, 1.0f, stream);
+  void* out = nullptr;
+  BENCH_CUDA(cudaMalloc(&out, rows * s.heads * s.head_dim * 2));
+  int32_t* table = nullptr;
+  BENCH_CUDA(cudaMalloc(&table, 4));
+  BENCH_CUDA(cudaMemset(table, 0, 4));
+  std::vector<PrefillSeq> seqs(s.batch);
+  for (int b = 0; b < s.batch; ++b) {
+    seqs[b].geo.block_table = table;
+    seqs[b].q_offset = b * s.tokens;
+    seqs[b].num_tokens = s.tokens;
+  }
+  PrefillSeq* d_seqs = nullptr;
+  BENCH_CUDA(cudaMalloc(&d_seqs, seqs.size() * sizeof(PrefillSeq)));
+  BENCH_CUDA(
+      cudaMemcpy(d_seqs, seqs.data(), seqs.size() * sizeof(PrefillSeq), cudaMemcpyHostToDevice));
+
+  PrefillAttentionParams p;
+  p.dtype = dtype;
+  p.num_seqs = s.batch;
+  p.num_heads = s.heads;
+  p.num_kv_heads = s.kv_heads;
+  p.head_dim = s.head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.qkv = qkv;
+  p.qkv_stride = qkv_stride;
+  p.q_sink = q_sink;
+  p.seqs = d_seqs;
+  p.cache = cache;
+  p.layout = layout;
+  p.out = out;
+  p.max_tokens = s.tokens;
+  const double ms = rill::bench::median_ms(
+      [&] { BENCH_CUDA(rill::kernels::launch_prefill_attention(p, stream)); }, stream, 3, 20);
+  // Causal: 2 GEMMs (QK^T, PV) of 2 * T * T / 2 * head_dim flops each, per head and sequence.
+  const double flops = 4.0 * s.tokens * s.tokens / 2 * s.head_dim * s.heads * s.batch;
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  std::printf(
+      "prefill %s batch %d x %5d tokens  heads %2d/%2d x %3d  %8.3f ms  %6.1f TFLOP/s  %5.1f%% of "
+      "GEMM\n",
+      dtype == DType::kF16 ? "f16 " : "bf16", s.batch, s.tokens, s.heads, s.kv_heads, s.head_dim,
+      ms, tflops, 100.0 * tflops / ceil.gemm_tflops);
+  BENCH_CUDA(cudaFree(qkv));
+  BENCH_CUDA(cudaFree(q_sink));
+  BENCH_CUDA(cudaFree(cache));
+  BENCH_CUDA(cudaFree(out));
+  BENCH_CUDA(cudaFree(table));
+  BENCH_CUDA(cudaFree(d_seqs));
+}
+
+}  // namespace
+
+int main() {
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
+  int dev = 0;
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  std::printf("%s: %d SMs, L2 %.0f MB; copy %.0f GB/s, fp16 GEMM %.0f TFLOP/s\n",
+              ceil.device.c_str(), prop.multiProcessorCount, prop.l2CacheSize / 1e6, ceil.copy_gbps,
+              ceil.gemm_tflops);
+
+  const DecodeShape decode_shapes[] = {
+      {1, 4096, 32, 32, 128}, {1, 4096, 32, 8, 128},   {64, 1024, 32, 32, 128},
+      {64, 1024, 32, 8, 128}, {128, 128, 32, 32, 128}, {128, 128, 32, 8, 128},
+      {64, 1024, 32, 8, 64},  {64, 1024, 64, 8, 128},
+  };
+  for (const DecodeShape& s : decode_shapes) {
+    const int splits = pick_splits(s.batch, s.kv_heads, s.keys, prop.multiProcessorCount);
+    bench_decode(s, splits, ceil, prop.l2CacheSize, stream);
+  }
+  // How the split count matters for a single long sequence.
+  for (int splits : {1, 4, 16, 32, 64})
+    bench_decode({1, 4096, 32, 8, 128}, splits, ceil, prop.l2CacheSize, stream);
+
+  const PrefillShape prefill_shapes[] = {
+      {1, 2048, 32, 32, 128}, {1, 2048, 32, 8, 128}, {4, 2048, 32, 8, 128}, {1, 2048, 32, 32, 64}};
+  for (const PrefillShape& s : prefill_shapes) bench_prefill(s, DType::kF16, ceil, stream);
+  bench_prefill(prefill_shapes[0], DType::kBF16, ceil, stream);
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}

@@ -1,0 +1,511 @@
+// Decode attention over the paged KV cache with StreamingLLM sinks + window, FlashDecoding style.
+//
+// Keys of one sequence, by key index j (the order does not matter to softmax; this one keeps
+// consecutive j in consecutive cache slots):
+//   j in [0, num_sink):        sink j at slot j, scored with q_sink;
+//   j in [num_sink, n_keys):   window token d = n_keys - 1 - j steps before the newest, rel index
+//                              head_rel - d, slot ring_base + (rel mod ring_size); scored with q.
+// n_keys = num_sink + window_count.
+//
+// decode_attention_kernel: grid (num_splits, num_kv_heads * head_chunks, num_seqs), 128 threads.
+// A CTA serves GH query heads of one GQA group (all of it unless the group exceeds 8) over split
+// s's key range [s * per, (s + 1) * per), per = roundup(max(min_keys_per_split,
+// ceil(n_keys / num_splits)), block_size), so each K/V row is read from memory once per group.
+// A row is read by kTpr threads with 16-byte copies (head_dim 128: 16 threads, a 256-byte row per
+// half warp); each of the 128 / kTpr thread groups takes kU consecutive keys per step. Loads go
+// through a per-thread ring of kStages steps in shared memory (cp.async, zero-filled past the
+// range): the thread that copies a vector is the one that reads it, so a cp.async.wait_group is
+// the only synchronization, and (kStages - 1) steps of loads stay in flight while a step is
+// computed, whatever the register count. Each thread group keeps one online softmax per head in
+// fp32 (logits scaled by log2(e), exp2); at the end the groups merge through shared memory. With
+// one split the CTA writes the output; otherwise (acc, m, l) go to the workspace and
+// decode_merge_kernel combines the splits by log-sum-exp. The grid depends only on the launch
+// arguments (CUDA-graph safe); a split past the end of its sequence writes (m = -inf, l = 0) and
+// exits. Requires window_count <= ring_size (a window never holds a slot twice).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "attention_mma.cuh"
+#include "attention_util.cuh"
+#include "dispatch.cuh"
+#include "rill/kernels/attention.h"
+
+namespace rill::kernels {
+namespace {
+
+using attn::ex2;
+using attn::PagedKv;
+
+constexpr int kDecodeThreads = 128;
+constexpr int kMergeThreads = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Launch arguments shared by all instantiations (device view of DecodeAttentionParams).
+struct DecodeArgs {
+  const void* q;  // row s: [num_heads, head_dim] at q + s * q_stride
+  int64_t q_stride;
+  const void* q_sink;  // same shape, scored against the sinks
+  int64_t q_sink_stride;
+  const DecodeSeq* seqs;  // [num_seqs]
+  const void* cache;      // this layer
+  int64_t block_stride, kv_stride;
+  int block_size, block_shift;
+  int num_heads, group, head_chunks, num_splits, min_keys_per_split;
+  float scale_log2;  // scale * log2(e)
+  void* out;         // [num_seqs, num_heads * head_dim]
+  float* ws_acc;     // [num_seqs, num_heads, num_splits, head_dim] unnormalized sum p * v
+  float2* ws_ml;     // [num_seqs, num_heads, num_splits] (max logit, sum p), base 2
+};
+
+/// Thread layout for one head_dim: kTpr threads read a row with 16-byte vectors (kTpr rounded up
+/// to a power of two; head_dim 80 and 96 leave the top lanes of each group idle).
+template <int D>
+struct DecodeShape {
+  static constexpr int kVec = 8;
+  static constexpr int kVecs = D / kVec;
+  static constexpr int kTpr = kVecs <= 4 ? 4 : kVecs <= 8 ? 8 : kVecs <= 16 ? 16 : 32;
+  static constexpr int kGroups = kDecodeThreads / kTpr;
+  static_assert(D % kVec == 0 && kVecs <= 32, "head_dim must be a multiple of 8, at most 256");
+};
+
+/// Keys per thread group and step (softmax batching), and steps in the shared-memory ring.
+template <int GH>
+constexpr int decode_unroll() {
+  return GH <= 4 ? 4 : 2;
+}
+template <int GH>
+constexpr int decode_stages() {
+  return GH <= 4 ? 3 : 5;
+}
+
+/// Shared memory of one CTA: the load ring, later reused by the merge of the thread groups.
+template <int D, int GH>
+struct DecodeSmem {
+  static constexpr int kRingVecs = decode_stages<GH>() * decode_unroll<GH>() * 2 * kDecodeThreads;
+  static constexpr int kMergeFloats = DecodeShape<D>::kGroups * GH * (D + 2);
+  static constexpr int kVecs = kRingVecs > kMergeFloats / 4 ? kRingVecs : (kMergeFloats + 3) / 4;
+  static_assert(kVecs * 16 <= 48 * 1024, "static shared memory limit");
+};
+
+struct KeyRange {
+  int lo, hi;
+};
+
+/// Key range of split `split` (empty when lo >= hi).
+__device__ __forceinline__ KeyRange split_range(int n_keys, int split, int num_splits, int min_keys,
+                                                int block_size) {
+  int per = max(min_keys, (n_keys + num_splits - 1) / num_splits);
+  per = (per + block_size - 1) / block_size * block_size;
+  const int64_t lo = min(static_cast<int64_t>(split) * per, static_cast<int64_t>(n_keys));
+  const int64_t hi = min(lo + per, static_cast<int64_t>(n_keys));
+  return {static_cast<int>(lo), static_cast<int>(hi)};
+}
+
+/// q[h][e] = query element (h0 + h, lane * 8 + e) * scale_log2; heads past nh repeat the last one
+/// (computed, never written) and idle lanes hold zeros. Scalar loads: no alignment assumed.
+template <typename T, int D, int GH>
+__device__ __forceinline__ void load_query(float (&q)[GH][8], const T* row, int h0, int nh,
+                                           int lane, float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < GH; ++h) {
+    const T* src = row + static_cast<int64_t>(h0 + min(h, nh - 1)) * D;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int d = lane * 8 + e;
+      q[h][e] = d < D ? to_float(src[d]) * scale_log2 : 0.0f;
+    }
+  }
+}
+
+/// Per-thread online-softmax state of GH heads over this thread's 8 dims.
+template <int GH>
+struct SoftmaxState {
+  float m[GH];  // running max of base-2 logits (identical across a thread group)
+  float l[GH];  // running sum of exp2(logit - m)
+  float acc[GH][8];
+};
+
+/// Where the window keys of one sequence live: key j (>= num_sink) has rel index
+/// head_rel - (n_keys - 1 - j), slot ring_base + (rel mod ring).
+struct WindowGeo {
+  int ring_base, ring, head_rel, n_keys;
+};
+
+/// Physical slots of the thread group's kU consecutive keys from jg (-1: past j_end or idle lane).
+/// Consecutive keys sit in consecutive slots modulo the ring: one division per call.
+template <typename T, int kU>
+__device__ __forceinline__ void group_slots(const PagedKv<T>& kv, const WindowGeo& geo, int jg,
+                                            int j_end, bool sinks, bool active, int (&ps)[kU]) {
+  const int r0 = sinks ? 0 : attn::ring_offset(geo.head_rel - (geo.n_keys - 1 - jg), geo.ring);
+#pragma unroll
+  for (int i = 0; i < kU; ++i) {
+    ps[i] = -1;
+    if (jg + i < j_end && active) {
+      int slot = jg + i;
+      if (!sinks) {
+        unsigned r = static_cast<unsigned>(r0) + i;
+        if (r >= static_cast<unsigned>(geo.ring)) r -= static_cast<unsigned>(geo.ring);
+        slot = geo.ring_base + static_cast<int>(r);
+      }
+      ps[i] = kv.phys_slot(slot);
+    }
+  }
+}
+
+/// Attends the thread group's keys among [j_begin, j_end): all sinks (slot j) or all window keys.
+/// Every thread of the CTA runs the same number of steps (shuffles need whole warps). `ring` is
+/// the CTA's load ring, [kStages][kU][K, V][kDecodeThreads] vectors; the block table entries of a
+/// step are fetched one step before its loads are issued.
+template <typename T, int D, int GH>
+__device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGeo& geo, int j_begin,
+                                            int j_end, bool sinks, int grp, int lane, bool active,
+                                            const float (&q)[GH][8], SoftmaxState<GH>& st,
+                                            uint4* ring) {
+  using Shape = DecodeShape<D>;
+  constexpr int kU = decode_unroll<GH>();
+  constexpr int kStages = decode_stages<GH>();
+  constexpr int kStep = Shape::kGroups * kU;
+  constexpr int kStageVecs = kU * 2 * kDecodeThreads;
+  const int n_steps = (j_end - j_begin + kStep - 1) / kStep;
+  uint4* mine = ring + threadIdx.x;
+  int ps[kU];
+  group_slots<T, kU>(kv, geo, j_begin + grp * kU, j_end, sinks, active, ps);
+  // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
+  // (empty past the last step, so that group counting stays uniform), then the next slots.
+  const auto issue = [&](int n) {
+    if (n < n_steps) {
+      uint4* dst = mine + (n % kStages) * kStageVecs;
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+        const T* k = ps[i] >= 0 ? kv.k_row_phys(ps[i]) + lane * 8 : kv.cache;
+        attn::cp_async16(attn::smem_addr(dst + (2 * i) * kDecodeThreads), k, ps[i] >= 0);
+        attn::cp_async16(attn::smem_addr(dst + (2 * i + 1) * kDecodeThreads), k + kv.kv_stride,
+                         ps[i] >= 0);
+      }
+      group_slots<T, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, sinks, active, ps);
+    }
+    attn::cp_async_commit();
+  };
+#pragma unroll
+  for (int n = 0; n < kStages; ++n) issue(n);
+  for (int n = 0; n < n_steps; ++n) {
+    const int jg = j_begin + n * kStep + grp * kU;  // this group's first key
+    attn::cp_async_wait<kStages - 1>();             // step n has landed (this thread's copies)
+    const uint4* src = mine + (n % kStages) * kStageVecs;
+    uint4 kraw[kU], vraw[kU];
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      kraw[i] = src[(2 * i) * kDecodeThreads];
+      vraw[i] = src[(2 * i + 1) * kDecodeThreads];
+    }
+    // Logits: partial dot products over this thread's 8 dims, summed across the group.
+    float s[kU][GH];
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      float kf[8];
+      attn::unpack8<T>(kraw[i], kf);
+#pragma unroll
+      for (int h = 0; h < GH; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(q[h][e], kf[e], dot);
+        s[i][h] = dot;
+      }
+    }
+#pragma unroll
+    for (int off = Shape::kTpr / 2; off > 0; off /= 2) {
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+#pragma unroll
+        for (int h = 0; h < GH; ++h) s[i][h] += __shfl_xor_sync(0xffffffffu, s[i][h], off);
+      }
+    }
+    // Online softmax, rescaling once per step.
+    float m_use[GH];
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      float mx = st.m[h];
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+        if (jg + i >= j_end) s[i][h] = -INFINITY;
+        mx = fmaxf(mx, s[i][h]);
+      }
+      m_use[h] = mx == -INFINITY ? 0.0f : mx;  // no key yet: keep exp2 away from inf - inf
+      const float alpha = ex2(st.m[h] - m_use[h]);
+      st.m[h] = mx;
+      st.l[h] *= alpha;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) st.acc[h][e] *= alpha;
+    }
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      float vf[8];
+      attn::unpack8<T>(vraw[i], vf);
+#pragma unroll
+      for (int h = 0; h < GH; ++h) {
+        const float p = ex2(s[i][h] - m_use[h]);
+        st.l[h] += p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) st.acc[h][e] = fmaf(p, vf[e], st.acc[h][e]);
+      }
+    }
+    issue(n + kStages);  // into the stage just read (its values are consumed above)
+  }
+  attn::cp_async_wait<0>();
+}
+
+template <typename T, int D, int GH>
+__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
+  using Shape = DecodeShape<D>;
+  constexpr int kG = Shape::kGroups;
+  __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];
+  // After the key loops the ring is free: [kG][GH][D] partial sums, then [kG][GH] maxima and sums.
+  float* s_acc = reinterpret_cast<float*>(smem);
+  float* s_m = s_acc + kG * GH * D;
+  float* s_l = s_m + kG * GH;
+
+  const int split = blockIdx.x, seq = blockIdx.z;
+  const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
+  const int h0 = kvh * a.group + chunk * GH;  // first query head of this CTA
+  const int nh = min(GH, a.group - chunk * GH);
+  const int lane = threadIdx.x % Shape::kTpr, grp = threadIdx.x / Shape::kTpr;
+  const bool active = lane * 8 < D;
+
+  const DecodeSeq sq = a.seqs[seq];
+  const int num_sink = max(sq.num_sink, 0);
+  const int n_keys = num_sink + max(sq.window_count, 0);
+  const KeyRange range =
+      split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
+  const int64_t ws_row = static_cast<int64_t>(seq) * a.num_heads + h0;  // (seq, h0) in workspace
+  T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(seq) * a.num_heads + h0) * D;
+
+  if (range.lo >= range.hi) {  // nothing to attend: an empty split, or a sequence without keys
+    if (a.num_splits > 1) {
+      if (threadIdx.x < nh)
+        a.ws_ml[(ws_row + threadIdx.x) * a.num_splits + split] = make_float2(-INFINITY, 0.0f);
+    } else {
+      for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
+    }
+    return;
+  }
+
+  const PagedKv<T> kv{static_cast<const T*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
+                      sq.geo.block_table,
+                      a.block_stride,
+                      a.kv_stride,
+                      a.block_shift,
+                      D};
+  const WindowGeo geo{sq.geo.ring_base, sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff,
+                      sq.head_rel, n_keys};
+
+  SoftmaxState<GH> st;
+#pragma unroll
+  for (int h = 0; h < GH; ++h) {
+    st.m[h] = -INFINITY;
+    st.l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) st.acc[h][e] = 0.0f;
+  }
+  float q[GH][8];
+  const int sink_end = min(range.hi, num_sink);
+  if (range.lo < sink_end) {
+    load_query<T, D, GH>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0, nh, lane,
+                         a.scale_log2);
+    attend_keys<T, D, GH>(kv, geo, range.lo, sink_end, true, grp, lane, active, q, st, smem);
+  }
+  const int win_begin = max(range.lo, num_sink);
+  if (win_begin < range.hi) {
+    load_query<T, D, GH>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
+                         a.scale_log2);
+    attend_keys<T, D, GH>(kv, geo, win_begin, range.hi, false, grp, lane, active, q, st, smem);
+  }
+
+  // Merge the thread groups: group g holds (m, l, acc) of the keys it saw.
+  __syncthreads();  // every thread is done with the ring
+  if (active) {
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      float4* dst = reinterpret_cast<float4*>(s_acc + (grp * GH + h) * D + lane * 8);
+      dst[0] = make_float4(st.acc[h][0], st.acc[h][1], st.acc[h][2], st.acc[h][3]);
+      dst[1] = make_float4(st.acc[h][4], st.acc[h][5], st.acc[h][6], st.acc[h][7]);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int h = 0; h < GH; ++h) s_m[grp * GH + h] = st.m[h], s_l[grp * GH + h] = st.l[h];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < kG; ++g) mx = fmaxf(mx, s_m[g * GH + h]);
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float w = ex2(s_m[g * GH + h] - mx);  // 0 for a group that saw no key (m = -inf)
+        sum = fmaf(s_l[g * GH + h], w, sum);
+        o = fmaf(s_acc[(g * GH + h) * D + d], w, o);
+      }
+    }
+    if (a.num_splits == 1) {
+      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else {
+      const int64_t part = (ws_row + h) * a.num_splits + split;
+      a.ws_acc[part * D + d] = o;
+      if (d == 0) a.ws_ml[part] = make_float2(mx, sum);
+    }
+  }
+}
+
+/// Combines the splits of one (sequence, head): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M)
+/// l_s. Grid (num_heads, num_seqs).
+template <typename T>
+__global__ void __launch_bounds__(kMergeThreads)
+    decode_merge_kernel(const float* ws_acc, const float2* ws_ml, int num_heads, int head_dim,
+                        int num_splits, T* out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
+  const float2* ml = ws_ml + row * num_splits;
+  const float* acc = ws_acc + row * num_splits * head_dim;
+  float mx = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ml[s].x);
+  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+      for (int s = 0; s < num_splits; ++s) {
+        const float2 v = ml[s];
+        if (v.x == -INFINITY) continue;  // empty split: its acc was never written
+        const float w = ex2(v.x - mx);
+        sum = fmaf(v.y, w, sum);
+        o = fmaf(acc[static_cast<int64_t>(s) * head_dim + d], w, o);
+      }
+    }
+    out[row * head_dim + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+  }
+}
+
+/// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8; larger groups use several CTAs.
+int heads_per_cta(int group) {
+  return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+template <typename T, int D>
+cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads, int gh,
+                                cudaStream_t stream) {
+  const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
+  switch (gh) {
+    case 1:
+      decode_attention_kernel<T, D, 1><<<grid, kDecodeThreads, 0, stream>>>(args);
+      break;
+    case 2:
+      decode_attention_kernel<T, D, 2><<<grid, kDecodeThreads, 0, stream>>>(args);
+      break;
+    case 4:
+      decode_attention_kernel<T, D, 4><<<grid, kDecodeThreads, 0, stream>>>(args);
+      break;
+    default:
+      decode_attention_kernel<T, D, 8><<<grid, kDecodeThreads, 0, stream>>>(args);
+      break;
+  }
+  if (cudaError_t err = launch_status(); err != cudaSuccess) return err;
+  if (args.num_splits > 1) {
+    decode_merge_kernel<T><<<dim3(args.num_heads, num_seqs), kMergeThreads, 0, stream>>>(
+        args.ws_acc, args.ws_ml, args.num_heads, D, args.num_splits, static_cast<T*>(args.out));
+    return launch_status();
+  }
+  return cudaSuccess;
+}
+
+/// Calls body.template operator()<D>() for the supported decode head dims.
+template <typename Body>
+cudaError_t dispatch_decode_head_dim(int head_dim, Body&& body) {
+  switch (head_dim) {
+    case 32:
+      return body.template operator()<32>();
+    case 64:
+      return body.template operator()<64>();
+    case 80:
+      return body.template operator()<80>();
+    case 96:
+      return body.template operator()<96>();
+    case 128:
+      return body.template operator()<128>();
+    case 256:
+      return body.template operator()<256>();
+  }
+  return invalid_argument("unsupported head_dim=" + std::to_string(head_dim));
+}
+
+}  // namespace
+
+size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
+  if (num_splits <= 1 || num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
+  const size_t parts = static_cast<size_t>(num_seqs) * num_heads * num_splits;
+  return parts * head_dim * sizeof(float) + parts * sizeof(float2);
+}
+
+cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 &&
+      p.head_dim != 128 && p.head_dim != 256)
+    return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
+  if (p.num_seqs < 0 || p.num_seqs > 65535)
+    return invalid_argument("decode attention: num_seqs=" + std::to_string(p.num_seqs));
+  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0)
+    return invalid_argument("decode attention: num_heads=" + std::to_string(p.num_heads) +
+                            " is not a multiple of num_kv_heads=" + std::to_string(p.num_kv_heads));
+  if (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim)
+    return invalid_argument("decode attention: cache layout does not match the heads");
+  if (!attn::is_pow2(p.layout.block_size))
+    return invalid_argument("decode attention: block_size=" + std::to_string(p.layout.block_size) +
+                            " is not a power of two");
+  if (p.num_splits < 1 || p.num_splits > 65535)
+    return invalid_argument("decode attention: num_splits=" + std::to_string(p.num_splits));
+  if (p.num_splits > 1 && (p.workspace == nullptr || !attn::aligned16(p.workspace)))
+    return invalid_argument("decode attention: num_splits > 1 needs a 16-byte aligned workspace");
+  if (p.num_seqs == 0) return cudaSuccess;
+  if (p.q == nullptr || p.seqs == nullptr || p.cache == nullptr || p.out == nullptr)
+    return invalid_argument("decode attention: null q, seqs, cache or out");
+  if (!attn::aligned16(p.cache))
+    return invalid_argument("decode attention: the cache must be 16-byte aligned");
+
+  const int group = p.num_heads / p.num_kv_heads;
+  const int gh = heads_per_cta(group);
+  DecodeArgs args{};
+  args.q = p.q;
+  args.q_stride = p.q_stride;
+  args.q_sink = p.q_sink;
+  args.q_sink_stride = p.q_sink_stride;
+  args.seqs = p.seqs;
+  args.cache = p.cache;
+  args.block_stride = p.layout.block_stride();
+  args.kv_stride = p.layout.kv_stride();
+  args.block_size = p.layout.block_size;
+  args.block_shift = attn::log2_pow2(p.layout.block_size);
+  args.num_heads = p.num_heads;
+  args.group = group;
+  args.head_chunks = (group + gh - 1) / gh;
+  args.num_splits = p.num_splits;
+  args.min_keys_per_split = p.min_keys_per_split > 0 ? p.min_keys_per_split : 1;
+  args.scale_log2 = p.scale * kLog2e;
+  args.out = p.out;
+  if (p.num_splits > 1) {
+    args.ws_acc = static_cast<float*>(p.workspace);
+    args.ws_ml = reinterpret_cast<float2*>(static_cast<char*>(p.workspace) +
+                                           static_cast<size_t>(p.num_seqs) * p.num_heads *
+                                               p.num_splits * p.head_dim * sizeof(float));
+  }
+  if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
+    return invalid_argument("decode attention: too many kv heads");
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    return dispatch_decode_head_dim(p.head_dim, [&]<int D>() {
+      return launch_decode_typed<T, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
+    });
+  });
+}
+
+}  // namespace rill::kernels

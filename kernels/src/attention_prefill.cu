@@ -1,0 +1,435 @@
+// Prefill attention of one chunk against itself and the paged KV cache (StreamingLLM sinks +
+// window), FlashAttention-2 style on tensor cores (mma.sync m16n8k16, fp32 accumulators).
+//
+// prefill_attention_kernel: grid (ceil(max_tokens / 64), num_heads, num_seqs), 128 threads; the
+// CTA owns 64 query rows of one head (its 4 warps 16 rows each), the longest rows first. Keys are
+// streamed through shared memory in tiles of 64 rows, gathered one row at a time (a row is the
+// cache slot's K/V through the block table, or a chunk row of qkv) with cp.async, double
+// buffered. Two phases, so a tile never mixes the two queries:
+//   1. sinks, scored with the Q_sink tile: key idx < sink_cache is cache slot idx, the rest the
+//      chunk rows [0, sink_fresh) (visible iff row <= query);
+//   2. window, scored with the Q tile: chunk-relative key kk in [kk_lo, q1), kk < 0 being the old
+//      token -1 - kk steps before the chunk (ring rel old_head_rel + 1 + kk), kk >= 0 a chunk row;
+//      tiles are aligned to the query tiles so the causal diagonal is one tile.
+// Per tile and warp: S = Q K^T (ldmatrix from padded rows, conflict-free), logits scaled by
+// scale * log2(e), masked only where the tile is not entirely visible, online softmax on the
+// accumulator fragments (row max over the 4 lanes of a quad), P re-packed in registers as the A
+// operand of O += P V (V through ldmatrix.trans). Shared memory: Q + 2 x (K, V) tiles, 87 KB for
+// head_dim 128 (two CTAs per SM).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <string>
+
+#include "attention_mma.cuh"
+#include "attention_util.cuh"
+#include "dispatch.cuh"
+#include "rill/kernels/attention.h"
+
+namespace rill::kernels {
+namespace {
+
+using attn::ex2;
+using attn::PagedKv;
+
+constexpr int kPrefillThreads = 128;  // 4 warps x 16 query rows
+constexpr int kTile = 64;             // query rows per CTA, keys per K/V tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Launch arguments shared by all instantiations (device view of PrefillAttentionParams).
+struct PrefillArgs {
+  const void* qkv;     // [total_tokens, qkv_stride]: q | k | v
+  int64_t qkv_stride;  // elements
+  int k_col, v_col;    // first column of k and of v (kv head 0)
+  const void* q_sink;  // [total_tokens, num_heads * head_dim]
+  const PrefillSeq* seqs;
+  const void* cache;  // this layer
+  int64_t block_stride, kv_stride;
+  int block_size, block_shift;
+  int num_heads, group;
+  float scale_log2;  // scale * log2(e)
+  void* out;         // [total_tokens, num_heads * head_dim]
+};
+
+template <int D>
+struct PrefillShape {
+  static constexpr int kPitch =
+      D + 8;  // smem row pitch: a 16-byte pad keeps ldmatrix conflict-free
+  static constexpr int kTileElems = kTile * kPitch;
+  static constexpr int kSmemBytes = 5 * kTileElems * 2;  // Q, 2 x K, 2 x V
+  static constexpr int kChunks = D / 8;                  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = kPrefillThreads / kChunks;
+  static constexpr int kPasses = kTile / kRowsPerPass;
+  static_assert(D % 16 == 0 && kTile % kRowsPerPass == 0, "unsupported head_dim");
+};
+
+/// One CTA's view of its sequence and head.
+template <typename T>
+struct PrefillCtx {
+  PagedKv<T> kv;     // cache rows of this kv head
+  const T* chunk_k;  // K of chunk row 0, this kv head; row r at + r * qkv_stride
+  int64_t qkv_stride;
+  int64_t v_minus_k;  // V of a chunk row is this many elements after its K
+  int q_offset, n_tok, q0, q1;
+  int sink_cache, sink_fresh, n_sink_keys;
+  int cache_window, old_head_rel, window, ring_base, ring;
+};
+
+/// Source rows of sink-phase key idx; false past the sink keys.
+template <typename T>
+__device__ __forceinline__ bool sink_key(const PrefillCtx<T>& c, int idx, const T*& k,
+                                         const T*& v) {
+  if (idx >= c.n_sink_keys) return false;
+  if (idx < c.sink_cache) {
+    k = c.kv.k_row(idx);
+    v = k + c.kv.kv_stride;
+  } else {
+    k = c.chunk_k + (idx - c.sink_cache) * c.qkv_stride;
+    v = k + c.v_minus_k;
+  }
+  return true;
+}
+
+__device__ __forceinline__ bool sink_visible(int sink_cache, int n_sink_keys, int qq, int idx) {
+  return idx < n_sink_keys && (idx < sink_cache || idx - sink_cache <= qq);
+}
+
+template <typename T>
+__device__ __forceinline__ bool window_visible(const PrefillCtx<T>& c, int qq, int kk) {
+  return kk >= -c.cache_window && qq - kk < c.window &&
+         (kk < 0 || (kk >= c.sink_fresh && kk <= qq));
+}
+
+/// True when every (query row of the CTA, key of window tile k0) pair is visible: no mask needed.
+template <typename T>
+__device__ __forceinline__ bool window_tile_full(const PrefillCtx<T>& c, int k0) {
+  const int k_last = k0 + kTile - 1;
+  return k0 >= -c.cache_window && c.q1 - 1 - k0 < c.window &&
+         (k_last < 0 || (max(k0, 0) >= c.sink_fresh && k_last <= c.q0));
+}
+
+/// Q tile (rows q0 .. q0 + 63 of q_base; zeros past the chunk) into sq, asynchronously.
+template <typename T, int D>
+__device__ __forceinline__ void load_q_tile(const PrefillCtx<T>& c, const T* q_base,
+                                            int64_t q_stride, T* sq) {
+  using Sh = PrefillShape<D>;
+  const int chunk = threadIdx.x % Sh::kChunks;
+#pragma unroll
+  for (int pass = 0; pass < Sh::kPasses; ++pass) {
+    const int r = threadIdx.x / Sh::kChunks + pass * Sh::kRowsPerPass;
+    const bool valid = c.q0 + r < c.n_tok;
+    const T* src = valid ? q_base + static_cast<int64_t>(c.q_offset + c.q0 + r) * q_stride : q_base;
+    attn::cp_async16(attn::smem_addr(sq + r * Sh::kPitch + chunk * 8), src + chunk * 8, valid);
+  }
+}
+
+/// K and V rows of tile k0 into (sk, sv), asynchronously; invalid rows are zero-filled.
+/// Window phase: keys outside [kk_lo, q1) are invalid.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void load_kv_tile(const PrefillCtx<T>& c, int k0, int kk_lo, T* sk,
+                                             T* sv) {
+  using Sh = PrefillShape<D>;
+  const int chunk = threadIdx.x % Sh::kChunks;
+  const int row0 = threadIdx.x / Sh::kChunks;
+  // Old window keys are consecutive in the ring: one division per tile, then wrap-around adds.
+  unsigned off = 0;
+  if (!kSink && k0 < 0) off = attn::ring_offset(c.old_head_rel + 1 + k0 + row0, c.ring);
+#pragma unroll
+  for (int pass = 0; pass < Sh::kPasses; ++pass) {
+    const int r = row0 + pass * Sh::kRowsPerPass;
+    const T* k = c.chunk_k;  // any readable address when the row is invalid
+    const T* v = c.chunk_k;
+    bool valid;
+    if (kSink) {
+      valid = sink_key(c, k0 + r, k, v);
+    } else {
+      const int kk = k0 + r;
+      valid = kk >= kk_lo && kk < c.q1;
+      if (valid && kk < 0) {
+        k = c.kv.k_row(c.ring_base + static_cast<int>(off));
+        v = k + c.kv.kv_stride;
+      } else if (valid) {
+        k = c.chunk_k + kk * c.qkv_stride;
+        v = k + c.v_minus_k;
+      }
+      off += Sh::kRowsPerPass;
+      while (off >= static_cast<unsigned>(c.ring)) off -= static_cast<unsigned>(c.ring);
+    }
+    const int so = r * Sh::kPitch + chunk * 8;
+    attn::cp_async16(attn::smem_addr(sk + so), k + chunk * 8, valid);
+    attn::cp_async16(attn::smem_addr(sv + so), v + chunk * 8, valid);
+  }
+}
+
+/// Per-thread accumulators of the warp's 16 query rows: rows g and g + 8 of the warp (g = lane /
+/// 4).
+template <int D>
+struct RowState {
+  float acc[D / 8][4];  // O fragments: n-tile j holds dims 8j + 2t, +1 of both rows
+  float m[2];           // running max of base-2 logits (identical across the quad)
+  float l[2];  // this thread's share of the running sum (summed across the quad at the end)
+};
+
+/// One 64-key tile for the warp's 16 rows: S = Q K^T, mask, online softmax, O += P V.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
+                                            const T* sq, const T* sk, const T* sv,
+                                            RowState<D>& st) {
+  using Sh = PrefillShape<D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+
+  float s[kTile / 8][4];
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  // ldmatrix row addresses (see attention_mma.cuh): A and V.trans take rows (l & 7) + 8 * bit3,
+  // column block l >> 4; K takes rows (l & 7) + 8 * (l >> 4), column block bit3.
+  const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
+  const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
+  const uint32_t q_addr = attn::smem_addr(sq + (warp * 16 + ar) * Sh::kPitch + ac);
+  const uint32_t k_addr = attn::smem_addr(sk + kr * Sh::kPitch + kc);
+  const uint32_t v_addr = attn::smem_addr(sv + ar * Sh::kPitch + ac);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t qa[4];
+    attn::ldmatrix_x4(qa, q_addr + ks * 32);
+#pragma unroll
+    for (int kp = 0; kp < kTile / 16; ++kp) {
+      uint32_t kb[4];
+      attn::ldmatrix_x4(kb, k_addr + (kp * 16 * Sh::kPitch + ks * 16) * 2);
+      attn::mma_16816<T>(s[2 * kp], qa, kb[0], kb[1]);
+      attn::mma_16816<T>(s[2 * kp + 1], qa, kb[2], kb[3]);
+    }
+  }
+
+  const int qr = c.q0 + warp * 16 + g;  // query rows qr (e < 2) and qr + 8 (e >= 2)
+  const bool masked = kSink || !window_tile_full(c, k0);
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] *= scale_log2;
+      if (masked) {
+        const int qq = qr + (e >= 2 ? 8 : 0), kk = k0 + 8 * j + 2 * t4 + (e & 1);
+        const bool vis =
+            kSink ? sink_visible(c.sink_cache, c.n_sink_keys, qq, kk) : window_visible(c, qq, kk);
+        if (!vis) s[j][e] = -INFINITY;
+      }
+    }
+  }
+
+  // Online softmax: row max across the quad, rescale O and l once per tile.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = st.m[r];
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_use = mx == -INFINITY ? 0.0f : mx;  // row without a visible key yet
+    const float alpha = ex2(st.m[r] - m_use);
+    st.m[r] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j) {
+      s[j][2 * r] = ex2(s[j][2 * r] - m_use);
+      s[j][2 * r + 1] = ex2(s[j][2 * r + 1] - m_use);
+      sum += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] = st.l[r] * alpha + sum;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) st.acc[j][2 * r] *= alpha, st.acc[j][2 * r + 1] *= alpha;
+  }
+
+  // O += P V: the S accumulators of key n-tiles 2c, 2c + 1 are the A fragment of key chunk c.
+#pragma unroll
+  for (int kc2 = 0; kc2 < kTile / 16; ++kc2) {
+    const uint32_t pa[4] = {attn::pack2<T>(s[2 * kc2][0], s[2 * kc2][1]),
+                            attn::pack2<T>(s[2 * kc2][2], s[2 * kc2][3]),
+                            attn::pack2<T>(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]),
+                            attn::pack2<T>(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t vb[4];
+      attn::ldmatrix_x4_trans(vb, v_addr + (kc2 * 16 * Sh::kPitch + dp * 16) * 2);
+      attn::mma_16816<T>(st.acc[2 * dp], pa, vb[0], vb[1]);
+      attn::mma_16816<T>(st.acc[2 * dp + 1], pa, vb[2], vb[3]);
+    }
+  }
+}
+
+/// All tiles of one phase, double buffered: tile t + 1 loads while tile t is computed.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void run_phase(const PrefillCtx<T>& c, const T* q_base, int64_t q_stride,
+                                          int k_start, int n_tiles, int kk_lo, float scale_log2,
+                                          T* sq, T* sk, T* sv, RowState<D>& st) {
+  using Sh = PrefillShape<D>;
+  load_q_tile<T, D>(c, q_base, q_stride, sq);
+  load_kv_tile<T, D, kSink>(c, k_start, kk_lo, sk, sv);
+  attn::cp_async_commit();
+  for (int t = 0; t < n_tiles; ++t) {
+    const int stage = t & 1;
+    if (t + 1 < n_tiles) {
+      load_kv_tile<T, D, kSink>(c, k_start + (t + 1) * kTile, kk_lo,
+                                sk + (stage ^ 1) * Sh::kTileElems,
+                                sv + (stage ^ 1) * Sh::kTileElems);
+      attn::cp_async_commit();
+      attn::cp_async_wait<1>();
+    } else {
+      attn::cp_async_wait<0>();
+    }
+    __syncthreads();  // tile t (and Q) visible to all warps
+    attend_tile<T, D, kSink>(c, k_start + t * kTile, scale_log2, sq, sk + stage * Sh::kTileElems,
+                             sv + stage * Sh::kTileElems, st);
+    __syncthreads();  // stage free for tile t + 2; Q free for the next phase
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kPrefillThreads, 2)
+    prefill_attention_kernel(const PrefillArgs a) {
+  using Sh = PrefillShape<D>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  T* sk = sq + Sh::kTileElems;      // [2][kTile][kPitch]
+  T* sv = sk + 2 * Sh::kTileElems;  // [2][kTile][kPitch]
+
+  const PrefillSeq seq = a.seqs[blockIdx.z];
+  const int n_tok = max(seq.num_tokens, 0);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;  // the longest rows start first
+  if (q0 >= n_tok) return;
+  const int head = blockIdx.y, kvh = head / a.group;
+
+  PrefillCtx<T> c;
+  c.kv = PagedKv<T>{static_cast<const T*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
+                    seq.geo.block_table,
+                    a.block_stride,
+                    a.kv_stride,
+                    a.block_shift,
+                    D};
+  const T* qkv = static_cast<const T*>(a.qkv);
+  c.chunk_k = qkv + static_cast<int64_t>(seq.q_offset) * a.qkv_stride + a.k_col + kvh * D;
+  c.qkv_stride = a.qkv_stride;
+  c.v_minus_k = a.v_col - a.k_col;
+  c.q_offset = seq.q_offset;
+  c.n_tok = n_tok;
+  c.q0 = q0;
+  c.q1 = min(q0 + kTile, n_tok);
+  c.sink_cache = max(seq.sink_cache, 0);
+  c.sink_fresh = min(max(seq.sink_fresh, 0), n_tok);
+  c.n_sink_keys = c.sink_cache + min(c.sink_fresh, c.q1);
+  c.cache_window = max(seq.cache_window, 0);
+  c.old_head_rel = seq.old_head_rel;
+  c.window = seq.window;
+  c.ring_base = seq.geo.ring_base;
+  c.ring = seq.geo.ring_size > 0 ? seq.geo.ring_size : 0x7fffffff;
+
+  RowState<D> st;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+
+  const int64_t q_sink_stride = static_cast<int64_t>(a.num_heads) * D;
+  if (c.n_sink_keys > 0) {
+    run_phase<T, D, true>(c, static_cast<const T*>(a.q_sink) + head * D, q_sink_stride, 0,
+                          (c.n_sink_keys + kTile - 1) / kTile, 0, a.scale_log2, sq, sk, sv, st);
+  }
+  const int64_t lo =
+      max(static_cast<int64_t>(-c.cache_window), static_cast<int64_t>(q0) - c.window + 1);
+  if (lo < c.q1) {
+    const int kk_lo = static_cast<int>(lo);
+    const int k_start = kk_lo & ~(kTile - 1);  // floor to a multiple of 64 (also when negative)
+    run_phase<T, D, false>(c, qkv + head * D, a.qkv_stride, k_start,
+                           (c.q1 - k_start + kTile - 1) / kTile, kk_lo, a.scale_log2, sq, sk, sv,
+                           st);
+  }
+
+  // O / l, written as pairs of elements.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int qq = q0 + warp * 16 + g + 8 * r;
+    if (qq >= n_tok) continue;
+    T* o = static_cast<T*>(a.out) + static_cast<int64_t>(seq.q_offset + qq) * q_sink_stride +
+           head * D + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const uint32_t w = attn::pack2<T>(st.acc[j][2 * r] * inv, st.acc[j][2 * r + 1] * inv);
+      *reinterpret_cast<uint32_t*>(o + 8 * j) = w;
+    }
+  }
+}
+
+template <typename T, int D>
+cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int num_seqs,
+                                 cudaStream_t stream) {
+  using Sh = PrefillShape<D>;
+  const auto kernel = prefill_attention_kernel<T, D>;
+  if (cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmemBytes);
+      err != cudaSuccess)
+    return err;
+  const dim3 grid((max_tokens + kTile - 1) / kTile, args.num_heads, num_seqs);
+  kernel<<<grid, kPrefillThreads, Sh::kSmemBytes, stream>>>(args);
+  return launch_status();
+}
+
+}  // namespace
+
+cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
+  if (p.num_seqs < 0 || p.num_seqs > 65535)
+    return invalid_argument("prefill attention: num_seqs=" + std::to_string(p.num_seqs));
+  if (p.num_heads <= 0 || p.num_heads > 65535 || p.num_kv_heads <= 0 ||
+      p.num_heads % p.num_kv_heads != 0)
+    return invalid_argument("prefill attention: num_heads=" + std::to_string(p.num_heads) +
+                            " is not a multiple of num_kv_heads=" + std::to_string(p.num_kv_heads));
+  if (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim)
+    return invalid_argument("prefill attention: cache layout does not match the heads");
+  if (!attn::is_pow2(p.layout.block_size))
+    return invalid_argument("prefill attention: block_size=" + std::to_string(p.layout.block_size) +
+                            " is not a power of two");
+  const int64_t row = static_cast<int64_t>(p.num_heads + 2 * p.num_kv_heads) * p.head_dim;
+  if (p.qkv_stride < row || p.qkv_stride % 8 != 0)
+    return invalid_argument("prefill attention: qkv_stride=" + std::to_string(p.qkv_stride) +
+                            " must be >= " + std::to_string(row) + " and a multiple of 8");
+  if (p.num_seqs == 0 || p.max_tokens <= 0) return cudaSuccess;
+  if (p.qkv == nullptr || p.seqs == nullptr || p.cache == nullptr || p.out == nullptr)
+    return invalid_argument("prefill attention: null qkv, seqs, cache or out");
+  // The tile loads copy 16-byte chunks; the output is written in 4-byte pairs.
+  if (!attn::aligned16(p.qkv) || !attn::aligned16(p.cache) || !attn::aligned16(p.q_sink) ||
+      !attn::aligned16(p.out))
+    return invalid_argument(
+        "prefill attention: qkv, q_sink, cache and out must be 16-byte aligned");
+
+  PrefillArgs args{};
+  args.qkv = p.qkv;
+  args.qkv_stride = p.qkv_stride;
+  args.k_col = p.num_heads * p.head_dim;
+  args.v_col = (p.num_heads + p.num_kv_heads) * p.head_dim;
+  args.q_sink = p.q_sink;
+  args.seqs = p.seqs;
+  args.cache = p.cache;
+  args.block_stride = p.layout.block_stride();
+  args.kv_stride = p.layout.kv_stride();
+  args.block_size = p.layout.block_size;
+  args.block_shift = attn::log2_pow2(p.layout.block_size);
+  args.num_heads = p.num_heads;
+  args.group = p.num_heads / p.num_kv_heads;
+  args.scale_log2 = p.scale * kLog2e;
+  args.out = p.out;
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    return p.head_dim == 64 ? launch_prefill_typed<T, 64>(args, p.max_tokens, p.num_seqs, stream)
+                            : launch_prefill_typed<T, 128>(args, p.max_tokens, p.num_seqs, stream);
+  });
+}
+
+}  // namespace rill::kernels

@@ -1,0 +1,416 @@
+// launch_decode_attention against an fp64 CPU reference on the same rounded inputs.
+//
+// The cache and the padding of q / q_sink rows are NaN everywhere no key lives, so a kernel that
+// reads a slot, block or element it should not turns its output non-finite. Block tables are
+// shuffled; outputs are poisoned before each launch and their guard regions checked after.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rill/kernels/attention.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DecodeAttentionParams;
+using kernels::DecodeSeq;
+using kernels::DType;
+using kernels::KvCacheLayout;
+
+constexpr int kLinear = INT_MAX;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+/// One decoding sequence: sinks at slots [0, num_sink), the window of window_count tokens ending
+/// at rel index head_rel in a ring of ring_size slots (kLinear: a linear cache).
+struct SeqSpec {
+  int num_sink;
+  int ring_size;
+  int head_rel;
+  int window_count;
+};
+
+struct DecodeCase {
+  DType dtype = DType::kF16;
+  int head_dim = 128, num_heads = 8, num_kv_heads = 2, block_size = 16;
+  int num_splits = 1, min_keys_per_split = 256;
+  std::vector<SeqSpec> seqs;
+};
+
+std::string describe(const DecodeCase& c) {
+  std::string s = std::string(c.dtype == DType::kF16 ? "f16" : "bf16") +
+                  " head_dim=" + std::to_string(c.head_dim) +
+                  " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+                  " block=" + std::to_string(c.block_size) +
+                  " splits=" + std::to_string(c.num_splits) +
+                  " min_keys=" + std::to_string(c.min_keys_per_split) + " seqs:";
+  for (const SeqSpec& q : c.seqs)
+    s += " (sink " + std::to_string(q.num_sink) + " ring " +
+         (q.ring_size == kLinear ? std::string("linear") : std::to_string(q.ring_size)) + " head " +
+         std::to_string(q.head_rel) + " window " + std::to_string(q.window_count) + ")";
+  return s;
+}
+
+int ring_offset(long long rel, long long ring) {
+  long long r = rel % ring;
+  if (r < 0) r += ring;
+  return static_cast<int>(r);
+}
+
+/// Key slots of a sequence: sinks first (scored with q_sink), then the window.
+struct Key {
+  int slot;
+  bool sink;
+};
+std::vector<Key> keys_of(const SeqSpec& s, int ring_base) {
+  std::vector<Key> keys;
+  for (int j = 0; j < s.num_sink; ++j) keys.push_back({j, true});
+  for (int d = 0; d < s.window_count; ++d)
+    keys.push_back(
+        {ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size), false});
+  return keys;
+}
+
+double tolerance(DType t) {
+  return t == DType::kF16 ? 2e-3 : 1e-2;
+}
+double max_abs_tolerance(DType t) {
+  return t == DType::kF16 ? 1e-2 : 4e-2;
+}
+
+/// Builds the inputs of one case, runs the kernel (directly or through a CUDA graph) and compares.
+void run_case(const DecodeCase& c, bool through_graph = false) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(1234 + c.head_dim * 7 + c.num_heads + c.block_size + c.num_splits);
+  const int n = static_cast<int>(c.seqs.size());
+  const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = c.block_size;
+  const int group = H / G;
+
+  // Block tables: every sequence gets the logical blocks its slots need, at shuffled physical
+  // blocks; a few spare blocks stay NaN.
+  std::vector<int> ring_base(n), first_block(n), n_blocks(n);
+  int total_blocks = 0;
+  for (int s = 0; s < n; ++s) {
+    const SeqSpec& q = c.seqs[s];
+    ring_base[s] = (q.num_sink + bs - 1) / bs * bs;
+    int max_slot = q.num_sink - 1;
+    for (const Key& k : keys_of(q, ring_base[s])) max_slot = std::max(max_slot, k.slot);
+    n_blocks[s] = std::max(1, max_slot / bs + 1);
+    first_block[s] = total_blocks;
+    total_blocks += n_blocks[s];
+  }
+  const int num_blocks = total_blocks + 3;
+  std::vector<int32_t> phys(num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  std::vector<int32_t> tables(phys.begin(), phys.begin() + total_blocks);
+
+  KvCacheLayout layout;
+  layout.num_blocks = num_blocks;
+  layout.num_kv_heads = G;
+  layout.block_size = bs;
+  layout.head_dim = D;
+  std::vector<float> cache(static_cast<size_t>(num_blocks) * layout.block_stride(), kNaN);
+  auto k_at = [&](int s, int slot, int g) -> float* {
+    const int64_t block = tables[first_block[s] + slot / bs];
+    return cache.data() + block * layout.block_stride() +
+           (static_cast<int64_t>(g) * bs + slot % bs) * D;
+  };
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int s = 0; s < n; ++s)
+    for (const Key& k : keys_of(c.seqs[s], ring_base[s]))
+      for (int g = 0; g < G; ++g)
+        for (int d = 0; d < D; ++d) {
+          k_at(s, k.slot, g)[d] = normal(rng);
+          k_at(s, k.slot, g)[layout.kv_stride() + d] = normal(rng);
+        }
+  cache = round_to(cache, c.dtype);
+
+  // Queries: rows padded with NaN past num_heads * head_dim; logits of spread about 1.5.
+  const int64_t q_stride = static_cast<int64_t>(H) * D + 24,
+                qs_stride = static_cast<int64_t>(H) * D + 8;
+  std::vector<float> q(n * q_stride, kNaN), q_sink(n * qs_stride, kNaN);
+  std::normal_distribution<float> qnormal(0.0f, 1.5f);
+  for (int s = 0; s < n; ++s)
+    for (int i = 0; i < H * D; ++i) {
+      q[s * q_stride + i] = qnormal(rng);
+      q_sink[s * qs_stride + i] = qnormal(rng);
+    }
+  q = round_to(q, c.dtype);
+  q_sink = round_to(q_sink, c.dtype);
+
+  // Reference (fp64).
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<float> want(static_cast<size_t>(n) * H * D, 0.0f);
+  for (int s = 0; s < n; ++s) {
+    const std::vector<Key> keys = keys_of(c.seqs[s], ring_base[s]);
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      std::vector<double> logit(keys.size());
+      double mx = -INFINITY;
+      for (size_t j = 0; j < keys.size(); ++j) {
+        const float* qr = keys[j].sink ? &q_sink[s * qs_stride + h * D] : &q[s * q_stride + h * D];
+        const float* kr = k_at(s, keys[j].slot, g);
+        double dot = 0;
+        for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
+        logit[j] = dot * scale;
+        mx = std::max(mx, logit[j]);
+      }
+      std::vector<double> o(D, 0.0);
+      double sum = 0;
+      for (size_t j = 0; j < keys.size(); ++j) {
+        const double p = std::exp(logit[j] - mx);
+        sum += p;
+        const float* vr = k_at(s, keys[j].slot, g) + layout.kv_stride();
+        for (int d = 0; d < D; ++d) o[d] += p * vr[d];
+      }
+      for (int d = 0; d < D; ++d)
+        want[(static_cast<size_t>(s) * H + h) * D + d] =
+            keys.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+    }
+  }
+
+  // Device inputs.
+  DeviceBuffer d_cache(cache.size(), 2), d_q(q.size(), 2), d_qs(q_sink.size(), 2);
+  d_cache.upload_floats(cache, c.dtype);
+  d_q.upload_floats(q, c.dtype);
+  d_qs.upload_floats(q_sink, c.dtype);
+  DeviceBuffer d_tables(std::max<size_t>(tables.size(), 1), 4);
+  d_tables.upload(tables.data());
+  std::vector<DecodeSeq> seqs(n);
+  for (int s = 0; s < n; ++s) {
+    seqs[s].geo.ring_base = ring_base[s];
+    seqs[s].geo.ring_size = c.seqs[s].ring_size;
+    seqs[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
+    seqs[s].num_sink = c.seqs[s].num_sink;
+    seqs[s].head_rel = c.seqs[s].head_rel;
+    seqs[s].window_count = c.seqs[s].window_count;
+  }
+  DeviceBuffer d_seqs(n, sizeof(DecodeSeq));
+  d_seqs.upload(seqs.data());
+  DeviceBuffer d_out(static_cast<size_t>(n) * H * D, 2);
+  const size_t ws_bytes = kernels::decode_attention_workspace_bytes(n, H, D, c.num_splits);
+  if (c.num_splits > 1) {
+    EXPECT_GT(ws_bytes, 0u);
+  }
+  DeviceBuffer d_ws(std::max<size_t>(ws_bytes, 16), 1);
+
+  DecodeAttentionParams p;
+  p.dtype = c.dtype;
+  p.num_seqs = n;
+  p.num_heads = H;
+  p.num_kv_heads = G;
+  p.head_dim = D;
+  p.scale = static_cast<float>(scale);
+  p.q = d_q.get();
+  p.q_stride = q_stride;
+  p.q_sink = d_qs.get();
+  p.q_sink_stride = qs_stride;
+  p.seqs = d_seqs.as<DecodeSeq>();
+  p.cache = d_cache.get();
+  p.layout = layout;
+  p.out = d_out.get();
+  p.num_splits = c.num_splits;
+  p.min_keys_per_split = c.min_keys_per_split;
+  p.workspace = d_ws.get();
+
+  d_out.poison();
+  d_ws.poison();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  if (through_graph) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const cudaError_t launched = kernels::launch_decode_attention(p, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(launched);
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; ++rep) {  // replays see the same result
+      d_out.poison();
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  } else {
+    CUDA_OK(kernels::launch_decode_attention(p, stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+
+  const std::vector<float> got = d_out.download_floats(c.dtype);
+  EXPECT_FALSE(has_nonfinite(got))
+      << "non-finite output (a NaN slot was read, or an element was not written)";
+  EXPECT_LT(normalized_error(got, want), tolerance(c.dtype));
+  EXPECT_LT(max_abs_error(got, want), max_abs_tolerance(c.dtype));
+  EXPECT_TRUE(d_out.check_guards());
+  EXPECT_TRUE(d_ws.check_guards());
+  EXPECT_TRUE(d_cache.check_guards());
+}
+
+// Linear (full-policy) caches of odd lengths, several in one launch.
+std::vector<SeqSpec> linear_seqs() {
+  return {
+      {0, kLinear, 0, 1}, {0, kLinear, 16, 17}, {0, kLinear, 999, 1000}, {0, kLinear, 4096, 4097}};
+}
+
+// StreamingLLM caches: sinks + rings that wrap across block boundaries, windows shorter than the
+// ring, rings that are not a whole number of blocks, a ring not yet full.
+std::vector<SeqSpec> streaming_seqs() {
+  return {
+      {4, 48, 1000, 48},      // full ring, head far past the ring size
+      {5, 37, 12345, 37},     // ring not a multiple of the block size
+      {1, 64, 71, 64},        // just wrapped
+      {0, 40, 999, 40},       // no sinks
+      {4, 100, 5000, 73},     // window shorter than the ring
+      {4, 128, 50, 51},       // ring not yet full
+      {4, 300, 100000, 300},  // several splits worth of keys
+  };
+}
+
+TEST(DecodeAttention, LinearCaches) {
+  RILL_REQUIRE_GPU();
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    DecodeCase c;
+    c.dtype = t;
+    c.seqs = linear_seqs();
+    run_case(c);
+  }
+}
+
+TEST(DecodeAttention, LinearCachesSplit) {
+  RILL_REQUIRE_GPU();
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int splits : {3, 8}) {
+      DecodeCase c;
+      c.dtype = t;
+      c.num_splits = splits;
+      c.min_keys_per_split = 16;
+      c.seqs = linear_seqs();
+      run_case(c);
+    }
+}
+
+TEST(DecodeAttention, StreamingSinksAndRings) {
+  RILL_REQUIRE_GPU();
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int splits : {1, 3, 8}) {
+      DecodeCase c;
+      c.dtype = t;
+      c.num_splits = splits;
+      c.min_keys_per_split = splits == 8 ? 1 : 16;  // 1 rounds up to one block
+      c.seqs = streaming_seqs();
+      run_case(c);
+    }
+}
+
+TEST(DecodeAttention, EdgeSequences) {
+  RILL_REQUIRE_GPU();
+  for (int splits : {1, 3}) {
+    DecodeCase c;
+    c.num_splits = splits;
+    c.min_keys_per_split = 16;
+    c.seqs = {
+        {0, kLinear, -1, 0},  // no keys at all: zeros
+        {4, 64, -1, 0},       // sinks only
+        {5, 16, 3, 4},        // more sinks than window tokens
+        {0, kLinear, 0, 1},   // one key
+        {3, 1, 77, 1},        // a ring of one slot
+    };
+    run_case(c);
+  }
+}
+
+TEST(DecodeAttention, HeadDims) {
+  RILL_REQUIRE_GPU();
+  for (int d : {32, 64, 80, 96, 128, 256})
+    for (DType t : {DType::kF16, DType::kBF16})
+      for (int splits : {1, 3}) {
+        DecodeCase c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.num_splits = splits;
+        c.min_keys_per_split = 32;
+        c.seqs = {
+            {4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {5, 37, 200, 30}, {0, kLinear, 16, 17}};
+        run_case(c);
+      }
+}
+
+TEST(DecodeAttention, GqaGroups) {
+  RILL_REQUIRE_GPU();
+  // (num_heads, num_kv_heads): groups 1, 4, 8, and 3, 5, 16, which leave heads of a CTA idle or
+  // take several CTAs per group.
+  const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}, {6, 2}, {10, 2}, {32, 2}};
+  for (const auto& hs : shapes)
+    for (int d : {64, 128})
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        DecodeCase c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.num_heads = hs[0];
+        c.num_kv_heads = hs[1];
+        c.num_splits = 3;
+        c.min_keys_per_split = 64;
+        c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
+        run_case(c);
+      }
+}
+
+TEST(DecodeAttention, BlockSizes) {
+  RILL_REQUIRE_GPU();
+  for (int bs : {8, 32, 64})
+    for (int splits : {1, 8}) {
+      DecodeCase c;
+      c.block_size = bs;
+      c.num_splits = splits;
+      c.min_keys_per_split = 1;
+      c.seqs = streaming_seqs();
+      c.seqs.push_back({0, kLinear, 1000, 1001});
+      run_case(c);
+    }
+}
+
+TEST(DecodeAttention, CudaGraphReplay) {
+  RILL_REQUIRE_GPU();
+  DecodeCase c;
+  c.num_splits = 8;
+  c.min_keys_per_split = 16;
+  c.seqs = streaming_seqs();
+  run_case(c, /*through_graph=*/true);
+}
+
+TEST(DecodeAttention, RejectsUnsupportedArguments) {
+  // Argument checks happen before any CUDA call: no GPU needed.
+  DecodeAttentionParams p;
+  p.num_seqs = 1;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 72;
+  p.layout.num_kv_heads = 2;
+  p.layout.head_dim = 72;
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("unsupported head_dim=72"),
+            std::string::npos);
+  p.head_dim = p.layout.head_dim = 128;
+  p.num_heads = 7;  // not a multiple of num_kv_heads
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  p.num_heads = 8;
+  p.layout.block_size = 12;  // not a power of two
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  p.layout.block_size = 16;
+  p.num_splits = 4;  // no workspace
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace rill::testing

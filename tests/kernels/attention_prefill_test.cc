@@ -1,0 +1,432 @@
+// launch_prefill_attention against an fp64 CPU reference on the same rounded inputs.
+//
+// The cache, the padding columns of qkv rows and the rows between chunks are NaN, so a kernel that
+// reads a slot or element it should not turns its output non-finite; output rows between chunks
+// must keep their poison (nothing written there). Block tables are shuffled.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rill/kernels/attention.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DType;
+using kernels::KvCacheLayout;
+using kernels::PrefillAttentionParams;
+using kernels::PrefillSeq;
+
+constexpr int kLinear = INT_MAX;
+constexpr int kNoWindow = INT_MAX;
+constexpr int kGap = 3;  // rows of qkv / out between two chunks
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+/// One chunk of T tokens (see PrefillSeq): sink_cache sinks already in the cache, the chunk's first
+/// sink_fresh rows are sinks, cache_window old window tokens ending at rel old_head_rel in a ring
+/// of ring_size slots (kLinear: linear), sliding window `window` (kNoWindow: none).
+struct ChunkSpec {
+  int num_tokens;
+  int sink_cache = 0, sink_fresh = 0;
+  int cache_window = 0, old_head_rel = -1;
+  int ring_size = kLinear;
+  int window = kNoWindow;
+};
+
+struct PrefillCase {
+  DType dtype = DType::kF16;
+  int head_dim = 128, num_heads = 8, num_kv_heads = 2, block_size = 16;
+  std::vector<ChunkSpec> chunks;
+};
+
+std::string describe(const PrefillCase& c) {
+  std::string s = std::string(c.dtype == DType::kF16 ? "f16" : "bf16") +
+                  " head_dim=" + std::to_string(c.head_dim) +
+                  " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+                  " block=" + std::to_string(c.block_size) + " chunks:";
+  for (const ChunkSpec& k : c.chunks)
+    s += " (T " + std::to_string(k.num_tokens) + " sink " + std::to_string(k.sink_cache) + "+" +
+         std::to_string(k.sink_fresh) + " old " + std::to_string(k.cache_window) + "@" +
+         std::to_string(k.old_head_rel) + " ring " +
+         (k.ring_size == kLinear ? std::string("linear") : std::to_string(k.ring_size)) +
+         " window " + (k.window == kNoWindow ? std::string("none") : std::to_string(k.window)) +
+         ")";
+  return s;
+}
+
+int ring_offset(long long rel, long long ring) {
+  long long r = rel % ring;
+  if (r < 0) r += ring;
+  return static_cast<int>(r);
+}
+
+double tolerance(DType t) {
+  return t == DType::kF16 ? 2e-3 : 1e-2;
+}
+double max_abs_tolerance(DType t) {
+  return t == DType::kF16 ? 1e-2 : 4e-2;
+}
+
+void run_case(const PrefillCase& c) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(4321 + c.head_dim + c.num_heads * 3 + c.block_size);
+  const int n = static_cast<int>(c.chunks.size());
+  const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = c.block_size;
+  const int group = H / G;
+  std::normal_distribution<float> normal(0.0f, 1.0f), qnormal(0.0f, 1.5f);
+
+  // Cache: sinks at slots [0, sink_cache), old window tokens in the ring after them.
+  std::vector<int> ring_base(n), first_block(n), q_offset(n);
+  std::vector<std::vector<int>> old_slot(n);  // old_slot[s][d]: slot of the token d steps back
+  int total_blocks = 0, total_rows = kGap;
+  for (int s = 0; s < n; ++s) {
+    const ChunkSpec& k = c.chunks[s];
+    ring_base[s] = (k.sink_cache + k.sink_fresh + bs - 1) / bs * bs;
+    int max_slot = k.sink_cache - 1;
+    for (int d = 0; d < k.cache_window; ++d) {
+      old_slot[s].push_back(ring_base[s] +
+                            ring_offset(static_cast<long long>(k.old_head_rel) - d, k.ring_size));
+      max_slot = std::max(max_slot, old_slot[s].back());
+    }
+    first_block[s] = total_blocks;
+    total_blocks += std::max(1, max_slot / bs + 1);
+    q_offset[s] = total_rows;
+    total_rows += k.num_tokens + kGap;
+  }
+  const int num_blocks = total_blocks + 2;
+  std::vector<int32_t> phys(num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  std::vector<int32_t> tables(phys.begin(), phys.begin() + total_blocks);
+
+  KvCacheLayout layout;
+  layout.num_blocks = num_blocks;
+  layout.num_kv_heads = G;
+  layout.block_size = bs;
+  layout.head_dim = D;
+  std::vector<float> cache(static_cast<size_t>(num_blocks) * layout.block_stride(), kNaN);
+  auto cache_k = [&](int s, int slot, int g) -> float* {
+    const int64_t block = tables[first_block[s] + slot / bs];
+    return cache.data() + block * layout.block_stride() +
+           (static_cast<int64_t>(g) * bs + slot % bs) * D;
+  };
+  auto fill_slot = [&](int s, int slot) {
+    for (int g = 0; g < G; ++g)
+      for (int d = 0; d < D; ++d) {
+        cache_k(s, slot, g)[d] = normal(rng);
+        cache_k(s, slot, g)[layout.kv_stride() + d] = normal(rng);
+      }
+  };
+  for (int s = 0; s < n; ++s) {
+    for (int j = 0; j < c.chunks[s].sink_cache; ++j) fill_slot(s, j);
+    for (int slot : old_slot[s]) fill_slot(s, slot);
+  }
+  cache = round_to(cache, c.dtype);
+
+  // qkv rows (q | k | v | 8 NaN pad) and q_sink rows of the chunks; gap rows stay NaN.
+  const int qkv_stride = (H + 2 * G) * D + 8;
+  const int k_col = H * D, v_col = (H + G) * D;
+  std::vector<float> qkv(static_cast<size_t>(total_rows) * qkv_stride, kNaN);
+  std::vector<float> q_sink(static_cast<size_t>(total_rows) * H * D, kNaN);
+  for (int s = 0; s < n; ++s)
+    for (int t = 0; t < c.chunks[s].num_tokens; ++t) {
+      const size_t row = q_offset[s] + t;
+      for (int i = 0; i < H * D; ++i) {
+        qkv[row * qkv_stride + i] = qnormal(rng);
+        q_sink[row * H * D + i] = qnormal(rng);
+      }
+      for (int i = 0; i < 2 * G * D; ++i) qkv[row * qkv_stride + k_col + i] = normal(rng);
+    }
+  qkv = round_to(qkv, c.dtype);
+  q_sink = round_to(q_sink, c.dtype);
+
+  // Reference (fp64), key by key as attention.h states the masks.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<float> want(static_cast<size_t>(total_rows) * H * D, 0.0f);
+  std::vector<char> written(total_rows, 0);
+  for (int s = 0; s < n; ++s) {
+    const ChunkSpec& k = c.chunks[s];
+    const int T = k.num_tokens;
+    for (int qq = 0; qq < T; ++qq) {
+      const size_t row = q_offset[s] + qq;
+      written[row] = 1;
+      for (int h = 0; h < H; ++h) {
+        const int g = h / group;
+        const float* qr = &qkv[row * qkv_stride + h * D];
+        const float* qsr = &q_sink[row * H * D + h * D];
+        std::vector<std::pair<const float*, const float*>> kv;  // (k row, v row)
+        std::vector<const float*> qs;
+        for (int j = 0; j < k.sink_cache; ++j) {
+          kv.push_back({cache_k(s, j, g), cache_k(s, j, g) + layout.kv_stride()});
+          qs.push_back(qsr);
+        }
+        auto chunk_row = [&](int r) {
+          const float* kr =
+              &qkv[(q_offset[s] + r) * static_cast<size_t>(qkv_stride) + k_col + g * D];
+          return std::make_pair(kr, kr + (v_col - k_col));
+        };
+        for (int r = 0; r < k.sink_fresh && r <= qq; ++r) {
+          kv.push_back(chunk_row(r));
+          qs.push_back(qsr);
+        }
+        for (int d = 0; d < k.cache_window; ++d)
+          if (static_cast<long long>(qq) + 1 + d < k.window) {
+            kv.push_back({cache_k(s, old_slot[s][d], g),
+                          cache_k(s, old_slot[s][d], g) + layout.kv_stride()});
+            qs.push_back(qr);
+          }
+        for (int r = k.sink_fresh; r <= qq; ++r)
+          if (qq - r < k.window) {
+            kv.push_back(chunk_row(r));
+            qs.push_back(qr);
+          }
+        std::vector<double> logit(kv.size());
+        double mx = -INFINITY;
+        for (size_t j = 0; j < kv.size(); ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(qs[j][d]) * kv[j].first[d];
+          logit[j] = dot * scale;
+          mx = std::max(mx, logit[j]);
+        }
+        std::vector<double> o(D, 0.0);
+        double sum = 0;
+        for (size_t j = 0; j < kv.size(); ++j) {
+          const double p = std::exp(logit[j] - mx);
+          sum += p;
+          for (int d = 0; d < D; ++d) o[d] += p * kv[j].second[d];
+        }
+        for (int d = 0; d < D; ++d)
+          want[(row * H + h) * D + d] = kv.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+      }
+    }
+  }
+
+  // Device inputs.
+  DeviceBuffer d_cache(cache.size(), 2), d_qkv(qkv.size(), 2), d_qs(q_sink.size(), 2);
+  d_cache.upload_floats(cache, c.dtype);
+  d_qkv.upload_floats(qkv, c.dtype);
+  d_qs.upload_floats(q_sink, c.dtype);
+  DeviceBuffer d_tables(std::max<size_t>(tables.size(), 1), 4);
+  d_tables.upload(tables.data());
+  std::vector<PrefillSeq> seqs(n);
+  int max_tokens = 0;
+  for (int s = 0; s < n; ++s) {
+    const ChunkSpec& k = c.chunks[s];
+    seqs[s].geo.ring_base = ring_base[s];
+    seqs[s].geo.ring_size = k.ring_size;
+    seqs[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
+    seqs[s].q_offset = q_offset[s];
+    seqs[s].num_tokens = k.num_tokens;
+    seqs[s].sink_cache = k.sink_cache;
+    seqs[s].sink_fresh = k.sink_fresh;
+    seqs[s].cache_window = k.cache_window;
+    seqs[s].old_head_rel = k.old_head_rel;
+    seqs[s].window = k.window;
+    max_tokens = std::max(max_tokens, k.num_tokens);
+  }
+  DeviceBuffer d_seqs(n, sizeof(PrefillSeq));
+  d_seqs.upload(seqs.data());
+  DeviceBuffer d_out(static_cast<size_t>(total_rows) * H * D, 2);
+
+  PrefillAttentionParams p;
+  p.dtype = c.dtype;
+  p.num_seqs = n;
+  p.num_heads = H;
+  p.num_kv_heads = G;
+  p.head_dim = D;
+  p.scale = static_cast<float>(scale);
+  p.qkv = d_qkv.get();
+  p.qkv_stride = qkv_stride;
+  p.q_sink = d_qs.get();
+  p.seqs = d_seqs.as<PrefillSeq>();
+  p.cache = d_cache.get();
+  p.layout = layout;
+  p.out = d_out.get();
+  p.max_tokens = max_tokens;
+
+  d_out.poison();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  CUDA_OK(kernels::launch_prefill_attention(p, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+
+  // Rows of the chunks: finite and close to the reference; gap rows: still poisoned.
+  std::vector<uint16_t> raw(static_cast<size_t>(total_rows) * H * D);
+  d_out.download(raw.data());
+  std::vector<float> got, ref;
+  size_t touched_gap = 0;
+  for (int r = 0; r < total_rows; ++r)
+    for (int i = 0; i < H * D; ++i) {
+      const size_t idx = static_cast<size_t>(r) * H * D + i;
+      if (!written[r]) {
+        touched_gap += raw[idx] != 0xFFFF;
+        continue;
+      }
+      got.push_back(from_half_bits(raw[idx], c.dtype));
+      ref.push_back(want[idx]);
+    }
+  EXPECT_EQ(touched_gap, 0u) << "elements written outside the chunks' rows";
+  EXPECT_FALSE(has_nonfinite(got))
+      << "non-finite output (a NaN slot was read, or an element was not written)";
+  EXPECT_LT(normalized_error(got, ref), tolerance(c.dtype));
+  EXPECT_LT(max_abs_error(got, ref), max_abs_tolerance(c.dtype));
+  EXPECT_TRUE(d_out.check_guards());
+  EXPECT_TRUE(d_qkv.check_guards());
+  EXPECT_TRUE(d_cache.check_guards());
+}
+
+// First chunks of full-policy sequences: plain causal attention, odd lengths.
+std::vector<ChunkSpec> first_chunks() {
+  return {{1}, {37}, {64}, {200}};
+}
+
+// Later chunks of full-policy sequences: linear old keys, all visible.
+std::vector<ChunkSpec> continuing_linear_chunks() {
+  ChunkSpec a{37}, b{64}, c{200}, d{1};
+  a.cache_window = 300, a.old_head_rel = 299;
+  b.cache_window = 64, b.old_head_rel = 63;
+  c.cache_window = 5, c.old_head_rel = 4;
+  d.cache_window = 4096, d.old_head_rel = 4095;
+  return {a, b, c, d};
+}
+
+// StreamingLLM chunks: first chunks with fresh sinks, later chunks with cached sinks and an old
+// window in a wrapped ring, windows shorter than the chunk.
+std::vector<ChunkSpec> streaming_chunks() {
+  std::vector<ChunkSpec> v;
+  ChunkSpec k{200};  // first chunk: 4 fresh sinks, window 50
+  k.sink_fresh = 4, k.window = 50;
+  v.push_back(k);
+  k = ChunkSpec{3};  // first chunk shorter than the sinks
+  k.sink_fresh = 3, k.window = 16;
+  v.push_back(k);
+  k = ChunkSpec{200};  // later chunk: 4 cached sinks, full ring of 120 wrapped, window 120
+  k.sink_cache = 4, k.cache_window = 119, k.old_head_rel = 5000, k.ring_size = 120, k.window = 120;
+  v.push_back(k);
+  k = ChunkSpec{37};  // ring not a whole number of blocks, window longer than the chunk
+  k.sink_cache = 5, k.cache_window = 36, k.old_head_rel = 777, k.ring_size = 37, k.window = 37;
+  v.push_back(k);
+  k = ChunkSpec{64};  // one sink, window of 17 tokens
+  k.sink_cache = 1, k.cache_window = 16, k.old_head_rel = 100, k.ring_size = 17, k.window = 17;
+  v.push_back(k);
+  k = ChunkSpec{1};  // a one-token chunk after a long wrapped history
+  k.sink_cache = 4, k.cache_window = 255, k.old_head_rel = 100000, k.ring_size = 256,
+  k.window = 256;
+  v.push_back(k);
+  k = ChunkSpec{40};  // the chunk completes the sinks: 2 cached + 2 fresh
+  k.sink_cache = 2, k.sink_fresh = 2, k.window = 30;
+  v.push_back(k);
+  k = ChunkSpec{70};  // window 1: each row sees itself and the sinks
+  k.sink_cache = 4, k.cache_window = 10, k.old_head_rel = 40, k.ring_size = 64, k.window = 1;
+  v.push_back(k);
+  return v;
+}
+
+TEST(PrefillAttention, FirstChunks) {
+  RILL_REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      PrefillCase c;
+      c.dtype = t;
+      c.head_dim = d;
+      c.chunks = first_chunks();
+      run_case(c);
+    }
+}
+
+TEST(PrefillAttention, ContinuingLinearChunks) {
+  RILL_REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      PrefillCase c;
+      c.dtype = t;
+      c.head_dim = d;
+      c.chunks = continuing_linear_chunks();
+      run_case(c);
+    }
+}
+
+TEST(PrefillAttention, StreamingChunks) {
+  RILL_REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      PrefillCase c;
+      c.dtype = t;
+      c.head_dim = d;
+      c.chunks = streaming_chunks();
+      run_case(c);
+    }
+}
+
+TEST(PrefillAttention, GqaGroups) {
+  RILL_REQUIRE_GPU();
+  const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}};  // groups 1, 4, 8
+  for (const auto& hs : shapes)
+    for (int d : {64, 128}) {
+      PrefillCase c;
+      c.head_dim = d;
+      c.num_heads = hs[0];
+      c.num_kv_heads = hs[1];
+      c.chunks = {streaming_chunks()[0], streaming_chunks()[2], continuing_linear_chunks()[0]};
+      run_case(c);
+    }
+}
+
+TEST(PrefillAttention, BlockSizes) {
+  RILL_REQUIRE_GPU();
+  for (int bs : {8, 32}) {
+    PrefillCase c;
+    c.block_size = bs;
+    c.dtype = DType::kBF16;
+    c.chunks = streaming_chunks();
+    c.chunks.push_back(continuing_linear_chunks()[0]);
+    run_case(c);
+  }
+}
+
+TEST(PrefillAttention, LongChunk) {
+  RILL_REQUIRE_GPU();
+  // Several query tiles with a long old window: tiles entirely visible (no mask) and masked ones.
+  PrefillCase c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  ChunkSpec k{700};
+  k.sink_cache = 4, k.cache_window = 500, k.old_head_rel = 9000, k.ring_size = 512, k.window = 512;
+  ChunkSpec l{1000};
+  c.chunks = {k, l};
+  run_case(c);
+}
+
+TEST(PrefillAttention, RejectsUnsupportedArguments) {
+  // Argument checks happen before any CUDA call: no GPU needed.
+  PrefillAttentionParams p;
+  p.num_seqs = 1;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 96;
+  p.layout.num_kv_heads = 2;
+  p.layout.head_dim = 96;
+  p.qkv_stride = 12 * 96;
+  p.max_tokens = 1;
+  EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("unsupported head_dim=96"),
+            std::string::npos);
+  p.head_dim = p.layout.head_dim = 128;
+  p.qkv_stride = 12 * 128 - 8;  // shorter than a q | k | v row
+  EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
+  p.qkv_stride = 12 * 128 + 3;  // rows not 16-byte aligned
+  EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace rill::testing
