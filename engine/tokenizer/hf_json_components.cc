@@ -59,8 +59,10 @@ PrependScheme read_prepend_scheme(const json& j, const JsonReader& r, const char
   return r.flag(j, "add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
 }
 
+// Rust's is_ascii_punctuation || general category P* (HF's is_punc), locale-independent.
 bool is_punctuation(char32_t c) {
-  const bool ascii_punct = c < 0x80 && std::ispunct(static_cast<int>(c));
+  const bool ascii_punct = (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) ||
+                           (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
   return ascii_punct || unicode::has_property(c, unicode::kPunctuation);
 }
 
