@@ -57,10 +57,11 @@ int32_t* shuffled_tables(int batch, int blocks, std::mt19937& rng) {
   return d;
 }
 
-/// Splits for a decode launch: enough CTAs for ~4 per SM, keeping >= 64 keys per split.
+/// Splits for a decode launch: about 8 CTAs per SM (several waves, small tail), keeping >= 64
+/// keys per split.
 int pick_splits(int batch, int kv_heads, int keys, int sms) {
   const int ctas = batch * kv_heads;
-  const int want = (4 * sms + ctas - 1) / ctas;
+  const int want = (8 * sms + ctas - 1) / ctas;
   return std::max(1, std::min(want, std::max(1, keys / 64)));
 }
 

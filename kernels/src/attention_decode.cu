@@ -21,7 +21,8 @@
 // one split the CTA writes the output; otherwise (acc, m, l) go to the workspace and
 // decode_merge_kernel combines the splits by log-sum-exp. The grid depends only on the launch
 // arguments (CUDA-graph safe); a split past the end of its sequence writes (m = -inf, l = 0) and
-// exits. Requires window_count <= ring_size (a window never holds a slot twice).
+// exits. Requires window_count <= ring_size (a window never holds a slot twice); q_sink is read
+// only by CTAs whose range holds sinks (it may be null when no sequence has sinks).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -156,6 +157,65 @@ __device__ __forceinline__ void group_slots(const PagedKv<T>& kv, const WindowGe
   }
 }
 
+/// One step of a thread group: kU keys from jg (those >= j_end masked; their K and V are zeros).
+template <typename T, int D, int GH, int kU>
+__device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4 (&vraw)[kU],
+                                            int jg, int j_end, const float (&q)[GH][8],
+                                            SoftmaxState<GH>& st) {
+  using Shape = DecodeShape<D>;
+  // Logits: partial dot products over this thread's 8 dims, summed across the group.
+  float s[kU][GH];
+#pragma unroll
+  for (int i = 0; i < kU; ++i) {
+    float kf[8];
+    attn::unpack8<T>(kraw[i], kf);
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot = fmaf(q[h][e], kf[e], dot);
+      s[i][h] = dot;
+    }
+  }
+#pragma unroll
+  for (int off = Shape::kTpr / 2; off > 0; off /= 2) {
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+#pragma unroll
+      for (int h = 0; h < GH; ++h) s[i][h] += __shfl_xor_sync(0xffffffffu, s[i][h], off);
+    }
+  }
+  // Online softmax, rescaling once per step.
+  float m_use[GH];
+#pragma unroll
+  for (int h = 0; h < GH; ++h) {
+    float mx = st.m[h];
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      if (jg + i >= j_end) s[i][h] = -INFINITY;
+      mx = fmaxf(mx, s[i][h]);
+    }
+    m_use[h] = mx == -INFINITY ? 0.0f : mx;  // no key yet: keep exp2 away from inf - inf
+    const float alpha = ex2(st.m[h] - m_use[h]);
+    st.m[h] = mx;
+    st.l[h] *= alpha;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) st.acc[h][e] *= alpha;
+  }
+#pragma unroll
+  for (int i = 0; i < kU; ++i) {
+    float vf[8];
+    attn::unpack8<T>(vraw[i], vf);
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      const float p = ex2(s[i][h] - m_use[h]);
+      st.l[h] += p;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) st.acc[h][e] = fmaf(p, vf[e], st.acc[h][e]);
+    }
+  }
+}
+
 /// Attends the thread group's keys among [j_begin, j_end): all sinks (slot j) or all window keys.
 /// Every thread of the CTA runs the same number of steps (shuffles need whole warps). `ring` is
 /// the CTA's load ring, [kStages][kU][K, V][kDecodeThreads] vectors; the block table entries of a
@@ -202,71 +262,63 @@ __device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGe
       kraw[i] = src[(2 * i) * kDecodeThreads];
       vraw[i] = src[(2 * i + 1) * kDecodeThreads];
     }
-    // Logits: partial dot products over this thread's 8 dims, summed across the group.
-    float s[kU][GH];
-#pragma unroll
-    for (int i = 0; i < kU; ++i) {
-      float kf[8];
-      attn::unpack8<T>(kraw[i], kf);
-#pragma unroll
-      for (int h = 0; h < GH; ++h) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dot = fmaf(q[h][e], kf[e], dot);
-        s[i][h] = dot;
-      }
-    }
-#pragma unroll
-    for (int off = Shape::kTpr / 2; off > 0; off /= 2) {
-#pragma unroll
-      for (int i = 0; i < kU; ++i) {
-#pragma unroll
-        for (int h = 0; h < GH; ++h) s[i][h] += __shfl_xor_sync(0xffffffffu, s[i][h], off);
-      }
-    }
-    // Online softmax, rescaling once per step.
-    float m_use[GH];
-#pragma unroll
-    for (int h = 0; h < GH; ++h) {
-      float mx = st.m[h];
-#pragma unroll
-      for (int i = 0; i < kU; ++i) {
-        if (jg + i >= j_end) s[i][h] = -INFINITY;
-        mx = fmaxf(mx, s[i][h]);
-      }
-      m_use[h] = mx == -INFINITY ? 0.0f : mx;  // no key yet: keep exp2 away from inf - inf
-      const float alpha = ex2(st.m[h] - m_use[h]);
-      st.m[h] = mx;
-      st.l[h] *= alpha;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) st.acc[h][e] *= alpha;
-    }
-#pragma unroll
-    for (int i = 0; i < kU; ++i) {
-      float vf[8];
-      attn::unpack8<T>(vraw[i], vf);
-#pragma unroll
-      for (int h = 0; h < GH; ++h) {
-        const float p = ex2(s[i][h] - m_use[h]);
-        st.l[h] += p;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) st.acc[h][e] = fmaf(p, vf[e], st.acc[h][e]);
-      }
-    }
+    attend_step<T, D, GH, kU>(kraw, vraw, jg, j_end, q, st);
     issue(n + kStages);  // into the stage just read (its values are consumed above)
   }
   attn::cp_async_wait<0>();
 }
 
+/// Merges the thread groups' (m, l, acc) through shared memory (`sm`: [kGroups][GH][D] sums,
+/// then [kGroups][GH] maxima and sums) and writes the output, or the split's partial result.
+template <typename T, int D, int GH>
+__device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxState<GH>& st,
+                                             float* sm, int grp, int lane, bool active, int nh,
+                                             int split, int64_t ws_row, T* out) {
+  constexpr int kG = DecodeShape<D>::kGroups;
+  float* s_acc = sm;
+  float* s_m = s_acc + kG * GH * D;
+  float* s_l = s_m + kG * GH;
+  if (active) {
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      float4* dst = reinterpret_cast<float4*>(s_acc + (grp * GH + h) * D + lane * 8);
+      dst[0] = make_float4(st.acc[h][0], st.acc[h][1], st.acc[h][2], st.acc[h][3]);
+      dst[1] = make_float4(st.acc[h][4], st.acc[h][5], st.acc[h][6], st.acc[h][7]);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int h = 0; h < GH; ++h) s_m[grp * GH + h] = st.m[h], s_l[grp * GH + h] = st.l[h];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < kG; ++g) mx = fmaxf(mx, s_m[g * GH + h]);
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float w = ex2(s_m[g * GH + h] - mx);  // 0 for a group that saw no key (m = -inf)
+        sum = fmaf(s_l[g * GH + h], w, sum);
+        o = fmaf(s_acc[(g * GH + h) * D + d], w, o);
+      }
+    }
+    if (a.num_splits == 1) {
+      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else {
+      const int64_t part = (ws_row + h) * a.num_splits + split;
+      a.ws_acc[part * D + d] = o;
+      if (d == 0) a.ws_ml[part] = make_float2(mx, sum);
+    }
+  }
+}
+
 template <typename T, int D, int GH>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
   using Shape = DecodeShape<D>;
-  constexpr int kG = Shape::kGroups;
-  __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];
-  // After the key loops the ring is free: [kG][GH][D] partial sums, then [kG][GH] maxima and sums.
-  float* s_acc = reinterpret_cast<float*>(smem);
-  float* s_m = s_acc + kG * GH * D;
-  float* s_l = s_m + kG * GH;
+  __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];  // the load ring, then the merge
 
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
@@ -324,43 +376,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
     attend_keys<T, D, GH>(kv, geo, win_begin, range.hi, false, grp, lane, active, q, st, smem);
   }
 
-  // Merge the thread groups: group g holds (m, l, acc) of the keys it saw.
-  __syncthreads();  // every thread is done with the ring
-  if (active) {
-#pragma unroll
-    for (int h = 0; h < GH; ++h) {
-      float4* dst = reinterpret_cast<float4*>(s_acc + (grp * GH + h) * D + lane * 8);
-      dst[0] = make_float4(st.acc[h][0], st.acc[h][1], st.acc[h][2], st.acc[h][3]);
-      dst[1] = make_float4(st.acc[h][4], st.acc[h][5], st.acc[h][6], st.acc[h][7]);
-    }
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int h = 0; h < GH; ++h) s_m[grp * GH + h] = st.m[h], s_l[grp * GH + h] = st.l[h];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
-    const int h = i / D, d = i % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < kG; ++g) mx = fmaxf(mx, s_m[g * GH + h]);
-    float sum = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const float w = ex2(s_m[g * GH + h] - mx);  // 0 for a group that saw no key (m = -inf)
-        sum = fmaf(s_l[g * GH + h], w, sum);
-        o = fmaf(s_acc[(g * GH + h) * D + d], w, o);
-      }
-    }
-    if (a.num_splits == 1) {
-      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-    } else {
-      const int64_t part = (ws_row + h) * a.num_splits + split;
-      a.ws_acc[part * D + d] = o;
-      if (d == 0) a.ws_ml[part] = make_float2(mx, sum);
-    }
-  }
+  __syncthreads();  // every thread is done with the ring: reuse it for the merge
+  merge_groups<T, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
+                         ws_row, out);
 }
 
 /// Combines the splits of one (sequence, head): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M)

@@ -1,5 +1,6 @@
-// Warp-level tensor-core and async-copy primitives of the prefill attention kernel (sm_80+ PTX):
-// cp.async 16-byte copies with zero fill, ldmatrix and mma.sync m16n8k16 with fp32 accumulators.
+// Warp-level tensor-core and async-copy primitives of the attention kernels (sm_80+ PTX):
+// cp.async 16-byte copies with zero fill (decode and prefill), ldmatrix and mma.sync m16n8k16
+// with fp32 accumulators (prefill).
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4):
 //   A (16 x 16, row major), 4 regs of 2 elements: a0 (row g, cols 2t, 2t+1), a1 (row g+8, same),

@@ -11,6 +11,8 @@
 //   2. window, scored with the Q tile: chunk-relative key kk in [kk_lo, q1), kk < 0 being the old
 //      token -1 - kk steps before the chunk (ring rel old_head_rel + 1 + kk), kk >= 0 a chunk row;
 //      tiles are aligned to the query tiles so the causal diagonal is one tile.
+// q_sink is read only in phase 1 (it may be null when no sequence has sinks). max_tokens must be
+// at least every sequence's num_tokens (it sizes the grid).
 // Per tile and warp: S = Q K^T (ldmatrix from padded rows, conflict-free), logits scaled by
 // scale * log2(e), masked only where the tile is not entirely visible, online softmax on the
 // accumulator fragments (row max over the 4 lanes of a quad), P re-packed in registers as the A
@@ -54,8 +56,8 @@ struct PrefillArgs {
 
 template <int D>
 struct PrefillShape {
-  static constexpr int kPitch =
-      D + 8;  // smem row pitch: a 16-byte pad keeps ldmatrix conflict-free
+  // Shared-memory row pitch in elements: a 16-byte pad keeps ldmatrix conflict-free.
+  static constexpr int kPitch = D + 8;
   static constexpr int kTileElems = kTile * kPitch;
   static constexpr int kSmemBytes = 5 * kTileElems * 2;  // Q, 2 x K, 2 x V
   static constexpr int kChunks = D / 8;                  // 16-byte chunks per row
@@ -162,34 +164,32 @@ __device__ __forceinline__ void load_kv_tile(const PrefillCtx<T>& c, int k0, int
   }
 }
 
-/// Per-thread accumulators of the warp's 16 query rows: rows g and g + 8 of the warp (g = lane /
-/// 4).
+/// Per-thread accumulators of rows g and g + 8 of the warp's 16 query rows (g = lane / 4):
+/// acc holds the O fragments (n-tile j: dims 8j + 2t, +1 of both rows), m the running max of
+/// base-2 logits (identical across the quad), l this thread's share of the running sum (summed
+/// across the quad at the end).
 template <int D>
 struct RowState {
-  float acc[D / 8][4];  // O fragments: n-tile j holds dims 8j + 2t, +1 of both rows
-  float m[2];           // running max of base-2 logits (identical across the quad)
-  float l[2];  // this thread's share of the running sum (summed across the quad at the end)
+  float acc[D / 8][4];
+  float m[2];
+  float l[2];
 };
 
-/// One 64-key tile for the warp's 16 rows: S = Q K^T, mask, online softmax, O += P V.
-template <typename T, int D, bool kSink>
-__device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
-                                            const T* sq, const T* sk, const T* sv,
-                                            RowState<D>& st) {
+using ScoreTile = float[kTile / 8][4];  // S fragments: n-tile j holds keys 8j + 2t, +1
+
+/// S = Q K^T for the warp's 16 rows and the tile's 64 keys (ldmatrix row addresses as in
+/// attention_mma.cuh: A takes rows (l & 7) + 8 * bit3 of l, column block l >> 4; K takes rows
+/// (l & 7) + 8 * (l >> 4), column block bit3).
+template <typename T, int D>
+__device__ __forceinline__ void qk_tile(const T* sq, const T* sk, ScoreTile& s) {
   using Sh = PrefillShape<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t4 = lane % 4;
-
-  float s[kTile / 8][4];
-#pragma unroll
-  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-  // ldmatrix row addresses (see attention_mma.cuh): A and V.trans take rows (l & 7) + 8 * bit3,
-  // column block l >> 4; K takes rows (l & 7) + 8 * (l >> 4), column block bit3.
   const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
   const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
   const uint32_t q_addr = attn::smem_addr(sq + (warp * 16 + ar) * Sh::kPitch + ac);
   const uint32_t k_addr = attn::smem_addr(sk + kr * Sh::kPitch + kc);
-  const uint32_t v_addr = attn::smem_addr(sv + ar * Sh::kPitch + ac);
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     uint32_t qa[4];
@@ -202,8 +202,16 @@ __device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, floa
       attn::mma_16816<T>(s[2 * kp + 1], qa, kb[2], kb[3]);
     }
   }
+}
 
-  const int qr = c.q0 + warp * 16 + g;  // query rows qr (e < 2) and qr + 8 (e >= 2)
+/// Scales S to base-2 logits, masks it unless the whole tile is visible, and turns it into P
+/// (online softmax: row max across the quad, O and l rescaled once per tile).
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void softmax_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
+                                             ScoreTile& s, RowState<D>& st) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qr = c.q0 + warp * 16 + lane / 4;  // query rows qr (e < 2) and qr + 8 (e >= 2)
+  const int kt = k0 + 2 * (lane % 4);          // key of element e = 0 in n-tile 0
   const bool masked = kSink || !window_tile_full(c, k0);
 #pragma unroll
   for (int j = 0; j < kTile / 8; ++j) {
@@ -211,15 +219,13 @@ __device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, floa
     for (int e = 0; e < 4; ++e) {
       s[j][e] *= scale_log2;
       if (masked) {
-        const int qq = qr + (e >= 2 ? 8 : 0), kk = k0 + 8 * j + 2 * t4 + (e & 1);
+        const int qq = qr + (e >= 2 ? 8 : 0), kk = kt + 8 * j + (e & 1);
         const bool vis =
             kSink ? sink_visible(c.sink_cache, c.n_sink_keys, qq, kk) : window_visible(c, qq, kk);
         if (!vis) s[j][e] = -INFINITY;
       }
     }
   }
-
-  // Online softmax: row max across the quad, rescale O and l once per tile.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = st.m[r];
@@ -241,22 +247,41 @@ __device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, floa
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) st.acc[j][2 * r] *= alpha, st.acc[j][2 * r + 1] *= alpha;
   }
+}
 
-  // O += P V: the S accumulators of key n-tiles 2c, 2c + 1 are the A fragment of key chunk c.
+/// O += P V: the P fragments of key n-tiles 2c, 2c + 1 are the A fragment of key chunk c;
+/// V goes through ldmatrix.trans (rows (l & 7) + 8 * bit3, column block l >> 4).
+template <typename T, int D>
+__device__ __forceinline__ void pv_tile(const ScoreTile& p, const T* sv, RowState<D>& st) {
+  using Sh = PrefillShape<D>;
+  const int lane = threadIdx.x % 32;
+  const int vr = (lane & 7) + ((lane >> 3) & 1) * 8, vc = (lane >> 4) * 8;
+  const uint32_t v_addr = attn::smem_addr(sv + vr * Sh::kPitch + vc);
 #pragma unroll
-  for (int kc2 = 0; kc2 < kTile / 16; ++kc2) {
-    const uint32_t pa[4] = {attn::pack2<T>(s[2 * kc2][0], s[2 * kc2][1]),
-                            attn::pack2<T>(s[2 * kc2][2], s[2 * kc2][3]),
-                            attn::pack2<T>(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]),
-                            attn::pack2<T>(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3])};
+  for (int c = 0; c < kTile / 16; ++c) {
+    const uint32_t pa[4] = {attn::pack2<T>(p[2 * c][0], p[2 * c][1]),
+                            attn::pack2<T>(p[2 * c][2], p[2 * c][3]),
+                            attn::pack2<T>(p[2 * c + 1][0], p[2 * c + 1][1]),
+                            attn::pack2<T>(p[2 * c + 1][2], p[2 * c + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t vb[4];
-      attn::ldmatrix_x4_trans(vb, v_addr + (kc2 * 16 * Sh::kPitch + dp * 16) * 2);
+      attn::ldmatrix_x4_trans(vb, v_addr + (c * 16 * Sh::kPitch + dp * 16) * 2);
       attn::mma_16816<T>(st.acc[2 * dp], pa, vb[0], vb[1]);
       attn::mma_16816<T>(st.acc[2 * dp + 1], pa, vb[2], vb[3]);
     }
   }
+}
+
+/// One 64-key tile for the warp's 16 rows: S = Q K^T, mask, online softmax, O += P V.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
+                                            const T* sq, const T* sk, const T* sv,
+                                            RowState<D>& st) {
+  ScoreTile s;
+  qk_tile<T, D>(sq, sk, s);
+  softmax_tile<T, D, kSink>(c, k0, scale_log2, s, st);
+  pv_tile<T, D>(s, sv, st);
 }
 
 /// All tiles of one phase, double buffered: tile t + 1 loads while tile t is computed.

@@ -86,79 +86,94 @@ double max_abs_tolerance(DType t) {
   return t == DType::kF16 ? 1e-2 : 4e-2;
 }
 
-/// Builds the inputs of one case, runs the kernel (directly or through a CUDA graph) and compares.
-void run_case(const DecodeCase& c, bool through_graph = false) {
-  SCOPED_TRACE(describe(c));
-  std::mt19937 rng(1234 + c.head_dim * 7 + c.num_heads + c.block_size + c.num_splits);
+/// Host inputs of one case: a NaN-poisoned paged cache with random rows at every key's slot,
+/// shuffled block tables (a few spare blocks), and queries whose row padding is NaN.
+struct DecodeInputs {
+  KvCacheLayout layout;
+  std::vector<int> ring_base, first_block;  // per sequence
+  std::vector<int32_t> tables;              // all sequences' rows, concatenated
+  std::vector<float> cache;                 // rounded to the dtype
+  int64_t q_stride = 0, q_sink_stride = 0;
+  std::vector<float> q, q_sink;  // [num_seqs, *_stride], rounded
+
+  /// Index in `cache` of the K row of (sequence s, slot, kv head g); its V is kv_stride() further.
+  int64_t k_index(int s, int slot, int g) const {
+    const int bs = layout.block_size;
+    const int64_t block = tables[first_block[s] + slot / bs];
+    return block * layout.block_stride() +
+           (static_cast<int64_t>(g) * bs + slot % bs) * layout.head_dim;
+  }
+  const float* k_row(int s, int slot, int g) const { return cache.data() + k_index(s, slot, g); }
+};
+
+DecodeInputs make_inputs(const DecodeCase& c, std::mt19937& rng) {
   const int n = static_cast<int>(c.seqs.size());
   const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = c.block_size;
-  const int group = H / G;
-
-  // Block tables: every sequence gets the logical blocks its slots need, at shuffled physical
-  // blocks; a few spare blocks stay NaN.
-  std::vector<int> ring_base(n), first_block(n), n_blocks(n);
+  DecodeInputs in;
+  in.ring_base.resize(n);
+  in.first_block.resize(n);
   int total_blocks = 0;
   for (int s = 0; s < n; ++s) {
     const SeqSpec& q = c.seqs[s];
-    ring_base[s] = (q.num_sink + bs - 1) / bs * bs;
+    in.ring_base[s] = (q.num_sink + bs - 1) / bs * bs;  // sinks in blocks of their own
     int max_slot = q.num_sink - 1;
-    for (const Key& k : keys_of(q, ring_base[s])) max_slot = std::max(max_slot, k.slot);
-    n_blocks[s] = std::max(1, max_slot / bs + 1);
-    first_block[s] = total_blocks;
-    total_blocks += n_blocks[s];
+    for (const Key& k : keys_of(q, in.ring_base[s])) max_slot = std::max(max_slot, k.slot);
+    in.first_block[s] = total_blocks;
+    total_blocks += std::max(1, max_slot / bs + 1);
   }
   const int num_blocks = total_blocks + 3;
   std::vector<int32_t> phys(num_blocks);
   std::iota(phys.begin(), phys.end(), 0);
   std::shuffle(phys.begin(), phys.end(), rng);
-  std::vector<int32_t> tables(phys.begin(), phys.begin() + total_blocks);
+  in.tables.assign(phys.begin(), phys.begin() + total_blocks);
 
-  KvCacheLayout layout;
-  layout.num_blocks = num_blocks;
-  layout.num_kv_heads = G;
-  layout.block_size = bs;
-  layout.head_dim = D;
-  std::vector<float> cache(static_cast<size_t>(num_blocks) * layout.block_stride(), kNaN);
-  auto k_at = [&](int s, int slot, int g) -> float* {
-    const int64_t block = tables[first_block[s] + slot / bs];
-    return cache.data() + block * layout.block_stride() +
-           (static_cast<int64_t>(g) * bs + slot % bs) * D;
-  };
+  in.layout.num_blocks = num_blocks;
+  in.layout.num_kv_heads = G;
+  in.layout.block_size = bs;
+  in.layout.head_dim = D;
+  in.cache.assign(static_cast<size_t>(num_blocks) * in.layout.block_stride(), kNaN);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int s = 0; s < n; ++s)
-    for (const Key& k : keys_of(c.seqs[s], ring_base[s]))
-      for (int g = 0; g < G; ++g)
-        for (int d = 0; d < D; ++d) {
-          k_at(s, k.slot, g)[d] = normal(rng);
-          k_at(s, k.slot, g)[layout.kv_stride() + d] = normal(rng);
-        }
-  cache = round_to(cache, c.dtype);
+    for (const Key& k : keys_of(c.seqs[s], in.ring_base[s]))
+      for (int g = 0; g < G; ++g) {
+        float* row = in.cache.data() + in.k_index(s, k.slot, g);
+        for (int d = 0; d < D; ++d) row[d] = normal(rng);
+        for (int d = 0; d < D; ++d) row[in.layout.kv_stride() + d] = normal(rng);
+      }
+  in.cache = round_to(in.cache, c.dtype);
 
-  // Queries: rows padded with NaN past num_heads * head_dim; logits of spread about 1.5.
-  const int64_t q_stride = static_cast<int64_t>(H) * D + 24,
-                qs_stride = static_cast<int64_t>(H) * D + 8;
-  std::vector<float> q(n * q_stride, kNaN), q_sink(n * qs_stride, kNaN);
+  // Logits of spread about 1.5: softmax neither uniform nor one-hot.
+  in.q_stride = static_cast<int64_t>(H) * D + 24;
+  in.q_sink_stride = static_cast<int64_t>(H) * D + 8;
+  in.q.assign(n * in.q_stride, kNaN);
+  in.q_sink.assign(n * in.q_sink_stride, kNaN);
   std::normal_distribution<float> qnormal(0.0f, 1.5f);
   for (int s = 0; s < n; ++s)
     for (int i = 0; i < H * D; ++i) {
-      q[s * q_stride + i] = qnormal(rng);
-      q_sink[s * qs_stride + i] = qnormal(rng);
+      in.q[s * in.q_stride + i] = qnormal(rng);
+      in.q_sink[s * in.q_sink_stride + i] = qnormal(rng);
     }
-  q = round_to(q, c.dtype);
-  q_sink = round_to(q_sink, c.dtype);
+  in.q = round_to(in.q, c.dtype);
+  in.q_sink = round_to(in.q_sink, c.dtype);
+  return in;
+}
 
-  // Reference (fp64).
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+/// fp64 reference: [num_seqs, num_heads, head_dim]; zeros for a sequence without keys.
+std::vector<float> reference(const DecodeCase& c, const DecodeInputs& in, double scale) {
+  const int n = static_cast<int>(c.seqs.size());
+  const int D = c.head_dim, H = c.num_heads, group = c.num_heads / c.num_kv_heads;
   std::vector<float> want(static_cast<size_t>(n) * H * D, 0.0f);
   for (int s = 0; s < n; ++s) {
-    const std::vector<Key> keys = keys_of(c.seqs[s], ring_base[s]);
+    const std::vector<Key> keys = keys_of(c.seqs[s], in.ring_base[s]);
+    if (keys.empty()) continue;
     for (int h = 0; h < H; ++h) {
       const int g = h / group;
       std::vector<double> logit(keys.size());
       double mx = -INFINITY;
       for (size_t j = 0; j < keys.size(); ++j) {
-        const float* qr = keys[j].sink ? &q_sink[s * qs_stride + h * D] : &q[s * q_stride + h * D];
-        const float* kr = k_at(s, keys[j].slot, g);
+        const float* qr = keys[j].sink ? &in.q_sink[s * in.q_sink_stride + h * D]
+                                       : &in.q[s * in.q_stride + h * D];
+        const float* kr = in.k_row(s, keys[j].slot, g);
         double dot = 0;
         for (int d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
         logit[j] = dot * scale;
@@ -169,27 +184,64 @@ void run_case(const DecodeCase& c, bool through_graph = false) {
       for (size_t j = 0; j < keys.size(); ++j) {
         const double p = std::exp(logit[j] - mx);
         sum += p;
-        const float* vr = k_at(s, keys[j].slot, g) + layout.kv_stride();
+        const float* vr = in.k_row(s, keys[j].slot, g) + in.layout.kv_stride();
         for (int d = 0; d < D; ++d) o[d] += p * vr[d];
       }
       for (int d = 0; d < D; ++d)
-        want[(static_cast<size_t>(s) * H + h) * D + d] =
-            keys.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+        want[(static_cast<size_t>(s) * H + h) * D + d] = static_cast<float>(o[d] / sum);
     }
   }
+  return want;
+}
 
-  // Device inputs.
-  DeviceBuffer d_cache(cache.size(), 2), d_q(q.size(), 2), d_qs(q_sink.size(), 2);
-  d_cache.upload_floats(cache, c.dtype);
-  d_q.upload_floats(q, c.dtype);
-  d_qs.upload_floats(q_sink, c.dtype);
-  DeviceBuffer d_tables(std::max<size_t>(tables.size(), 1), 4);
-  d_tables.upload(tables.data());
+/// Launches once, or captures the launch in a CUDA graph and replays it twice.
+void launch(const DecodeAttentionParams& p, DeviceBuffer& out, bool through_graph) {
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  out.poison();
+  if (through_graph) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const cudaError_t launched = kernels::launch_decode_attention(p, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(launched);
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; ++rep) {  // each replay recomputes everything
+      out.poison();
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  } else {
+    CUDA_OK(kernels::launch_decode_attention(p, stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/// Builds the inputs of one case, runs the kernel and compares with the reference.
+void run_case(const DecodeCase& c, bool through_graph = false) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(1234 + c.head_dim * 7 + c.num_heads + c.block_size + c.num_splits);
+  const int n = static_cast<int>(c.seqs.size());
+  const int D = c.head_dim, H = c.num_heads;
+  const DecodeInputs in = make_inputs(c, rng);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const std::vector<float> want = reference(c, in, scale);
+
+  DeviceBuffer d_cache(in.cache.size(), 2), d_q(in.q.size(), 2), d_qs(in.q_sink.size(), 2);
+  d_cache.upload_floats(in.cache, c.dtype);
+  d_q.upload_floats(in.q, c.dtype);
+  d_qs.upload_floats(in.q_sink, c.dtype);
+  DeviceBuffer d_tables(std::max<size_t>(in.tables.size(), 1), 4);
+  d_tables.upload(in.tables.data());
   std::vector<DecodeSeq> seqs(n);
   for (int s = 0; s < n; ++s) {
-    seqs[s].geo.ring_base = ring_base[s];
+    seqs[s].geo.ring_base = in.ring_base[s];
     seqs[s].geo.ring_size = c.seqs[s].ring_size;
-    seqs[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
+    seqs[s].geo.block_table = d_tables.as<int32_t>() + in.first_block[s];
     seqs[s].num_sink = c.seqs[s].num_sink;
     seqs[s].head_rel = c.seqs[s].head_rel;
     seqs[s].window_count = c.seqs[s].window_count;
@@ -202,50 +254,27 @@ void run_case(const DecodeCase& c, bool through_graph = false) {
     EXPECT_GT(ws_bytes, 0u);
   }
   DeviceBuffer d_ws(std::max<size_t>(ws_bytes, 16), 1);
+  d_ws.poison();
 
   DecodeAttentionParams p;
   p.dtype = c.dtype;
   p.num_seqs = n;
   p.num_heads = H;
-  p.num_kv_heads = G;
+  p.num_kv_heads = c.num_kv_heads;
   p.head_dim = D;
   p.scale = static_cast<float>(scale);
   p.q = d_q.get();
-  p.q_stride = q_stride;
+  p.q_stride = in.q_stride;
   p.q_sink = d_qs.get();
-  p.q_sink_stride = qs_stride;
+  p.q_sink_stride = in.q_sink_stride;
   p.seqs = d_seqs.as<DecodeSeq>();
   p.cache = d_cache.get();
-  p.layout = layout;
+  p.layout = in.layout;
   p.out = d_out.get();
   p.num_splits = c.num_splits;
   p.min_keys_per_split = c.min_keys_per_split;
   p.workspace = d_ws.get();
-
-  d_out.poison();
-  d_ws.poison();
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
-  if (through_graph) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const cudaError_t launched = kernels::launch_decode_attention(p, stream);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    CUDA_OK(launched);
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int rep = 0; rep < 2; ++rep) {  // replays see the same result
-      d_out.poison();
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-    }
-    CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
-  } else {
-    CUDA_OK(kernels::launch_decode_attention(p, stream));
-  }
-  CUDA_OK(cudaStreamSynchronize(stream));
-  CUDA_OK(cudaStreamDestroy(stream));
+  launch(p, d_out, through_graph);
 
   const std::vector<float> got = d_out.download_floats(c.dtype);
   EXPECT_FALSE(has_nonfinite(got))

@@ -76,155 +76,190 @@ double max_abs_tolerance(DType t) {
   return t == DType::kF16 ? 1e-2 : 4e-2;
 }
 
-void run_case(const PrefillCase& c) {
-  SCOPED_TRACE(describe(c));
-  std::mt19937 rng(4321 + c.head_dim + c.num_heads * 3 + c.block_size);
+/// Host inputs of one case: a NaN-poisoned paged cache holding the cached sinks and old window
+/// rows at shuffled blocks; qkv rows (q | k | v | 8 NaN pad) and q_sink rows of the chunks, with
+/// kGap NaN rows before each chunk.
+struct PrefillInputs {
+  KvCacheLayout layout;
+  std::vector<int> ring_base, first_block, q_offset;  // per chunk
+  std::vector<std::vector<int>> old_slot;  // old_slot[s][d]: slot of the token d steps back
+  std::vector<int32_t> tables;
+  std::vector<float> cache;
+  int total_rows = 0, qkv_stride = 0, k_col = 0, v_col = 0;
+  std::vector<float> qkv, q_sink;
+
+  int64_t k_index(int s, int slot, int g) const {
+    const int bs = layout.block_size;
+    const int64_t block = tables[first_block[s] + slot / bs];
+    return block * layout.block_stride() +
+           (static_cast<int64_t>(g) * bs + slot % bs) * layout.head_dim;
+  }
+  const float* cache_k(int s, int slot, int g) const { return cache.data() + k_index(s, slot, g); }
+  const float* chunk_k(int s, int r, int g) const {
+    return &qkv[static_cast<size_t>(q_offset[s] + r) * qkv_stride + k_col + g * layout.head_dim];
+  }
+};
+
+PrefillInputs make_inputs(const PrefillCase& c, std::mt19937& rng) {
   const int n = static_cast<int>(c.chunks.size());
   const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = c.block_size;
-  const int group = H / G;
   std::normal_distribution<float> normal(0.0f, 1.0f), qnormal(0.0f, 1.5f);
-
-  // Cache: sinks at slots [0, sink_cache), old window tokens in the ring after them.
-  std::vector<int> ring_base(n), first_block(n), q_offset(n);
-  std::vector<std::vector<int>> old_slot(n);  // old_slot[s][d]: slot of the token d steps back
-  int total_blocks = 0, total_rows = kGap;
+  PrefillInputs in;
+  in.ring_base.resize(n);
+  in.first_block.resize(n);
+  in.q_offset.resize(n);
+  in.old_slot.resize(n);
+  int total_blocks = 0;
+  in.total_rows = kGap;
   for (int s = 0; s < n; ++s) {
     const ChunkSpec& k = c.chunks[s];
-    ring_base[s] = (k.sink_cache + k.sink_fresh + bs - 1) / bs * bs;
+    in.ring_base[s] = (k.sink_cache + k.sink_fresh + bs - 1) / bs * bs;
     int max_slot = k.sink_cache - 1;
     for (int d = 0; d < k.cache_window; ++d) {
-      old_slot[s].push_back(ring_base[s] +
-                            ring_offset(static_cast<long long>(k.old_head_rel) - d, k.ring_size));
-      max_slot = std::max(max_slot, old_slot[s].back());
+      const long long rel = static_cast<long long>(k.old_head_rel) - d;
+      in.old_slot[s].push_back(in.ring_base[s] + ring_offset(rel, k.ring_size));
+      max_slot = std::max(max_slot, in.old_slot[s].back());
     }
-    first_block[s] = total_blocks;
+    in.first_block[s] = total_blocks;
     total_blocks += std::max(1, max_slot / bs + 1);
-    q_offset[s] = total_rows;
-    total_rows += k.num_tokens + kGap;
+    in.q_offset[s] = in.total_rows;
+    in.total_rows += k.num_tokens + kGap;
   }
   const int num_blocks = total_blocks + 2;
   std::vector<int32_t> phys(num_blocks);
   std::iota(phys.begin(), phys.end(), 0);
   std::shuffle(phys.begin(), phys.end(), rng);
-  std::vector<int32_t> tables(phys.begin(), phys.begin() + total_blocks);
+  in.tables.assign(phys.begin(), phys.begin() + total_blocks);
 
-  KvCacheLayout layout;
-  layout.num_blocks = num_blocks;
-  layout.num_kv_heads = G;
-  layout.block_size = bs;
-  layout.head_dim = D;
-  std::vector<float> cache(static_cast<size_t>(num_blocks) * layout.block_stride(), kNaN);
-  auto cache_k = [&](int s, int slot, int g) -> float* {
-    const int64_t block = tables[first_block[s] + slot / bs];
-    return cache.data() + block * layout.block_stride() +
-           (static_cast<int64_t>(g) * bs + slot % bs) * D;
-  };
-  auto fill_slot = [&](int s, int slot) {
-    for (int g = 0; g < G; ++g)
-      for (int d = 0; d < D; ++d) {
-        cache_k(s, slot, g)[d] = normal(rng);
-        cache_k(s, slot, g)[layout.kv_stride() + d] = normal(rng);
-      }
+  in.layout.num_blocks = num_blocks;
+  in.layout.num_kv_heads = G;
+  in.layout.block_size = bs;
+  in.layout.head_dim = D;
+  in.cache.assign(static_cast<size_t>(num_blocks) * in.layout.block_stride(), kNaN);
+  const auto fill_slot = [&](int s, int slot) {
+    for (int g = 0; g < G; ++g) {
+      float* row = in.cache.data() + in.k_index(s, slot, g);
+      for (int d = 0; d < D; ++d) row[d] = normal(rng);
+      for (int d = 0; d < D; ++d) row[in.layout.kv_stride() + d] = normal(rng);
+    }
   };
   for (int s = 0; s < n; ++s) {
     for (int j = 0; j < c.chunks[s].sink_cache; ++j) fill_slot(s, j);
-    for (int slot : old_slot[s]) fill_slot(s, slot);
+    for (int slot : in.old_slot[s]) fill_slot(s, slot);
   }
-  cache = round_to(cache, c.dtype);
+  in.cache = round_to(in.cache, c.dtype);
 
-  // qkv rows (q | k | v | 8 NaN pad) and q_sink rows of the chunks; gap rows stay NaN.
-  const int qkv_stride = (H + 2 * G) * D + 8;
-  const int k_col = H * D, v_col = (H + G) * D;
-  std::vector<float> qkv(static_cast<size_t>(total_rows) * qkv_stride, kNaN);
-  std::vector<float> q_sink(static_cast<size_t>(total_rows) * H * D, kNaN);
+  in.qkv_stride = (H + 2 * G) * D + 8;
+  in.k_col = H * D;
+  in.v_col = (H + G) * D;
+  in.qkv.assign(static_cast<size_t>(in.total_rows) * in.qkv_stride, kNaN);
+  in.q_sink.assign(static_cast<size_t>(in.total_rows) * H * D, kNaN);
   for (int s = 0; s < n; ++s)
     for (int t = 0; t < c.chunks[s].num_tokens; ++t) {
-      const size_t row = q_offset[s] + t;
+      const size_t row = in.q_offset[s] + t;
       for (int i = 0; i < H * D; ++i) {
-        qkv[row * qkv_stride + i] = qnormal(rng);
-        q_sink[row * H * D + i] = qnormal(rng);
+        in.qkv[row * in.qkv_stride + i] = qnormal(rng);  // logits of spread about 1.5
+        in.q_sink[row * H * D + i] = qnormal(rng);
       }
-      for (int i = 0; i < 2 * G * D; ++i) qkv[row * qkv_stride + k_col + i] = normal(rng);
+      for (int i = 0; i < 2 * G * D; ++i) in.qkv[row * in.qkv_stride + in.k_col + i] = normal(rng);
     }
-  qkv = round_to(qkv, c.dtype);
-  q_sink = round_to(q_sink, c.dtype);
+  in.qkv = round_to(in.qkv, c.dtype);
+  in.q_sink = round_to(in.q_sink, c.dtype);
+  return in;
+}
 
-  // Reference (fp64), key by key as attention.h states the masks.
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  std::vector<float> want(static_cast<size_t>(total_rows) * H * D, 0.0f);
-  std::vector<char> written(total_rows, 0);
-  for (int s = 0; s < n; ++s) {
+/// One visible key of a query row: the query it is scored with, its K and V rows.
+struct KeyRef {
+  const float *q, *k, *v;
+};
+
+/// sum_j softmax_j(q_j . k_j * scale) v_j in fp64 (zeros without keys).
+void attend(const std::vector<KeyRef>& keys, int D, double scale, float* out) {
+  std::vector<double> logit(keys.size());
+  double mx = -INFINITY;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    double dot = 0;
+    for (int d = 0; d < D; ++d) dot += static_cast<double>(keys[j].q[d]) * keys[j].k[d];
+    logit[j] = dot * scale;
+    mx = std::max(mx, logit[j]);
+  }
+  std::vector<double> o(D, 0.0);
+  double sum = 0;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const double p = std::exp(logit[j] - mx);
+    sum += p;
+    for (int d = 0; d < D; ++d) o[d] += p * keys[j].v[d];
+  }
+  for (int d = 0; d < D; ++d) out[d] = keys.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+}
+
+/// fp64 reference, key by key as attention.h states the masks: [total_rows, num_heads, head_dim]
+/// (zeros in the gap rows); `written` marks the rows of the chunks.
+std::vector<float> reference(const PrefillCase& c, const PrefillInputs& in, double scale,
+                             std::vector<char>& written) {
+  const int D = c.head_dim, H = c.num_heads, group = c.num_heads / c.num_kv_heads;
+  std::vector<float> want(static_cast<size_t>(in.total_rows) * H * D, 0.0f);
+  written.assign(in.total_rows, 0);
+  for (size_t s = 0; s < c.chunks.size(); ++s) {
     const ChunkSpec& k = c.chunks[s];
-    const int T = k.num_tokens;
-    for (int qq = 0; qq < T; ++qq) {
-      const size_t row = q_offset[s] + qq;
+    for (int qq = 0; qq < k.num_tokens; ++qq) {
+      const size_t row = in.q_offset[s] + qq;
       written[row] = 1;
       for (int h = 0; h < H; ++h) {
         const int g = h / group;
-        const float* qr = &qkv[row * qkv_stride + h * D];
-        const float* qsr = &q_sink[row * H * D + h * D];
-        std::vector<std::pair<const float*, const float*>> kv;  // (k row, v row)
-        std::vector<const float*> qs;
+        const float* q = &in.qkv[row * in.qkv_stride + h * D];
+        const float* q_sink = &in.q_sink[(row * H + h) * D];
+        const int64_t cache_v = in.layout.kv_stride(), chunk_v = in.v_col - in.k_col;
+        std::vector<KeyRef> keys;
         for (int j = 0; j < k.sink_cache; ++j) {
-          kv.push_back({cache_k(s, j, g), cache_k(s, j, g) + layout.kv_stride()});
-          qs.push_back(qsr);
+          const float* kr = in.cache_k(s, j, g);
+          keys.push_back({q_sink, kr, kr + cache_v});
         }
-        auto chunk_row = [&](int r) {
-          const float* kr =
-              &qkv[(q_offset[s] + r) * static_cast<size_t>(qkv_stride) + k_col + g * D];
-          return std::make_pair(kr, kr + (v_col - k_col));
-        };
         for (int r = 0; r < k.sink_fresh && r <= qq; ++r) {
-          kv.push_back(chunk_row(r));
-          qs.push_back(qsr);
+          const float* kr = in.chunk_k(s, r, g);
+          keys.push_back({q_sink, kr, kr + chunk_v});
         }
         for (int d = 0; d < k.cache_window; ++d)
           if (static_cast<long long>(qq) + 1 + d < k.window) {
-            kv.push_back({cache_k(s, old_slot[s][d], g),
-                          cache_k(s, old_slot[s][d], g) + layout.kv_stride()});
-            qs.push_back(qr);
+            const float* kr = in.cache_k(s, in.old_slot[s][d], g);
+            keys.push_back({q, kr, kr + cache_v});
           }
         for (int r = k.sink_fresh; r <= qq; ++r)
           if (qq - r < k.window) {
-            kv.push_back(chunk_row(r));
-            qs.push_back(qr);
+            const float* kr = in.chunk_k(s, r, g);
+            keys.push_back({q, kr, kr + chunk_v});
           }
-        std::vector<double> logit(kv.size());
-        double mx = -INFINITY;
-        for (size_t j = 0; j < kv.size(); ++j) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d) dot += static_cast<double>(qs[j][d]) * kv[j].first[d];
-          logit[j] = dot * scale;
-          mx = std::max(mx, logit[j]);
-        }
-        std::vector<double> o(D, 0.0);
-        double sum = 0;
-        for (size_t j = 0; j < kv.size(); ++j) {
-          const double p = std::exp(logit[j] - mx);
-          sum += p;
-          for (int d = 0; d < D; ++d) o[d] += p * kv[j].second[d];
-        }
-        for (int d = 0; d < D; ++d)
-          want[(row * H + h) * D + d] = kv.empty() ? 0.0f : static_cast<float>(o[d] / sum);
+        attend(keys, D, scale, &want[(row * H + h) * D]);
       }
     }
   }
+  return want;
+}
 
-  // Device inputs.
-  DeviceBuffer d_cache(cache.size(), 2), d_qkv(qkv.size(), 2), d_qs(q_sink.size(), 2);
-  d_cache.upload_floats(cache, c.dtype);
-  d_qkv.upload_floats(qkv, c.dtype);
-  d_qs.upload_floats(q_sink, c.dtype);
-  DeviceBuffer d_tables(std::max<size_t>(tables.size(), 1), 4);
-  d_tables.upload(tables.data());
+void run_case(const PrefillCase& c) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(4321 + c.head_dim + c.num_heads * 3 + c.block_size);
+  const int n = static_cast<int>(c.chunks.size());
+  const int D = c.head_dim, H = c.num_heads;
+  const PrefillInputs in = make_inputs(c, rng);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<char> written;
+  const std::vector<float> want = reference(c, in, scale, written);
+
+  DeviceBuffer d_cache(in.cache.size(), 2), d_qkv(in.qkv.size(), 2), d_qs(in.q_sink.size(), 2);
+  d_cache.upload_floats(in.cache, c.dtype);
+  d_qkv.upload_floats(in.qkv, c.dtype);
+  d_qs.upload_floats(in.q_sink, c.dtype);
+  DeviceBuffer d_tables(std::max<size_t>(in.tables.size(), 1), 4);
+  d_tables.upload(in.tables.data());
   std::vector<PrefillSeq> seqs(n);
   int max_tokens = 0;
   for (int s = 0; s < n; ++s) {
     const ChunkSpec& k = c.chunks[s];
-    seqs[s].geo.ring_base = ring_base[s];
+    seqs[s].geo.ring_base = in.ring_base[s];
     seqs[s].geo.ring_size = k.ring_size;
-    seqs[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
-    seqs[s].q_offset = q_offset[s];
+    seqs[s].geo.block_table = d_tables.as<int32_t>() + in.first_block[s];
+    seqs[s].q_offset = in.q_offset[s];
     seqs[s].num_tokens = k.num_tokens;
     seqs[s].sink_cache = k.sink_cache;
     seqs[s].sink_fresh = k.sink_fresh;
@@ -235,21 +270,21 @@ void run_case(const PrefillCase& c) {
   }
   DeviceBuffer d_seqs(n, sizeof(PrefillSeq));
   d_seqs.upload(seqs.data());
-  DeviceBuffer d_out(static_cast<size_t>(total_rows) * H * D, 2);
+  DeviceBuffer d_out(static_cast<size_t>(in.total_rows) * H * D, 2);
 
   PrefillAttentionParams p;
   p.dtype = c.dtype;
   p.num_seqs = n;
   p.num_heads = H;
-  p.num_kv_heads = G;
+  p.num_kv_heads = c.num_kv_heads;
   p.head_dim = D;
   p.scale = static_cast<float>(scale);
   p.qkv = d_qkv.get();
-  p.qkv_stride = qkv_stride;
+  p.qkv_stride = in.qkv_stride;
   p.q_sink = d_qs.get();
   p.seqs = d_seqs.as<PrefillSeq>();
   p.cache = d_cache.get();
-  p.layout = layout;
+  p.layout = in.layout;
   p.out = d_out.get();
   p.max_tokens = max_tokens;
 
@@ -261,11 +296,11 @@ void run_case(const PrefillCase& c) {
   CUDA_OK(cudaStreamDestroy(stream));
 
   // Rows of the chunks: finite and close to the reference; gap rows: still poisoned.
-  std::vector<uint16_t> raw(static_cast<size_t>(total_rows) * H * D);
+  std::vector<uint16_t> raw(static_cast<size_t>(in.total_rows) * H * D);
   d_out.download(raw.data());
   std::vector<float> got, ref;
   size_t touched_gap = 0;
-  for (int r = 0; r < total_rows; ++r)
+  for (int r = 0; r < in.total_rows; ++r)
     for (int i = 0; i < H * D; ++i) {
       const size_t idx = static_cast<size_t>(r) * H * D + i;
       if (!written[r]) {
