@@ -120,9 +120,10 @@ def fixture_specs():
     common = dict(vocab_size=v, bos_token_id=0, eos_token_id=0, max_position_embeddings=256)
     return [
         # name, model class, config, storage dtype, save kwargs
+        # head_dim 64 throughout: the dimension the CUDA kernels are tuned for (64 and 128).
         ("llama_gqa_tied", LlamaForCausalLM, LlamaConfig(
-            hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=32, rms_norm_eps=1e-5, tie_word_embeddings=True,
+            hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
             **rope_kwargs(LlamaConfig, 10000.0), **common), torch.float32, {}),
         ("llama3_rope_scaling", LlamaForCausalLM, LlamaConfig(
             hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
@@ -131,21 +132,22 @@ def fixture_specs():
                                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                   "original_max_position_embeddings": 32}),
             **common), torch.float16, {}),
+        # head_dim * heads (128) != hidden (64), and a sliding window shorter than the generation.
         ("mistral", MistralForCausalLM, MistralConfig(
-            hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16 * 2, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
             sliding_window=24, **rope_kwargs(MistralConfig, 10000.0), **common), torch.bfloat16, {}),
         ("qwen2", Qwen2ForCausalLM, Qwen2Config(
             hidden_size=128, intermediate_size=224, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1, rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False,
             **rope_kwargs(Qwen2Config, 1000000.0), **common), torch.float32, {"max_shard_size": "150KB"}),
         ("gpt_neox", GPTNeoXForCausalLM, GPTNeoXConfig(
-            hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
             hidden_act="gelu", layer_norm_eps=1e-5, use_parallel_residual=True, tie_word_embeddings=False,
             **rope_kwargs(GPTNeoXConfig, 10000.0, partial_rotary_factor=0.25), **common), torch.float16, {}),
         ("gpt_neox_sequential", GPTNeoXForCausalLM, GPTNeoXConfig(
-            hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-            hidden_act="gelu", layer_norm_eps=1e-5, use_parallel_residual=False, tie_word_embeddings=False,
+            hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            hidden_act="gelu_new", layer_norm_eps=1e-5, use_parallel_residual=False, tie_word_embeddings=False,
             **rope_kwargs(GPTNeoXConfig, 10000.0, partial_rotary_factor=0.5), **common), torch.bfloat16, {}),
     ]
 

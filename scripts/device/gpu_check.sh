@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU checks with binaries built elsewhere (CMAKE_CUDA_ARCHITECTURES=90a) and carried along:
+#   scripts/device/gpu_check.sh BIN_DIR LIB_DIR SECTION...
+# Sections: tests (kernel + CUDA engine tests), ppl (rill-ppl against the golden rows present),
+# bench-small (default model), micro (kernel benchmarks), bench-7b (Llama-2-7B and Llama-3-8B
+# shapes from rill-make-model). Logs go to $OUT/gpu_<section>.txt.
+set -u
+bin=$1 lib=$2
+shift 2
+export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export RILL_SOURCE_DIR=$PWD
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader
+run() {  # run SECTION TIMEOUT_S CMD...
+  local sec=$1 tmo=$2
+  shift 2
+  echo "=== [$sec] $* ($(date +%T))"
+  local t=$SECONDS
+  timeout "$tmo" "$@" >>"$OUT/gpu_$sec.txt" 2>&1
+  echo "=== rc=$? took $((SECONDS - t)) s"
+  tail -n "${TAIL:-25}" "$OUT/gpu_$sec.txt"
+}
+for section in "$@"; do
+  case $section in
+    tests)
+      TAIL=15 run tests 240 "$bin/kernel_tests" --gtest_brief=1
+      TAIL=15 run tests 240 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+    ppl)
+      for g in tests/golden/streaming_default.json tests/golden/streaming_gpu_part.json; do
+        [ -f "$g" ] && { run ppl 200 "$bin/rill-ppl" --model models/rill-shakespeare --device cuda --golden "$g"; break; }
+      done ;;
+    bench-small)
+      run bench_small 200 "$bin/rill-bench" --model models/rill-shakespeare --batch 1,16,64 --context 256,512 \
+        --prefill 512 --graphs-off-too --breakdown --max-batch 64 --max-step-tokens 4096 ;;
+    micro)
+      TAIL=40 run micro 120 "$bin/rill-gemv-bench"
+      TAIL=30 run micro 120 "$bin/rill-attention-bench"
+      TAIL=20 run micro 60 "$bin/rill-sampling-bench" ;;
+    bench-7b)
+      run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
+        --prefill 2048 --graphs-off-too --gemv-off-too --breakdown --max-batch 64 --max-step-tokens 8192 ;;
+    bench-7b-streaming)
+      TAIL=10 run bench_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 256,4096 --prefill 0 \
+        --cache streaming --sink 4 --window 4092 --max-batch 8 ;;
+    bench-8b)
+      run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
+      TAIL=20 run bench_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1,128 --context 128 --prefill 0 \
+        --max-batch 128 --max-step-tokens 8192 ;;
+  esac
+done
+exit 0
