@@ -22,8 +22,8 @@ run() {  # run SECTION TIMEOUT_S CMD...
 for section in "$@"; do
   case $section in
     tests)
-      TAIL=15 run tests 240 "$bin/kernel_tests" --gtest_brief=1
-      TAIL=15 run tests 240 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+      TAIL=15 run tests 150 "$bin/kernel_tests" --gtest_brief=1
+      TAIL=15 run tests 150 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
     ppl)
       for g in tests/golden/streaming_default.json tests/golden/streaming_gpu_part.json; do
         [ -f "$g" ] && { run ppl 200 "$bin/rill-ppl" --model models/rill-shakespeare --device cuda --golden "$g"; break; }
