@@ -46,7 +46,9 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
                          std::mt19937& rng, bool profile = false) {
   const int V = r.config().vocab_size;
   std::uniform_int_distribution<int> tok(0, V - 1);
-  const int prompt = std::max(1, context - steps / 2);  // attend to ~`context` tokens mid-run
+  // Attend to ~`context` tokens mid-run; a full cache must also fit the warm-up and timed steps.
+  int prompt = std::max(1, context - steps / 2);
+  if (!policy.is_streaming()) prompt = std::min(prompt, r.kv().max_context() - steps - 4);
   std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prompt));
   for (auto& p : prompts)
     for (auto& t : p) t = tok(rng);
@@ -87,6 +89,53 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
 
 double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * c.num_layers * c.kv_dim() * 2; }
 
+size_t gpu_used_bytes() {
+  size_t free_b = 0, total_b = 0;
+  BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return total_b - free_b;
+}
+
+// One sequence generating `n` tokens (sampled, seed 1) through the runner, one step per token:
+// time per token just after the cache window filled versus over the last 5%, and GPU memory.
+int long_stream(CudaRunner& r, const CachePolicy& policy, int64_t n) {
+  const int V = r.config().vocab_size;
+  r.add_sequence({1, policy, {.temperature = 0.8f, .top_p = 0.95f, .seed = 1}});
+  int32_t tok = 0;
+  std::vector<float> ms(n);
+  const size_t mem0 = gpu_used_bytes();
+  size_t mem_max = mem0;
+  const auto t_start = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    StepInput in{1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, true};
+    const auto t0 = Clock::now();
+    tok = r.step(std::span<const StepInput>(&in, 1)).sampled[0];
+    ms[i] = std::chrono::duration<float, std::milli>(Clock::now() - t0).count();
+    if (tok < 0 || tok >= V) throw Error(ErrorCode::kInternal, "sampled token out of range");
+    if (i % (n / 20 + 1) == 0) {
+      mem_max = std::max(mem_max, gpu_used_bytes());
+      std::printf("  token %10lld  blocks %5d  GPU used %.1f MiB  step %.3f ms\n", static_cast<long long>(i),
+                  r.kv().stats().blocks_used, gpu_used_bytes() / 1048576.0, ms[i]);
+    }
+  }
+  const double total_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  const int64_t cap = policy.is_streaming() ? policy.n_sink + policy.window : r.kv().max_context();
+  const int64_t span = std::max<int64_t>(1000, n / 20);
+  auto med = [&](int64_t a, int64_t b) {
+    a = std::clamp<int64_t>(a, 0, n);
+    b = std::clamp<int64_t>(b, a, n);
+    return median(std::vector<double>(ms.begin() + a, ms.begin() + b));
+  };
+  const double early = med(cap, cap + span), late = med(n - n / 20, n);
+  std::printf("long stream (%s): %lld tokens in %.1f s\n", policy.to_string().c_str(), static_cast<long long>(n), total_s);
+  std::printf("  time per token just after the window filled (tokens %lld..%lld): %.4f ms\n",
+              static_cast<long long>(cap), static_cast<long long>(cap + span), early);
+  std::printf("  time per token over the last 5%%: %.4f ms (%+.2f%%)\n", late, 100 * (late - early) / early);
+  std::printf("  GPU memory used: %.1f MiB at start, %.1f MiB at most, %.1f MiB at the end; KV blocks %d\n",
+              mem0 / 1048576.0, mem_max / 1048576.0, gpu_used_bytes() / 1048576.0, r.kv().stats().blocks_used);
+  r.remove_sequence(1);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +150,8 @@ int main(int argc, char** argv) {
   args.flag("graphs-off-too", "also time every decode configuration with CUDA graphs off");
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
+  args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
+              "compare time per token just after the window filled with the last 5%, and GPU memory");
   cli::add_cache_flags(args);
   args.parse(argc, argv);
   try {
@@ -125,6 +176,7 @@ int main(int argc, char** argv) {
     const CachePolicy policy = cli::cache_policy(args);
     const int steps = args.get_int("steps");
 
+    if (args.get_int64("long-stream") > 0) return long_stream(r, policy, args.get_int64("long-stream"));
     std::printf("\ndecode (%s cache): median step time\n", policy.to_string().c_str());
     std::printf("%6s %8s %8s %10s %10s %12s %10s\n", "batch", "cached", "graphs", "step ms", "tok/s", "GB/s moved",
                 "% of copy");

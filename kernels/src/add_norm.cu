@@ -95,9 +95,10 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   const int64_t i = blockIdx.x;
   const int64_t row = p.rows ? p.rows[i] : i;
   float* residual = p.residual + row * hidden;  // [hidden]
-  const int64_t off = i * hidden;
-  const T* delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + off : nullptr;  // [hidden]
-  const T* delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + off : nullptr;
+  const int64_t off = i * hidden;                     // outputs are indexed by i,
+  const int64_t row_off = row * hidden;               // residual and deltas by the gathered row
+  const T* delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + row_off : nullptr;  // [hidden]
+  const T* delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + row_off : nullptr;
   const T* bias0 = static_cast<const T*>(p.bias0);
   const T* bias1 = static_cast<const T*>(p.bias1);
 

@@ -40,8 +40,13 @@ for section in "$@"; do
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
         --prefill 2048 --graphs-off-too --gemv-off-too --breakdown --max-batch 64 --max-step-tokens 8192 ;;
     bench-7b-streaming)
-      TAIL=10 run bench_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 256,4096 --prefill 0 \
-        --cache streaming --sink 4 --window 4092 --max-batch 8 ;;
+      for w in 252 4092; do
+        TAIL=6 run bench_7b_streaming 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context $((w + 4)) \
+          --prefill 0 --cache streaming --sink 4 --window $w --max-batch 8 --steps 64
+      done ;;
+    long-small)
+      TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
+        --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;
     bench-8b)
       run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
       TAIL=20 run bench_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1,128 --context 128 --prefill 0 \

@@ -128,7 +128,7 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
   for (int j = 0; j < H; ++j) residual[j] += 0.5f;  // a non-zero mean for LayerNorm
   std::vector<std::vector<float>> delta(2), bias(2);
   for (int d = 0; d < c.deltas; ++d) {
-    delta[d] = rounded_random(size_t(T) * H, rng, dt);
+    delta[d] = rounded_random(size_t(R) * H, rng, dt);  // indexed by the gathered row
     if (c.biases) bias[d] = rounded_random(H, rng, dt, 0.3f);
   }
   std::vector<std::vector<float>> weight(2), norm_bias(2);
@@ -145,7 +145,7 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
     float* r = want_res.data() + size_t(rows[i]) * H;
     for (int d = 0; d < c.deltas; ++d)
       for (int j = 0; j < H; ++j)
-        r[j] += delta[d][size_t(i) * H + j] + (c.biases ? bias[d][j] : 0.0f);
+        r[j] += delta[d][size_t(rows[i]) * H + j] + (c.biases ? bias[d][j] : 0.0f);
     double mean = 0, sq = 0;
     if (c.type == kernels::NormType::kLayer) {
       for (int j = 0; j < H; ++j) mean += r[j];
