@@ -43,7 +43,7 @@ struct DecodeResult {
 // `batch` sequences with `context` tokens of cache each; times `steps` decode steps (median).
 // With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile()).
 DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy, int steps,
-                         std::mt19937& rng, bool profile = false) {
+                         std::mt19937& rng, int max_step_tokens, bool profile = false) {
   const int V = r.config().vocab_size;
   std::uniform_int_distribution<int> tok(0, V - 1);
   // Attend to ~`context` tokens mid-run; a full cache must also fit the warm-up and timed steps.
@@ -53,10 +53,10 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
   for (auto& p : prompts)
     for (auto& t : p) t = tok(rng);
   for (int b = 0; b < batch; ++b) r.add_sequence({b, policy, {.temperature = 0.0f}});
-  const int chunk = 2048;
+  const int chunk = std::min(2048, max_step_tokens);
   for (int pos = 0; pos < prompt; pos += chunk) {  // prefill in chunks, several sequences per step
     const int n = std::min(chunk, prompt - pos);
-    const int per_step = std::max(1, 8192 / n);
+    const int per_step = std::max(1, max_step_tokens / n);
     for (int b0 = 0; b0 < batch; b0 += per_step) {
       std::vector<StepInput> in;
       for (int b = b0; b < std::min(batch, b0 + per_step); ++b)
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
           for (int gemv : (args.on("gemv-off-too") && batch <= 8) ? std::vector<int>{1, 0} : std::vector<int>{1}) {
             r.set_cuda_graphs(graphs && eo.cuda_graphs);
             r.set_gemv(gemv);
-            const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng);
+            const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
             const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
             const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
             std::printf("%6d %8d %8s %10.3f %10.0f %12.0f %9.1f%%%s\n", batch, d.cached, graphs ? "on" : "off",
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
 
     if (args.on("breakdown")) {
       const int batch = int_list(args.get("batch")).front(), ctx = int_list(args.get("context")).front();
-      const DecodeResult d = time_decode(r, batch, ctx, policy, 16, rng, true);
+      const DecodeResult d = time_decode(r, batch, ctx, policy, 16, rng, eo.max_step_tokens, true);
       const StepProfile& p = r.profile();
       const double per = 1.0 / std::max(1, p.steps);
       const double kernels = (p.gemm_ms + p.attention_ms + p.norm_elementwise_ms + p.sampling_ms) * per;

