@@ -95,8 +95,7 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   const int64_t i = blockIdx.x;
   const int64_t row = p.rows ? p.rows[i] : i;
   float* residual = p.residual + row * hidden;  // [hidden]
-  const int64_t off = i * hidden;                     // outputs are indexed by i,
-  const int64_t row_off = row * hidden;               // residual and deltas by the gathered row
+  const int64_t row_off = row * hidden;  // residual and deltas by the gathered row; outputs by i
   const T* delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + row_off : nullptr;  // [hidden]
   const T* delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + row_off : nullptr;
   const T* bias0 = static_cast<const T*>(p.bias0);
@@ -130,6 +129,7 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   }
   const float inv = 1.0f / sqrtf(block_sum(sq, scratch) / hidden + p.eps);
 
+  const int64_t off = i * hidden;
   T* out0 = static_cast<T*>(p.out0) + off;
   T* out1 = p.out1 ? static_cast<T*>(p.out1) + off : nullptr;
 #pragma unroll
