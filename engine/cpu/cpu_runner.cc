@@ -7,6 +7,7 @@
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
+#include "engine/step_validation.h"
 
 namespace rill {
 
@@ -201,35 +202,11 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
   cpu::matmul(*pool_, up.data(), l.wdown.data(), l.bdown.empty() ? nullptr : l.bdown.data(), out, T, I, H);
 }
 
-StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
+// The decoder stack over the step's token matrix: x [T, H] holds the residual stream.
+void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<float>& x, int64_t T) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, qkv_dim = c.qkv_dim();
-  std::vector<Chunk> chunks;
-  int64_t T = 0;
-  for (const StepInput& in : inputs) {
-    if (!seqs_.count(in.id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(in.id));
-    if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
-    for (const Chunk& other : chunks)
-      if (other.id == in.id) throw Error(ErrorCode::kInvalidArgument, "sequence twice in one step");
-    for (int32_t tok : in.tokens)
-      if (tok < 0 || tok >= c.vocab_size)
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(tok) + " outside the vocabulary");
-    chunks.push_back({in.id, nullptr, 0, T, static_cast<int64_t>(in.tokens.size())});
-    T += static_cast<int64_t>(in.tokens.size());
-  }
-  std::vector<std::pair<SeqId, int64_t>> appends;
-  for (const Chunk& ch : chunks) appends.emplace_back(ch.id, ch.len);
-  kv_->check_append(appends);
-  for (size_t k = 0; k < chunks.size(); ++k) {  // after the checks: allocation cannot half-fail
-    chunks[k].start = kv_->append(chunks[k].id, chunks[k].len);
-    chunks[k].seq = &kv_->sequence(chunks[k].id);
-  }
-  // x [T, H]: the residual stream.
-  std::vector<float> x(T * H), h(T * H), qkv(T * qkv_dim), attn(T * c.q_dim()), o(T * H), m(T * H);
-  for (size_t k = 0; k < chunks.size(); ++k)
-    for (int64_t t = 0; t < chunks[k].len; ++t)
-      std::memcpy(&x[(chunks[k].row + t) * H], &embed_[static_cast<int64_t>(inputs[k].tokens[t]) * H], H * 4);
-
+  std::vector<float> h(T * H), qkv(T * qkv_dim), attn(T * c.q_dim()), o(T * H), m(T * H);
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     norm(l.attn_norm, l.attn_norm_b, x.data(), h.data(), T);
@@ -254,13 +231,18 @@ StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
       for (int64_t i = 0; i < T * H; ++i) x[i] += m[i];
     }
   }
+}
 
-  // Final norm and LM head for the rows anyone asked for.
+// Final norm and LM head for the rows anyone asked for, then sampling; returns what the
+// inputs asked for (sampling-only rows are not returned).
+StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, const std::vector<Chunk>& chunks,
+                                         const std::vector<float>& x) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
   StepOutput out;
   out.sampled.assign(inputs.size(), -1);
   out.logits_row.assign(inputs.size(), -1);
-  std::vector<int64_t> rows;
-  std::vector<int64_t> sample_row(inputs.size(), -1);
+  std::vector<int64_t> rows, sample_row(inputs.size(), -1);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Chunk& ch = chunks[k];
     if (inputs[k].logits == LogitsMode::kAll) {
@@ -273,32 +255,50 @@ StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
     if (inputs[k].sample) sample_row[k] = static_cast<int64_t>(rows.size()) - 1;
   }
   const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float> gathered(R * H), normed(R * H), logits(R * c.vocab_size);
+  std::vector<float> gathered(R * H), normed(R * H), logits(R * V);
   for (int64_t r = 0; r < R; ++r) std::memcpy(&gathered[r * H], &x[rows[r] * H], H * 4);
   norm(final_norm_, final_norm_b_, gathered.data(), normed.data(), R);
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
-  cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, c.vocab_size);
+  cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
 
   for (size_t k = 0; k < inputs.size(); ++k) {
     SeqState& s = seqs_.at(inputs[k].id);
     if (s.sampler.step == 0 && !s.sampler.prompt_seen.empty())
       for (int32_t tok : inputs[k].tokens) s.sampler.prompt_seen[tok] = 1;
     if (sample_row[k] >= 0) {
-      std::vector<float> row(&logits[sample_row[k] * c.vocab_size], &logits[(sample_row[k] + 1) * c.vocab_size]);
+      std::vector<float> row(&logits[sample_row[k] * V], &logits[(sample_row[k] + 1) * V]);
       out.sampled[k] = sample_token(row, s.sampling, s.sampler);
     }
   }
-  // Keep only the rows that were asked for (sampling-only rows are dropped).
   int64_t kept = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (out.logits_row[k] < 0) continue;
     const int64_t n = inputs[k].logits == LogitsMode::kAll ? chunks[k].len : 1;
-    out.logits.insert(out.logits.end(), &logits[out.logits_row[k] * c.vocab_size],
-                      &logits[(out.logits_row[k] + n) * c.vocab_size]);
+    out.logits.insert(out.logits.end(), &logits[out.logits_row[k] * V], &logits[(out.logits_row[k] + n) * V]);
     out.logits_row[k] = kept;
     kept += n;
   }
   return out;
+}
+
+StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  const auto appends = validate_step(inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; });
+  kv_->check_append(appends);
+  std::vector<Chunk> chunks;
+  int64_t T = 0;
+  for (const auto& [id, len] : appends) {  // after the checks: allocation cannot half-fail
+    const int64_t start = kv_->append(id, len);
+    chunks.push_back({id, &kv_->sequence(id), start, T, len});
+    T += len;
+  }
+  std::vector<float> x(T * H);  // [T, H] residual stream
+  for (size_t k = 0; k < chunks.size(); ++k)
+    for (int64_t t = 0; t < chunks[k].len; ++t)
+      std::memcpy(&x[(chunks[k].row + t) * H], &embed_[static_cast<int64_t>(inputs[k].tokens[t]) * H], H * 4);
+  forward_layers(chunks, x, T);
+  return logits_and_samples(inputs, chunks, x);
 }
 
 }  // namespace rill

@@ -41,6 +41,9 @@ class CpuRunner final : public ModelRunner {
   };
   struct Chunk;  // one input's slice of the step
 
+  void forward_layers(const std::vector<Chunk>& chunks, std::vector<float>& x, int64_t T);
+  StepOutput logits_and_samples(std::span<const StepInput> inputs, const std::vector<Chunk>& chunks,
+                                const std::vector<float>& x);
   void attention(int layer, const Chunk& c, const float* qkv, float* out);
   void write_kv(int layer, const Chunk& c, const float* qkv);
   void mlp(const Layer& l, const float* h, float* out, int64_t T);

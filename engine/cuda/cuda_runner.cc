@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/step_validation.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/rope.h"
@@ -475,18 +476,10 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
   const int n = static_cast<int>(inputs.size());
   if (n == 0) return {};
   // Validate everything before touching any state.
+  const auto appends = validate_step(inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; });
   int total = 0, decode = 0, extra_rows = 0;
   bool any_logits = false;
-  std::vector<std::pair<SeqId, int64_t>> appends;
   for (const StepInput& in : inputs) {
-    if (!seqs_.count(in.id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(in.id));
-    if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
-    for (const auto& [id, len] : appends)
-      if (id == in.id) throw Error(ErrorCode::kInvalidArgument, "sequence twice in one step");
-    for (int32_t t : in.tokens)
-      if (t < 0 || t >= c.vocab_size)
-        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) + " outside the vocabulary");
-    appends.emplace_back(in.id, static_cast<int64_t>(in.tokens.size()));
     total += static_cast<int>(in.tokens.size());
     decode += in.tokens.size() == 1;
     if (in.logits == LogitsMode::kAll) extra_rows += static_cast<int>(in.tokens.size());

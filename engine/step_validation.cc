@@ -1,0 +1,27 @@
+#include "engine/step_validation.h"
+
+#include <string>
+#include <unordered_set>
+
+#include "engine/error.h"
+
+namespace rill {
+
+std::vector<std::pair<SeqId, int64_t>> validate_step(std::span<const StepInput> inputs, int vocab_size,
+                                                     const std::function<bool(SeqId)>& known) {
+  std::vector<std::pair<SeqId, int64_t>> appends;
+  std::unordered_set<SeqId> seen;
+  for (const StepInput& in : inputs) {
+    if (!known(in.id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(in.id));
+    if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
+    if (!seen.insert(in.id).second)
+      throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(in.id) + " twice in one step");
+    for (int32_t t : in.tokens)
+      if (t < 0 || t >= vocab_size)
+        throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) + " outside the vocabulary");
+    appends.emplace_back(in.id, static_cast<int64_t>(in.tokens.size()));
+  }
+  return appends;
+}
+
+}  // namespace rill
