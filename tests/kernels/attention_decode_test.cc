@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rill/kernels/attention.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
@@ -59,11 +60,6 @@ std::string describe(const DecodeCase& c) {
   return s;
 }
 
-int ring_offset(long long rel, long long ring) {
-  long long r = rel % ring;
-  if (r < 0) r += ring;
-  return static_cast<int>(r);
-}
 
 /// Key slots of a sequence: sinks first (scored with q_sink), then the window.
 struct Key {
@@ -79,12 +75,6 @@ std::vector<Key> keys_of(const SeqSpec& s, int ring_base) {
   return keys;
 }
 
-double tolerance(DType t) {
-  return t == DType::kF16 ? 2e-3 : 1e-2;
-}
-double max_abs_tolerance(DType t) {
-  return t == DType::kF16 ? 1e-2 : 4e-2;
-}
 
 /// Host inputs of one case: a NaN-poisoned paged cache with random rows at every key's slot,
 /// shuffled block tables (a few spare blocks), and queries whose row padding is NaN.

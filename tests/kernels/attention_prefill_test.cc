@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rill/kernels/attention.h"
+#include "tests/kernels/attention_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
@@ -63,18 +64,7 @@ std::string describe(const PrefillCase& c) {
   return s;
 }
 
-int ring_offset(long long rel, long long ring) {
-  long long r = rel % ring;
-  if (r < 0) r += ring;
-  return static_cast<int>(r);
-}
 
-double tolerance(DType t) {
-  return t == DType::kF16 ? 2e-3 : 1e-2;
-}
-double max_abs_tolerance(DType t) {
-  return t == DType::kF16 ? 1e-2 : 4e-2;
-}
 
 /// Host inputs of one case: a NaN-poisoned paged cache holding the cached sinks and old window
 /// rows at shuffled blocks; qkv rows (q | k | v | 8 NaN pad) and q_sink rows of the chunks, with
