@@ -19,31 +19,13 @@ namespace {
 
 using kernels::DType;
 
-constexpr DType kDTypes[] = {DType::kF16, DType::kBF16};
 
 const char* dtype_name(DType t) {
   return t == DType::kF16 ? "f16" : "bf16";
 }
 
-// One unit in the last place at 1.0.
-double ulp1(DType t) {
-  return t == DType::kF16 ? 0x1p-10 : 0x1p-7;
-}
 
-// A result rounded once to the dtype from an fp32 computation: at most about one ulp of the
-// largest magnitude off the fp64 reference, and the normalized error within the dtype's budget.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, DType t,
-                  const std::string& what) {
-  ASSERT_FALSE(has_nonfinite(got)) << what << ": non-finite or unwritten output";
-  double scale = 1e-6;
-  for (float w : want) scale = std::max(scale, double(std::abs(w)));
-  EXPECT_LE(max_abs_error(got, want), 1.01 * ulp1(t) * scale) << what;
-  EXPECT_LE(normalized_error(got, want), tol_for(t)) << what;
-}
 
-std::vector<float> rounded_random(size_t n, std::mt19937& rng, DType t, float scale = 1.0f) {
-  return round_to(random_vector(n, rng, scale), t);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Embedding

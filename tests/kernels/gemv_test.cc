@@ -17,11 +17,7 @@ namespace {
 
 using kernels::DType;
 
-constexpr DType kDTypes[] = {DType::kF16, DType::kBF16};
 
-double ulp1(DType t) {
-  return t == DType::kF16 ? 0x1p-10 : 0x1p-7;
-}
 
 void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng) {
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +

@@ -154,4 +154,13 @@ bool has_nonfinite(const std::vector<float>& v) {
   return false;
 }
 
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, kernels::DType t,
+                  const std::string& what) {
+  ASSERT_FALSE(has_nonfinite(got)) << what << ": non-finite or unwritten output";
+  double scale = 1e-6;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  EXPECT_LE(max_abs_error(got, want), 1.01 * ulp1(t) * scale) << what;
+  EXPECT_LE(normalized_error(got, want), tol_for(t)) << what;
+}
+
 }  // namespace rill::testing

@@ -72,4 +72,20 @@ bool has_nonfinite(const std::vector<float>& v);
 /// Tolerances by dtype for results computed from rounded inputs with fp32 accumulation.
 inline double tol_for(kernels::DType t) { return t == kernels::DType::kF16 ? 2e-3 : 1.6e-2; }
 
+/// Both half-precision dtypes, for parameterised loops.
+constexpr kernels::DType kDTypes[] = {kernels::DType::kF16, kernels::DType::kBF16};
+
+/// One unit in the last place at 1.0.
+inline double ulp1(kernels::DType t) { return t == kernels::DType::kF16 ? 0x1p-10 : 0x1p-7; }
+
+/// A result rounded once to the dtype from an fp32 computation: every element written and finite,
+/// at most about one ulp of the largest magnitude off the reference, normalized error in budget.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, kernels::DType t,
+                  const std::string& what);
+
+/// Random values already rounded to the dtype (what the GPU will see).
+inline std::vector<float> rounded_random(size_t n, std::mt19937& rng, kernels::DType t, float scale = 1.0f) {
+  return round_to(random_vector(n, rng, scale), t);
+}
+
 }  // namespace rill::testing

@@ -18,20 +18,8 @@ namespace {
 
 using kernels::DType;
 
-constexpr DType kDTypes[] = {DType::kF16, DType::kBF16};
 
-double ulp1(DType t) {
-  return t == DType::kF16 ? 0x1p-10 : 0x1p-7;
-}
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, DType t,
-                  const std::string& what) {
-  ASSERT_FALSE(has_nonfinite(got)) << what << ": non-finite or unwritten output";
-  double scale = 1e-6;
-  for (float w : want) scale = std::max(scale, double(std::abs(w)));
-  EXPECT_LE(max_abs_error(got, want), 1.01 * ulp1(t) * scale) << what;
-  EXPECT_LE(normalized_error(got, want), tol_for(t)) << what;
-}
 
 struct RopeCase {
   int head_dim, rotary_dim;
