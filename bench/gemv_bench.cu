@@ -57,7 +57,11 @@ int main() {
                           {"o", 4096, 4096},
                           {"gate_up", 22016, 4096},
                           {"down", 4096, 11008},
-                          {"lm_head", 32000, 4096}};
+                          {"lm_head", 32000, 4096},
+                          {"l3_qkv", 6144, 4096},
+                          {"l3_up", 28672, 4096},
+                          {"l3_down", 4096, 14336},
+                          {"l3_head", 128256, 4096}};
   constexpr int kMaxM = 8;
   for (const Shape& s : shapes) {
     const size_t w_elems = size_t(s.N) * s.K;
@@ -110,6 +114,31 @@ int main() {
                   s.N, s.K, M, ours, ours_gbps, 100.0 * ours_gbps / ceil.copy_gbps, theirs,
                   theirs_gbps, 100.0 * theirs_gbps / ceil.copy_gbps,
                   ours <= theirs ? "rill" : "cublas");
+    }
+    // Every CTA shape of the GEMV kernel at M = 1 (the engine times these per shape at start-up).
+    for (int M : {1, 8}) {
+      std::printf("%-8s %2d   shapes:", s.name, M);
+      for (int config = 0; config < rill::kernels::gemv_num_configs(); ++config) {
+        int next = 0;
+        rill::kernels::GemvParams p;
+        p.dtype = rill::kernels::DType::kF16;
+        p.M = M;
+        p.N = s.N;
+        p.K = s.K;
+        p.x = x;
+        p.y = y;
+        p.config = config;
+        const double ms = median_ms(
+            [&] {
+              p.w = w[next++ % copies];
+              BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
+            },
+            stream, 5, 50);
+        const double gbps = (double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N) / (ms * 1e-3) / 1e9;
+        std::printf("  %s %.1f%%", rill::kernels::gemv_config_name(config).c_str(),
+                    100.0 * gbps / ceil.copy_gbps);
+      }
+      std::printf("\n");
     }
     for (__half* p : w) BENCH_CUDA(cudaFree(p));
     BENCH_CUDA(cudaFree(x));

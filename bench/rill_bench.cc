@@ -149,6 +149,8 @@ int main(int argc, char** argv) {
   args.option("max-batch", "256", "largest decode batch the runner is sized for");
   args.flag("graphs-off-too", "also time every decode configuration with CUDA graphs off");
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
+  args.flag("pdl-off-too",
+            "also time every decode configuration with programmatic dependent launch off");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");
@@ -173,6 +175,7 @@ int main(int argc, char** argv) {
                 args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
                 r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_bytes_per_token(c) / 1e3, load_s);
     std::mt19937 rng(1);
+    std::printf("GEMV choices: %s\n", r.gemv_choices().c_str());
     const CachePolicy policy = cli::cache_policy(args);
     const int steps = args.get_int("steps");
 
@@ -185,20 +188,27 @@ int main(int argc, char** argv) {
         if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
         for (int graphs : args.on("graphs-off-too") ? std::vector<int>{1, 0} : std::vector<int>{1}) {
           for (int gemv : (args.on("gemv-off-too") && batch <= 8) ? std::vector<int>{1, 0} : std::vector<int>{1}) {
-            r.set_cuda_graphs(graphs && eo.cuda_graphs);
-            r.set_gemv(gemv);
-            const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
-            const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
-            const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-            std::printf("%6d %8d %8s %10.3f %10.0f %12.0f %9.1f%%%s\n", batch, d.cached, graphs ? "on" : "off",
-                        d.step_ms, batch * 1e3 / d.step_ms, gbps, 100 * gbps / ceil.copy_gbps,
-                        gemv ? "" : "  (GEMV off)");
+            for (int pdl : args.on("pdl-off-too") ? std::vector<int>{1, 0} : std::vector<int>{1}) {
+              if (!gemv && !pdl) continue;  // one change at a time against the default
+              r.set_cuda_graphs(graphs && eo.cuda_graphs);
+              r.set_gemv(gemv);
+              r.set_programmatic_launch(pdl);
+              const DecodeResult d =
+                  time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
+              const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
+              const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
+              std::printf("%6d %8d %8s %10.3f %10.0f %12.0f %9.1f%%%s%s\n", batch, d.cached,
+                          graphs ? "on" : "off", d.step_ms, batch * 1e3 / d.step_ms, gbps,
+                          100 * gbps / ceil.copy_gbps, gemv ? "" : "  (GEMV off)",
+                          pdl ? "" : "  (PDL off)");
+            }
           }
         }
       }
     }
     r.set_cuda_graphs(eo.cuda_graphs);
     r.set_gemv(true);
+    r.set_programmatic_launch(true);
 
     const std::vector<int> prefills = int_list(args.get("prefill"));
     if (!prefills.empty() && prefills[0] > 0) {

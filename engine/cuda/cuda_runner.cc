@@ -10,6 +10,7 @@
 #include "engine/step_validation.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
+#include "rill/kernels/gemv.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -24,6 +25,10 @@ int cuda_device_count() { return cuda::cuda_device_count(); }
 namespace {
 
 constexpr int kMaxSplits = 16;
+// Fewest keys a split of decode attention takes: small enough that a batch-1 step over a few
+// hundred keys still spreads over all SMs (the kernel is latency-bound there), large enough that
+// the merge stays cheap.
+constexpr int kMinKeysPerSplit = 64;
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -101,8 +106,48 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
 }
 
 CudaRunner::~CudaRunner() {
-  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  drop_graphs();
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaRunner::drop_graphs() {
+  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
+  graph_shapes_.clear();
+}
+
+void CudaRunner::set_gemv(bool on) {
+  gemm_->set_gemv_enabled(on);
+  drop_graphs();
+}
+
+void CudaRunner::set_programmatic_launch(bool on) {
+  kernels::set_programmatic_launch(on);
+  drop_graphs();
+}
+
+std::string CudaRunner::gemv_choices() const {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size;
+  const struct {
+    const char* name;
+    int N, K;
+    bool y_f32;
+  } shapes[] = {{"qkv", c.qkv_dim(), H, false},
+                {"o", H, c.q_dim(), false},
+                {"up", c.gated_mlp ? 2 * I : I, H, false},
+                {"down", H, I, false},
+                {"lm_head", c.vocab_size, H, true}};
+  std::string out;
+  for (const auto& s : shapes) {
+    const int config = gemm_->gemv_config(s.N, s.K, s.y_f32);
+    out += std::string(out.empty() ? "" : ", ") + s.name + " " + std::to_string(s.N) + "x" +
+           std::to_string(s.K) + ": ";
+    out += config < 0 ? std::string("cuBLAS")
+                      : kernels::gemv_config_name(config) +
+                            " up to M=" + std::to_string(gemm_->gemv_max_m(s.N, s.K, s.y_f32));
+  }
+  return out;
 }
 
 void CudaRunner::allocate_buffers() {
@@ -163,11 +208,18 @@ void CudaRunner::tune_gemms() {
   // Random-ish inputs: the activation buffers hold garbage, which is fine for timing but must not
   // be NaN-free-dependent; zero them so the timing is not on denormals or NaN paths.
   RILL_CUDA(cudaMemsetAsync(h_.get(), 0x3c, 8 * std::max(H, I) * esize(), stream_));
-  gemm_->tune(l.wqkv, c.qkv_dim(), H, false, h_.get(), qkv_.get());
-  gemm_->tune(l.wo, H, c.q_dim(), false, h_.get(), o_.get());
-  gemm_->tune(l.wup, up_width, H, false, h_.get(), up_.get());
-  gemm_->tune(l.wdown, H, I, false, h_.get(), m_.get());
-  gemm_->tune(weights_->lm_head(), c.vocab_size, H, true, h_.get(), logits_.get());
+  // Every layer's copy of a weight, so the timings read HBM as decode does, not the L2.
+  auto all = [&](auto member) {
+    std::vector<const void*> ws;
+    for (const auto& layer : weights_->layers()) ws.push_back(layer.*member);
+    return ws;
+  };
+  using L = std::decay_t<decltype(l)>;
+  gemm_->tune(all(&L::wqkv), c.qkv_dim(), H, false, h_.get(), qkv_.get());
+  gemm_->tune(all(&L::wo), H, c.q_dim(), false, h_.get(), o_.get());
+  gemm_->tune(all(&L::wup), up_width, H, false, h_.get(), up_.get());
+  gemm_->tune(all(&L::wdown), H, I, false, h_.get(), m_.get());
+  gemm_->tune({weights_->lm_head()}, c.vocab_size, H, true, h_.get(), logits_.get());
   RILL_CUDA(cudaStreamSynchronize(stream_));
 }
 
@@ -282,6 +334,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
       p.layout = layout_;
       p.out = attn_.get();
       p.num_splits = attention_splits(sh.decode);
+      p.min_keys_per_split = kMinKeysPerSplit;
       p.workspace = attn_ws_.get();
       RILL_CUDA(kernels::launch_decode_attention(p, stream_));
     }

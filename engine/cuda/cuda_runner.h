@@ -47,7 +47,13 @@ class CudaRunner final : public ModelRunner {
   size_t weight_bytes() const { return weights_->bytes(); }
   size_t kv_pool_bytes() const { return cache_.bytes(); }
   void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
-  void set_gemv(bool on) { gemm_->set_gemv_enabled(on); }
+  /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
+  void set_gemv(bool on);
+  /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
+  /// re-captures graphs.
+  void set_programmatic_launch(bool on);
+  /// One line per weight shape: the GEMV kernel shape chosen at start-up and up to which batch.
+  std::string gemv_choices() const;
   /// While enabled, eager steps record CUDA events per op category into `profile()`
   /// (graph replays are not broken down).
   void set_profiling(bool on);
@@ -70,6 +76,7 @@ class CudaRunner final : public ModelRunner {
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
   int attention_splits(int decode_seqs) const;
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
+  void drop_graphs();  // after a change that alters what a step launches
   const char* dmeta() const { return meta_dev_.as<const char>(); }
 
   ModelConfig config_;

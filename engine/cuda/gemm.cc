@@ -21,8 +21,13 @@ Gemm::~Gemm() {
 }
 
 int Gemm::gemv_max_m(int N, int K, bool y_f32) const {
-  auto it = gemv_max_m_.find({N, K, y_f32});
-  return it == gemv_max_m_.end() ? 0 : it->second;
+  auto it = gemv_.find({N, K, y_f32});
+  return it == gemv_.end() ? 0 : it->second.max_m;
+}
+
+int Gemm::gemv_config(int N, int K, bool y_f32) const {
+  auto it = gemv_.find({N, K, y_f32});
+  return it == gemv_.end() ? -1 : it->second.config;
 }
 
 void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32) {
@@ -35,8 +40,10 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K
 
 void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32) {
   if (M <= 0) return;
-  if (gemv_enabled_ && M <= gemv_max_m(N, K, y_f32)) {
+  auto choice = gemv_.find({N, K, y_f32});
+  if (gemv_enabled_ && choice != gemv_.end() && M <= choice->second.max_m) {
     kernels::GemvParams p;
+    p.config = choice->second.config;
     p.dtype = dtype_;
     p.M = M;
     p.N = N;
@@ -51,14 +58,18 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
   run_cublas(x, w, y, M, N, K, y_f32);
 }
 
-void Gemm::tune(const void* w, int N, int K, bool y_f32, void* scratch_x, void* scratch_y) {
-  if (K % 8 != 0) return;  // the GEMV kernel needs 16-byte rows
+void Gemm::tune(const std::vector<const void*>& ws, int N, int K, bool y_f32, void* scratch_x,
+                void* scratch_y) {
+  if (K % 8 != 0 || ws.empty()) return;  // the GEMV kernel needs 16-byte rows
   cudaEvent_t a, b;
   RILL_CUDA(cudaEventCreate(&a));
   RILL_CUDA(cudaEventCreate(&b));
+  size_t next = 0;
+  auto weights = [&] { return ws[next++ % ws.size()]; };
+  // Median of 15 timed calls after 3 untimed ones; false when a launch failed.
   auto time = [&](auto&& fn) {
     for (int i = 0; i < 3; ++i) fn();
-    std::vector<float> ms(9);
+    std::vector<float> ms(15);
     for (float& m : ms) {
       RILL_CUDA(cudaEventRecord(a, stream_));
       fn();
@@ -67,32 +78,43 @@ void Gemm::tune(const void* w, int N, int K, bool y_f32, void* scratch_x, void* 
       RILL_CUDA(cudaEventElapsedTime(&m, a, b));
     }
     std::sort(ms.begin(), ms.end());
-    return ms[4];
+    return ms[ms.size() / 2];
   };
-  int best = 0;
-  for (int M = 1; M <= 8; ++M) {
-    kernels::GemvParams p;
-    p.dtype = dtype_;
+  kernels::GemvParams p;
+  p.dtype = dtype_;
+  p.N = N;
+  p.K = K;
+  p.x = scratch_x;
+  p.y = scratch_y;
+  p.y_f32 = y_f32;
+  bool gemv_ok = true;
+  auto gemv = [&] {
+    p.w = weights();
+    if (kernels::launch_gemv(p, stream_) != cudaSuccess) gemv_ok = false;
+  };
+  GemvChoice choice;
+  p.M = 1;
+  float best_ms = 0;
+  for (int config = 0; config < kernels::gemv_num_configs(); ++config) {
+    p.config = config;
+    const float ms = time(gemv);
+    if (config == 0 || ms < best_ms) {
+      best_ms = ms;
+      choice.config = config;
+    }
+  }
+  p.config = choice.config;
+  for (int M = 1; M <= 8 && gemv_ok; ++M) {
     p.M = M;
-    p.N = N;
-    p.K = K;
-    p.x = scratch_x;
-    p.w = w;
-    p.y = scratch_y;
-    p.y_f32 = y_f32;
-    bool gemv_ok = true;
-    const float g = time([&] {
-      if (kernels::launch_gemv(p, stream_) != cudaSuccess) gemv_ok = false;
-    });
-    const float c = time([&] { run_cublas(scratch_x, w, scratch_y, M, N, K, y_f32); });
-    if (!gemv_ok) break;
-    if (g < c) best = M;
-    else break;
+    const float g = time(gemv);
+    const float c = time([&] { run_cublas(scratch_x, weights(), scratch_y, M, N, K, y_f32); });
+    if (!gemv_ok || g >= c) break;
+    choice.max_m = M;
   }
   cudaGetLastError();
   RILL_CUDA(cudaEventDestroy(a));
   RILL_CUDA(cudaEventDestroy(b));
-  gemv_max_m_[{N, K, y_f32}] = best;
+  gemv_[{N, K, y_f32}] = choice;
 }
 
 }  // namespace rill::cuda

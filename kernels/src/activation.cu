@@ -4,6 +4,7 @@
 //   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 #include <algorithm>
 
+#include "launch.cuh"
 #include "rill/kernels/elementwise.h"
 #include "vec.cuh"
 
@@ -42,6 +43,8 @@ __global__ void __launch_bounds__(kThreads)
                       const T* bias,  // optional [2I] or [I]
                       T* out,         // [T, I]
                       int num_tokens, int width) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   constexpr bool kGated = KIND == ActKind::kSiluMul;
   constexpr int kStep = VEC ? kVec : 1;
   constexpr int kIn = kGated ? 2 : 1;
@@ -76,11 +79,11 @@ cudaError_t launch_kind(const ActivationParams& p, bool vec, cudaStream_t stream
   const T* bias = static_cast<const T*>(p.bias);
   T* out = static_cast<T*>(p.out);
   if (vec) {
-    activation_kernel<T, KIND, true>
-        <<<blocks, kThreads, 0, stream>>>(in, bias, out, p.num_tokens, p.width);
+    launch_kernel(activation_kernel<T, KIND, true>, dim3(blocks), dim3(kThreads), 0, stream, in,
+                  bias, out, p.num_tokens, p.width);
   } else {
-    activation_kernel<T, KIND, false>
-        <<<blocks, kThreads, 0, stream>>>(in, bias, out, p.num_tokens, p.width);
+    launch_kernel(activation_kernel<T, KIND, false>, dim3(blocks), dim3(kThreads), 0, stream, in,
+                  bias, out, p.num_tokens, p.width);
   }
   return launch_status();
 }

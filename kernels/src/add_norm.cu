@@ -5,6 +5,7 @@
 // are an exact two-pass computation (mean, then sum of squared deviations) without re-reading.
 #include <algorithm>
 
+#include "launch.cuh"
 #include "reduce.cuh"
 #include "rill/kernels/elementwise.h"
 #include "vec.cuh"
@@ -90,6 +91,8 @@ __device__ __forceinline__ void add_delta(const T* delta, const T* bias, int bas
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
 template <typename T, bool VEC, int ITEMS>
 __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   __shared__ float scratch[32];
   const int hidden = p.hidden;
   const int64_t i = blockIdx.x;
@@ -151,13 +154,14 @@ template <typename T, bool VEC>
 cudaError_t launch_items(const AddNormParams& p, int items, int threads, cudaStream_t stream) {
   switch (items) {
     case 1:
-      add_norm_kernel<T, VEC, 1><<<p.num_tokens, threads, 0, stream>>>(p);
+      launch_kernel(add_norm_kernel<T, VEC, 1>, dim3(p.num_tokens), dim3(threads), 0, stream, p);
       break;
     case 2:
-      add_norm_kernel<T, VEC, 2><<<p.num_tokens, threads, 0, stream>>>(p);
+      launch_kernel(add_norm_kernel<T, VEC, 2>, dim3(p.num_tokens), dim3(threads), 0, stream, p);
       break;
     default:
-      add_norm_kernel<T, VEC, kMaxItems><<<p.num_tokens, threads, 0, stream>>>(p);
+      launch_kernel(add_norm_kernel<T, VEC, kMaxItems>, dim3(p.num_tokens), dim3(threads), 0,
+                    stream, p);
       break;
   }
   return launch_status();

@@ -33,6 +33,7 @@
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
+#include "launch.cuh"
 #include "rill/kernels/attention.h"
 
 namespace rill::kernels {
@@ -317,6 +318,8 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxS
 
 template <typename T, int D, int GH>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   using Shape = DecodeShape<D>;
   __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];  // the load ring, then the merge
 
@@ -387,6 +390,8 @@ template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
     decode_merge_kernel(const float* ws_acc, const float2* ws_ml, int num_heads, int head_dim,
                         int num_splits, T* out) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   const int64_t row = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
   const float2* ml = ws_ml + row * num_splits;
   const float* acc = ws_acc + row * num_splits * head_dim;
@@ -418,22 +423,27 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
   switch (gh) {
     case 1:
-      decode_attention_kernel<T, D, 1><<<grid, kDecodeThreads, 0, stream>>>(args);
+      launch_kernel(decode_attention_kernel<T, D, 1>, dim3(grid), dim3(kDecodeThreads), 0, stream,
+                    args);
       break;
     case 2:
-      decode_attention_kernel<T, D, 2><<<grid, kDecodeThreads, 0, stream>>>(args);
+      launch_kernel(decode_attention_kernel<T, D, 2>, dim3(grid), dim3(kDecodeThreads), 0, stream,
+                    args);
       break;
     case 4:
-      decode_attention_kernel<T, D, 4><<<grid, kDecodeThreads, 0, stream>>>(args);
+      launch_kernel(decode_attention_kernel<T, D, 4>, dim3(grid), dim3(kDecodeThreads), 0, stream,
+                    args);
       break;
     default:
-      decode_attention_kernel<T, D, 8><<<grid, kDecodeThreads, 0, stream>>>(args);
+      launch_kernel(decode_attention_kernel<T, D, 8>, dim3(grid), dim3(kDecodeThreads), 0, stream,
+                    args);
       break;
   }
   if (cudaError_t err = launch_status(); err != cudaSuccess) return err;
   if (args.num_splits > 1) {
-    decode_merge_kernel<T><<<dim3(args.num_heads, num_seqs), kMergeThreads, 0, stream>>>(
-        args.ws_acc, args.ws_ml, args.num_heads, D, args.num_splits, static_cast<T*>(args.out));
+    launch_kernel(decode_merge_kernel<T>, dim3(args.num_heads, num_seqs), dim3(kMergeThreads), 0,
+                  stream, args.ws_acc, args.ws_ml, args.num_heads, D, args.num_splits,
+                  static_cast<T*>(args.out));
     return launch_status();
   }
   return cudaSuccess;

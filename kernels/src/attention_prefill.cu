@@ -27,6 +27,7 @@
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
+#include "launch.cuh"
 #include "rill/kernels/attention.h"
 
 namespace rill::kernels {
@@ -314,6 +315,8 @@ __device__ __forceinline__ void run_phase(const PrefillCtx<T>& c, const T* q_bas
 template <typename T, int D>
 __global__ void __launch_bounds__(kPrefillThreads, 2)
     prefill_attention_kernel(const PrefillArgs a) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   using Sh = PrefillShape<D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -402,7 +405,7 @@ cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int nu
       err != cudaSuccess)
     return err;
   const dim3 grid((max_tokens + kTile - 1) / kTile, args.num_heads, num_seqs);
-  kernel<<<grid, kPrefillThreads, Sh::kSmemBytes, stream>>>(args);
+  launch_kernel(kernel, dim3(grid), dim3(kPrefillThreads), Sh::kSmemBytes, stream, args);
   return launch_status();
 }
 

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <string>
 
 #include "dispatch.cuh"
@@ -6,7 +7,8 @@ namespace rill::kernels {
 
 namespace {
 thread_local std::string g_last_detail;
-}
+std::atomic<bool> g_programmatic_launch{true};
+}  // namespace
 
 cudaError_t invalid_argument(const std::string& why) {
   g_last_detail = why;
@@ -14,5 +16,13 @@ cudaError_t invalid_argument(const std::string& why) {
 }
 
 const char* last_kernel_error_detail() { return g_last_detail.c_str(); }
+
+void set_programmatic_launch(bool enabled) {
+  g_programmatic_launch.store(enabled);
+}
+
+bool programmatic_launch() {
+  return g_programmatic_launch.load();
+}
 
 }  // namespace rill::kernels

@@ -1,6 +1,7 @@
 // Embedding gather: out[t, :] = float(table[tokens[t], :]), a zero row for ids outside [0, vocab).
 #include <algorithm>
 
+#include "launch.cuh"
 #include "rill/kernels/elementwise.h"
 #include "vec.cuh"
 
@@ -16,6 +17,8 @@ __global__ void __launch_bounds__(kThreads)
                      const int32_t* __restrict__ tokens,  // [num_tokens]
                      float* __restrict__ out,             // [num_tokens, hidden]
                      int hidden, int vocab) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   const int t = blockIdx.x;
   const int id = tokens[t];
   const bool valid = id >= 0 && id < vocab;
@@ -49,11 +52,11 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     const T* table = static_cast<const T*>(p.table);
     if (vec) {
-      embedding_kernel<T, true>
-          <<<grid, kThreads, 0, stream>>>(table, p.tokens, p.out, p.hidden, p.vocab);
+      launch_kernel(embedding_kernel<T, true>, dim3(grid), dim3(kThreads), 0, stream, table,
+                    p.tokens, p.out, p.hidden, p.vocab);
     } else {
-      embedding_kernel<T, false>
-          <<<grid, kThreads, 0, stream>>>(table, p.tokens, p.out, p.hidden, p.vocab);
+      launch_kernel(embedding_kernel<T, false>, dim3(grid), dim3(kThreads), 0, stream, table,
+                    p.tokens, p.out, p.hidden, p.vocab);
     }
     return launch_status();
   });

@@ -4,30 +4,37 @@
 // tensor cores (mma.sync m16n8k16, fp32 accumulation) so that M = 8 costs no more than M = 1:
 // the mma's n = 8 columns are the (up to) 8 rows of x, its 16 rows are 16 rows of w.
 //
-// Tile: a CTA of 4 warps owns 16 rows of w and splits K among its warps. In one "step" a warp
+// Tile: a CTA of W warps owns 16 rows of w and splits K among its warps. In one "step" a warp
 // covers 32 values of k: lane (g = lane / 4, t = lane % 4) loads 8 consecutive k (chunk 4s + t) of
 // w rows g and g + 8 and of x row g. A dot product does not care in which order its k arrive,
 // so each 16-byte chunk is fed to two mmas as it lies in registers: the mma's k slots
 // {2t, 2t+1, 2t+8, 2t+9} take the chunk's elements {0, 1, 2, 3} (first mma) and {4, 5, 6, 7}
 // (second), identically for the A (w) and B (x) fragments, which is all the product needs.
-// The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the 4 warps' partial sums
+// The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the W warps' partial sums
 // are added in a fixed order through shared memory.
 #include <algorithm>
 #include <string>
 #include <type_traits>
 
 #include "dispatch.cuh"
+#include "launch.cuh"
 #include "rill/kernels/gemv.h"
 #include "vec.cuh"
 
 namespace rill::kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16;   // rows of w per CTA (the mma's M)
-constexpr int kUnroll = 4;  // steps per warp in flight: 8 loads of w + 4 of x per thread
-constexpr int kMaxM = 8;    // the mma's N
+constexpr int kRows = 16;  // rows of w per CTA (the mma's M)
+constexpr int kMaxM = 8;   // the mma's N
+
+// CTA shapes (warps splitting K, steps in flight per warp). Few warps with deep unrolling suit
+// wide matrices (many CTAs); narrow ones (N = 4096: 256 CTAs for 132 SMs) need more warps per
+// CTA to keep enough loads in flight. The engine times them per weight shape at start-up.
+struct Config {
+  int warps, unroll;
+};
+constexpr Config kConfigs[] = {{8, 4}, {4, 4}, {16, 2}, {16, 4}, {8, 2}, {32, 2}};
+constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
 // Streaming load of weights, read once: keep them out of L1 so x stays there.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
@@ -59,13 +66,31 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-// grid (ceil(N / 16)), block kThreads. K % 8 == 0, x and w 16-byte aligned.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ x,  // [M, K]
-                                                        const T* __restrict__ w,  // [N, K]
-                                                        void* __restrict__ y,  // [M, N], T or fp32
-                                                        int M, int N, int K, bool y_f32) {
-  __shared__ float partial[kWarps][4][32];
+// Loads the w chunks of the U steps starting at step s0 (zeros past the end of K).
+template <int W, int U>
+__device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
+                                       int chunks, uint4 (&lo)[U], uint4 (&hi)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = (s0 + u * W) * 4 + t;
+    lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
+    if (c < chunks) {
+      lo[u] = load_stream(w_lo + c);
+      hi[u] = load_stream(w_hi + c);
+    }
+  }
+}
+
+// grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
+// Weights are double-buffered in registers: the loads of the next U steps are issued before the
+// mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
+// previous kernel's tail: weights never depend on it.
+template <typename T, int W, int U>
+__global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  // [M, K]
+                                                      const T* __restrict__ w,  // [N, K]
+                                                      void* __restrict__ y,     // [M, N], T or fp32
+                                                      int M, int N, int K, bool y_f32) {
+  __shared__ float partial[W][4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kRows;
@@ -78,24 +103,29 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ x,
   const bool x_live = g < M;  // x rows past M are zero columns of B
   const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
+  constexpr int kStride = W * U;  // steps per loop iteration of the CTA
+
+  uint4 lo[U], hi[U];
+  load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
+  pdl_launch_dependents();
+  pdl_wait();
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
-    uint4 lo[kUnroll], hi[kUnroll], xv[kUnroll];
+  for (int s0 = warp; s0 < steps; s0 += kStride) {
+    uint4 xv[U], next_lo[U], next_hi[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = (s0 + u * kWarps) * 4 + t;
-      lo[u] = hi[u] = xv[u] = make_uint4(0, 0, 0, 0);
-      if (c < chunks) {
-        lo[u] = load_stream(w_lo + c);
-        hi[u] = load_stream(w_hi + c);
-        if (x_live) xv[u] = __ldg(x_row + c);
-      }
+    for (int u = 0; u < U; ++u) {
+      const int c = (s0 + u * W) * 4 + t;
+      xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
     }
+    load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       mma_16816<T>(acc, lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv[u].x, xv[u].y);
       mma_16816<T>(acc, lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv[u].z, xv[u].w);
+      lo[u] = next_lo[u];
+      hi[u] = next_hi[u];
     }
   }
 
@@ -107,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ x,
   for (int i = 0; i < 4; ++i) {
     float sum = partial[0][i][lane];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum += partial[v][i][lane];
+    for (int v = 1; v < W; ++v) sum += partial[v][i][lane];
     const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
     if (m < M && n < N) {
       const int64_t at = static_cast<int64_t>(m) * N + n;
@@ -120,6 +150,20 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ x,
   }
 }
 
+template <typename T, int I = 0>
+cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
+  if constexpr (I == kNumConfigs) {
+    return invalid_argument("gemv: unknown config " + std::to_string(p.config));
+  } else {
+    if (p.config != I) return launch_config<T, I + 1>(p, stream);
+    constexpr Config c = kConfigs[I];
+    const int blocks = (p.N + kRows - 1) / kRows;
+    return launch_kernel(gemv_kernel<T, c.warps, c.unroll>, dim3(blocks), dim3(c.warps * 32), 0,
+                         stream, static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y, p.M,
+                         p.N, p.K, p.y_f32);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
@@ -127,16 +171,22 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (p.M > kMaxM) return invalid_argument("gemv: M=" + std::to_string(p.M) + " > 8");
   if (p.K % kVec != 0)
     return invalid_argument("gemv: K=" + std::to_string(p.K) + " is not a multiple of 8");
+  if (p.config < 0 || p.config >= kNumConfigs)
+    return invalid_argument("gemv: unknown config " + std::to_string(p.config));
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv: x and w must be 16-byte aligned");
-  const int blocks = (p.N + kRows - 1) / kRows;
-  return dispatch_dtype(p.dtype, [&]<typename T>() {
-    gemv_kernel<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y, p.M, p.N, p.K, p.y_f32);
-    return launch_status();
-  });
+  return dispatch_dtype(p.dtype, [&]<typename T>() { return launch_config<T>(p, stream); });
+}
+
+int gemv_num_configs() {
+  return kNumConfigs;
+}
+
+std::string gemv_config_name(int config) {
+  if (config < 0 || config >= kNumConfigs) return "?";
+  return std::to_string(kConfigs[config].warps) + "w x" + std::to_string(kConfigs[config].unroll);
 }
 
 }  // namespace rill::kernels

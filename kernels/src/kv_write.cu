@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kv_cache.cuh"
+#include "launch.cuh"
 #include "rill/kernels/elementwise.h"
 #include "vec.cuh"
 
@@ -18,6 +19,8 @@ __global__ void __launch_bounds__(kThreads)
                     const int32_t* __restrict__ cache_slot,  // [num_tokens]
                     uint16_t* __restrict__ cache,            // this layer
                     KvCacheLayout layout, int num_heads, int qkv_stride) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int32_t slot = cache_slot[t];
   if (!kv_cache_slot_valid(layout, slot)) return;
@@ -61,11 +64,11 @@ cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   const auto* qkv = static_cast<const uint16_t*>(p.qkv);
   auto* cache = static_cast<uint16_t*>(p.cache);
   if (vec) {
-    kv_write_kernel<true><<<p.num_tokens, kThreads, 0, stream>>>(qkv, p.cache_slot, cache, l,
-                                                                 p.num_heads, p.qkv_stride);
+    launch_kernel(kv_write_kernel<true>, dim3(p.num_tokens), dim3(kThreads), 0, stream, qkv,
+                  p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
   } else {
-    kv_write_kernel<false><<<p.num_tokens, kThreads, 0, stream>>>(qkv, p.cache_slot, cache, l,
-                                                                  p.num_heads, p.qkv_stride);
+    launch_kernel(kv_write_kernel<false>, dim3(p.num_tokens), dim3(kThreads), 0, stream, qkv,
+                  p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
   }
   return launch_status();
 }

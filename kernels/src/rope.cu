@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kv_cache.cuh"
+#include "launch.cuh"
 #include "rill/kernels/rope.h"
 #include "vec.cuh"
 
@@ -63,6 +64,8 @@ __device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float*
 
 template <typename T, int S>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   __shared__ float cos_pos[kMaxHeadDim / 2], sin_pos[kMaxHeadDim / 2];
   __shared__ float cos_sink[kMaxHeadDim / 2], sin_sink[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
@@ -158,9 +161,9 @@ cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream) {
   const dim3 grid(p.num_tokens, std::min((units + kThreads - 1) / kThreads, 65535));
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     if (vec) {
-      rope_kv_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(rope_kv_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, p);
     } else {
-      rope_kv_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(rope_kv_kernel<T, 1>, dim3(grid), dim3(kThreads), 0, stream, p);
     }
     return launch_status();
   });

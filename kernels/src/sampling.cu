@@ -20,6 +20,7 @@
 #include <string>
 
 #include "dispatch.cuh"
+#include "launch.cuh"
 #include "reduce.cuh"
 #include "rill/kernels/philox.h"
 #include "rill/kernels/sampling.h"
@@ -177,6 +178,8 @@ __device__ int draw(const ValueSet& set, float tau, float target, Shared& sh) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   __shared__ Shared sh;
   const int vocab = p.vocab;
   const SamplingRow r = p.rows[blockIdx.x];
@@ -253,6 +256,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
 __global__ void mark_prompt_kernel(uint8_t* __restrict__ prompt_mask,  // [num_slots, vocab]
                                    int vocab, int slot, const int32_t* __restrict__ tokens,
                                    int num_tokens) {
+  pdl_wait();  // see launch.cuh: before any dependent read or global write
+  pdl_launch_dependents();
   uint8_t* row = prompt_mask + static_cast<int64_t>(slot) * vocab;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_tokens; i += gridDim.x * blockDim.x) {
     const int32_t t = tokens[i];
@@ -269,7 +274,7 @@ cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream) {
     return invalid_argument("sample: unsupported vocab=" + std::to_string(p.vocab));
   if (!p.logits || !p.rows || !p.out_tokens)
     return invalid_argument("sample: logits, rows and out_tokens are required");
-  sample_kernel<<<p.num_rows, kThreads, 0, stream>>>(p);
+  launch_kernel(sample_kernel, dim3(p.num_rows), dim3(kThreads), 0, stream, p);
   return launch_status();
 }
 
@@ -281,8 +286,8 @@ cudaError_t launch_mark_prompt(uint8_t* prompt_mask, int vocab, int slot, const 
   if (!prompt_mask || !tokens) return invalid_argument("mark_prompt: null pointer");
   constexpr int kMarkThreads = 256;
   const int blocks = std::min((num_tokens + kMarkThreads - 1) / kMarkThreads, 1024);
-  mark_prompt_kernel<<<blocks, kMarkThreads, 0, stream>>>(prompt_mask, vocab, slot, tokens,
-                                                          num_tokens);
+  launch_kernel(mark_prompt_kernel, dim3(blocks), dim3(kMarkThreads), 0, stream, prompt_mask, vocab,
+                slot, tokens, num_tokens);
   return launch_status();
 }
 

@@ -2,8 +2,10 @@
 # GPU checks with binaries built elsewhere (CMAKE_CUDA_ARCHITECTURES=90a) and carried along:
 #   scripts/device/gpu_check.sh BIN_DIR LIB_DIR SECTION...
 # Sections: tests (kernel + CUDA engine tests), ppl (rill-ppl against the golden rows present),
-# bench-small (default model), micro (kernel benchmarks), bench-7b (Llama-2-7B and Llama-3-8B
-# shapes from rill-make-model). Logs go to $OUT/gpu_<section>.txt.
+# bench-small (default model), micro (kernel benchmarks), bench-7b / bench-8b (Llama-2-7B and
+# Llama-3-8B shapes from rill-make-model), bench-7b-quick / bench-8b-quick (batch 1 with each
+# optimisation off in turn), bench-7b-streaming, long-small / long-7b (long StreamingLLM runs).
+# Logs go to $OUT/gpu_<section>.txt.
 set -u
 bin=$1 lib=$2
 shift 2
@@ -39,6 +41,18 @@ for section in "$@"; do
       run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
         --prefill 2048 --graphs-off-too --gemv-off-too --breakdown --max-batch 64 --max-step-tokens 8192 ;;
+    bench-7b-quick)  # batch-1 TPOT with each optimisation switched off in turn, and the breakdown
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=30 run bench_7b_quick 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 \
+        --prefill 0 --graphs-off-too --gemv-off-too --pdl-off-too --breakdown --max-batch 8 --steps 64 ;;
+    bench-8b-quick)
+      [ -d /tmp/llama3-8b ] || run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
+      TAIL=20 run bench_8b_quick 200 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1 --context 512 \
+        --prefill 0 --gemv-off-too --pdl-off-too --max-batch 8 --steps 64 ;;
+    long-7b)
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=30 run long_7b 420 "$bin/rill-bench" --model /tmp/llama2-7b --cache streaming --sink 4 \
+        --window 1020 --long-stream "${LONG_TOKENS:-50000}" --max-batch 8 ;;
     bench-7b-streaming)
       for w in 252 4092; do
         TAIL=6 run bench_7b_streaming 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context $((w + 4)) \

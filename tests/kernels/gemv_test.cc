@@ -19,9 +19,10 @@ using kernels::DType;
 
 
 
-void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng) {
+void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int config = 0) {
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
-               " N=" + std::to_string(N) + " K=" + std::to_string(K) + (y_f32 ? " y_f32" : ""));
+               " N=" + std::to_string(N) + " K=" + std::to_string(K) + (y_f32 ? " y_f32" : "") +
+               " config " + kernels::gemv_config_name(config));
   const std::vector<float> x = round_to(random_vector(size_t(M) * K, rng), dt);
   const std::vector<float> w =
       round_to(random_vector(size_t(N) * K, rng, 1.0f / std::sqrt(float(K))), dt);
@@ -53,6 +54,7 @@ void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng) {
   p.w = d_w.get();
   p.y = d_y.get();
   p.y_f32 = y_f32;
+  p.config = config;
   CUDA_OK(kernels::launch_gemv(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(d_y.check_guards());
@@ -98,6 +100,21 @@ TEST(Gemv, LlamaShapes) {
   }
 }
 
+// Every CTA shape on K values that leave partial loop iterations for each of them.
+TEST(Gemv, EveryKernelShape) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(34);
+  ASSERT_GE(kernels::gemv_num_configs(), 2);
+  for (int config = 0; config < kernels::gemv_num_configs(); ++config) {
+    for (DType dt : kDTypes) {
+      run_gemv(dt, 1, 37, 8, false, rng, config);
+      run_gemv(dt, 3, 261, 4104, true, rng, config);
+      run_gemv(dt, 8, 1040, 11008, false, rng, config);
+      run_gemv(dt, 5, 99, 1000, false, rng, config);
+    }
+  }
+}
+
 TEST(Gemv, RejectsShapesForAGemm) {
   kernels::GemvParams p;
   p.M = 9;
@@ -106,6 +123,9 @@ TEST(Gemv, RejectsShapesForAGemm) {
   EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
   p.M = 1;
   p.K = 12;
+  EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
+  p.K = 64;
+  p.config = kernels::gemv_num_configs();
   EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
 }
 

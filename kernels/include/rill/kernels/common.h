@@ -17,6 +17,14 @@ enum class DType : int { kF16 = 0, kBF16 = 1 };
 /// Why the last launcher on this thread returned cudaErrorInvalidValue ("" if it did not).
 const char* last_kernel_error_detail();
 
+/// Programmatic dependent launch (Hopper and later, see src/launch.cuh): each kernel may start
+/// while its predecessor drains and waits for its results inside the kernel, which hides the
+/// launch gap between the ~300 kernels of a decode step. Process-wide, on by default; turned off
+/// only to measure what it is worth. Takes effect for launches (and graph captures) made after
+/// the call.
+void set_programmatic_launch(bool enabled);
+bool programmatic_launch();
+
 /// Geometry of the paged KV cache, shared by the rope/KV-write and attention kernels.
 /// Storage: cache[layer][block][2 (k, v)][num_kv_heads][block_size][head_dim]; the launchers take
 /// the base of one layer, i.e. `cache + layer * layer_stride()`.

@@ -3,6 +3,8 @@
 // the weight rows. Weights [N, K] row-major (as checkpoints store them).
 #pragma once
 
+#include <string>
+
 #include "rill/kernels/common.h"
 
 namespace rill::kernels {
@@ -14,7 +16,11 @@ struct GemvParams {
   const void* w = nullptr;        // [N, K]
   void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32
   bool y_f32 = false;
+  int config = 0;  // CTA shape, 0 .. gemv_num_configs() - 1 (0: a good default)
 };
+/// The CTA shapes launch_gemv offers; the best one depends on the weight shape (time them).
+int gemv_num_configs();
+std::string gemv_config_name(int config);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
