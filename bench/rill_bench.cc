@@ -175,40 +175,56 @@ int main(int argc, char** argv) {
                 args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
                 r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_bytes_per_token(c) / 1e3, load_s);
     std::mt19937 rng(1);
-    std::printf("GEMV choices: %s\n", r.gemv_choices().c_str());
     const CachePolicy policy = cli::cache_policy(args);
     const int steps = args.get_int("steps");
 
     if (args.get_int64("long-stream") > 0) return long_stream(r, policy, args.get_int64("long-stream"));
     std::printf("\ndecode (%s cache): median step time\n", policy.to_string().c_str());
-    std::printf("%6s %8s %8s %10s %10s %12s %10s\n", "batch", "cached", "graphs", "step ms", "tok/s", "GB/s moved",
-                "% of copy");
+    std::printf("%6s %8s %10s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "tok/s",
+                "GB/s moved", "% of copy", "variant");
     for (int batch : int_list(args.get("batch"))) {
       for (int ctx : int_list(args.get("context"))) {
         if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
-        for (int graphs : args.on("graphs-off-too") ? std::vector<int>{1, 0} : std::vector<int>{1}) {
-          for (int gemv : (args.on("gemv-off-too") && batch <= 8) ? std::vector<int>{1, 0} : std::vector<int>{1}) {
-            for (int pdl : args.on("pdl-off-too") ? std::vector<int>{1, 0} : std::vector<int>{1}) {
-              if (!gemv && !pdl) continue;  // one change at a time against the default
-              r.set_cuda_graphs(graphs && eo.cuda_graphs);
-              r.set_gemv(gemv);
-              r.set_programmatic_launch(pdl);
-              const DecodeResult d =
-                  time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
-              const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
-              const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-              std::printf("%6d %8d %8s %10.3f %10.0f %12.0f %9.1f%%%s%s\n", batch, d.cached,
-                          graphs ? "on" : "off", d.step_ms, batch * 1e3 / d.step_ms, gbps,
-                          100 * gbps / ceil.copy_gbps, gemv ? "" : "  (GEMV off)",
-                          pdl ? "" : "  (PDL off)");
-            }
-          }
+        // The default configuration, then each optimisation switched off on its own.
+        struct Variant {
+          const char* off;  // "" for the default
+          bool graphs = true, gemv = true, pdl = true, fused_silu = true;
+        };
+        std::vector<Variant> variants{{""}};
+        if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
+        if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
+        if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
+        if (args.on("fusion-off-too") && batch <= 8)
+          variants.push_back({"SiLU fusion", true, true, true, false});
+        for (const Variant& v : variants) {
+          r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
+          r.set_gemv(v.gemv);
+          r.set_programmatic_launch(v.pdl);
+          r.set_fused_silu(v.fused_silu);
+          const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
+          const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
+          const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
+          std::printf("%6d %8d %10.3f %10.0f %12.0f %9.1f%%  %s%s\n", batch, d.cached, d.step_ms,
+                      batch * 1e3 / d.step_ms, gbps, 100 * gbps / ceil.copy_gbps,
+                      *v.off ? "off: " : "", v.off);
         }
       }
     }
     r.set_cuda_graphs(eo.cuda_graphs);
     r.set_gemv(true);
     r.set_programmatic_launch(true);
+    r.set_fused_silu(true);
+    if (!args.get("l2-prefetch-sweep").empty()) {
+      const int batch = int_list(args.get("batch")).front(),
+                ctx = int_list(args.get("context")).front();
+      for (int depth : int_list(args.get("l2-prefetch-sweep"))) {
+        r.set_gemv_l2_prefetch(depth);
+        const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
+        std::printf("GEMV L2 prefetch %2d iterations: batch %d, %d cached: %.3f ms\n", depth, batch,
+                    d.cached, d.step_ms);
+      }
+      r.set_gemv_l2_prefetch(kDefaultGemvL2Prefetch);
+    }
 
     const std::vector<int> prefills = int_list(args.get("prefill"));
     if (!prefills.empty() && prefills[0] > 0) {

@@ -87,6 +87,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
   weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
+  gemm_->set_gemv_l2_prefetch(kDefaultGemvL2Prefetch);
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
@@ -98,7 +99,6 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   layout_.head_dim = config_.head_dim;
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
-  tune_gemms();
   warm_up();
   spdlog::info("cuda runner: {} weights {:.1f} MiB ({}), KV pool {} blocks x {} tokens ({:.1f} MiB), graphs {}",
                config_.architecture, weights_->bytes() / 1048576.0, dtype == kernels::DType::kF16 ? "fp16" : "bf16",
@@ -126,28 +126,14 @@ void CudaRunner::set_programmatic_launch(bool on) {
   drop_graphs();
 }
 
-std::string CudaRunner::gemv_choices() const {
-  const ModelConfig& c = config_;
-  const int H = c.hidden_size, I = c.intermediate_size;
-  const struct {
-    const char* name;
-    int N, K;
-    bool y_f32;
-  } shapes[] = {{"qkv", c.qkv_dim(), H, false},
-                {"o", H, c.q_dim(), false},
-                {"up", c.gated_mlp ? 2 * I : I, H, false},
-                {"down", H, I, false},
-                {"lm_head", c.vocab_size, H, true}};
-  std::string out;
-  for (const auto& s : shapes) {
-    const int config = gemm_->gemv_config(s.N, s.K, s.y_f32);
-    out += std::string(out.empty() ? "" : ", ") + s.name + " " + std::to_string(s.N) + "x" +
-           std::to_string(s.K) + ": ";
-    out += config < 0 ? std::string("cuBLAS")
-                      : kernels::gemv_config_name(config) +
-                            " up to M=" + std::to_string(gemm_->gemv_max_m(s.N, s.K, s.y_f32));
-  }
-  return out;
+void CudaRunner::set_fused_silu(bool on) {
+  fused_silu_ = on;
+  drop_graphs();
+}
+
+void CudaRunner::set_gemv_l2_prefetch(int iterations) {
+  gemm_->set_gemv_l2_prefetch(iterations);
+  drop_graphs();
 }
 
 void CudaRunner::allocate_buffers() {
@@ -198,29 +184,6 @@ void CudaRunner::size_kv_pool(double fraction) {
   cache_ = DeviceMemory(size_t(layout_.num_blocks) * block_bytes, "KV cache");
   kv_ = std::make_unique<KvCacheManager>(usable, layout_.block_size, config_.max_position_embeddings,
                                          config_.sliding_window);
-}
-
-void CudaRunner::tune_gemms() {
-  const ModelConfig& c = config_;
-  const auto& l = weights_->layers()[0];
-  const int H = c.hidden_size, I = c.intermediate_size;
-  const int up_width = c.gated_mlp ? 2 * I : I;
-  // Random-ish inputs: the activation buffers hold garbage, which is fine for timing but must not
-  // be NaN-free-dependent; zero them so the timing is not on denormals or NaN paths.
-  RILL_CUDA(cudaMemsetAsync(h_.get(), 0x3c, 8 * std::max(H, I) * esize(), stream_));
-  // Every layer's copy of a weight, so the timings read HBM as decode does, not the L2.
-  auto all = [&](auto member) {
-    std::vector<const void*> ws;
-    for (const auto& layer : weights_->layers()) ws.push_back(layer.*member);
-    return ws;
-  };
-  using L = std::decay_t<decltype(l)>;
-  gemm_->tune(all(&L::wqkv), c.qkv_dim(), H, false, h_.get(), qkv_.get());
-  gemm_->tune(all(&L::wo), H, c.q_dim(), false, h_.get(), o_.get());
-  gemm_->tune(all(&L::wup), up_width, H, false, h_.get(), up_.get());
-  gemm_->tune(all(&L::wdown), H, I, false, h_.get(), m_.get());
-  gemm_->tune({weights_->lm_head()}, c.vocab_size, H, true, h_.get(), logits_.get());
-  RILL_CUDA(cudaStreamSynchronize(stream_));
 }
 
 // One real step on a scratch sequence: surfaces unsupported shapes at load, not at first request.
@@ -401,6 +364,10 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   };
   auto mlp = [&](const void* in) {
     timed(Profiler::kGemm, [&] { gemm_->run(in, w.wup, up_.get(), T, up_width, H); });
+    if (c.gated_mlp && !w.bup && fused_silu_ && gemm_->uses_gemv(up_.get(), w.wdown, T, I)) {
+      timed(Profiler::kGemm, [&] { gemm_->run_silu_mul(up_.get(), w.wdown, m_.get(), T, H, I); });
+      return;
+    }
     timed(Profiler::kNorm, [&] {
       kernels::ActivationParams p;
       p.dtype = dt;

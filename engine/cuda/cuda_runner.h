@@ -21,6 +21,10 @@
 
 namespace rill {
 
+/// GEMV weight iterations pulled into the L2 before each grid-dependency wait (measured with
+/// rill-bench --l2-prefetch-sweep, docs/performance.md).
+inline constexpr int kDefaultGemvL2Prefetch = 0;
+
 /// Number of visible CUDA devices.
 int cuda_device_count();
 
@@ -52,8 +56,11 @@ class CudaRunner final : public ModelRunner {
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
-  /// One line per weight shape: the GEMV kernel shape chosen at start-up and up to which batch.
-  std::string gemv_choices() const;
+  /// SiLU-and-mul fused into the down projection's GEMV (batch <= 8) on/off; re-captures graphs.
+  void set_fused_silu(bool on);
+  /// Iterations of weights each GEMV CTA pulls into the L2 before waiting for the previous
+  /// kernel; re-captures graphs.
+  void set_gemv_l2_prefetch(int iterations);
   /// While enabled, eager steps record CUDA events per op category into `profile()`
   /// (graph replays are not broken down).
   void set_profiling(bool on);
@@ -70,7 +77,6 @@ class CudaRunner final : public ModelRunner {
 
   void allocate_buffers();
   void size_kv_pool(double memory_fraction);
-  void tune_gemms();
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
@@ -81,6 +87,7 @@ class CudaRunner final : public ModelRunner {
 
   ModelConfig config_;
   EngineOptions options_;
+  bool fused_silu_ = true;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::unique_ptr<cuda::Gemm> gemm_;

@@ -1,12 +1,9 @@
-// y[M, N] = x[M, K] * w[N, K]^T for the CUDA runner: cuBLAS (tensor cores, fp32 accumulation)
-// for every size, and Rill's GEMV kernel for M <= 8 on the weight shapes where start-up
-// measurements showed it faster. Safe inside CUDA-graph capture (fixed cuBLAS workspace).
+// y[M, N] = x[M, K] * w[N, K]^T for the CUDA runner: Rill's GEMV kernel for M <= 8 (decode;
+// faster than cuBLAS at every Llama shape and M <= 8 on H100, docs/performance.md) and cuBLAS
+// (tensor cores, fp32 accumulation) otherwise. The choice depends only on the operands, never
+// on timings, so every run computes bit-identical results. Safe inside CUDA-graph capture
+// (fixed cuBLAS workspace).
 #pragma once
-
-#include <map>
-#include <tuple>
-#include <utility>
-#include <vector>
 
 #include "engine/cuda/cuda_util.h"
 #include "rill/kernels/common.h"
@@ -22,31 +19,26 @@ class Gemm {
 
   /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32.
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false);
-  /// Picks the GEMV kernel shape for weights [N, K] (timed at M = 1) and then times it against
-  /// cuBLAS for M = 1..8, remembering the largest M for which GEMV wins. Successive timed calls
-  /// cycle through `ws` (e.g. every layer's copy of the weight), so that, as in decode, the
-  /// weights come from HBM rather than from the L2. `scratch_x`/`scratch_y` hold >= 8 rows.
-  void tune(const std::vector<const void*>& ws, int N, int K, bool y_f32, void* scratch_x,
-            void* scratch_y);
+  /// y = (silu(gate) * up) w^T for x = [M, 2K] (gate | up) as one GEMV kernel, bit-identical to
+  /// launch_activation(kSiluMul) + run(). Requires uses_gemv(gate_up, w, M, K).
+  void run_silu_mul(const void* gate_up, const void* w, void* y, int M, int N, int K);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
-  /// Largest M that uses GEMV for this shape (0: none).
-  int gemv_max_m(int N, int K, bool y_f32) const;
-  /// The GEMV kernel shape chosen for this weight shape (kernels::gemv_config_name), or -1.
-  int gemv_config(int N, int K, bool y_f32) const;
+  /// Iterations of weights each GEMV CTA pulls into the L2 before its grid-dependency wait.
+  void set_gemv_l2_prefetch(int iterations) { gemv_l2_prefetch_ = iterations; }
+  /// True when run() takes the GEMV kernel for these operands.
+  bool uses_gemv(const void* x, const void* w, int M, int K) const;
 
  private:
+  void run_gemv(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
+                bool silu_mul);
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
   kernels::DType dtype_;
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   DeviceMemory workspace_;
   bool gemv_enabled_ = true;
-  struct GemvChoice {
-    int max_m = 0;   // largest M that uses GEMV
-    int config = 0;  // kernels::GemvParams::config
-  };
-  std::map<std::tuple<int, int, bool>, GemvChoice> gemv_;  // by (N, K, y_f32)
+  int gemv_l2_prefetch_ = 0;
 };
 
 }  // namespace rill::cuda

@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(kThreads)
                       const T* bias,  // optional [2I] or [I]
                       T* out,         // [T, I]
                       int num_tokens, int width) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   constexpr bool kGated = KIND == ActKind::kSiluMul;
   constexpr int kStep = VEC ? kVec : 1;
   constexpr int kIn = kGated ? 2 : 1;

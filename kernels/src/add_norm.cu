@@ -91,8 +91,8 @@ __device__ __forceinline__ void add_delta(const T* delta, const T* bias, int bas
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
 template <typename T, bool VEC, int ITEMS>
 __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   __shared__ float scratch[32];
   const int hidden = p.hidden;
   const int64_t i = blockIdx.x;

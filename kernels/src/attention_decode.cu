@@ -318,8 +318,8 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxS
 
 template <typename T, int D, int GH>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   using Shape = DecodeShape<D>;
   __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];  // the load ring, then the merge
 
@@ -390,8 +390,8 @@ template <typename T>
 __global__ void __launch_bounds__(kMergeThreads)
     decode_merge_kernel(const float* ws_acc, const float2* ws_ml, int num_heads, int head_dim,
                         int num_splits, T* out) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   const int64_t row = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
   const float2* ml = ws_ml + row * num_splits;
   const float* acc = ws_acc + row * num_splits * head_dim;

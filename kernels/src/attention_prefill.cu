@@ -315,8 +315,8 @@ __device__ __forceinline__ void run_phase(const PrefillCtx<T>& c, const T* q_bas
 template <typename T, int D>
 __global__ void __launch_bounds__(kPrefillThreads, 2)
     prefill_attention_kernel(const PrefillArgs a) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   using Sh = PrefillShape<D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);

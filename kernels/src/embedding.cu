@@ -17,8 +17,8 @@ __global__ void __launch_bounds__(kThreads)
                      const int32_t* __restrict__ tokens,  // [num_tokens]
                      float* __restrict__ out,             // [num_tokens, hidden]
                      int hidden, int vocab) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   const int t = blockIdx.x;
   const int id = tokens[t];
   const bool valid = id >= 0 && id < vocab;

@@ -19,8 +19,8 @@ __global__ void __launch_bounds__(kThreads)
                     const int32_t* __restrict__ cache_slot,  // [num_tokens]
                     uint16_t* __restrict__ cache,            // this layer
                     KvCacheLayout layout, int num_heads, int qkv_stride) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   const int64_t t = blockIdx.x;
   const int32_t slot = cache_slot[t];
   if (!kv_cache_slot_valid(layout, slot)) return;

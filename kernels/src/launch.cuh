@@ -10,8 +10,11 @@
 //   - pdl_wait() runs before the first read of data another kernel writes and before the first
 //     global write (so no write overtakes a predecessor still reading), in every CTA, before any
 //     early return. Completion is then transitive: a grid completes only after its predecessor.
-//   - pdl_launch_dependents() may run anywhere (dependents only start after *all* CTAs of this
-//     grid reached it, so they never take SM slots from CTAs of this grid that are not resident).
+//   - pdl_launch_dependents() may run anywhere; Rill's kernels call it first thing. Dependents
+//     only start after *all* CTAs of this grid reached it, i.e. once the whole grid is resident,
+//     so waiting CTAs never take SM slots from CTAs of this grid. The launch chain thus runs one
+//     or more kernels ahead: the next GEMV's CTAs sit resident and stream their first weights
+//     while the small kernels before it (norm, RoPE, attention) run.
 // Both are no-ops when the kernel was launched without the attribute or below sm_90.
 #pragma once
 

@@ -64,8 +64,8 @@ __device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float*
 
 template <typename T, int S>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   __shared__ float cos_pos[kMaxHeadDim / 2], sin_pos[kMaxHeadDim / 2];
   __shared__ float cos_sink[kMaxHeadDim / 2], sin_sink[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;

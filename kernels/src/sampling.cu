@@ -178,8 +178,8 @@ __device__ int draw(const ValueSet& set, float tau, float target, Shared& sh) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   __shared__ Shared sh;
   const int vocab = p.vocab;
   const SamplingRow r = p.rows[blockIdx.x];
@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
 __global__ void mark_prompt_kernel(uint8_t* __restrict__ prompt_mask,  // [num_slots, vocab]
                                    int vocab, int slot, const int32_t* __restrict__ tokens,
                                    int num_tokens) {
-  pdl_wait();  // see launch.cuh: before any dependent read or global write
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
   uint8_t* row = prompt_mask + static_cast<int64_t>(slot) * vocab;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_tokens; i += gridDim.x * blockDim.x) {
     const int32_t t = tokens[i];

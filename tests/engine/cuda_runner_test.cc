@@ -162,6 +162,42 @@ TEST(CudaRunner, MixedStepsAndGraphsGiveTheSameTokens) {
   EXPECT_EQ(run(true, true), eager) << "decoding beside prefill chunks must not change a sequence";
 }
 
+// The fused kernels and launch modes are pure optimisations: the SiLU-and-mul fused into the
+// down GEMV, and programmatic dependent launch, must leave every logit bit unchanged.
+TEST(CudaRunner, FusionAndLaunchModesChangeNoBit) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  auto logits = [&](bool fused_silu, bool pdl, bool graphs) {
+    auto r = cuda_runner(m, graphs);
+    r->set_fused_silu(fused_silu);
+    r->set_programmatic_launch(pdl);
+    std::vector<float> out;
+    for (size_t k = 0; k < 2; ++k) {  // prompt, then 24 decode steps of batch 2 (GEMV path)
+      r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
+      StepInput in{SeqId(k), cases[k].prompt, LogitsMode::kLast, true};
+      const auto o = r->step(std::span<const StepInput>(&in, 1));
+      out.insert(out.end(), o.logits.begin(), o.logits.end());
+    }
+    std::vector<int32_t> next{cases[0].prompt.back(), cases[1].prompt.back()};
+    for (int s = 0; s < 24; ++s) {
+      std::vector<StepInput> in;
+      for (size_t k = 0; k < 2; ++k)
+        in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1), LogitsMode::kLast, true});
+      const auto o = r->step(in);
+      out.insert(out.end(), o.logits.begin(), o.logits.end());
+      for (size_t k = 0; k < 2; ++k) next[k] = o.sampled[k];
+    }
+    kernels::set_programmatic_launch(true);
+    return out;
+  };
+  const auto ref = logits(true, true, true);
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(logits(false, true, true), ref) << "SiLU fused into the down GEMV";
+  EXPECT_EQ(logits(true, false, true), ref) << "programmatic dependent launch";
+  EXPECT_EQ(logits(true, true, false), ref) << "eager launches";
+}
+
 TEST(CudaRunner, SeededSamplingIsReproducible) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));

@@ -12,15 +12,21 @@ namespace rill::kernels {
 struct GemvParams {
   DType dtype = DType::kF16;
   int M = 0, N = 0, K = 0;        // M <= 8
-  const void* x = nullptr;        // [M, K]
+  const void* x = nullptr;        // [M, K]; with x_silu_mul [M, 2K] (gate | up)
   const void* w = nullptr;        // [N, K]
   void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32
   bool y_f32 = false;
-  int config = 0;  // CTA shape, 0 .. gemv_num_configs() - 1 (0: a good default)
+  bool x_silu_mul = false;  // x = silu(gate) * up (the gated MLP's activation, rounded to
+                            // dtype exactly as launch_activation does), made while loading
+  int config = -1;          // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
+  int l2_prefetch = 0;      // iterations of weights pulled into the L2 before waiting for
+                            // the previous kernel (programmatic dependent launch), 0..64
 };
-/// The CTA shapes launch_gemv offers; the best one depends on the weight shape (time them).
+/// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
 std::string gemv_config_name(int config);
+/// The CTA shape launch_gemv uses for weights [N, K] when config is -1.
+int gemv_default_config(int N, int K);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
