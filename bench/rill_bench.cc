@@ -151,6 +151,8 @@ int main(int argc, char** argv) {
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("pdl-off-too",
             "also time every decode configuration with programmatic dependent launch off");
+  args.flag("fusion-off-too", "also time batch <= 8 decode with SiLU-and-mul not fused into the down GEMV");
+  args.option("l2-prefetch-sweep", "", "time the first batch/context with each of these GEMV L2-prefetch depths");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");

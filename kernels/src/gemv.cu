@@ -222,7 +222,17 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv: x and w must be 16-byte aligned");
-  return dispatch_dtype(p.dtype, [&]<typename T>() { return launch_config<T>(p, stream); });
+  GemvParams q = p;
+  if (q.config < 0) q.config = gemv_default_config(p.N, p.K);
+  return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
+}
+
+int gemv_default_config(int N, int K) {
+  // Measured on H100 (rill-gemv-bench, docs/performance.md): 16 warps x 2 steps is best or
+  // within 1% on every Llama shape; long rows (K >= 8192) and 128k-row LM heads gain 1-2% from
+  // 32 warps. A fixed rule, not a start-up timing, so that every run computes bit-identical
+  // results (the warps' partial sums are added in an order that depends on the CTA shape).
+  return (K >= 8192 || N >= 65536) ? 1 : 0;
 }
 
 int gemv_num_configs() {
