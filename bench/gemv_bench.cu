@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
 
 namespace {
@@ -31,6 +32,103 @@ struct Shape {
   const char* name;
   int N, K;
 };
+
+// The four projections of 32 Llama-2-7B layers (distinct weights) back to back at M = 1, captured
+// in one CUDA graph: what the GEMVs cost inside a decode step, where launch latency is hidden and
+// each kernel's ramp meets the previous one's tail. Then the same chain with the step's small
+// kernels in place (residual add + RMSNorm before qkv and gate_up, SiLU-and-mul before down), with
+// programmatic dependent launch on and off.
+void layer_chain(cudaStream_t stream, double copy_gbps) {
+  constexpr int kLayers = 32, H = 4096, I = 11008;
+  const int shapes[4][2] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
+  std::vector<__half*> w(kLayers * 4);
+  double bytes = 0;
+  for (int l = 0; l < kLayers; ++l)
+    for (int k = 0; k < 4; ++k) {
+      const size_t n = size_t(shapes[k][0]) * shapes[k][1];
+      BENCH_CUDA(cudaMalloc(&w[l * 4 + k], n * sizeof(__half)));
+      fill_uniform<<<1024, 256, 0, stream>>>(w[l * 4 + k], n, 100 + l * 4 + k, 0.05f);
+      bytes += n * sizeof(__half);
+    }
+  __half *h, *qkv, *attn, *o, *up, *act, *down, *norm_w;
+  float* residual;
+  BENCH_CUDA(cudaMalloc(&h, H * 2));
+  BENCH_CUDA(cudaMalloc(&qkv, 3 * H * 2));
+  BENCH_CUDA(cudaMalloc(&attn, H * 2));
+  BENCH_CUDA(cudaMalloc(&o, H * 2));
+  BENCH_CUDA(cudaMalloc(&up, 2 * I * 2));
+  BENCH_CUDA(cudaMalloc(&act, I * 2));
+  BENCH_CUDA(cudaMalloc(&down, H * 2));
+  BENCH_CUDA(cudaMalloc(&norm_w, H * 2));
+  BENCH_CUDA(cudaMalloc(&residual, H * 4));
+  fill_uniform<<<64, 256, 0, stream>>>(h, H, 1, 1.0f);
+  fill_uniform<<<64, 256, 0, stream>>>(attn, H, 2, 1.0f);
+  fill_uniform<<<64, 256, 0, stream>>>(norm_w, H, 3, 1.0f);
+  BENCH_CUDA(cudaMemsetAsync(residual, 0, H * 4, stream));
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  auto gemv = [&](const __half* x, const __half* wt, __half* y, int N, int K) {
+    rill::kernels::GemvParams p;
+    p.M = 1;
+    p.N = N;
+    p.K = K;
+    p.x = x;
+    p.w = wt;
+    p.y = y;
+    BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
+  };
+  auto add_norm = [&](const __half* delta, __half* out) {
+    rill::kernels::AddNormParams p;
+    p.num_tokens = 1;
+    p.hidden = H;
+    p.residual = residual;
+    p.delta0 = delta;
+    p.weight0 = norm_w;
+    p.out0 = out;
+    BENCH_CUDA(rill::kernels::launch_add_norm(p, stream));
+  };
+  auto silu = [&] {
+    rill::kernels::ActivationParams p;
+    p.num_tokens = 1;
+    p.width = I;
+    p.in = up;
+    p.out = act;
+    BENCH_CUDA(rill::kernels::launch_activation(p, stream));
+  };
+  std::printf("\n32 Llama-2-7B layers of GEMVs at M = 1 in one CUDA graph (%.2f GB of weights)\n",
+              bytes / 1e9);
+  for (int small : {0, 1}) {
+    for (int pdl : {1, 0}) {
+      rill::kernels::set_programmatic_launch(pdl);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int l = 0; l < kLayers; ++l) {
+        if (small) add_norm(down, h);
+        gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
+        gemv(attn, w[l * 4 + 1], o, H, H);
+        if (small) add_norm(o, h);
+        gemv(h, w[l * 4 + 2], up, 2 * I, H);
+        if (small) silu();
+        gemv(small ? act : up, w[l * 4 + 3], down, H, I);
+      }
+      BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+      BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      const double ms =
+          median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 3, 15);
+      const double gbps = bytes / (ms * 1e-3) / 1e9;
+      std::printf("  %-34s PDL %-3s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
+                  small ? "GEMVs + add_norm x2 + SiLU-mul" : "GEMVs only", pdl ? "on" : "off", ms,
+                  gbps, 100 * gbps / copy_gbps);
+      BENCH_CUDA(cudaGraphExecDestroy(exec));
+      BENCH_CUDA(cudaGraphDestroy(graph));
+    }
+  }
+  rill::kernels::set_programmatic_launch(true);
+  for (__half* p : w) BENCH_CUDA(cudaFree(p));
+  for (void* p : {(void*)h, (void*)qkv, (void*)attn, (void*)o, (void*)up, (void*)act, (void*)down,
+                  (void*)norm_w, (void*)residual})
+    BENCH_CUDA(cudaFree(p));
+}
 
 }  // namespace
 
@@ -145,6 +243,7 @@ int main() {
     BENCH_CUDA(cudaFree(y));
   }
   cublasDestroy(handle);
+  layer_chain(stream, ceil.copy_gbps);
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;
 }

@@ -151,8 +151,6 @@ int main(int argc, char** argv) {
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("pdl-off-too",
             "also time every decode configuration with programmatic dependent launch off");
-  args.flag("fusion-off-too", "also time batch <= 8 decode with SiLU-and-mul not fused into the down GEMV");
-  args.option("l2-prefetch-sweep", "", "time the first batch/context with each of these GEMV L2-prefetch depths");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");
@@ -190,19 +188,16 @@ int main(int argc, char** argv) {
         // The default configuration, then each optimisation switched off on its own.
         struct Variant {
           const char* off;  // "" for the default
-          bool graphs = true, gemv = true, pdl = true, fused_silu = true;
+          bool graphs = true, gemv = true, pdl = true;
         };
         std::vector<Variant> variants{{""}};
         if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
         if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
         if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
-        if (args.on("fusion-off-too") && batch <= 8)
-          variants.push_back({"SiLU fusion", true, true, true, false});
         for (const Variant& v : variants) {
           r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
           r.set_gemv(v.gemv);
           r.set_programmatic_launch(v.pdl);
-          r.set_fused_silu(v.fused_silu);
           const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
           const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
           const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -215,18 +210,6 @@ int main(int argc, char** argv) {
     r.set_cuda_graphs(eo.cuda_graphs);
     r.set_gemv(true);
     r.set_programmatic_launch(true);
-    r.set_fused_silu(true);
-    if (!args.get("l2-prefetch-sweep").empty()) {
-      const int batch = int_list(args.get("batch")).front(),
-                ctx = int_list(args.get("context")).front();
-      for (int depth : int_list(args.get("l2-prefetch-sweep"))) {
-        r.set_gemv_l2_prefetch(depth);
-        const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
-        std::printf("GEMV L2 prefetch %2d iterations: batch %d, %d cached: %.3f ms\n", depth, batch,
-                    d.cached, d.step_ms);
-      }
-      r.set_gemv_l2_prefetch(kDefaultGemvL2Prefetch);
-    }
 
     const std::vector<int> prefills = int_list(args.get("prefill"));
     if (!prefills.empty() && prefills[0] > 0) {

@@ -87,7 +87,6 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
   weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
-  gemm_->set_gemv_l2_prefetch(kDefaultGemvL2Prefetch);
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
@@ -123,16 +122,6 @@ void CudaRunner::set_gemv(bool on) {
 
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
-  drop_graphs();
-}
-
-void CudaRunner::set_fused_silu(bool on) {
-  fused_silu_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_gemv_l2_prefetch(int iterations) {
-  gemm_->set_gemv_l2_prefetch(iterations);
   drop_graphs();
 }
 
@@ -364,10 +353,6 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   };
   auto mlp = [&](const void* in) {
     timed(Profiler::kGemm, [&] { gemm_->run(in, w.wup, up_.get(), T, up_width, H); });
-    if (c.gated_mlp && !w.bup && fused_silu_ && gemm_->uses_gemv(up_.get(), w.wdown, T, I)) {
-      timed(Profiler::kGemm, [&] { gemm_->run_silu_mul(up_.get(), w.wdown, m_.get(), T, H, I); });
-      return;
-    }
     timed(Profiler::kNorm, [&] {
       kernels::ActivationParams p;
       p.dtype = dt;

@@ -21,10 +21,6 @@
 
 namespace rill {
 
-/// GEMV weight iterations pulled into the L2 before each grid-dependency wait (measured with
-/// rill-bench --l2-prefetch-sweep, docs/performance.md).
-inline constexpr int kDefaultGemvL2Prefetch = 0;
-
 /// Number of visible CUDA devices.
 int cuda_device_count();
 
@@ -56,11 +52,6 @@ class CudaRunner final : public ModelRunner {
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
-  /// SiLU-and-mul fused into the down projection's GEMV (batch <= 8) on/off; re-captures graphs.
-  void set_fused_silu(bool on);
-  /// Iterations of weights each GEMV CTA pulls into the L2 before waiting for the previous
-  /// kernel; re-captures graphs.
-  void set_gemv_l2_prefetch(int iterations);
   /// While enabled, eager steps record CUDA events per op category into `profile()`
   /// (graph replays are not broken down).
   void set_profiling(bool on);
@@ -87,7 +78,6 @@ class CudaRunner final : public ModelRunner {
 
   ModelConfig config_;
   EngineOptions options_;
-  bool fused_silu_ = true;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::unique_ptr<cuda::Gemm> gemm_;

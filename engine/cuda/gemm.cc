@@ -2,7 +2,6 @@
 
 #include <cstdint>
 
-#include "engine/error.h"
 #include "rill/kernels/gemv.h"
 
 namespace rill::cuda {
@@ -35,22 +34,10 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K
 
 void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32) {
   if (M <= 0) return;
-  if (uses_gemv(x, w, M, K)) {
-    run_gemv(x, w, y, M, N, K, y_f32, false);
-  } else {
+  if (!uses_gemv(x, w, M, K)) {
     run_cublas(x, w, y, M, N, K, y_f32);
+    return;
   }
-}
-
-void Gemm::run_silu_mul(const void* gate_up, const void* w, void* y, int M, int N, int K) {
-  if (M <= 0) return;
-  if (!uses_gemv(gate_up, w, M, K))
-    throw Error(ErrorCode::kInternal, "run_silu_mul: the GEMV path does not apply");
-  run_gemv(gate_up, w, y, M, N, K, false, true);
-}
-
-void Gemm::run_gemv(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
-                    bool silu_mul) {
   kernels::GemvParams p;
   p.dtype = dtype_;
   p.M = M;
@@ -60,8 +47,6 @@ void Gemm::run_gemv(const void* x, const void* w, void* y, int M, int N, int K, 
   p.w = w;
   p.y = y;
   p.y_f32 = y_f32;
-  p.x_silu_mul = silu_mul;
-  p.l2_prefetch = gemv_l2_prefetch_;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
 }
 

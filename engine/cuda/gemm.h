@@ -19,26 +19,18 @@ class Gemm {
 
   /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32.
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false);
-  /// y = (silu(gate) * up) w^T for x = [M, 2K] (gate | up) as one GEMV kernel, bit-identical to
-  /// launch_activation(kSiluMul) + run(). Requires uses_gemv(gate_up, w, M, K).
-  void run_silu_mul(const void* gate_up, const void* w, void* y, int M, int N, int K);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
-  /// Iterations of weights each GEMV CTA pulls into the L2 before its grid-dependency wait.
-  void set_gemv_l2_prefetch(int iterations) { gemv_l2_prefetch_ = iterations; }
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 
  private:
-  void run_gemv(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
-                bool silu_mul);
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
   kernels::DType dtype_;
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   DeviceMemory workspace_;
   bool gemv_enabled_ = true;
-  int gemv_l2_prefetch_ = 0;
 };
 
 }  // namespace rill::cuda

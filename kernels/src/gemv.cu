@@ -46,10 +46,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ void prefetch_l2(const uint4* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulators.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -71,21 +67,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-// silu(g) * u for 8 packed elements, in fp32 with PyTorch's formula, rounded to T.
-template <typename T>
-__device__ __forceinline__ uint4 silu_mul8(uint4 gate, uint4 up) {
-  const T* g = reinterpret_cast<const T*>(&gate);
-  const T* u = reinterpret_cast<const T*>(&up);
-  uint4 out;
-  T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) {
-    const float x = to_float<T>(g[e]);
-    o[e] = from_float<T>(x / (1.0f + expf(-x)) * to_float<T>(u[e]));
-  }
-  return out;
-}
-
 // Loads the w chunks of the U steps starting at step s0 (zeros past the end of K).
 template <int W, int U>
 __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
@@ -105,14 +86,11 @@ __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
 // previous kernel's tail: weights never depend on it.
-// SILU: x rows are [gate (K) | up (K)] and the kernel feeds silu(gate) * up, computed in fp32
-// and rounded to T exactly as launch_activation(kSiluMul) does, so fusing changes no bit.
-template <typename T, int W, int U, bool SILU>
-__global__ void __launch_bounds__(W * 32)
-    gemv_kernel(const T* __restrict__ x,  // [M, K] or [M, 2K]
-                const T* __restrict__ w,  // [N, K]
-                void* __restrict__ y,     // [M, N], T or fp32
-                int M, int N, int K, bool y_f32, int l2_prefetch) {
+template <typename T, int W, int U>
+__global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  // [M, K]
+                                                      const T* __restrict__ w,  // [N, K]
+                                                      void* __restrict__ y,     // [M, N], T or fp32
+                                                      int M, int N, int K, bool y_f32) {
   __shared__ float partial[W][4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -122,8 +100,7 @@ __global__ void __launch_bounds__(W * 32)
       reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
   const uint4* w_hi =
       reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
-  const uint4* x_row =
-      reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * (SILU ? 2 * K : K));
+  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
   const bool x_live = g < M;  // x rows past M are zero columns of B
   const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
@@ -132,17 +109,6 @@ __global__ void __launch_bounds__(W * 32)
   pdl_launch_dependents();
   uint4 lo[U], hi[U];
   load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
-  // Also pull the next `l2_prefetch` iterations into the L2 while the previous kernel finishes.
-  for (int i = 1; i <= l2_prefetch; ++i) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = (warp + i * kStride + u * W) * 4 + t;
-      if (c < chunks) {
-        prefetch_l2(w_lo + c);
-        prefetch_l2(w_hi + c);
-      }
-    }
-  }
   pdl_wait();
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -152,13 +118,7 @@ __global__ void __launch_bounds__(W * 32)
     for (int u = 0; u < U; ++u) {
       const int c = (s0 + u * W) * 4 + t;
       xv[u] = make_uint4(0, 0, 0, 0);
-      if (c < chunks && x_live) {
-        if constexpr (SILU) {
-          xv[u] = silu_mul8<T>(__ldg(x_row + c), __ldg(x_row + chunks + c));
-        } else {
-          xv[u] = __ldg(x_row + c);
-        }
-      }
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
     }
     load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
 #pragma unroll
@@ -199,11 +159,10 @@ cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
     if (p.config != I) return launch_config<T, I + 1>(p, stream);
     constexpr Config c = kConfigs[I];
     const int blocks = (p.N + kRows - 1) / kRows;
-    auto kernel = p.x_silu_mul ? gemv_kernel<T, c.warps, c.unroll, true>
-                               : gemv_kernel<T, c.warps, c.unroll, false>;
+    auto kernel = gemv_kernel<T, c.warps, c.unroll>;
     return launch_kernel(kernel, dim3(blocks), dim3(c.warps * 32), 0, stream,
                          static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y, p.M, p.N, p.K,
-                         p.y_f32, p.l2_prefetch);
+                         p.y_f32);
   }
 }
 
@@ -216,8 +175,6 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
     return invalid_argument("gemv: K=" + std::to_string(p.K) + " is not a multiple of 8");
   if (p.config < -1 || p.config >= kNumConfigs)
     return invalid_argument("gemv: unknown config " + std::to_string(p.config));
-  if (p.l2_prefetch < 0 || p.l2_prefetch > 64)
-    return invalid_argument("gemv: l2_prefetch=" + std::to_string(p.l2_prefetch));
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))

@@ -17,25 +17,11 @@ namespace {
 
 using kernels::DType;
 
-// silu_mul: x is given as [M, 2K] (gate | up) and the reference multiplies silu(gate) * up
-// (rounded to the dtype, as the unfused activation kernel stores it) before the product.
-void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int config = -1,
-              bool silu_mul = false, int l2_prefetch = 0) {
+void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int config = -1) {
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
                " N=" + std::to_string(N) + " K=" + std::to_string(K) + (y_f32 ? " y_f32" : "") +
-               " config " + (config < 0 ? "default" : kernels::gemv_config_name(config)) +
-               (silu_mul ? " silu_mul" : "") + " l2_prefetch " + std::to_string(l2_prefetch));
-  const std::vector<float> gate_up =
-      silu_mul ? round_to(random_vector(size_t(M) * 2 * K, rng, 3.0f), dt) : std::vector<float>();
-  std::vector<float> x = round_to(random_vector(size_t(M) * K, rng), dt);
-  if (silu_mul) {
-    for (int m = 0; m < M; ++m)
-      for (int k = 0; k < K; ++k) {
-        const float g = gate_up[size_t(m) * 2 * K + k], u = gate_up[size_t(m) * 2 * K + K + k];
-        x[size_t(m) * K + k] = g / (1.0f + std::exp(-g)) * u;
-      }
-    x = round_to(x, dt);
-  }
+               " config " + (config < 0 ? "default" : kernels::gemv_config_name(config)));
+  const std::vector<float> x = round_to(random_vector(size_t(M) * K, rng), dt);
   const std::vector<float> w =
       round_to(random_vector(size_t(N) * K, rng, 1.0f / std::sqrt(float(K))), dt);
   std::vector<float> want(size_t(M) * N);
@@ -53,9 +39,8 @@ void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int 
     }
   }
   if (!y_f32) want = round_to(want, dt);
-  const std::vector<float>& x_in = silu_mul ? gate_up : x;
-  DeviceBuffer d_x(x_in.size(), 2), d_w(w.size(), 2), d_y(want.size(), y_f32 ? 4 : 2);
-  d_x.upload_floats(x_in, dt);
+  DeviceBuffer d_x(x.size(), 2), d_w(w.size(), 2), d_y(want.size(), y_f32 ? 4 : 2);
+  d_x.upload_floats(x, dt);
   d_w.upload_floats(w, dt);
   d_y.poison();
   kernels::GemvParams p;
@@ -68,8 +53,6 @@ void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int 
   p.y = d_y.get();
   p.y_f32 = y_f32;
   p.config = config;
-  p.x_silu_mul = silu_mul;
-  p.l2_prefetch = l2_prefetch;
   CUDA_OK(kernels::launch_gemv(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(d_y.check_guards());
@@ -130,29 +113,6 @@ TEST(Gemv, EveryKernelShape) {
   }
 }
 
-// The down projection with SiLU-and-mul fused into its input (every CTA shape, odd shapes).
-TEST(Gemv, FusedSiluMul) {
-  RILL_REQUIRE_GPU();
-  std::mt19937 rng(35);
-  for (int config = -1; config < kernels::gemv_num_configs(); ++config) {
-    for (DType dt : kDTypes) {
-      run_gemv(dt, 1, 4099, 1376, false, rng, config, true);
-      run_gemv(dt, 8, 37, 8, false, rng, config, true);
-      run_gemv(dt, 3, 515, 2056, true, rng, config, true);
-    }
-  }
-}
-
-// A GEMV CTA may pull weights into the L2 before its dependency wait: same results.
-TEST(Gemv, L2PrefetchChangesNothing) {
-  RILL_REQUIRE_GPU();
-  std::mt19937 rng(36);
-  for (int depth : {1, 8, 64}) {
-    run_gemv(DType::kF16, 2, 1040, 4096, false, rng, -1, false, depth);
-    run_gemv(DType::kBF16, 1, 4096, 11008, false, rng, 1, true, depth);
-  }
-}
-
 TEST(Gemv, RejectsShapesForAGemm) {
   kernels::GemvParams p;
   p.M = 9;
@@ -164,9 +124,6 @@ TEST(Gemv, RejectsShapesForAGemm) {
   EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
   p.K = 64;
   p.config = kernels::gemv_num_configs();
-  EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
-  p.config = -1;
-  p.l2_prefetch = 65;
   EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
 }
 

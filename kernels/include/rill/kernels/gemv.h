@@ -12,15 +12,11 @@ namespace rill::kernels {
 struct GemvParams {
   DType dtype = DType::kF16;
   int M = 0, N = 0, K = 0;        // M <= 8
-  const void* x = nullptr;        // [M, K]; with x_silu_mul [M, 2K] (gate | up)
+  const void* x = nullptr;        // [M, K]
   const void* w = nullptr;        // [N, K]
   void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32
   bool y_f32 = false;
-  bool x_silu_mul = false;  // x = silu(gate) * up (the gated MLP's activation, rounded to
-                            // dtype exactly as launch_activation does), made while loading
-  int config = -1;          // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
-  int l2_prefetch = 0;      // iterations of weights pulled into the L2 before waiting for
-                            // the previous kernel (programmatic dependent launch), 0..64
+  int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
