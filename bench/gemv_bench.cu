@@ -76,13 +76,19 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
     p.y = y;
     BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
   };
-  auto add_norm = [&](const __half* delta, __half* out) {
+  // fused: the residual add and the next norm in one kernel; unfused: the add (as a kernel that
+  // also normalizes into a scratch row, the cost of a plain add kernel) and then the norm.
+  auto add_norm = [&](const __half* delta, __half* out, bool fused) {
     rill::kernels::AddNormParams p;
     p.num_tokens = 1;
     p.hidden = H;
     p.residual = residual;
     p.delta0 = delta;
     p.weight0 = norm_w;
+    p.out0 = fused ? out : act;
+    BENCH_CUDA(rill::kernels::launch_add_norm(p, stream));
+    if (fused) return;
+    p.delta0 = nullptr;
     p.out0 = out;
     BENCH_CUDA(rill::kernels::launch_add_norm(p, stream));
   };
@@ -96,17 +102,17 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   };
   std::printf("\n32 Llama-2-7B layers of GEMVs at M = 1 in one CUDA graph (%.2f GB of weights)\n",
               bytes / 1e9);
-  for (int small : {0, 1}) {
+  for (int small : {0, 1, 2}) {  // none; fused add + norm; add and norm as two kernels
     for (int pdl : {1, 0}) {
       rill::kernels::set_programmatic_launch(pdl);
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       for (int l = 0; l < kLayers; ++l) {
-        if (small) add_norm(down, h);
+        if (small) add_norm(down, h, small == 1);
         gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
         gemv(attn, w[l * 4 + 1], o, H, H);
-        if (small) add_norm(o, h);
+        if (small) add_norm(o, h, small == 1);
         gemv(h, w[l * 4 + 2], up, 2 * I, H);
         if (small) silu();
         gemv(small ? act : up, w[l * 4 + 3], down, H, I);
@@ -117,8 +123,10 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
           median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 3, 15);
       const double gbps = bytes / (ms * 1e-3) / 1e9;
       std::printf("  %-34s PDL %-3s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
-                  small ? "GEMVs + add_norm x2 + SiLU-mul" : "GEMVs only", pdl ? "on" : "off", ms,
-                  gbps, 100 * gbps / copy_gbps);
+                  small == 0   ? "GEMVs only"
+                  : small == 1 ? "GEMVs + add_norm x2 + SiLU-mul"
+                               : "GEMVs + (add, norm) x2 + SiLU-mul",
+                  pdl ? "on" : "off", ms, gbps, 100 * gbps / copy_gbps);
       BENCH_CUDA(cudaGraphExecDestroy(exec));
       BENCH_CUDA(cudaGraphDestroy(graph));
     }

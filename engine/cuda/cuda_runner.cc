@@ -507,6 +507,7 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
   const int bucket = (decode == n && !any_logits && !profiler_) ? decode_bucket(n) : 0;
   const StepPlan plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
                                         meta_host_.as<char>(), dmeta());
+  if (step_timing_) RILL_CUDA(cudaEventRecord(step_begin_.get(), stream_));
   RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), plan.layout.bytes, cudaMemcpyHostToDevice, stream_));
   // Penalised sequences still in their prompt: remember the prompt tokens on the GPU.
   for (int k = 0; k < n; ++k) {
@@ -524,7 +525,13 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
   if (plan.shape.sampled > 0)
     RILL_CUDA(cudaMemcpyAsync(sampled_host_.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
                               cudaMemcpyDeviceToHost, stream_));
+  if (step_timing_) RILL_CUDA(cudaEventRecord(step_end_.get(), stream_));
   RILL_CUDA(cudaStreamSynchronize(stream_));
+  if (step_timing_) {
+    float ms = 0;
+    RILL_CUDA(cudaEventElapsedTime(&ms, step_begin_.get(), step_end_.get()));
+    last_step_gpu_ms_ = ms;
+  }
   if (profiler_) {
     profiler_->collect(profile_);
     ++profile_.steps;

@@ -58,6 +58,10 @@ class CudaRunner final : public ModelRunner {
   /// Stops recording and keeps what was recorded in profile().
   void profile_snapshot_and_stop();
   const StepProfile& profile() const { return profile_; }
+  /// While on, each step records CUDA events from its first upload to its last download (graphs
+  /// stay on); last_step_gpu_ms() is that span, so wall time minus it is time on the host.
+  void set_step_timing(bool on) { step_timing_ = on; }
+  double last_step_gpu_ms() const { return last_step_gpu_ms_; }
   int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
 
  private:
@@ -78,6 +82,9 @@ class CudaRunner final : public ModelRunner {
 
   ModelConfig config_;
   EngineOptions options_;
+  bool step_timing_ = false;
+  double last_step_gpu_ms_ = 0;
+  cuda::Event step_begin_, step_end_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::unique_ptr<cuda::Gemm> gemm_;

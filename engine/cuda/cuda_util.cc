@@ -42,6 +42,15 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
   return *this;
 }
 
+Event::~Event() {
+  if (event_) cudaEventDestroy(event_);
+}
+
+cudaEvent_t Event::get() {
+  if (!event_) RILL_CUDA(cudaEventCreate(&event_));
+  return event_;
+}
+
 PinnedMemory::PinnedMemory(size_t bytes) : bytes_(bytes) {
   if (bytes) RILL_CUDA(cudaMallocHost(&ptr_, bytes));
 }

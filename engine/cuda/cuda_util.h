@@ -65,6 +65,19 @@ class PinnedMemory {
   size_t bytes_ = 0;
 };
 
+/// A CUDA event for timing, created on first use (so members need no device at construction).
+class Event {
+ public:
+  Event() = default;
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get();
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 /// Number of visible CUDA devices (0 when the driver is missing).
 int cuda_device_count();
 
