@@ -3,6 +3,7 @@
 //
 // Decode shapes are timed over enough layers (separate caches, one launch each, as in a decode
 // step) that the K/V read per timed run exceeds 3x the L2 cache: the figures are DRAM figures.
+// Decode runs with a 16-bit cache and with an fp8 (e4m3) cache, whose bytes are half.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@ using rill::kernels::DecodeAttentionParams;
 using rill::kernels::DecodeSeq;
 using rill::kernels::DType;
 using rill::kernels::KvCacheLayout;
+using rill::kernels::KvDType;
 using rill::kernels::PrefillAttentionParams;
 using rill::kernels::PrefillSeq;
 
@@ -42,6 +44,28 @@ void* alloc_random(size_t elems, uint32_t seed, float scale, cudaStream_t stream
   void* p = nullptr;
   BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(elems, 8) * 2));
   fill_random<<<1024, 256, 0, stream>>>(static_cast<__half*>(p), elems, seed, scale);
+  BENCH_CUDA(cudaGetLastError());
+  return p;
+}
+
+/// Random e4m3 bytes of magnitude below 2 (exponent field <= 7: never NaN).
+__global__ void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = static_cast<uint8_t>((x & 0x80u) | (x >> 8 & 0x3fu));
+  }
+}
+
+/// A cache of `elems` elements of random values: fp16 bits, or e4m3 bytes.
+void* alloc_random_cache(size_t elems, KvDType kv, uint32_t seed, cudaStream_t stream) {
+  if (kv == KvDType::kSame) return alloc_random(elems, seed, 1.0f, stream);
+  void* p = nullptr;
+  BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(elems, 16)));
+  fill_random_fp8<<<1024, 256, 0, stream>>>(static_cast<uint8_t*>(p), elems, seed);
   BENCH_CUDA(cudaGetLastError());
   return p;
 }
@@ -69,8 +93,8 @@ struct DecodeShape {
   int batch, keys, heads, kv_heads, head_dim;
 };
 
-void bench_decode(const DecodeShape& s, int splits, const rill::bench::Ceilings& ceil, size_t l2,
-                  cudaStream_t stream) {
+void bench_decode(const DecodeShape& s, KvDType kv, int splits, const rill::bench::Ceilings& ceil,
+                  size_t l2, cudaStream_t stream) {
   std::mt19937 rng(7);
   const int blocks_per_seq = (s.keys + kBlock - 1) / kBlock;
   KvCacheLayout layout;
@@ -78,10 +102,11 @@ void bench_decode(const DecodeShape& s, int splits, const rill::bench::Ceilings&
   layout.num_kv_heads = s.kv_heads;
   layout.block_size = kBlock;
   layout.head_dim = s.head_dim;
-  const double kv_bytes = 2.0 * s.batch * s.keys * s.kv_heads * s.head_dim * sizeof(__half);
+  layout.cache_dtype = kv;
+  const double kv_bytes = 2.0 * s.batch * s.keys * s.kv_heads * s.head_dim * layout.element_bytes();
   const int layers = std::max(1, static_cast<int>(3.0 * l2 / kv_bytes) + 1);
 
-  void* cache = alloc_random(layout.layer_stride() * layers, 11, 1.0f, stream);
+  void* cache = alloc_random_cache(layout.layer_stride() * layers, kv, 11, stream);
   void* q = alloc_random(static_cast<size_t>(s.batch) * s.heads * s.head_dim, 12, 1.0f, stream);
   void* out = nullptr;
   BENCH_CUDA(cudaMalloc(&out, static_cast<size_t>(s.batch) * s.heads * s.head_dim * 2));
@@ -120,17 +145,18 @@ void bench_decode(const DecodeShape& s, int splits, const rill::bench::Ceilings&
   p.workspace = ws;
   const auto run = [&] {
     for (int l = 0; l < layers; ++l) {
-      p.cache = static_cast<const __half*>(cache) + l * layout.layer_stride();
+      p.cache =
+          static_cast<const char*>(cache) + l * layout.layer_stride() * layout.element_bytes();
       BENCH_CUDA(rill::kernels::launch_decode_attention(p, stream));
     }
   };
   const double ms = rill::bench::median_ms(run, stream, 3, 20) / layers;
   const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
   std::printf(
-      "decode  batch %4d x %5d keys  heads %2d/%2d x %3d  splits %3d  %8.4f ms  %7.1f GB/s  "
+      "decode %s batch %4d x %5d keys  heads %2d/%2d x %3d  splits %3d  %8.4f ms  %7.1f GB/s  "
       "%5.1f%% of copy\n",
-      s.batch, s.keys, s.heads, s.kv_heads, s.head_dim, splits, ms, gbps,
-      100.0 * gbps / ceil.copy_gbps);
+      kv == KvDType::kSame ? "f16" : "fp8", s.batch, s.keys, s.heads, s.kv_heads, s.head_dim,
+      splits, ms, gbps, 100.0 * gbps / ceil.copy_gbps);
   BENCH_CUDA(cudaFree(cache));
   BENCH_CUDA(cudaFree(q));
   BENCH_CUDA(cudaFree(out));
@@ -224,13 +250,17 @@ int main() {
       {64, 1024, 32, 8, 128}, {128, 128, 32, 32, 128}, {128, 128, 32, 8, 128},
       {64, 1024, 32, 8, 64},  {64, 1024, 64, 8, 128},
   };
-  for (const DecodeShape& s : decode_shapes) {
-    const int splits = pick_splits(s.batch, s.kv_heads, s.keys, prop.multiProcessorCount);
-    bench_decode(s, splits, ceil, prop.l2CacheSize, stream);
-  }
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (const DecodeShape& s : decode_shapes) {
+      const int splits = pick_splits(s.batch, s.kv_heads, s.keys, prop.multiProcessorCount);
+      bench_decode(s, kv, splits, ceil, prop.l2CacheSize, stream);
+    }
   // How the split count matters for a single long sequence.
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (int splits : {1, 4, 8, 16, 32, 64})
+      bench_decode({1, 4096, 32, 32, 128}, kv, splits, ceil, prop.l2CacheSize, stream);
   for (int splits : {1, 4, 16, 32, 64})
-    bench_decode({1, 4096, 32, 8, 128}, splits, ceil, prop.l2CacheSize, stream);
+    bench_decode({1, 4096, 32, 8, 128}, KvDType::kSame, splits, ceil, prop.l2CacheSize, stream);
 
   const PrefillShape prefill_shapes[] = {
       {1, 2048, 32, 32, 128}, {1, 2048, 32, 8, 128}, {4, 2048, 32, 8, 128}, {1, 2048, 32, 32, 64}};

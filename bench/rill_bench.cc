@@ -94,7 +94,10 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
   return res;
 }
 
-double kv_bytes_per_token(const ModelConfig& c) { return 2.0 * c.num_layers * c.kv_dim() * 2; }
+// K and V of every layer; elem_bytes 2 (fp16 / bf16) or 1 (fp8 cache).
+double kv_bytes_per_token(const ModelConfig& c, int elem_bytes) {
+  return 2.0 * c.num_layers * c.kv_dim() * elem_bytes;
+}
 
 size_t gpu_used_bytes() {
   size_t free_b = 0, total_b = 0;
@@ -178,9 +181,13 @@ int main(int argc, char** argv) {
     const ModelConfig& c = model.config;
     const double wbytes = static_cast<double>(r.weight_bytes());
     std::printf("device: %s | copy %.0f GB/s | GEMM %.0f TFLOP/s\n", ceil.device.c_str(), ceil.copy_gbps, ceil.gemm_tflops);
-    std::printf("model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token; runner ready in %.1f s\n",
-                args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
-                r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_bytes_per_token(c) / 1e3, load_s);
+    const double kv_token_bytes = kv_bytes_per_token(c, r.kv_element_bytes());
+    std::printf(
+        "model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token (%s); runner ready "
+        "in %.1f s\n",
+        args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
+        r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_token_bytes / 1e3,
+        r.kv_element_bytes() == 1 ? "fp8" : "16-bit", load_s);
     std::mt19937 rng(1);
     const CachePolicy policy = cli::cache_policy(args);
     const int steps = args.get_int("steps");
@@ -213,7 +220,7 @@ int main(int argc, char** argv) {
           r.set_gemv(v.gemv);
           r.set_programmatic_launch(v.pdl);
           const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
-          const double bytes = wbytes + double(batch) * d.cached * kv_bytes_per_token(c);
+          const double bytes = wbytes + double(batch) * d.cached * kv_token_bytes;
           const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
           std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s%s\n", batch, d.cached,
                       d.step_ms, d.gpu_ms, batch * 1e3 / d.step_ms, gbps,

@@ -20,6 +20,12 @@ DType parse_dtype(const std::string& name) {
   throw Error(ErrorCode::kUnsupported, "unsupported dtype '" + name + "' (float32, float16, bfloat16)");
 }
 
+KvCacheDType parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto") return KvCacheDType::kAuto;
+  if (name == "fp8") return KvCacheDType::kFp8E4M3;
+  throw Error(ErrorCode::kInvalidArgument, "unsupported KV-cache dtype '" + name + "' (auto, fp8)");
+}
+
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;

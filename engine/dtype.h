@@ -14,6 +14,12 @@ inline size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
 const char* dtype_name(DType t);           // "float32", "float16", "bfloat16"
 DType parse_dtype(const std::string& name);  // accepts those names and "fp16"/"bf16"/"fp32"; throws
 
+/// Element type of the KV cache: the model's compute dtype (`auto`), or fp8 e4m3 with per-tensor
+/// scales of 1 (`fp8`, vLLM's --kv-cache-dtype fp8; engine/fp8.h), half the bytes per token.
+enum class KvCacheDType { kAuto, kFp8E4M3 };
+KvCacheDType parse_kv_cache_dtype(
+    const std::string& name);  // "auto" | "fp8"; throws kInvalidArgument
+
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

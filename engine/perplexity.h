@@ -26,7 +26,8 @@ struct PplConfig {
   int n_sink = 4;
   int window = 252;
   int context = 0;       // full: chunk length (0: the model's context)
-  int chunk = 256;       // tokens fed per step (window / streaming); the result does not depend on it
+  int chunk = 256;  // tokens fed per step (window / streaming); the result does not depend on it
+                    // with a 16-bit cache (fp8: a chunk sees its own K/V unrounded)
   int batch = 32;        // recompute: windows per step
 };
 

@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   args.option("window", "252", "window (streaming); window-only and recompute use sink + window");
   args.option("context", "0", "full: chunk length (0: the model's context)");
   args.option("max-tokens", "0", "evaluate at most this many tokens (0: all)");
-  args.option("chunk", "256", "tokens fed per step (does not change the result)");
+  args.option("chunk", "256",
+              "tokens fed per step (does not change the result with a 16-bit KV cache)");
   args.option("latency-tokens", "64", "tokens timed one at a time for the per-token latency (0: skip)");
   args.option("golden", "", "JSON reference (tools/streaming_reference.py): compare every method it holds");
   args.option("tolerance", "0.005", "relative perplexity tolerance for --golden");

@@ -7,6 +7,7 @@
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
+#include "engine/fp8.h"
 #include "engine/step_validation.h"
 
 namespace rill {
@@ -18,6 +19,9 @@ struct CpuRunner::Layer {
   std::vector<float> wgate, bgate, wup, bup;  // [intermediate, hidden]
   std::vector<float> wdown, bdown;            // [hidden, intermediate]
 };
+
+// Per-tensor scale of the emulated fp8 cache (uncalibrated, as the CUDA runner).
+constexpr float kFp8KvScale = 1.0f;
 
 struct CpuRunner::Chunk {
   SeqId id;
@@ -45,6 +49,7 @@ std::vector<float> concat(std::initializer_list<const Tensor*> parts) {
 
 CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(model.config) {
   const ModelConfig& c = config_;
+  fp8_kv_ = opt.kv_cache_dtype == KvCacheDType::kFp8E4M3;
   pool_ = std::make_unique<ThreadPool>(opt.num_threads);
   embed_ = f32(model.weights.embed);
   lm_head_ = c.tie_word_embeddings ? std::vector<float>{} : f32(model.weights.lm_head);
@@ -113,7 +118,8 @@ void CpuRunner::norm(const std::vector<float>& w, const std::vector<float>& b, c
 // this step), the chunk's own keys from `qkv`; each query i sees the sinks [0, min(S, i+1)) with
 // its query rotated at the in-cache position, and positions [max(S, i-W+1), i] with the query
 // rotated at i (keys are stored rotated at their stream position).  qkv [len, qkv_dim] (q and
-// k already rotated), out [len, q_dim].
+// k already rotated), out [len, q_dim]. A chunk stored before attention reads its own K/V from
+// the cache too.
 void CpuRunner::attention(int layer, const Chunk& c, const float* qkv, float* out) {
   const ModelConfig& cf = config_;
   const KvGeometry& g = c.seq->geometry;
@@ -128,7 +134,8 @@ void CpuRunner::attention(int layer, const Chunk& c, const float* qkv, float* ou
       const int64_t i = c.start + t;
       const float* q = qkv + t * qkv_dim + h * hd;
       auto key = [&](int64_t j, int kv) -> const float* {
-        if (j >= c.start) return qkv + (j - c.start) * qkv_dim + cf.q_dim() + kv * cf.kv_dim() + kh * hd;
+        if (j >= c.start && !stores_before_attention(c))
+          return qkv + (j - c.start) * qkv_dim + cf.q_dim() + kv * cf.kv_dim() + kh * hd;
         const long long slot = g.slot(j);
         return kv_ptr(layer, c.seq->block_table[slot / bs], kv, kh, static_cast<int>(slot % bs));
       };
@@ -167,8 +174,9 @@ void CpuRunner::attention(int layer, const Chunk& c, const float* qkv, float* ou
   });
 }
 
-// Stores the chunk's (rotated) keys and values. In a ring only the last ring_tokens positions
-// survive the chunk, so earlier ones are not written (they would be overwritten anyway).
+// Stores the chunk's (rotated) keys and values (rounded through e4m3 for an fp8 cache). In a ring
+// only the last ring_tokens positions survive the chunk, so earlier ones are not written (they
+// would be overwritten anyway).
 void CpuRunner::write_kv(int layer, const Chunk& c, const float* qkv) {
   const ModelConfig& cf = config_;
   const KvGeometry& g = c.seq->geometry;
@@ -180,10 +188,23 @@ void CpuRunner::write_kv(int layer, const Chunk& c, const float* qkv) {
     const long long slot = g.slot(j);
     const int32_t block = c.seq->block_table[slot / bs];
     for (int kv = 0; kv < 2; ++kv)
-      for (int kh = 0; kh < cf.num_kv_heads; ++kh)
-        std::memcpy(kv_ptr(layer, block, kv, kh, static_cast<int>(slot % bs)),
-                    qkv + t * cf.qkv_dim() + cf.q_dim() + kv * cf.kv_dim() + kh * hd, hd * sizeof(float));
+      for (int kh = 0; kh < cf.num_kv_heads; ++kh) {
+        float* dst = kv_ptr(layer, block, kv, kh, static_cast<int>(slot % bs));
+        const float* src = qkv + t * cf.qkv_dim() + cf.q_dim() + kv * cf.kv_dim() + kh * hd;
+        if (fp8_kv_) {
+          for (int d = 0; d < hd; ++d) dst[d] = fp8::e4m3_round_trip(src[d], kFp8KvScale);
+        } else {
+          std::memcpy(dst, src, hd * sizeof(float));
+        }
+      }
   }
+}
+
+// Prefill chunks attend to their fresh K/V and store it afterwards. With an fp8 cache, decode
+// tokens (chunks of one) are stored first and attend to their own K/V as stored, which is what
+// the CUDA runner's decode path does (the window never needs the slot a decode token overwrites).
+bool CpuRunner::stores_before_attention(const Chunk& c) const {
+  return fp8_kv_ && c.len == 1;
 }
 
 void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
@@ -217,8 +238,11 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
         cpu::rope(row, c.num_heads, c.head_dim, c.rope.rotary_dim, inv_freq_.data(), ch.start + t);
         cpu::rope(row + c.q_dim(), c.num_kv_heads, c.head_dim, c.rope.rotary_dim, inv_freq_.data(), ch.start + t);
       }
+    for (const Chunk& ch : chunks)
+      if (stores_before_attention(ch)) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
     for (const Chunk& ch : chunks) attention(li, ch, &qkv[ch.row * qkv_dim], &attn[ch.row * c.q_dim()]);
-    for (const Chunk& ch : chunks) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
+    for (const Chunk& ch : chunks)
+      if (!stores_before_attention(ch)) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
     cpu::matmul(*pool_, attn.data(), l.wo.data(), l.bo.empty() ? nullptr : l.bo.data(), o.data(), T, c.q_dim(), H);
     if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x))
       norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);

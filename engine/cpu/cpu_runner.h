@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/dtype.h"
 #include "engine/model.h"
 #include "engine/runner.h"
 
@@ -18,6 +19,9 @@ struct CpuRunnerOptions {
   int block_size = 16;                   // tokens per KV block
   int64_t kv_cache_bytes = 256ll << 20;  // pool size; ignored when num_blocks > 0
   int num_blocks = 0;
+  /// kFp8E4M3 emulates the CUDA runner's fp8 cache: every stored K/V value is rounded through
+  /// e4m3 (scale 1) and decode tokens attend to their own K/V as stored (the pool stays fp32).
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
 };
 
 class CpuRunner final : public ModelRunner {
@@ -46,6 +50,7 @@ class CpuRunner final : public ModelRunner {
                                 const std::vector<float>& x);
   void attention(int layer, const Chunk& c, const float* qkv, float* out);
   void write_kv(int layer, const Chunk& c, const float* qkv);
+  bool stores_before_attention(const Chunk& c) const;
   void mlp(const Layer& l, const float* h, float* out, int64_t T);
   void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t T) const;
   float* kv_ptr(int layer, int32_t block, int kv, int head, int offset);
@@ -57,6 +62,7 @@ class CpuRunner final : public ModelRunner {
   std::vector<Layer> layers_;
   std::unique_ptr<float[]> cache_;  // [layers][blocks][2][kv_heads][block_size][head_dim]
   int num_blocks_ = 0;
+  bool fp8_kv_ = false;
   std::unordered_map<SeqId, SeqState> seqs_;
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/step_validation.h"
 #include "rill/kernels/attention.h"
@@ -32,7 +33,9 @@ constexpr int kMinKeysPerSplit = 64;
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
-size_t esize() { return 2; }  // fp16 / bf16
+size_t esize() {
+  return 2;
+}  // fp16 / bf16 activations (the cache: layout_.element_bytes())
 
 }  // namespace
 
@@ -80,6 +83,7 @@ class CudaRunner::Profiler {
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
   graphs_enabled_ = o.cuda_graphs;
+  const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -96,12 +100,21 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   layout_.num_kv_heads = config_.num_kv_heads;
   layout_.block_size = o.block_size;
   layout_.head_dim = config_.head_dim;
+  if (kv_dtype == KvCacheDType::kFp8E4M3) {
+    layout_.cache_dtype = kernels::KvDType::kFp8E4M3;  // scales 1, as vLLM without calibration
+    layout_.k_scale = layout_.v_scale = 1.0f;
+  }
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
   warm_up();
-  spdlog::info("cuda runner: {} weights {:.1f} MiB ({}), KV pool {} blocks x {} tokens ({:.1f} MiB), graphs {}",
-               config_.architecture, weights_->bytes() / 1048576.0, dtype == kernels::DType::kF16 ? "fp16" : "bf16",
-               layout_.num_blocks - 1, layout_.block_size, cache_.bytes() / 1048576.0, graphs_enabled_ ? "on" : "off");
+  spdlog::info(
+      "cuda runner: {} weights {:.1f} MiB ({}), KV pool {} blocks x {} tokens ({:.1f} MiB, {}), "
+      "graphs {}",
+      config_.architecture, weights_->bytes() / 1048576.0,
+      dtype == kernels::DType::kF16 ? "fp16" : "bf16", layout_.num_blocks - 1, layout_.block_size,
+      cache_.bytes() / 1048576.0,
+      layout_.cache_dtype == kernels::KvDType::kFp8E4M3 ? "fp8 e4m3" : "model dtype",
+      graphs_enabled_ ? "on" : "off");
 }
 
 CudaRunner::~CudaRunner() {
@@ -160,7 +173,9 @@ void CudaRunner::size_kv_pool(double fraction) {
   RILL_CUDA(cudaMemGetInfo(&free_b, &total_b));
   const double keep = (1.0 - fraction) * double(total_b) + 512.0 * (1 << 20);  // graphs, cuBLAS, fragmentation
   const double budget = double(free_b) - keep;
-  const size_t block_bytes = size_t(layout_.block_stride()) * esize() * config_.num_layers;
+  // In bytes: an fp8 cache holds twice the tokens of a 16-bit one in the same memory.
+  const size_t block_bytes =
+      size_t(layout_.block_stride()) * layout_.element_bytes() * config_.num_layers;
   const long long blocks = budget > 0 ? static_cast<long long>(budget / double(block_bytes)) : 0;
   if (blocks < max_blocks_ + 1)
     throw Error(ErrorCode::kResourceExhausted,
@@ -240,7 +255,8 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   const kernels::DType dt = weights_->dtype();
   const int T = sh.tokens, H = c.hidden_size, I = c.intermediate_size;
   const int up_width = c.gated_mlp ? 2 * I : I;
-  char* layer_cache = cache_.as<char>() + size_t(li) * layout_.layer_stride() * esize();
+  char* layer_cache =
+      cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
   auto timed = [&](Profiler::Cat cat, auto&& fn) {
     if (profiler_) profiler_->time(cat, fn);
     else fn();

@@ -46,6 +46,8 @@ class CudaRunner final : public ModelRunner {
   kernels::DType dtype() const { return weights_->dtype(); }
   size_t weight_bytes() const { return weights_->bytes(); }
   size_t kv_pool_bytes() const { return cache_.bytes(); }
+  /// Bytes of one cached K or V element: 2 (the model's dtype), or 1 with an fp8 cache.
+  int kv_element_bytes() const { return static_cast<int>(layout_.element_bytes()); }
   void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
   /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
   void set_gemv(bool on);
@@ -109,7 +111,8 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32
   cuda::DeviceMemory attn_ws_;  // decode attention split workspace
-  cuda::DeviceMemory cache_;    // [layers][blocks + 1][2][kv_heads][block_size][head_dim]
+  cuda::DeviceMemory
+      cache_;  // [layers][blocks + 1][2][kv_heads][block_size][head_dim], fp16/bf16 or e4m3
   cuda::DeviceMemory output_counts_;  // [max_batch, V] int32 penalty state
   cuda::DeviceMemory prompt_mask_;    // [max_batch, V] uint8
   std::vector<int32_t> free_state_slots_;

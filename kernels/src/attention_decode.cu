@@ -23,9 +23,15 @@
 // arguments (CUDA-graph safe); a split past the end of its sequence writes (m = -inf, l = 0) and
 // exits. Requires window_count <= ring_size (a window never holds a slot twice); q_sink is read
 // only by CTAs whose range holds sinks (it may be null when no sequence has sinks).
+//
+// fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
+// threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
+// keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
+// converts K/V in registers. k_scale is folded into the query scale, v_scale into the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -33,6 +39,7 @@
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
+#include "fp8.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
 
@@ -57,38 +64,51 @@ struct DecodeArgs {
   int64_t block_stride, kv_stride;
   int block_size, block_shift;
   int num_heads, group, head_chunks, num_splits, min_keys_per_split;
-  float scale_log2;  // scale * log2(e)
+  float scale_log2;  // scale * log2(e) (* k_scale for an fp8 cache)
   void* out;         // [num_seqs, num_heads * head_dim]
   float* ws_acc;     // [num_seqs, num_heads, num_splits, head_dim] unnormalized sum p * v
   float2* ws_ml;     // [num_seqs, num_heads, num_splits] (max logit, sum p), base 2
+  float v_scale;     // fp8 cache: applied to the accumulated values
 };
 
-/// Thread layout for one head_dim: kTpr threads read a row with 16-byte vectors (kTpr rounded up
-/// to a power of two; head_dim 80 and 96 leave the top lanes of each group idle).
-template <int D>
+/// Thread layout for one head_dim and cache element type C: kTpr threads read a row with 16-byte
+/// vectors of kVec elements each (kTpr rounded up to a power of two; head_dim 80 and 96 leave the
+/// top lanes of each group idle). Each thread owns kVec dims of q and of the accumulators.
+template <int D, typename C>
 struct DecodeShape {
-  static constexpr int kVec = 8;
+  static constexpr int kVec = 16 / sizeof(C);  // 8 (fp16 / bf16) or 16 (fp8)
   static constexpr int kVecs = D / kVec;
-  static constexpr int kTpr = kVecs <= 4 ? 4 : kVecs <= 8 ? 8 : kVecs <= 16 ? 16 : 32;
+  static constexpr int kTpr = kVecs <= 2    ? 2
+                              : kVecs <= 4  ? 4
+                              : kVecs <= 8  ? 8
+                              : kVecs <= 16 ? 16
+                                            : 32;
   static constexpr int kGroups = kDecodeThreads / kTpr;
-  static_assert(D % kVec == 0 && kVecs <= 32, "head_dim must be a multiple of 8, at most 256");
+  static_assert(D % kVec == 0 && kVecs <= 32, "head_dim must be a multiple of 16 B, at most 256");
 };
 
-/// Keys per thread group and step (softmax batching), and steps in the shared-memory ring.
-template <int GH>
+/// Most query heads per CTA: 8, or 4 with fp8's 16 dims per thread (registers).
+template <typename C>
+inline constexpr int kMaxHeadsPerCta = kIsFp8<C> ? 4 : 8;
+
+/// Keys per thread group and step (softmax batching), and steps in the shared-memory ring, for
+/// GH heads of E dims per thread.
+template <int GH, int E>
 constexpr int decode_unroll() {
-  return GH <= 4 ? 4 : 2;
+  return GH * E <= 32 ? 4 : 2;
 }
-template <int GH>
+template <int GH, int E>
 constexpr int decode_stages() {
-  return GH <= 4 ? 3 : 5;
+  return decode_unroll<GH, E>() == 4 ? 3 : 5;
 }
 
 /// Shared memory of one CTA: the load ring, later reused by the merge of the thread groups.
-template <int D, int GH>
+template <int D, typename C, int GH>
 struct DecodeSmem {
-  static constexpr int kRingVecs = decode_stages<GH>() * decode_unroll<GH>() * 2 * kDecodeThreads;
-  static constexpr int kMergeFloats = DecodeShape<D>::kGroups * GH * (D + 2);
+  static constexpr int kE = DecodeShape<D, C>::kVec;
+  static constexpr int kRingVecs =
+      decode_stages<GH, kE>() * decode_unroll<GH, kE>() * 2 * kDecodeThreads;
+  static constexpr int kMergeFloats = DecodeShape<D, C>::kGroups * GH * (D + 2);
   static constexpr int kVecs = kRingVecs > kMergeFloats / 4 ? kRingVecs : (kMergeFloats + 3) / 4;
   static_assert(kVecs * 16 <= 48 * 1024, "static shared memory limit");
 };
@@ -107,28 +127,28 @@ __device__ __forceinline__ KeyRange split_range(int n_keys, int split, int num_s
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
-/// q[h][e] = query element (h0 + h, lane * 8 + e) * scale_log2; heads past nh repeat the last one
+/// q[h][e] = query element (h0 + h, lane * E + e) * scale_log2; heads past nh repeat the last one
 /// (computed, never written) and idle lanes hold zeros. Scalar loads: no alignment assumed.
-template <typename T, int D, int GH>
-__device__ __forceinline__ void load_query(float (&q)[GH][8], const T* row, int h0, int nh,
+template <typename T, int D, int GH, int E>
+__device__ __forceinline__ void load_query(float (&q)[GH][E], const T* row, int h0, int nh,
                                            int lane, float scale_log2) {
 #pragma unroll
   for (int h = 0; h < GH; ++h) {
     const T* src = row + static_cast<int64_t>(h0 + min(h, nh - 1)) * D;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int d = lane * 8 + e;
+    for (int e = 0; e < E; ++e) {
+      const int d = lane * E + e;
       q[h][e] = d < D ? to_float(src[d]) * scale_log2 : 0.0f;
     }
   }
 }
 
-/// Per-thread online-softmax state of GH heads over this thread's 8 dims.
-template <int GH>
+/// Per-thread online-softmax state of GH heads over this thread's E dims.
+template <int GH, int E>
 struct SoftmaxState {
   float m[GH];  // running max of base-2 logits (identical across a thread group)
   float l[GH];  // running sum of exp2(logit - m)
-  float acc[GH][8];
+  float acc[GH][E];
 };
 
 /// Where the window keys of one sequence live: key j (>= num_sink) has rel index
@@ -139,8 +159,8 @@ struct WindowGeo {
 
 /// Physical slots of the thread group's kU consecutive keys from jg (-1: past j_end or idle lane).
 /// Consecutive keys sit in consecutive slots modulo the ring: one division per call.
-template <typename T, int kU>
-__device__ __forceinline__ void group_slots(const PagedKv<T>& kv, const WindowGeo& geo, int jg,
+template <typename C, int kU>
+__device__ __forceinline__ void group_slots(const PagedKv<C>& kv, const WindowGeo& geo, int jg,
                                             int j_end, bool sinks, bool active, int (&ps)[kU]) {
   const int r0 = sinks ? 0 : attn::ring_offset(geo.head_rel - (geo.n_keys - 1 - jg), geo.ring);
 #pragma unroll
@@ -158,23 +178,35 @@ __device__ __forceinline__ void group_slots(const PagedKv<T>& kv, const WindowGe
   }
 }
 
+/// The E elements of cache type C in a 16-byte vector as floats (fp8: unscaled).
+template <typename C, int E>
+__device__ __forceinline__ void unpack_kv(const uint4& v, float (&f)[E]) {
+  if constexpr (kIsFp8<C>) {
+    unpack16_fp8(v, f);
+  } else {
+    attn::unpack8<C>(v, f);
+  }
+}
+
 /// One step of a thread group: kU keys from jg (those >= j_end masked; their K and V are zeros).
-template <typename T, int D, int GH, int kU>
+template <typename T, typename C, int D, int GH, int kU>
 __device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4 (&vraw)[kU],
-                                            int jg, int j_end, const float (&q)[GH][8],
-                                            SoftmaxState<GH>& st) {
-  using Shape = DecodeShape<D>;
-  // Logits: partial dot products over this thread's 8 dims, summed across the group.
+                                            int jg, int j_end,
+                                            const float (&q)[GH][DecodeShape<D, C>::kVec],
+                                            SoftmaxState<GH, DecodeShape<D, C>::kVec>& st) {
+  using Shape = DecodeShape<D, C>;
+  constexpr int E = Shape::kVec;
+  // Logits: partial dot products over this thread's E dims, summed across the group.
   float s[kU][GH];
 #pragma unroll
   for (int i = 0; i < kU; ++i) {
-    float kf[8];
-    attn::unpack8<T>(kraw[i], kf);
+    float kf[E];
+    unpack_kv<C, E>(kraw[i], kf);
 #pragma unroll
     for (int h = 0; h < GH; ++h) {
       float dot = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot = fmaf(q[h][e], kf[e], dot);
+      for (int e = 0; e < E; ++e) dot = fmaf(q[h][e], kf[e], dot);
       s[i][h] = dot;
     }
   }
@@ -201,18 +233,18 @@ __device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4
     st.m[h] = mx;
     st.l[h] *= alpha;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) st.acc[h][e] *= alpha;
+    for (int e = 0; e < E; ++e) st.acc[h][e] *= alpha;
   }
 #pragma unroll
   for (int i = 0; i < kU; ++i) {
-    float vf[8];
-    attn::unpack8<T>(vraw[i], vf);
+    float vf[E];
+    unpack_kv<C, E>(vraw[i], vf);
 #pragma unroll
     for (int h = 0; h < GH; ++h) {
       const float p = ex2(s[i][h] - m_use[h]);
       st.l[h] += p;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) st.acc[h][e] = fmaf(p, vf[e], st.acc[h][e]);
+      for (int e = 0; e < E; ++e) st.acc[h][e] = fmaf(p, vf[e], st.acc[h][e]);
     }
   }
 }
@@ -221,20 +253,21 @@ __device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4
 /// Every thread of the CTA runs the same number of steps (shuffles need whole warps). `ring` is
 /// the CTA's load ring, [kStages][kU][K, V][kDecodeThreads] vectors; the block table entries of a
 /// step are fetched one step before its loads are issued.
-template <typename T, int D, int GH>
-__device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGeo& geo, int j_begin,
+template <typename T, typename C, int D, int GH>
+__device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGeo& geo, int j_begin,
                                             int j_end, bool sinks, int grp, int lane, bool active,
-                                            const float (&q)[GH][8], SoftmaxState<GH>& st,
+                                            const float (&q)[GH][DecodeShape<D, C>::kVec],
+                                            SoftmaxState<GH, DecodeShape<D, C>::kVec>& st,
                                             uint4* ring) {
-  using Shape = DecodeShape<D>;
-  constexpr int kU = decode_unroll<GH>();
-  constexpr int kStages = decode_stages<GH>();
+  using Shape = DecodeShape<D, C>;
+  constexpr int kU = decode_unroll<GH, Shape::kVec>();
+  constexpr int kStages = decode_stages<GH, Shape::kVec>();
   constexpr int kStep = Shape::kGroups * kU;
   constexpr int kStageVecs = kU * 2 * kDecodeThreads;
   const int n_steps = (j_end - j_begin + kStep - 1) / kStep;
   uint4* mine = ring + threadIdx.x;
   int ps[kU];
-  group_slots<T, kU>(kv, geo, j_begin + grp * kU, j_end, sinks, active, ps);
+  group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, sinks, active, ps);
   // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
   // (empty past the last step, so that group counting stays uniform), then the next slots.
   const auto issue = [&](int n) {
@@ -242,12 +275,12 @@ __device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGe
       uint4* dst = mine + (n % kStages) * kStageVecs;
 #pragma unroll
       for (int i = 0; i < kU; ++i) {
-        const T* k = ps[i] >= 0 ? kv.k_row_phys(ps[i]) + lane * 8 : kv.cache;
+        const C* k = ps[i] >= 0 ? kv.k_row_phys(ps[i]) + lane * Shape::kVec : kv.cache;
         attn::cp_async16(attn::smem_addr(dst + (2 * i) * kDecodeThreads), k, ps[i] >= 0);
         attn::cp_async16(attn::smem_addr(dst + (2 * i + 1) * kDecodeThreads), k + kv.kv_stride,
                          ps[i] >= 0);
       }
-      group_slots<T, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, sinks, active, ps);
+      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, sinks, active, ps);
     }
     attn::cp_async_commit();
   };
@@ -263,7 +296,7 @@ __device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGe
       kraw[i] = src[(2 * i) * kDecodeThreads];
       vraw[i] = src[(2 * i + 1) * kDecodeThreads];
     }
-    attend_step<T, D, GH, kU>(kraw, vraw, jg, j_end, q, st);
+    attend_step<T, C, D, GH, kU>(kraw, vraw, jg, j_end, q, st);
     issue(n + kStages);  // into the stage just read (its values are consumed above)
   }
   attn::cp_async_wait<0>();
@@ -271,20 +304,24 @@ __device__ __forceinline__ void attend_keys(const PagedKv<T>& kv, const WindowGe
 
 /// Merges the thread groups' (m, l, acc) through shared memory (`sm`: [kGroups][GH][D] sums,
 /// then [kGroups][GH] maxima and sums) and writes the output, or the split's partial result.
-template <typename T, int D, int GH>
-__device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxState<GH>& st,
+template <typename T, typename C, int D, int GH>
+__device__ __forceinline__ void merge_groups(const DecodeArgs& a,
+                                             const SoftmaxState<GH, DecodeShape<D, C>::kVec>& st,
                                              float* sm, int grp, int lane, bool active, int nh,
                                              int split, int64_t ws_row, T* out) {
-  constexpr int kG = DecodeShape<D>::kGroups;
+  constexpr int kG = DecodeShape<D, C>::kGroups;
+  constexpr int E = DecodeShape<D, C>::kVec;
   float* s_acc = sm;
   float* s_m = s_acc + kG * GH * D;
   float* s_l = s_m + kG * GH;
   if (active) {
 #pragma unroll
     for (int h = 0; h < GH; ++h) {
-      float4* dst = reinterpret_cast<float4*>(s_acc + (grp * GH + h) * D + lane * 8);
-      dst[0] = make_float4(st.acc[h][0], st.acc[h][1], st.acc[h][2], st.acc[h][3]);
-      dst[1] = make_float4(st.acc[h][4], st.acc[h][5], st.acc[h][6], st.acc[h][7]);
+      float4* dst = reinterpret_cast<float4*>(s_acc + (grp * GH + h) * D + lane * E);
+#pragma unroll
+      for (int j = 0; j < E / 4; ++j)
+        dst[j] = make_float4(st.acc[h][4 * j], st.acc[h][4 * j + 1], st.acc[h][4 * j + 2],
+                             st.acc[h][4 * j + 3]);
     }
   }
   if (lane == 0) {
@@ -306,6 +343,7 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxS
         o = fmaf(s_acc[(g * GH + h) * D + d], w, o);
       }
     }
+    if constexpr (kIsFp8<C>) o *= a.v_scale;
     if (a.num_splits == 1) {
       out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
     } else {
@@ -316,19 +354,21 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a, const SoftmaxS
   }
 }
 
-template <typename T, int D, int GH>
+// C: the cache element type (T, or Fp8).
+template <typename T, typename C, int D, int GH>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
-  using Shape = DecodeShape<D>;
-  __shared__ uint4 smem[DecodeSmem<D, GH>::kVecs];  // the load ring, then the merge
+  using Shape = DecodeShape<D, C>;
+  constexpr int E = Shape::kVec;
+  __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
 
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
   const int h0 = kvh * a.group + chunk * GH;  // first query head of this CTA
   const int nh = min(GH, a.group - chunk * GH);
   const int lane = threadIdx.x % Shape::kTpr, grp = threadIdx.x / Shape::kTpr;
-  const bool active = lane * 8 < D;
+  const bool active = lane * E < D;
 
   const DecodeSeq sq = a.seqs[seq];
   const int num_sink = max(sq.num_sink, 0);
@@ -348,7 +388,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
     return;
   }
 
-  const PagedKv<T> kv{static_cast<const T*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
+  const PagedKv<C> kv{static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
                       sq.geo.block_table,
                       a.block_stride,
                       a.kv_stride,
@@ -357,31 +397,31 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   const WindowGeo geo{sq.geo.ring_base, sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff,
                       sq.head_rel, n_keys};
 
-  SoftmaxState<GH> st;
+  SoftmaxState<GH, E> st;
 #pragma unroll
   for (int h = 0; h < GH; ++h) {
     st.m[h] = -INFINITY;
     st.l[h] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) st.acc[h][e] = 0.0f;
+    for (int e = 0; e < E; ++e) st.acc[h][e] = 0.0f;
   }
-  float q[GH][8];
+  float q[GH][E];
   const int sink_end = min(range.hi, num_sink);
   if (range.lo < sink_end) {
-    load_query<T, D, GH>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0, nh, lane,
-                         a.scale_log2);
-    attend_keys<T, D, GH>(kv, geo, range.lo, sink_end, true, grp, lane, active, q, st, smem);
+    load_query<T, D, GH, E>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0, nh,
+                            lane, a.scale_log2);
+    attend_keys<T, C, D, GH>(kv, geo, range.lo, sink_end, true, grp, lane, active, q, st, smem);
   }
   const int win_begin = max(range.lo, num_sink);
   if (win_begin < range.hi) {
-    load_query<T, D, GH>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
-                         a.scale_log2);
-    attend_keys<T, D, GH>(kv, geo, win_begin, range.hi, false, grp, lane, active, q, st, smem);
+    load_query<T, D, GH, E>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
+                            a.scale_log2);
+    attend_keys<T, C, D, GH>(kv, geo, win_begin, range.hi, false, grp, lane, active, q, st, smem);
   }
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
-  merge_groups<T, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
-                         ws_row, out);
+  merge_groups<T, C, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
+                            ws_row, out);
 }
 
 /// Combines the splits of one (sequence, head): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M)
@@ -412,31 +452,32 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
 }
 
-/// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8; larger groups use several CTAs.
-int heads_per_cta(int group) {
-  return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+/// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
+/// use several CTAs.
+int heads_per_cta(int group, int max_gh) {
+  return std::min(group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8, max_gh);
 }
 
-template <typename T, int D>
+template <typename T, typename C, int D>
 cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads, int gh,
                                 cudaStream_t stream) {
   const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
   switch (gh) {
     case 1:
-      launch_kernel(decode_attention_kernel<T, D, 1>, dim3(grid), dim3(kDecodeThreads), 0, stream,
-                    args);
+      launch_kernel(decode_attention_kernel<T, C, D, 1>, dim3(grid), dim3(kDecodeThreads), 0,
+                    stream, args);
       break;
     case 2:
-      launch_kernel(decode_attention_kernel<T, D, 2>, dim3(grid), dim3(kDecodeThreads), 0, stream,
-                    args);
+      launch_kernel(decode_attention_kernel<T, C, D, 2>, dim3(grid), dim3(kDecodeThreads), 0,
+                    stream, args);
       break;
     case 4:
-      launch_kernel(decode_attention_kernel<T, D, 4>, dim3(grid), dim3(kDecodeThreads), 0, stream,
-                    args);
+      launch_kernel(decode_attention_kernel<T, C, D, 4>, dim3(grid), dim3(kDecodeThreads), 0,
+                    stream, args);
       break;
     default:
-      launch_kernel(decode_attention_kernel<T, D, 8>, dim3(grid), dim3(kDecodeThreads), 0, stream,
-                    args);
+      launch_kernel(decode_attention_kernel<T, C, D, kMaxHeadsPerCta<C>>, dim3(grid),
+                    dim3(kDecodeThreads), 0, stream, args);
       break;
   }
   if (cudaError_t err = launch_status(); err != cudaSuccess) return err;
@@ -491,6 +532,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (!attn::is_pow2(p.layout.block_size))
     return invalid_argument("decode attention: block_size=" + std::to_string(p.layout.block_size) +
                             " is not a power of two");
+  if (const std::string why = kv_dtype_problem(p.layout); !why.empty())
+    return invalid_argument("decode attention: " + why);
   if (p.num_splits < 1 || p.num_splits > 65535)
     return invalid_argument("decode attention: num_splits=" + std::to_string(p.num_splits));
   if (p.num_splits > 1 && (p.workspace == nullptr || !attn::aligned16(p.workspace)))
@@ -501,8 +544,9 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (!attn::aligned16(p.cache))
     return invalid_argument("decode attention: the cache must be 16-byte aligned");
 
+  const bool fp8 = p.layout.cache_dtype == KvDType::kFp8E4M3;
   const int group = p.num_heads / p.num_kv_heads;
-  const int gh = heads_per_cta(group);
+  const int gh = heads_per_cta(group, fp8 ? kMaxHeadsPerCta<Fp8> : kMaxHeadsPerCta<__half>);
   DecodeArgs args{};
   args.q = p.q;
   args.q_stride = p.q_stride;
@@ -520,6 +564,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.num_splits = p.num_splits;
   args.min_keys_per_split = p.min_keys_per_split > 0 ? p.min_keys_per_split : 1;
   args.scale_log2 = p.scale * kLog2e;
+  if (fp8) args.scale_log2 *= p.layout.k_scale;
+  args.v_scale = p.layout.v_scale;
   args.out = p.out;
   if (p.num_splits > 1) {
     args.ws_acc = static_cast<float*>(p.workspace);
@@ -530,8 +576,10 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
-    return dispatch_decode_head_dim(p.head_dim, [&]<int D>() {
-      return launch_decode_typed<T, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
+    return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
+      return dispatch_decode_head_dim(p.head_dim, [&]<int D>() {
+        return launch_decode_typed<T, C, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
+      });
     });
   });
 }

@@ -1,6 +1,6 @@
 // Warp-level tensor-core and async-copy primitives of the attention kernels (sm_80+ PTX):
-// cp.async 16-byte copies with zero fill (decode and prefill), ldmatrix and mma.sync m16n8k16
-// with fp32 accumulators (prefill).
+// cp.async 16-byte copies with zero fill (decode and prefill) and 8-byte copies (fp8 cache rows
+// in prefill), ldmatrix and mma.sync m16n8k16 with fp32 accumulators (prefill).
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4):
 //   A (16 x 16, row major), 4 regs of 2 elements: a0 (row g, cols 2t, 2t+1), a1 (row g+8, same),
@@ -27,6 +27,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0)
                : "memory");
+}
+/// 8-byte global -> shared copy (cp.async.cg takes only 16 bytes, so this one goes through L1).
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

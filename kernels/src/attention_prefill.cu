@@ -18,6 +18,10 @@
 // accumulator fragments (row max over the 4 lanes of a quad), P re-packed in registers as the A
 // operand of O += P V (V through ldmatrix.trans). Shared memory: Q + 2 x (K, V) tiles, 87 KB for
 // head_dim 128 (two CTAs per SM).
+//
+// fp8 (e4m3) cache: cache rows are copied as raw bytes into a staging tile (16 KB more at head_dim
+// 128) and converted to the activation type (x * scale, one rounding) by the thread that copied
+// them, so the tiles the tensor cores read are the same; the chunk's own rows still come from qkv.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,6 +31,7 @@
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
+#include "fp8.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
 
@@ -53,6 +58,7 @@ struct PrefillArgs {
   int num_heads, group;
   float scale_log2;  // scale * log2(e)
   void* out;         // [total_tokens, num_heads * head_dim]
+  float k_scale, v_scale;  // fp8 cache
 };
 
 template <int D>
@@ -67,10 +73,10 @@ struct PrefillShape {
   static_assert(D % 16 == 0 && kTile % kRowsPerPass == 0, "unsupported head_dim");
 };
 
-/// One CTA's view of its sequence and head.
-template <typename T>
+/// One CTA's view of its sequence and head (C: the cache element type, T or Fp8).
+template <typename T, typename C = T>
 struct PrefillCtx {
-  PagedKv<T> kv;     // cache rows of this kv head
+  PagedKv<C> kv;     // cache rows of this kv head
   const T* chunk_k;  // K of chunk row 0, this kv head; row r at + r * qkv_stride
   int64_t qkv_stride;
   int64_t v_minus_k;  // V of a chunk row is this many elements after its K
@@ -98,23 +104,23 @@ __device__ __forceinline__ bool sink_visible(int sink_cache, int n_sink_keys, in
   return idx < n_sink_keys && (idx < sink_cache || idx - sink_cache <= qq);
 }
 
-template <typename T>
-__device__ __forceinline__ bool window_visible(const PrefillCtx<T>& c, int qq, int kk) {
+template <typename T, typename C>
+__device__ __forceinline__ bool window_visible(const PrefillCtx<T, C>& c, int qq, int kk) {
   return kk >= -c.cache_window && qq - kk < c.window &&
          (kk < 0 || (kk >= c.sink_fresh && kk <= qq));
 }
 
 /// True when every (query row of the CTA, key of window tile k0) pair is visible: no mask needed.
-template <typename T>
-__device__ __forceinline__ bool window_tile_full(const PrefillCtx<T>& c, int k0) {
+template <typename T, typename C>
+__device__ __forceinline__ bool window_tile_full(const PrefillCtx<T, C>& c, int k0) {
   const int k_last = k0 + kTile - 1;
   return k0 >= -c.cache_window && c.q1 - 1 - k0 < c.window &&
          (k_last < 0 || (max(k0, 0) >= c.sink_fresh && k_last <= c.q0));
 }
 
 /// Q tile (rows q0 .. q0 + 63 of q_base; zeros past the chunk) into sq, asynchronously.
-template <typename T, int D>
-__device__ __forceinline__ void load_q_tile(const PrefillCtx<T>& c, const T* q_base,
+template <typename T, int D, typename C>
+__device__ __forceinline__ void load_q_tile(const PrefillCtx<T, C>& c, const T* q_base,
                                             int64_t q_stride, T* sq) {
   using Sh = PrefillShape<D>;
   const int chunk = threadIdx.x % Sh::kChunks;
@@ -165,6 +171,93 @@ __device__ __forceinline__ void load_kv_tile(const PrefillCtx<T>& c, int k0, int
   }
 }
 
+/// fp8 cache: as load_kv_tile, but a cache row lands as raw e4m3 bytes in (rk, rv) ([kTile][D]
+/// bytes each, 8-byte copies at the same (row, chunk) as its tile elements) for convert_kv_tile;
+/// chunk rows and invalid rows go to (sk, sv) as before. Returns the passes that read the cache.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ uint32_t load_kv_tile_fp8(const PrefillCtx<T, Fp8>& c, int k0, int kk_lo,
+                                                     T* sk, T* sv, unsigned char* rk,
+                                                     unsigned char* rv) {
+  using Sh = PrefillShape<D>;
+  const int chunk = threadIdx.x % Sh::kChunks;
+  const int row0 = threadIdx.x / Sh::kChunks;
+  unsigned off = 0;
+  if (!kSink && k0 < 0) off = attn::ring_offset(c.old_head_rel + 1 + k0 + row0, c.ring);
+  uint32_t from_cache = 0;
+#pragma unroll
+  for (int pass = 0; pass < Sh::kPasses; ++pass) {
+    const int r = row0 + pass * Sh::kRowsPerPass;
+    const T* k = c.chunk_k;  // any readable address when the row is invalid
+    const T* v = c.chunk_k;
+    const Fp8* ck = nullptr;  // the row's K in the cache, when it comes from there
+    bool valid;
+    if (kSink) {
+      const int idx = k0 + r;
+      valid = idx < c.n_sink_keys;
+      if (valid && idx < c.sink_cache) {
+        ck = c.kv.k_row(idx);
+      } else if (valid) {
+        k = c.chunk_k + (idx - c.sink_cache) * c.qkv_stride;
+        v = k + c.v_minus_k;
+      }
+    } else {
+      const int kk = k0 + r;
+      valid = kk >= kk_lo && kk < c.q1;
+      if (valid && kk < 0) {
+        ck = c.kv.k_row(c.ring_base + static_cast<int>(off));
+      } else if (valid) {
+        k = c.chunk_k + kk * c.qkv_stride;
+        v = k + c.v_minus_k;
+      }
+      off += Sh::kRowsPerPass;
+      while (off >= static_cast<unsigned>(c.ring)) off -= static_cast<unsigned>(c.ring);
+    }
+    if (ck) {
+      const int ro = r * D + chunk * 8;
+      attn::cp_async8(attn::smem_addr(rk + ro), ck + chunk * 8);
+      attn::cp_async8(attn::smem_addr(rv + ro), ck + c.kv.kv_stride + chunk * 8);
+      from_cache |= 1u << pass;
+    } else {
+      const int so = r * Sh::kPitch + chunk * 8;
+      attn::cp_async16(attn::smem_addr(sk + so), k + chunk * 8, valid);
+      attn::cp_async16(attn::smem_addr(sv + so), v + chunk * 8, valid);
+    }
+  }
+  return from_cache;
+}
+
+/// Eight e4m3 values times `scale`, rounded to T, as a 16-byte vector.
+template <typename T>
+__device__ __forceinline__ uint4 fp8x8_to(const uint2& raw, float scale) {
+  float f[8];
+  unpack8_fp8(raw, f);
+  return make_uint4(
+      attn::pack2<T>(f[0] * scale, f[1] * scale), attn::pack2<T>(f[2] * scale, f[3] * scale),
+      attn::pack2<T>(f[4] * scale, f[5] * scale), attn::pack2<T>(f[6] * scale, f[7] * scale));
+}
+
+/// The cache rows of a tile that this thread copied (`from_cache` from load_kv_tile_fp8, landed:
+/// after cp.async.wait_group), converted from (rk, rv) into (sk, sv). Only the copying thread
+/// reads its raw bytes, so no barrier is needed before, nor before they are overwritten.
+template <typename T, int D>
+__device__ __forceinline__ void convert_kv_tile(uint32_t from_cache, const unsigned char* rk,
+                                                const unsigned char* rv, T* sk, T* sv,
+                                                float k_scale, float v_scale) {
+  using Sh = PrefillShape<D>;
+  const int chunk = threadIdx.x % Sh::kChunks;
+  const int row0 = threadIdx.x / Sh::kChunks;
+#pragma unroll
+  for (int pass = 0; pass < Sh::kPasses; ++pass) {
+    if (!((from_cache >> pass) & 1u)) continue;
+    const int r = row0 + pass * Sh::kRowsPerPass;
+    const int ro = r * D + chunk * 8, so = r * Sh::kPitch + chunk * 8;
+    *reinterpret_cast<uint4*>(sk + so) =
+        fp8x8_to<T>(*reinterpret_cast<const uint2*>(rk + ro), k_scale);
+    *reinterpret_cast<uint4*>(sv + so) =
+        fp8x8_to<T>(*reinterpret_cast<const uint2*>(rv + ro), v_scale);
+  }
+}
+
 /// Per-thread accumulators of rows g and g + 8 of the warp's 16 query rows (g = lane / 4):
 /// acc holds the O fragments (n-tile j: dims 8j + 2t, +1 of both rows), m the running max of
 /// base-2 logits (identical across the quad), l this thread's share of the running sum (summed
@@ -207,8 +300,8 @@ __device__ __forceinline__ void qk_tile(const T* sq, const T* sk, ScoreTile& s) 
 
 /// Scales S to base-2 logits, masks it unless the whole tile is visible, and turns it into P
 /// (online softmax: row max across the quad, O and l rescaled once per tile).
-template <typename T, int D, bool kSink>
-__device__ __forceinline__ void softmax_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
+template <typename T, int D, bool kSink, typename C>
+__device__ __forceinline__ void softmax_tile(const PrefillCtx<T, C>& c, int k0, float scale_log2,
                                              ScoreTile& s, RowState<D>& st) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int qr = c.q0 + warp * 16 + lane / 4;  // query rows qr (e < 2) and qr + 8 (e >= 2)
@@ -275,8 +368,8 @@ __device__ __forceinline__ void pv_tile(const ScoreTile& p, const T* sv, RowStat
 }
 
 /// One 64-key tile for the warp's 16 rows: S = Q K^T, mask, online softmax, O += P V.
-template <typename T, int D, bool kSink>
-__device__ __forceinline__ void attend_tile(const PrefillCtx<T>& c, int k0, float scale_log2,
+template <typename T, int D, bool kSink, typename C>
+__device__ __forceinline__ void attend_tile(const PrefillCtx<T, C>& c, int k0, float scale_log2,
                                             const T* sq, const T* sk, const T* sv,
                                             RowState<D>& st) {
   ScoreTile s;
@@ -312,7 +405,40 @@ __device__ __forceinline__ void run_phase(const PrefillCtx<T>& c, const T* q_bas
   }
 }
 
-template <typename T, int D>
+/// run_phase for an fp8 cache: tile t is converted once it has landed, then tile t + 1 is issued
+/// (its raw bytes reuse the one staging tile: each thread has converted its own) and lands while
+/// tile t is computed.
+template <typename T, int D, bool kSink>
+__device__ __forceinline__ void run_phase_fp8(const PrefillCtx<T, Fp8>& c, const T* q_base,
+                                              int64_t q_stride, int k_start, int n_tiles, int kk_lo,
+                                              float scale_log2, float k_scale, float v_scale, T* sq,
+                                              T* sk, T* sv, unsigned char* raw, RowState<D>& st) {
+  using Sh = PrefillShape<D>;
+  unsigned char* rk = raw;
+  unsigned char* rv = raw + kTile * D;
+  load_q_tile<T, D>(c, q_base, q_stride, sq);
+  uint32_t from_cache = load_kv_tile_fp8<T, D, kSink>(c, k_start, kk_lo, sk, sv, rk, rv);
+  attn::cp_async_commit();
+  for (int t = 0; t < n_tiles; ++t) {
+    const int stage = t & 1;
+    attn::cp_async_wait<0>();  // tile t (and Q) landed: this thread's copies
+    convert_kv_tile<T, D>(from_cache, rk, rv, sk + stage * Sh::kTileElems,
+                          sv + stage * Sh::kTileElems, k_scale, v_scale);
+    if (t + 1 < n_tiles) {
+      from_cache = load_kv_tile_fp8<T, D, kSink>(c, k_start + (t + 1) * kTile, kk_lo,
+                                                 sk + (stage ^ 1) * Sh::kTileElems,
+                                                 sv + (stage ^ 1) * Sh::kTileElems, rk, rv);
+      attn::cp_async_commit();
+    }
+    __syncthreads();  // tile t (and Q) visible to all warps
+    attend_tile<T, D, kSink>(c, k_start + t * kTile, scale_log2, sq, sk + stage * Sh::kTileElems,
+                             sv + stage * Sh::kTileElems, st);
+    __syncthreads();  // stage free for tile t + 2; Q free for the next phase
+  }
+}
+
+// C: the cache element type (T, or Fp8).
+template <typename T, typename C, int D>
 __global__ void __launch_bounds__(kPrefillThreads, 2)
     prefill_attention_kernel(const PrefillArgs a) {
   pdl_launch_dependents();  // see launch.cuh
@@ -322,6 +448,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* sk = sq + Sh::kTileElems;      // [2][kTile][kPitch]
   T* sv = sk + 2 * Sh::kTileElems;  // [2][kTile][kPitch]
+  unsigned char* raw = smem_raw + Sh::kSmemBytes;  // fp8: [K, V][kTile][D] bytes
 
   const PrefillSeq seq = a.seqs[blockIdx.z];
   const int n_tok = max(seq.num_tokens, 0);
@@ -329,8 +456,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
   if (q0 >= n_tok) return;
   const int head = blockIdx.y, kvh = head / a.group;
 
-  PrefillCtx<T> c;
-  c.kv = PagedKv<T>{static_cast<const T*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
+  PrefillCtx<T, C> c;
+  c.kv = PagedKv<C>{static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
                     seq.geo.block_table,
                     a.block_stride,
                     a.kv_stride,
@@ -361,17 +488,29 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
 
   const int64_t q_sink_stride = static_cast<int64_t>(a.num_heads) * D;
   if (c.n_sink_keys > 0) {
-    run_phase<T, D, true>(c, static_cast<const T*>(a.q_sink) + head * D, q_sink_stride, 0,
-                          (c.n_sink_keys + kTile - 1) / kTile, 0, a.scale_log2, sq, sk, sv, st);
+    if constexpr (kIsFp8<C>) {
+      run_phase_fp8<T, D, true>(c, static_cast<const T*>(a.q_sink) + head * D, q_sink_stride, 0,
+                                (c.n_sink_keys + kTile - 1) / kTile, 0, a.scale_log2, a.k_scale,
+                                a.v_scale, sq, sk, sv, raw, st);
+    } else {
+      run_phase<T, D, true>(c, static_cast<const T*>(a.q_sink) + head * D, q_sink_stride, 0,
+                            (c.n_sink_keys + kTile - 1) / kTile, 0, a.scale_log2, sq, sk, sv, st);
+    }
   }
   const int64_t lo =
       max(static_cast<int64_t>(-c.cache_window), static_cast<int64_t>(q0) - c.window + 1);
   if (lo < c.q1) {
     const int kk_lo = static_cast<int>(lo);
     const int k_start = kk_lo & ~(kTile - 1);  // floor to a multiple of 64 (also when negative)
-    run_phase<T, D, false>(c, qkv + head * D, a.qkv_stride, k_start,
-                           (c.q1 - k_start + kTile - 1) / kTile, kk_lo, a.scale_log2, sq, sk, sv,
-                           st);
+    if constexpr (kIsFp8<C>) {
+      run_phase_fp8<T, D, false>(c, qkv + head * D, a.qkv_stride, k_start,
+                                 (c.q1 - k_start + kTile - 1) / kTile, kk_lo, a.scale_log2,
+                                 a.k_scale, a.v_scale, sq, sk, sv, raw, st);
+    } else {
+      run_phase<T, D, false>(c, qkv + head * D, a.qkv_stride, k_start,
+                             (c.q1 - k_start + kTile - 1) / kTile, kk_lo, a.scale_log2, sq, sk, sv,
+                             st);
+    }
   }
 
   // O / l, written as pairs of elements.
@@ -395,17 +534,18 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
   }
 }
 
-template <typename T, int D>
+template <typename T, typename C, int D>
 cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int num_seqs,
                                  cudaStream_t stream) {
   using Sh = PrefillShape<D>;
-  const auto kernel = prefill_attention_kernel<T, D>;
+  constexpr int kSmemBytes = Sh::kSmemBytes + (kIsFp8<C> ? 2 * kTile * D : 0);
+  const auto kernel = prefill_attention_kernel<T, C, D>;
   if (cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSmemBytes);
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
       err != cudaSuccess)
     return err;
   const dim3 grid((max_tokens + kTile - 1) / kTile, args.num_heads, num_seqs);
-  launch_kernel(kernel, dim3(grid), dim3(kPrefillThreads), Sh::kSmemBytes, stream, args);
+  launch_kernel(kernel, dim3(grid), dim3(kPrefillThreads), kSmemBytes, stream, args);
   return launch_status();
 }
 
@@ -425,6 +565,8 @@ cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream
   if (!attn::is_pow2(p.layout.block_size))
     return invalid_argument("prefill attention: block_size=" + std::to_string(p.layout.block_size) +
                             " is not a power of two");
+  if (const std::string why = kv_dtype_problem(p.layout); !why.empty())
+    return invalid_argument("prefill attention: " + why);
   const int64_t row = static_cast<int64_t>(p.num_heads + 2 * p.num_kv_heads) * p.head_dim;
   if (p.qkv_stride < row || p.qkv_stride % 8 != 0)
     return invalid_argument("prefill attention: qkv_stride=" + std::to_string(p.qkv_stride) +
@@ -454,9 +596,14 @@ cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream
   args.group = p.num_heads / p.num_kv_heads;
   args.scale_log2 = p.scale * kLog2e;
   args.out = p.out;
+  args.k_scale = p.layout.k_scale;
+  args.v_scale = p.layout.v_scale;
   return dispatch_dtype(p.dtype, [&]<typename T>() {
-    return p.head_dim == 64 ? launch_prefill_typed<T, 64>(args, p.max_tokens, p.num_seqs, stream)
-                            : launch_prefill_typed<T, 128>(args, p.max_tokens, p.num_seqs, stream);
+    return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
+      return p.head_dim == 64
+                 ? launch_prefill_typed<T, C, 64>(args, p.max_tokens, p.num_seqs, stream)
+                 : launch_prefill_typed<T, C, 128>(args, p.max_tokens, p.num_seqs, stream);
+    });
   });
 }
 

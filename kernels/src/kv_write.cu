@@ -1,7 +1,9 @@
 // K/V scatter into the paged cache: a copy of the k | v part of each qkv row to its slot.
-// A pure copy, so the kernel moves 16-bit words (or 16-byte vectors) whatever the dtype.
+// A pure copy, so the kernel moves 16-bit words (or 16-byte vectors) whatever the dtype; an fp8
+// cache stores each value quantized (fp8.cuh) by a second kernel.
 #include <string>
 
+#include "fp8.cuh"
 #include "kv_cache.cuh"
 #include "launch.cuh"
 #include "rill/kernels/elementwise.h"
@@ -43,6 +45,43 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// fp8 cache: grid (num_tokens); each element e4m3(saturate(x / scale)) with the K or V scale.
+// VEC: 8 elements per step (a 16-byte load, an 8-byte store), as for kv_write_kernel.
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(kThreads)
+    kv_write_fp8_kernel(const T* __restrict__ qkv,               // [num_tokens, qkv_stride]
+                        const int32_t* __restrict__ cache_slot,  // [num_tokens]
+                        uint8_t* __restrict__ cache,             // this layer, e4m3 bytes
+                        KvCacheLayout layout, int num_heads, int qkv_stride) {
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
+  const int64_t t = blockIdx.x;
+  const int32_t slot = cache_slot[t];
+  if (!kv_cache_slot_valid(layout, slot)) return;
+  const int head_dim = layout.head_dim;
+  const int kv_width = layout.num_kv_heads * head_dim;
+  const T* src = qkv + t * qkv_stride + static_cast<int64_t>(num_heads) * head_dim;
+  constexpr int kStep = VEC ? kVec : 1;
+  for (int e = threadIdx.x * kStep; e < 2 * kv_width; e += kThreads * kStep) {
+    const int is_v = e >= kv_width;
+    const int rem = e - is_v * kv_width;
+    const int head = rem / head_dim, d = rem - head * head_dim;
+    const float scale = is_v ? layout.v_scale : layout.k_scale;
+    uint8_t* dst =
+        cache + kv_cache_k_offset(layout, slot, head) + is_v * kv_cache_v_offset(layout) + d;
+    if constexpr (VEC) {
+      float f[kVec];
+      load8(src + e, f);
+      uint2 u;
+      u.x = quantize2_fp8(f[0], f[1], scale) | quantize2_fp8(f[2], f[3], scale) << 16;
+      u.y = quantize2_fp8(f[4], f[5], scale) | quantize2_fp8(f[6], f[7], scale) << 16;
+      *reinterpret_cast<uint2*>(dst) = u;
+    } else {
+      *dst = quantize_fp8(to_float<T>(src[e]), scale);
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
@@ -56,11 +95,27 @@ cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
     return invalid_argument("kv_write: bad shape");
   if (l.num_kv_heads != p.num_kv_heads || l.head_dim != p.head_dim)
     return invalid_argument("kv_write: layout disagrees with num_kv_heads/head_dim");
+  if (const std::string why = kv_dtype_problem(l); !why.empty())
+    return invalid_argument("kv_write: " + why);
   if (p.qkv_stride < (p.num_heads + 2 * p.num_kv_heads) * p.head_dim)
     return invalid_argument("kv_write: qkv_stride=" + std::to_string(p.qkv_stride) + " too small");
   if (!p.qkv || !p.cache_slot || !p.cache) return invalid_argument("kv_write: null pointer");
   const bool vec = p.head_dim % kVec == 0 && p.qkv_stride % kVec == 0 && is_aligned16(p.qkv) &&
                    is_aligned16(p.cache);
+  if (l.cache_dtype == KvDType::kFp8E4M3) {
+    return dispatch_dtype(p.dtype, [&]<typename T>() {
+      const auto* qkv = static_cast<const T*>(p.qkv);
+      auto* cache = static_cast<uint8_t*>(p.cache);
+      if (vec) {
+        launch_kernel(kv_write_fp8_kernel<T, true>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
+                      qkv, p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
+      } else {
+        launch_kernel(kv_write_fp8_kernel<T, false>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
+                      qkv, p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
+      }
+      return launch_status();
+    });
+  }
   const auto* qkv = static_cast<const uint16_t*>(p.qkv);
   auto* cache = static_cast<uint16_t*>(p.cache);
   if (vec) {

@@ -8,10 +8,12 @@
 //                  a "tail" unit copies S dims of [rotary_dim, head_dim) (bias only);
 //   v heads:       a unit copies S dims (bias only);
 // with S = 8 (16-byte accesses) or 1 (scalar fallback). All math in fp32, one rounding per store,
-// so the cache receives exactly the values written back to the qkv row.
+// so the cache receives exactly the values written back to the qkv row (an fp8 cache: those
+// values quantized, see fp8.cuh).
 #include <algorithm>
 #include <string>
 
+#include "fp8.cuh"
 #include "kv_cache.cuh"
 #include "launch.cuh"
 #include "rill/kernels/rope.h"
@@ -44,6 +46,25 @@ __device__ __forceinline__ void store_s(T* p, const float (&f)[kVec]) {
   }
 }
 
+// Stores S elements into a cache of element type C: the T values store_s writes, or for an fp8
+// cache those T values quantized, e4m3(saturate(float(T(f)) / scale)).
+template <typename T, typename C, int S>
+__device__ __forceinline__ void store_kv(C* p, const float (&f)[kVec], float scale) {
+  if constexpr (std::is_same_v<C, T>) {
+    store_s<T, S>(p, f);
+  } else if constexpr (S == kVec) {
+    float r[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) r[e] = to_float<T>(from_float<T>(f[e]));
+    uint2 u;
+    u.x = quantize2_fp8(r[0], r[1], scale) | quantize2_fp8(r[2], r[3], scale) << 16;
+    u.y = quantize2_fp8(r[4], r[5], scale) | quantize2_fp8(r[6], r[7], scale) << 16;
+    *reinterpret_cast<uint2*>(p) = u;  // 8-byte aligned: multiples of 8 bytes past an aligned cache
+  } else {
+    *reinterpret_cast<uint8_t*>(p) = quantize_fp8(to_float<T>(from_float<T>(f[0])), scale);
+  }
+}
+
 // Rotation of the pair (x1, x2) by the angles at table index i .. i + S.
 template <int S>
 __device__ __forceinline__ void rotate(const float (&x1)[kVec], const float (&x2)[kVec],
@@ -62,7 +83,8 @@ __device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float*
   sincosf(static_cast<float>(angle), sin_out, cos_out);
 }
 
-template <typename T, int S>
+// C: the cache element type (T, or Fp8).
+template <typename T, typename C, int S>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
@@ -81,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
   const T* bias = static_cast<const T*>(p.qkv_bias);   // same layout, or null
   T* q_sink = want_sink ? static_cast<T*>(p.q_sink) + t * p.num_heads * head_dim : nullptr;
   const int32_t slot = p.cache_slot ? p.cache_slot[t] : -1;
-  T* cache = kv_cache_slot_valid(p.layout, slot) && p.cache ? static_cast<T*>(p.cache) : nullptr;
+  C* cache = kv_cache_slot_valid(p.layout, slot) && p.cache ? static_cast<C*>(p.cache) : nullptr;
 
   const int pair_units = half / S, tail_units = (head_dim - 2 * half) / S;
   const int qk_units = pair_units + tail_units, v_units = head_dim / S;
@@ -94,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
       const bool is_k = head >= p.num_heads;
       T* h = row + head * head_dim;
       const T* hb = bias ? bias + head * head_dim : nullptr;
-      T* kc =
+      C* kc =
           is_k && cache ? cache + kv_cache_k_offset(p.layout, slot, head - p.num_heads) : nullptr;
       if (c < pair_units) {
         const int i = c * S;
@@ -109,15 +131,15 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
         store_s<T, S>(h + i, y1);
         store_s<T, S>(h + i + half, y2);
         if (kc) {
-          store_s<T, S>(kc + i, y1);
-          store_s<T, S>(kc + i + half, y2);
+          store_kv<T, C, S>(kc + i, y1, p.layout.k_scale);
+          store_kv<T, C, S>(kc + i + half, y2, p.layout.k_scale);
         }
       } else {
         const int d = 2 * half + (c - pair_units) * S;
         load_s<T, S>(h + d, hb ? hb + d : nullptr, x1);
         if (hb) store_s<T, S>(h + d, x1);
         if (!is_k && q_sink) store_s<T, S>(q_sink + head * head_dim + d, x1);
-        if (kc) store_s<T, S>(kc + d, x1);
+        if (kc) store_kv<T, C, S>(kc + d, x1, p.layout.k_scale);
       }
     } else {
       const int v = u - qk_heads * qk_units;
@@ -126,8 +148,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
       load_s<T, S>(row + col, bias ? bias + col : nullptr, x1);
       if (bias) store_s<T, S>(row + col, x1);
       if (cache)
-        store_s<T, S>(
-            cache + kv_cache_k_offset(p.layout, slot, g) + kv_cache_v_offset(p.layout) + d, x1);
+        store_kv<T, C, S>(
+            cache + kv_cache_k_offset(p.layout, slot, g) + kv_cache_v_offset(p.layout) + d, x1,
+            p.layout.v_scale);
     }
   }
 }
@@ -152,6 +175,8 @@ cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream) {
   if (store && (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim ||
                 p.layout.block_size <= 0 || p.layout.num_blocks < 0))
     return invalid_argument("rope_kv: cache layout disagrees with num_kv_heads/head_dim");
+  if (const std::string why = kv_dtype_problem(p.layout); store && !why.empty())
+    return invalid_argument("rope_kv: " + why);
   const bool vec = p.rotary_dim % (2 * kVec) == 0 && p.head_dim % kVec == 0 &&
                    p.qkv_stride % kVec == 0 && is_aligned16(p.qkv) && is_aligned16(p.qkv_bias) &&
                    is_aligned16(p.q_sink) && is_aligned16(p.cache);
@@ -160,12 +185,14 @@ cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream) {
                     p.num_kv_heads * (p.head_dim / s);
   const dim3 grid(p.num_tokens, std::min((units + kThreads - 1) / kThreads, 65535));
   return dispatch_dtype(p.dtype, [&]<typename T>() {
-    if (vec) {
-      launch_kernel(rope_kv_kernel<T, kVec>, dim3(grid), dim3(kThreads), 0, stream, p);
-    } else {
-      launch_kernel(rope_kv_kernel<T, 1>, dim3(grid), dim3(kThreads), 0, stream, p);
-    }
-    return launch_status();
+    return dispatch_kv_dtype<T>(store ? p.layout.cache_dtype : KvDType::kSame, [&]<typename C>() {
+      if (vec) {
+        launch_kernel(rope_kv_kernel<T, C, kVec>, dim3(grid), dim3(kThreads), 0, stream, p);
+      } else {
+        launch_kernel(rope_kv_kernel<T, C, 1>, dim3(grid), dim3(kThreads), 0, stream, p);
+      }
+      return launch_status();
+    });
   });
 }
 

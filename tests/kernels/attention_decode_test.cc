@@ -1,4 +1,5 @@
-// launch_decode_attention against an fp64 CPU reference on the same rounded inputs.
+// launch_decode_attention against an fp64 CPU reference on the same rounded inputs (for an fp8
+// cache: on the dequantized cache, e4m3 * scale, with the same tolerances).
 //
 // The cache and the padding of q / q_sink rows are NaN everywhere no key lives, so a kernel that
 // reads a slot, block or element it should not turns its output non-finite. Block tables are
@@ -26,6 +27,7 @@ using kernels::DecodeAttentionParams;
 using kernels::DecodeSeq;
 using kernels::DType;
 using kernels::KvCacheLayout;
+using kernels::KvDType;
 
 constexpr int kLinear = INT_MAX;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -43,11 +45,13 @@ struct DecodeCase {
   DType dtype = DType::kF16;
   int head_dim = 128, num_heads = 8, num_kv_heads = 2, block_size = 16;
   int num_splits = 1, min_keys_per_split = 256;
+  KvDType kv = KvDType::kSame;
+  float k_scale = 1.0f, v_scale = 1.0f;  // fp8 cache
   std::vector<SeqSpec> seqs;
 };
 
 std::string describe(const DecodeCase& c) {
-  std::string s = std::string(c.dtype == DType::kF16 ? "f16" : "bf16") +
+  std::string s = describe_types(c.dtype, c.kv, c.k_scale, c.v_scale) +
                   " head_dim=" + std::to_string(c.head_dim) +
                   " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
                   " block=" + std::to_string(c.block_size) +
@@ -82,7 +86,8 @@ struct DecodeInputs {
   KvCacheLayout layout;
   std::vector<int> ring_base, first_block;  // per sequence
   std::vector<int32_t> tables;              // all sequences' rows, concatenated
-  std::vector<float> cache;                 // rounded to the dtype
+  std::vector<float> cache;                 // rounded to the dtype (fp8: dequantized)
+  std::vector<uint8_t> cache_fp8;           // fp8: the e4m3 bytes of `cache`
   int64_t q_stride = 0, q_sink_stride = 0;
   std::vector<float> q, q_sink;  // [num_seqs, *_stride], rounded
 
@@ -121,6 +126,9 @@ DecodeInputs make_inputs(const DecodeCase& c, std::mt19937& rng) {
   in.layout.num_kv_heads = G;
   in.layout.block_size = bs;
   in.layout.head_dim = D;
+  in.layout.cache_dtype = c.kv;
+  in.layout.k_scale = c.k_scale;
+  in.layout.v_scale = c.v_scale;
   in.cache.assign(static_cast<size_t>(num_blocks) * in.layout.block_stride(), kNaN);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int s = 0; s < n; ++s)
@@ -130,7 +138,11 @@ DecodeInputs make_inputs(const DecodeCase& c, std::mt19937& rng) {
         for (int d = 0; d < D; ++d) row[d] = normal(rng);
         for (int d = 0; d < D; ++d) row[in.layout.kv_stride() + d] = normal(rng);
       }
-  in.cache = round_to(in.cache, c.dtype);
+  if (c.kv == KvDType::kFp8E4M3) {
+    in.cache_fp8 = quantize_cache(in.cache, in.layout);
+  } else {
+    in.cache = round_to(in.cache, c.dtype);
+  }
 
   // Logits of spread about 1.5: softmax neither uniform nor one-hot.
   in.q_stride = static_cast<int64_t>(H) * D + 24;
@@ -221,8 +233,14 @@ void run_case(const DecodeCase& c, bool through_graph = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const std::vector<float> want = reference(c, in, scale);
 
-  DeviceBuffer d_cache(in.cache.size(), 2), d_q(in.q.size(), 2), d_qs(in.q_sink.size(), 2);
-  d_cache.upload_floats(in.cache, c.dtype);
+  const bool fp8 = c.kv == KvDType::kFp8E4M3;
+  DeviceBuffer d_cache(in.cache.size(), fp8 ? 1 : 2), d_q(in.q.size(), 2),
+      d_qs(in.q_sink.size(), 2);
+  if (fp8) {
+    d_cache.upload(in.cache_fp8.data());
+  } else {
+    d_cache.upload_floats(in.cache, c.dtype);
+  }
   d_q.upload_floats(in.q, c.dtype);
   d_qs.upload_floats(in.q_sink, c.dtype);
   DeviceBuffer d_tables(std::max<size_t>(in.tables.size(), 1), 4);
@@ -408,6 +426,102 @@ TEST(DecodeAttention, CudaGraphReplay) {
   run_case(c, /*through_graph=*/true);
 }
 
+// fp8 (e4m3) caches over the same geometries: 16 dims per thread, GQA groups beyond 4 heads in
+// several CTAs, k_scale folded into the query and v_scale into the output.
+DecodeCase fp8_case(DType t, float k_scale = 1.0f, float v_scale = 1.0f) {
+  DecodeCase c;
+  c.dtype = t;
+  c.kv = KvDType::kFp8E4M3;
+  c.k_scale = k_scale;
+  c.v_scale = v_scale;
+  return c;
+}
+
+TEST(DecodeAttentionFp8, LinearAndStreamingCaches) {
+  RILL_REQUIRE_GPU();
+  for (DType t : kDTypes)
+    for (int splits : {1, 3, 8}) {
+      DecodeCase c = fp8_case(t);
+      c.num_splits = splits;
+      c.min_keys_per_split = splits == 8 ? 1 : 16;
+      c.seqs = linear_seqs();
+      for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+      run_case(c);
+    }
+}
+
+TEST(DecodeAttentionFp8, HeadDims) {
+  RILL_REQUIRE_GPU();
+  for (int d : {32, 64, 80, 96, 128, 256})
+    for (DType t : kDTypes)
+      for (int splits : {1, 3}) {
+        DecodeCase c = fp8_case(t);
+        c.head_dim = d;
+        c.num_splits = splits;
+        c.min_keys_per_split = 32;
+        c.seqs = {
+            {4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {5, 37, 200, 30}, {0, kLinear, 16, 17}};
+        run_case(c);
+      }
+}
+
+TEST(DecodeAttentionFp8, GqaGroups) {
+  RILL_REQUIRE_GPU();
+  // Groups 1, 4, 8 (two CTAs of 4 heads), 3, 5 and 16 (four CTAs).
+  const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}, {6, 2}, {10, 2}, {32, 2}};
+  for (const auto& hs : shapes)
+    for (int d : {64, 128})
+      for (DType t : kDTypes) {
+        DecodeCase c = fp8_case(t);
+        c.head_dim = d;
+        c.num_heads = hs[0];
+        c.num_kv_heads = hs[1];
+        c.num_splits = 3;
+        c.min_keys_per_split = 64;
+        c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
+        run_case(c);
+      }
+}
+
+TEST(DecodeAttentionFp8, EdgeSequencesAndBlockSizes) {
+  RILL_REQUIRE_GPU();
+  for (int splits : {1, 3}) {
+    DecodeCase c = fp8_case(DType::kF16);
+    c.num_splits = splits;
+    c.min_keys_per_split = 16;
+    c.seqs = {
+        {0, kLinear, -1, 0}, {4, 64, -1, 0}, {5, 16, 3, 4}, {0, kLinear, 0, 1}, {3, 1, 77, 1}};
+    run_case(c);
+  }
+  for (int bs : {8, 32, 64}) {
+    DecodeCase c = fp8_case(DType::kBF16);
+    c.block_size = bs;
+    c.num_splits = 8;
+    c.min_keys_per_split = 1;
+    c.seqs = streaming_seqs();
+    run_case(c);
+  }
+}
+
+TEST(DecodeAttentionFp8, ScalesAndCudaGraphReplay) {
+  RILL_REQUIRE_GPU();
+  for (DType t : kDTypes)
+    for (const auto& sc : {std::pair{0.37f, 1.7f}, std::pair{2.0f, 0.25f}}) {
+      DecodeCase c = fp8_case(t, sc.first, sc.second);
+      c.num_heads = 8;
+      c.num_kv_heads = 1;  // one group of 8: two CTAs
+      c.num_splits = 3;
+      c.min_keys_per_split = 16;
+      c.seqs = streaming_seqs();
+      run_case(c);
+    }
+  DecodeCase c = fp8_case(DType::kF16, 0.5f, 3.0f);
+  c.num_splits = 8;
+  c.min_keys_per_split = 16;
+  c.seqs = streaming_seqs();
+  run_case(c, /*through_graph=*/true);
+}
+
 TEST(DecodeAttention, RejectsUnsupportedArguments) {
   // Argument checks happen before any CUDA call: no GPU needed.
   DecodeAttentionParams p;
@@ -429,6 +543,16 @@ TEST(DecodeAttention, RejectsUnsupportedArguments) {
   p.layout.block_size = 16;
   p.num_splits = 4;  // no workspace
   EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  p.num_splits = 1;
+  p.layout.cache_dtype = KvDType::kFp8E4M3;
+  p.layout.k_scale = 0.0f;  // fp8 scales must be finite and positive
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("k_scale"), std::string::npos);
+  p.layout.k_scale = 1.0f;
+  p.layout.cache_dtype = static_cast<KvDType>(7);
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("unsupported KV-cache dtype 7"),
+            std::string::npos);
 }
 
 }  // namespace

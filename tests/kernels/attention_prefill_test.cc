@@ -1,4 +1,6 @@
-// launch_prefill_attention against an fp64 CPU reference on the same rounded inputs.
+// launch_prefill_attention against an fp64 CPU reference on the same rounded inputs (for an fp8
+// cache: on the dequantized cache, e4m3 * scale, with the same tolerances; the chunk's own K/V
+// stay in the activation dtype).
 //
 // The cache, the padding columns of qkv rows and the rows between chunks are NaN, so a kernel that
 // reads a slot or element it should not turns its output non-finite; output rows between chunks
@@ -24,6 +26,7 @@ namespace {
 
 using kernels::DType;
 using kernels::KvCacheLayout;
+using kernels::KvDType;
 using kernels::PrefillAttentionParams;
 using kernels::PrefillSeq;
 
@@ -46,11 +49,13 @@ struct ChunkSpec {
 struct PrefillCase {
   DType dtype = DType::kF16;
   int head_dim = 128, num_heads = 8, num_kv_heads = 2, block_size = 16;
+  KvDType kv = KvDType::kSame;
+  float k_scale = 1.0f, v_scale = 1.0f;  // fp8 cache
   std::vector<ChunkSpec> chunks;
 };
 
 std::string describe(const PrefillCase& c) {
-  std::string s = std::string(c.dtype == DType::kF16 ? "f16" : "bf16") +
+  std::string s = describe_types(c.dtype, c.kv, c.k_scale, c.v_scale) +
                   " head_dim=" + std::to_string(c.head_dim) +
                   " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
                   " block=" + std::to_string(c.block_size) + " chunks:";
@@ -74,7 +79,8 @@ struct PrefillInputs {
   std::vector<int> ring_base, first_block, q_offset;  // per chunk
   std::vector<std::vector<int>> old_slot;  // old_slot[s][d]: slot of the token d steps back
   std::vector<int32_t> tables;
-  std::vector<float> cache;
+  std::vector<float> cache;        // rounded to the dtype (fp8: dequantized)
+  std::vector<uint8_t> cache_fp8;  // fp8: the e4m3 bytes of `cache`
   int total_rows = 0, qkv_stride = 0, k_col = 0, v_col = 0;
   std::vector<float> qkv, q_sink;
 
@@ -125,6 +131,9 @@ PrefillInputs make_inputs(const PrefillCase& c, std::mt19937& rng) {
   in.layout.num_kv_heads = G;
   in.layout.block_size = bs;
   in.layout.head_dim = D;
+  in.layout.cache_dtype = c.kv;
+  in.layout.k_scale = c.k_scale;
+  in.layout.v_scale = c.v_scale;
   in.cache.assign(static_cast<size_t>(num_blocks) * in.layout.block_stride(), kNaN);
   const auto fill_slot = [&](int s, int slot) {
     for (int g = 0; g < G; ++g) {
@@ -137,7 +146,11 @@ PrefillInputs make_inputs(const PrefillCase& c, std::mt19937& rng) {
     for (int j = 0; j < c.chunks[s].sink_cache; ++j) fill_slot(s, j);
     for (int slot : in.old_slot[s]) fill_slot(s, slot);
   }
-  in.cache = round_to(in.cache, c.dtype);
+  if (c.kv == KvDType::kFp8E4M3) {
+    in.cache_fp8 = quantize_cache(in.cache, in.layout);
+  } else {
+    in.cache = round_to(in.cache, c.dtype);
+  }
 
   in.qkv_stride = (H + 2 * G) * D + 8;
   in.k_col = H * D;
@@ -236,8 +249,14 @@ void run_case(const PrefillCase& c) {
   std::vector<char> written;
   const std::vector<float> want = reference(c, in, scale, written);
 
-  DeviceBuffer d_cache(in.cache.size(), 2), d_qkv(in.qkv.size(), 2), d_qs(in.q_sink.size(), 2);
-  d_cache.upload_floats(in.cache, c.dtype);
+  const bool fp8 = c.kv == KvDType::kFp8E4M3;
+  DeviceBuffer d_cache(in.cache.size(), fp8 ? 1 : 2), d_qkv(in.qkv.size(), 2),
+      d_qs(in.q_sink.size(), 2);
+  if (fp8) {
+    d_cache.upload(in.cache_fp8.data());
+  } else {
+    d_cache.upload_floats(in.cache, c.dtype);
+  }
   d_qkv.upload_floats(in.qkv, c.dtype);
   d_qs.upload_floats(in.q_sink, c.dtype);
   DeviceBuffer d_tables(std::max<size_t>(in.tables.size(), 1), 4);
@@ -432,6 +451,70 @@ TEST(PrefillAttention, LongChunk) {
   run_case(c);
 }
 
+// fp8 (e4m3) caches: cached sinks and old window rows are converted while staged; the chunk's
+// rows come from qkv as before.
+PrefillCase fp8_case(DType t, int head_dim, float k_scale = 1.0f, float v_scale = 1.0f) {
+  PrefillCase c;
+  c.dtype = t;
+  c.head_dim = head_dim;
+  c.kv = KvDType::kFp8E4M3;
+  c.k_scale = k_scale;
+  c.v_scale = v_scale;
+  return c;
+}
+
+TEST(PrefillAttentionFp8, FirstContinuingAndStreamingChunks) {
+  RILL_REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (DType t : kDTypes) {
+      PrefillCase c = fp8_case(t, d);
+      c.chunks = first_chunks();
+      for (const ChunkSpec& k : continuing_linear_chunks()) c.chunks.push_back(k);
+      run_case(c);
+      c.chunks = streaming_chunks();
+      run_case(c);
+    }
+}
+
+TEST(PrefillAttentionFp8, GqaGroupsAndBlockSizes) {
+  RILL_REQUIRE_GPU();
+  const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}};
+  for (const auto& hs : shapes)
+    for (int d : {64, 128}) {
+      PrefillCase c = fp8_case(DType::kF16, d);
+      c.num_heads = hs[0];
+      c.num_kv_heads = hs[1];
+      c.chunks = {streaming_chunks()[0], streaming_chunks()[2], continuing_linear_chunks()[0]};
+      run_case(c);
+    }
+  for (int bs : {8, 32}) {
+    PrefillCase c = fp8_case(DType::kBF16, 128);
+    c.block_size = bs;
+    c.chunks = streaming_chunks();
+    c.chunks.push_back(continuing_linear_chunks()[0]);
+    run_case(c);
+  }
+}
+
+TEST(PrefillAttentionFp8, ScalesAndALongChunk) {
+  RILL_REQUIRE_GPU();
+  for (DType t : kDTypes)
+    for (const auto& sc : {std::pair{0.37f, 1.7f}, std::pair{2.0f, 0.25f}}) {
+      PrefillCase c = fp8_case(t, 128, sc.first, sc.second);
+      c.chunks = streaming_chunks();
+      run_case(c);
+    }
+  PrefillCase c = fp8_case(DType::kF16, 128, 0.5f, 1.5f);
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  ChunkSpec k{700};
+  k.sink_cache = 4, k.cache_window = 500, k.old_head_rel = 9000, k.ring_size = 512, k.window = 512;
+  ChunkSpec l{300};
+  l.cache_window = 1000, l.old_head_rel = 999;  // a linear history: several cache-only tiles
+  c.chunks = {k, l};
+  run_case(c);
+}
+
 TEST(PrefillAttention, RejectsUnsupportedArguments) {
   // Argument checks happen before any CUDA call: no GPU needed.
   PrefillAttentionParams p;
@@ -451,6 +534,11 @@ TEST(PrefillAttention, RejectsUnsupportedArguments) {
   EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
   p.qkv_stride = 12 * 128 + 3;  // rows not 16-byte aligned
   EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
+  p.qkv_stride = 12 * 128;
+  p.layout.cache_dtype = KvDType::kFp8E4M3;
+  p.layout.v_scale = -1.0f;  // fp8 scales must be finite and positive
+  EXPECT_EQ(kernels::launch_prefill_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("v_scale"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/fp8.h"
 #include "rill/kernels/elementwise.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -372,6 +373,98 @@ TEST(KvWrite, ScattersKAndVToTheirSlotsAndSkipsNegativeSlots) {
       }
     }
   }
+}
+
+// An fp8 cache: each element e4m3(x / scale) with the K or V scale, bit-exact against the host
+// encoder, every other byte untouched.
+TEST(KvWrite, QuantizesIntoAnFp8CacheBitExact) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  const int num_heads = 4, num_kv_heads = 2, T = 33;
+  for (DType dt : kDTypes) {
+    for (int head_dim : {64, 128, 80, 66}) {
+      for (int extra_stride : {0, 3}) {  // 3: the scalar path
+        for (const auto& [k_scale, v_scale] :
+             {std::pair{1.0f, 1.0f}, std::pair{0.37f, 1.0f / 128}}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim=" + std::to_string(head_dim) +
+                       " extra_stride=" + std::to_string(extra_stride) + " k_scale=" +
+                       std::to_string(k_scale) + " v_scale=" + std::to_string(v_scale));
+          kernels::KvCacheLayout layout;
+          layout.num_blocks = 7;
+          layout.num_kv_heads = num_kv_heads;
+          layout.block_size = 16;
+          layout.head_dim = head_dim;
+          layout.cache_dtype = kernels::KvDType::kFp8E4M3;
+          layout.k_scale = k_scale;
+          layout.v_scale = v_scale;  // 1/128: values beyond 3.5 saturate
+          const int stride = (num_heads + 2 * num_kv_heads) * head_dim + extra_stride;
+          const std::vector<float> qkv = rounded_random(size_t(T) * stride, rng, dt);
+          std::vector<uint8_t> cache(size_t(layout.layer_stride()));
+          for (auto& b : cache) b = static_cast<uint8_t>(rng() & 0x77);  // finite e4m3 bytes
+          std::vector<int32_t> slots(T);
+          for (int t = 0; t < T; ++t)
+            slots[t] = t % 4 == 3 ? -1 : (t * 37 + 5) % (layout.num_blocks * layout.block_size);
+          std::vector<uint8_t> want = cache;
+          for (int t = 0; t < T; ++t) {
+            if (slots[t] < 0) continue;
+            const int b = slots[t] / layout.block_size, o = slots[t] % layout.block_size;
+            for (int g = 0; g < num_kv_heads; ++g)
+              for (int d = 0; d < head_dim; ++d) {
+                const size_t k_at = size_t(b) * layout.block_stride() +
+                                    (size_t(g) * layout.block_size + o) * head_dim + d;
+                const size_t row = size_t(t) * stride;
+                want[k_at] =
+                    fp8::e4m3_from_float(qkv[row + (num_heads + g) * head_dim + d] / k_scale);
+                want[k_at + layout.kv_stride()] = fp8::e4m3_from_float(
+                    qkv[row + (num_heads + num_kv_heads + g) * head_dim + d] / v_scale);
+              }
+          }
+          DeviceBuffer d_qkv(qkv.size(), 2), d_slots(T, 4), d_cache(cache.size(), 1);
+          d_qkv.upload_floats(qkv, dt);
+          d_slots.upload(slots.data());
+          d_cache.upload(cache.data());
+          kernels::KvWriteParams p;
+          p.dtype = dt;
+          p.num_tokens = T;
+          p.num_heads = num_heads;
+          p.num_kv_heads = num_kv_heads;
+          p.head_dim = head_dim;
+          p.qkv = d_qkv.get();
+          p.qkv_stride = stride;
+          p.cache_slot = d_slots.as<int32_t>();
+          p.cache = d_cache.get();
+          p.layout = layout;
+          CUDA_OK(kernels::launch_kv_write(p, nullptr));
+          CUDA_OK(cudaDeviceSynchronize());
+          EXPECT_TRUE(d_cache.check_guards());
+          std::vector<uint8_t> got(cache.size());
+          d_cache.download(got.data());
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+          EXPECT_EQ(bad, 0u) << "bytes differing from the host encoder";
+        }
+      }
+    }
+  }
+}
+
+TEST(KvWrite, RejectsBadFp8Scales) {
+  int64_t dummy[4] = {};  // host addresses: rejected before any launch
+  kernels::KvWriteParams p;
+  p.num_tokens = 1;
+  p.num_heads = p.num_kv_heads = 1;
+  p.head_dim = 64;
+  p.qkv = dummy;
+  p.qkv_stride = 3 * 64;
+  p.cache_slot = reinterpret_cast<const int32_t*>(dummy);
+  p.cache = dummy;
+  p.layout.num_blocks = 1;
+  p.layout.num_kv_heads = 1;
+  p.layout.head_dim = 64;
+  p.layout.cache_dtype = kernels::KvDType::kFp8E4M3;
+  p.layout.v_scale = 0.0f;
+  EXPECT_EQ(kernels::launch_kv_write(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("v_scale"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // rope_kv against a long-double CPU reference: bias add, q rotated at the sink position, q and k
 // rotated at the stream position (angle reduced modulo 2 pi in long double, positions up to
-// 123,456,789), partial rotary dims, and the K/V store at scattered cache slots (skip on -1).
+// 123,456,789), partial rotary dims, and the K/V store at scattered cache slots (skip on -1); an
+// fp8 cache must hold exactly the host encoder's e4m3(k / k_scale), e4m3(v / v_scale) of the
+// values written back to the qkv row.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/fp8.h"
 #include "rill/kernels/rope.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -17,14 +20,18 @@ namespace rill::testing {
 namespace {
 
 using kernels::DType;
-
-
-
+using kernels::KvDType;
 
 struct RopeCase {
   int head_dim, rotary_dim;
   bool bias, q_sink;
   int extra_stride;  // elements after q | k | v in each row (odd: the scalar path)
+};
+
+/// The cache element type of a run: the activation dtype, or fp8 with these scales.
+struct CacheType {
+  KvDType kv = KvDType::kSame;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 // Rotates x (one head, fp32 after the bias add) at `pos`, in long double.
@@ -41,8 +48,12 @@ void rotate_ref(const float* x, int rotary_dim, int head_dim, int64_t pos,
   }
 }
 
-void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
+void run_rope(const RopeCase& c, DType dt, std::mt19937& rng, const CacheType& ct = {}) {
+  const bool fp8 = ct.kv == KvDType::kFp8E4M3;
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") +
+               (fp8 ? " fp8 cache k_scale=" + std::to_string(ct.k_scale) +
+                          " v_scale=" + std::to_string(ct.v_scale)
+                    : std::string()) +
                " head_dim=" + std::to_string(c.head_dim) +
                " rotary_dim=" + std::to_string(c.rotary_dim) + (c.bias ? " bias" : "") +
                (c.q_sink ? " q_sink" : "") + " extra_stride=" + std::to_string(c.extra_stride));
@@ -57,6 +68,9 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
   layout.num_kv_heads = kvh;
   layout.block_size = 16;
   layout.head_dim = hd;
+  layout.cache_dtype = ct.kv;
+  layout.k_scale = ct.k_scale;
+  layout.v_scale = ct.v_scale;
 
   std::vector<float> inv_freq(c.rotary_dim / 2);
   for (size_t i = 0; i < inv_freq.size(); ++i)
@@ -65,6 +79,8 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
   const std::vector<float> bias =
       c.bias ? round_to(random_vector(width, rng, 0.5f), dt) : std::vector<float>(width, 0.0f);
   const std::vector<float> cache = round_to(random_vector(size_t(layout.layer_stride()), rng), dt);
+  std::vector<uint8_t> cache_fp8(cache.size());  // fp8: the initial cache bytes
+  for (size_t i = 0; i < cache.size(); ++i) cache_fp8[i] = fp8::e4m3_from_float(cache[i]);
 
   std::vector<float> want_qkv = qkv, want_cache = cache, want_sink(size_t(T) * nh * hd);
   std::vector<float> x(hd), y(hd);
@@ -98,7 +114,7 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
 
   DeviceBuffer d_qkv(qkv.size(), 2), d_bias(bias.size(), 2), d_sink(want_sink.size(), 2),
       d_pos(T, 8), d_sink_pos(T, 8), d_inv(std::max<size_t>(inv_freq.size(), 1), 4), d_slots(T, 4),
-      d_cache(cache.size(), 2);
+      d_cache(cache.size(), fp8 ? 1 : 2);
   d_qkv.upload_floats(qkv, dt);
   d_bias.upload_floats(bias, dt);
   d_sink.poison();
@@ -106,7 +122,11 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
   d_sink_pos.upload(sink_positions.data());
   if (!inv_freq.empty()) d_inv.upload_floats(inv_freq, dt);
   d_slots.upload(slots.data());
-  d_cache.upload_floats(cache, dt);
+  if (fp8) {
+    d_cache.upload(cache_fp8.data());
+  } else {
+    d_cache.upload_floats(cache, dt);
+  }
   kernels::RopeKvParams p;
   p.dtype = dt;
   p.num_tokens = T;
@@ -129,9 +149,34 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng) {
   EXPECT_TRUE(d_qkv.check_guards());
   EXPECT_TRUE(d_sink.check_guards());
   EXPECT_TRUE(d_cache.check_guards());
-  expect_close(d_qkv.download_floats(dt), want_qkv, dt, "qkv");
-  expect_close(d_cache.download_floats(dt), want_cache, dt, "cache");
+  const std::vector<float> got_qkv = d_qkv.download_floats(dt);
+  expect_close(got_qkv, want_qkv, dt, "qkv");
   if (c.q_sink) expect_close(d_sink.download_floats(dt), want_sink, dt, "q_sink");
+  if (!fp8) {
+    expect_close(d_cache.download_floats(dt), want_cache, dt, "cache");
+    return;
+  }
+  // fp8: bit-exact bytes of the k and v the kernel wrote back to qkv, every other byte untouched.
+  std::vector<uint8_t> want_bytes = cache_fp8, got_bytes(cache_fp8.size());
+  for (int t = 0; t < T; ++t) {
+    if (slots[t] < 0) continue;
+    const int b = slots[t] / layout.block_size, o = slots[t] % layout.block_size;
+    for (int h = nh; h < nh + 2 * kvh; ++h) {
+      const bool is_v = h >= nh + kvh;
+      const int g = is_v ? h - nh - kvh : h - nh;
+      const size_t at = size_t(b) * layout.block_stride() + (is_v ? layout.kv_stride() : 0) +
+                        (size_t(g) * layout.block_size + o) * hd;
+      for (int d = 0; d < hd; ++d)
+        want_bytes[at + d] = fp8::e4m3_from_float(got_qkv[size_t(t) * stride + h * hd + d] /
+                                                  (is_v ? ct.v_scale : ct.k_scale));
+    }
+  }
+  d_cache.download(got_bytes.data());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got_bytes.size(); ++i)
+    if (got_bytes[i] != want_bytes[i] && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << "cache bytes differ from the host encoder, first at " << first << ": got 0x"
+                     << std::hex << int(got_bytes[first]) << ", want 0x" << int(want_bytes[first]);
 }
 
 TEST(RopeKv, RotatesBiasesAndStoresOverHeadDimsAndRotaryDims) {
@@ -148,6 +193,25 @@ TEST(RopeKv, RotatesBiasesAndStoresOverHeadDimsAndRotaryDims) {
   };
   for (DType dt : kDTypes)
     for (const RopeCase& c : cases) run_rope(c, dt, rng);
+}
+
+TEST(RopeKv, StoresAnFp8CacheBitExact) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  const RopeCase cases[] = {
+      {128, 128, true, true, 0},  {64, 64, false, true, 0},
+      {128, 32, true, true, 0},   {80, 20, true, true, 0},
+      {256, 256, true, false, 0}, {128, 128, true, true, 3},  // the scalar path
+      {66, 66, true, true, 0},
+  };
+  // Scale 1 (vLLM's default), other scales (inexact divisions), and a small K scale under which
+  // values beyond 448 * scale saturate.
+  const CacheType types[] = {{KvDType::kFp8E4M3, 1.0f, 1.0f},
+                             {KvDType::kFp8E4M3, 0.37f, 1.7f},
+                             {KvDType::kFp8E4M3, 1.0f / 256, 0.5f}};
+  for (DType dt : kDTypes)
+    for (const CacheType& ct : types)
+      for (const RopeCase& c : cases) run_rope(c, dt, rng, ct);
 }
 
 TEST(RopeKv, LargePositionsKeepTheirAngle) {
@@ -199,6 +263,20 @@ TEST(RopeKv, RejectsUnsupportedShapes) {
   p.head_dim = 64;
   p.rotary_dim = 63;
   EXPECT_EQ(kernels::launch_rope_kv(p, nullptr), cudaErrorInvalidValue);
+  // An fp8 cache needs finite positive scales (checked when the launch stores K/V).
+  int64_t dummy[4] = {};  // host addresses: the launcher must reject before any launch
+  p.rotary_dim = 64;
+  p.qkv = dummy;
+  p.positions = dummy;
+  p.inv_freq = reinterpret_cast<const float*>(dummy);
+  p.cache_slot = reinterpret_cast<const int32_t*>(dummy);
+  p.cache = dummy;
+  p.layout.num_kv_heads = 1;
+  p.layout.head_dim = 64;
+  p.layout.cache_dtype = KvDType::kFp8E4M3;
+  p.layout.k_scale = std::nanf("");
+  EXPECT_EQ(kernels::launch_rope_kv(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("k_scale"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@ void add_engine_flags(Args& a) {
   a.option("block-size", "16", "tokens per KV-cache block");
   a.option("dtype", "auto", "CUDA weight dtype: auto | float16 | bfloat16");
   a.option("gpu-memory-fraction", "0.9", "share of free GPU memory for weights and KV cache");
+  a.option("kv-cache-dtype", "auto",
+           "KV-cache element type: auto (the model's dtype) | fp8 (e4m3, half the bytes)");
   a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
 }
 
@@ -22,8 +24,11 @@ EngineOptions engine_options(const Args& a) {
   o.dtype = a.get("dtype");
   o.gpu_memory_fraction = a.get_double("gpu-memory-fraction");
   o.cuda_graphs = !a.on("no-cuda-graphs");
+  o.kv_cache_dtype = a.get("kv-cache-dtype");
   if (o.block_size <= 0) a.fail("--block-size must be positive");
   if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8")
+    a.fail("--kv-cache-dtype must be auto or fp8, got '" + o.kv_cache_dtype + "'");
   return o;
 }
 

@@ -11,8 +11,14 @@
 
 namespace rill::kernels {
 
-/// Element type of activations, weights and the KV cache (fp32 accumulation everywhere).
+/// Element type of activations, weights and (by default) the KV cache (fp32 accumulation
+/// everywhere).
 enum class DType : int { kF16 = 0, kBF16 = 1 };
+
+/// Element type of the KV cache: the activation dtype, or fp8 e4m3 (1 byte, as vLLM's
+/// --kv-cache-dtype fp8) with per-tensor scales: stored = e4m3(saturate(x / scale)), rounded to
+/// nearest even from the activation-dtype value; read = float(stored) * scale.
+enum class KvDType : int { kSame = 0, kFp8E4M3 = 1 };
 
 /// Why the last launcher on this thread returned cudaErrorInvalidValue ("" if it did not).
 const char* last_kernel_error_detail();
@@ -33,6 +39,12 @@ struct KvCacheLayout {
   int num_kv_heads = 0;
   int block_size = 16;
   int head_dim = 0;
+  /// Element type of K and V; every stride stays in elements (an fp8 element is one byte).
+  KvDType cache_dtype = KvDType::kSame;
+  /// Per-tensor scales of an fp8 cache (unused by kSame).
+  float k_scale = 1.0f, v_scale = 1.0f;
+  /// Bytes of one cache element (the activation dtypes are 16-bit).
+  int64_t element_bytes() const { return cache_dtype == KvDType::kFp8E4M3 ? 1 : 2; }
   /// Elements from the K of a block to its V, and from one block to the next.
   int64_t kv_stride() const { return static_cast<int64_t>(num_kv_heads) * block_size * head_dim; }
   int64_t block_stride() const { return 2 * kv_stride(); }
