@@ -40,7 +40,7 @@ for section in "$@"; do
     bench-7b)
       run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
-        --prefill 2048 --graphs-off-too --gemv-off-too --breakdown --max-batch 64 --max-step-tokens 8192 ;;
+        --prefill 2048 --graphs-off-too --gemv-off-too --pdl-off-too --breakdown --max-batch 64 --max-step-tokens 8192 ;;
     bench-7b-quick)  # batch-1 TPOT with each optimisation switched off in turn, and the breakdown
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=30 run bench_7b_quick 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 \
@@ -53,18 +53,21 @@ for section in "$@"; do
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=30 run long_7b 420 "$bin/rill-bench" --model /tmp/llama2-7b --cache streaming --sink 4 \
         --window 1020 --long-stream "${LONG_TOKENS:-50000}" --max-batch 8 ;;
-    bench-7b-streaming)
-      for w in 252 4092; do
-        TAIL=6 run bench_7b_streaming 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context $((w + 4)) \
-          --prefill 0 --cache streaming --sink 4 --window $w --max-batch 8 --steps 64
+    bench-7b-streaming)  # 4 + 252 against 4 + 4092, fp16 and fp8 KV caches
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      for kv in auto fp8; do
+        for w in 252 4092; do
+          TAIL=6 run bench_7b_streaming 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context $((w + 4)) \
+            --prefill 0 --cache streaming --sink 4 --window $w --max-batch 8 --steps 64 --kv-cache-dtype $kv
+        done
       done ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
         --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;
     bench-8b)
       run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
-      TAIL=20 run bench_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1,128 --context 128 --prefill 0 \
-        --max-batch 128 --max-step-tokens 8192 ;;
+      TAIL=20 run bench_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1,128 --context 128,512 --prefill 0 \
+        --gemv-off-too --pdl-off-too --max-batch 128 --max-step-tokens 8192 ;;
   esac
 done
 exit 0
