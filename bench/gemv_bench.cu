@@ -184,9 +184,9 @@ int main() {
     BENCH_CUDA(cudaMalloc(&y, size_t(kMaxM) * s.N * sizeof(__half)));
     fill_uniform<<<256, 256, 0, stream>>>(x, size_t(kMaxM) * s.K, 3, 2.0f);
     BENCH_CUDA(cudaGetLastError());
-    for (int M = 1; M <= kMaxM; ++M) {
-      const double bytes = double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N;
-      int next = 0;
+    int next = 0;
+    // Median ms of the GEMV at batch M with CTA shape `config` (-1: the default rule).
+    auto time_gemv = [&](int M, int config) {
       rill::kernels::GemvParams p;
       p.dtype = rill::kernels::DType::kF16;
       p.M = M;
@@ -194,12 +194,17 @@ int main() {
       p.K = s.K;
       p.x = x;
       p.y = y;
-      const double ours = median_ms(
+      p.config = config;
+      return median_ms(
           [&] {
             p.w = w[next++ % copies];
             BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
           },
           stream, 5, 50);
+    };
+    for (int M = 1; M <= kMaxM; ++M) {
+      const double bytes = double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N;
+      const double ours = time_gemv(M, -1);
       const float one = 1.0f, zero = 0.0f;
       // Column-major view: y^T (N x M) = w (K x N)^T * x^T (K x M).
       const double theirs = median_ms(
@@ -221,25 +226,11 @@ int main() {
                   theirs_gbps, 100.0 * theirs_gbps / ceil.copy_gbps,
                   ours <= theirs ? "rill" : "cublas");
     }
-    // Every CTA shape of the GEMV kernel at M = 1 (the engine times these per shape at start-up).
+    // Every CTA shape of the GEMV kernel (gemv_default_config picks one by shape).
     for (int M : {1, 8}) {
       std::printf("%-8s %2d   shapes:", s.name, M);
       for (int config = 0; config < rill::kernels::gemv_num_configs(); ++config) {
-        int next = 0;
-        rill::kernels::GemvParams p;
-        p.dtype = rill::kernels::DType::kF16;
-        p.M = M;
-        p.N = s.N;
-        p.K = s.K;
-        p.x = x;
-        p.y = y;
-        p.config = config;
-        const double ms = median_ms(
-            [&] {
-              p.w = w[next++ % copies];
-              BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
-            },
-            stream, 5, 50);
+        const double ms = time_gemv(M, config);
         const double gbps = (double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N) / (ms * 1e-3) / 1e9;
         std::printf("  %s %.1f%%", rill::kernels::gemv_config_name(config).c_str(),
                     100.0 * gbps / ceil.copy_gbps);

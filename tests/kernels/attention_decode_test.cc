@@ -367,40 +367,45 @@ TEST(DecodeAttention, EdgeSequences) {
   }
 }
 
+// Every head_dim of the dispatch, with 16-bit and fp8 caches.
 TEST(DecodeAttention, HeadDims) {
   RILL_REQUIRE_GPU();
   for (int d : {32, 64, 80, 96, 128, 256})
     for (DType t : {DType::kF16, DType::kBF16})
-      for (int splits : {1, 3}) {
-        DecodeCase c;
-        c.dtype = t;
-        c.head_dim = d;
-        c.num_splits = splits;
-        c.min_keys_per_split = 32;
-        c.seqs = {
-            {4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {5, 37, 200, 30}, {0, kLinear, 16, 17}};
-        run_case(c);
-      }
+      for (int splits : {1, 3})
+        for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
+          DecodeCase c;
+          c.dtype = t;
+          c.kv = kv;
+          c.head_dim = d;
+          c.num_splits = splits;
+          c.min_keys_per_split = 32;
+          c.seqs = {
+              {4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {5, 37, 200, 30}, {0, kLinear, 16, 17}};
+          run_case(c);
+        }
 }
 
 TEST(DecodeAttention, GqaGroups) {
   RILL_REQUIRE_GPU();
   // (num_heads, num_kv_heads): groups 1, 4, 8, and 3, 5, 16, which leave heads of a CTA idle or
-  // take several CTAs per group.
+  // take several CTAs per group (fp8 caches: at most 4 heads per CTA).
   const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}, {6, 2}, {10, 2}, {32, 2}};
   for (const auto& hs : shapes)
     for (int d : {64, 128})
-      for (DType t : {DType::kF16, DType::kBF16}) {
-        DecodeCase c;
-        c.dtype = t;
-        c.head_dim = d;
-        c.num_heads = hs[0];
-        c.num_kv_heads = hs[1];
-        c.num_splits = 3;
-        c.min_keys_per_split = 64;
-        c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
-        run_case(c);
-      }
+      for (DType t : {DType::kF16, DType::kBF16})
+        for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
+          DecodeCase c;
+          c.dtype = t;
+          c.kv = kv;
+          c.head_dim = d;
+          c.num_heads = hs[0];
+          c.num_kv_heads = hs[1];
+          c.num_splits = 3;
+          c.min_keys_per_split = 64;
+          c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
+          run_case(c);
+        }
 }
 
 TEST(DecodeAttention, BlockSizes) {
@@ -448,39 +453,6 @@ TEST(DecodeAttentionFp8, LinearAndStreamingCaches) {
       for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
       run_case(c);
     }
-}
-
-TEST(DecodeAttentionFp8, HeadDims) {
-  RILL_REQUIRE_GPU();
-  for (int d : {32, 64, 80, 96, 128, 256})
-    for (DType t : kDTypes)
-      for (int splits : {1, 3}) {
-        DecodeCase c = fp8_case(t);
-        c.head_dim = d;
-        c.num_splits = splits;
-        c.min_keys_per_split = 32;
-        c.seqs = {
-            {4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {5, 37, 200, 30}, {0, kLinear, 16, 17}};
-        run_case(c);
-      }
-}
-
-TEST(DecodeAttentionFp8, GqaGroups) {
-  RILL_REQUIRE_GPU();
-  // Groups 1, 4, 8 (two CTAs of 4 heads), 3, 5 and 16 (four CTAs).
-  const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}, {6, 2}, {10, 2}, {32, 2}};
-  for (const auto& hs : shapes)
-    for (int d : {64, 128})
-      for (DType t : kDTypes) {
-        DecodeCase c = fp8_case(t);
-        c.head_dim = d;
-        c.num_heads = hs[0];
-        c.num_kv_heads = hs[1];
-        c.num_splits = 3;
-        c.min_keys_per_split = 64;
-        c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
-        run_case(c);
-      }
 }
 
 TEST(DecodeAttentionFp8, EdgeSequencesAndBlockSizes) {

@@ -314,6 +314,24 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
 // ---------------------------------------------------------------------------------------------
 // kv_write
 
+// launch_kv_write of T tokens with `stride`-element qkv rows into `cache`, then a sync.
+cudaError_t kv_write(DType dt, const kernels::KvCacheLayout& layout, int T, int num_heads,
+                     int stride, DeviceBuffer& qkv, DeviceBuffer& slots, DeviceBuffer& cache) {
+  kernels::KvWriteParams p;
+  p.dtype = dt;
+  p.num_tokens = T;
+  p.num_heads = num_heads;
+  p.num_kv_heads = layout.num_kv_heads;
+  p.head_dim = layout.head_dim;
+  p.qkv = qkv.get();
+  p.qkv_stride = stride;
+  p.cache_slot = slots.as<int32_t>();
+  p.cache = cache.get();
+  p.layout = layout;
+  if (cudaError_t err = kernels::launch_kv_write(p, nullptr); err != cudaSuccess) return err;
+  return cudaDeviceSynchronize();
+}
+
 TEST(KvWrite, ScattersKAndVToTheirSlotsAndSkipsNegativeSlots) {
   RILL_REQUIRE_GPU();
   std::mt19937 rng(5);
@@ -353,19 +371,7 @@ TEST(KvWrite, ScattersKAndVToTheirSlotsAndSkipsNegativeSlots) {
         d_qkv.upload_floats(qkv, dt);
         d_slots.upload(slots.data());
         d_cache.upload_floats(cache, dt);
-        kernels::KvWriteParams p;
-        p.dtype = dt;
-        p.num_tokens = T;
-        p.num_heads = num_heads;
-        p.num_kv_heads = num_kv_heads;
-        p.head_dim = head_dim;
-        p.qkv = d_qkv.get();
-        p.qkv_stride = stride;
-        p.cache_slot = d_slots.as<int32_t>();
-        p.cache = d_cache.get();
-        p.layout = layout;
-        CUDA_OK(kernels::launch_kv_write(p, nullptr));
-        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(kv_write(dt, layout, T, num_heads, stride, d_qkv, d_slots, d_cache));
         EXPECT_TRUE(d_cache.check_guards());
         const std::vector<float> got = d_cache.download_floats(dt);
         ASSERT_FALSE(has_nonfinite(got));
@@ -423,19 +429,7 @@ TEST(KvWrite, QuantizesIntoAnFp8CacheBitExact) {
           d_qkv.upload_floats(qkv, dt);
           d_slots.upload(slots.data());
           d_cache.upload(cache.data());
-          kernels::KvWriteParams p;
-          p.dtype = dt;
-          p.num_tokens = T;
-          p.num_heads = num_heads;
-          p.num_kv_heads = num_kv_heads;
-          p.head_dim = head_dim;
-          p.qkv = d_qkv.get();
-          p.qkv_stride = stride;
-          p.cache_slot = d_slots.as<int32_t>();
-          p.cache = d_cache.get();
-          p.layout = layout;
-          CUDA_OK(kernels::launch_kv_write(p, nullptr));
-          CUDA_OK(cudaDeviceSynchronize());
+          CUDA_OK(kv_write(dt, layout, T, num_heads, stride, d_qkv, d_slots, d_cache));
           EXPECT_TRUE(d_cache.check_guards());
           std::vector<uint8_t> got(cache.size());
           d_cache.download(got.data());
