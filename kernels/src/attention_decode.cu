@@ -435,22 +435,17 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int64_t row = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
   const float2* ml = ws_ml + row * num_splits;
   const float* acc = ws_acc + row * num_splits * head_dim;
-  // The loops are unrolled so that the loads of several splits are in flight at once (this
-  // kernel is pure latency at small batch); the arithmetic and its order are unchanged.
   float mx = -INFINITY;
-#pragma unroll 8
   for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ml[s].x);
   for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
-#pragma unroll 8
       for (int s = 0; s < num_splits; ++s) {
         const float2 v = ml[s];
-        const float a = acc[static_cast<int64_t>(s) * head_dim + d];  // in bounds, maybe unset
         if (v.x == -INFINITY) continue;  // empty split: its acc was never written
         const float w = ex2(v.x - mx);
         sum = fmaf(v.y, w, sum);
-        o = fmaf(a, w, o);
+        o = fmaf(acc[static_cast<int64_t>(s) * head_dim + d], w, o);
       }
     }
     out[row * head_dim + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
