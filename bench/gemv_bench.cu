@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -32,6 +33,20 @@ struct Shape {
   const char* name;
   int N, K;
 };
+
+// Median ms of replaying, as one CUDA graph, what `enqueue` launches on `stream`.
+double graph_ms(cudaStream_t stream, const std::function<void()>& enqueue) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 3, 15);
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return ms;
+}
 
 // The four projections of 32 Llama-2-7B layers (distinct weights) back to back at M = 1, captured
 // in one CUDA graph: what the GEMVs cost inside a decode step, where launch latency is hidden and
@@ -105,30 +120,23 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   for (int small : {0, 1, 2}) {  // none; fused add + norm; add and norm as two kernels
     for (int pdl : {1, 0}) {
       rill::kernels::set_programmatic_launch(pdl);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int l = 0; l < kLayers; ++l) {
-        if (small) add_norm(down, h, small == 1);
-        gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
-        gemv(attn, w[l * 4 + 1], o, H, H);
-        if (small) add_norm(o, h, small == 1);
-        gemv(h, w[l * 4 + 2], up, 2 * I, H);
-        if (small) silu();
-        gemv(small ? act : up, w[l * 4 + 3], down, H, I);
-      }
-      BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-      BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      const double ms =
-          median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 3, 15);
+      const double ms = graph_ms(stream, [&] {
+        for (int l = 0; l < kLayers; ++l) {
+          if (small) add_norm(down, h, small == 1);
+          gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
+          gemv(attn, w[l * 4 + 1], o, H, H);
+          if (small) add_norm(o, h, small == 1);
+          gemv(h, w[l * 4 + 2], up, 2 * I, H);
+          if (small) silu();
+          gemv(small ? act : up, w[l * 4 + 3], down, H, I);
+        }
+      });
       const double gbps = bytes / (ms * 1e-3) / 1e9;
       std::printf("  %-34s PDL %-3s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
                   small == 0   ? "GEMVs only"
                   : small == 1 ? "GEMVs + add_norm x2 + SiLU-mul"
                                : "GEMVs + (add, norm) x2 + SiLU-mul",
                   pdl ? "on" : "off", ms, gbps, 100 * gbps / copy_gbps);
-      BENCH_CUDA(cudaGraphExecDestroy(exec));
-      BENCH_CUDA(cudaGraphDestroy(graph));
     }
   }
   rill::kernels::set_programmatic_launch(true);
@@ -136,6 +144,81 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   for (void* p : {(void*)h, (void*)qkv, (void*)attn, (void*)o, (void*)up, (void*)act, (void*)down,
                   (void*)norm_w, (void*)residual})
     BENCH_CUDA(cudaFree(p));
+}
+
+// GEMV against cuBLAS at M = 1..8, then every CTA shape at M = 1 and 8, for weights [s.N, s.K].
+void bench_shape(const Shape& s, cublasHandle_t handle, cudaStream_t stream, int l2_bytes,
+                 const rill::bench::Ceilings& ceil) {
+  constexpr int kMaxM = 8;
+  const size_t w_elems = size_t(s.N) * s.K;
+  const size_t w_bytes = w_elems * sizeof(__half);
+  // Enough copies that the working set is at least 4x the L2 (at least 2 copies).
+  const int copies = std::max<int>(2, int((4 * size_t(l2_bytes) + w_bytes - 1) / w_bytes));
+  std::vector<__half*> w(copies);
+  for (int c = 0; c < copies; ++c) {
+    BENCH_CUDA(cudaMalloc(&w[c], w_bytes));
+    fill_uniform<<<1024, 256, 0, stream>>>(w[c], w_elems, 17 + c, 0.05f);
+  }
+  __half *x, *y;
+  BENCH_CUDA(cudaMalloc(&x, size_t(kMaxM) * s.K * sizeof(__half)));
+  BENCH_CUDA(cudaMalloc(&y, size_t(kMaxM) * s.N * sizeof(__half)));
+  fill_uniform<<<256, 256, 0, stream>>>(x, size_t(kMaxM) * s.K, 3, 2.0f);
+  BENCH_CUDA(cudaGetLastError());
+  int next = 0;
+  // Median ms of the GEMV at batch M with CTA shape `config` (-1: the default rule).
+  auto time_gemv = [&](int M, int config) {
+    rill::kernels::GemvParams p;
+    p.dtype = rill::kernels::DType::kF16;
+    p.M = M;
+    p.N = s.N;
+    p.K = s.K;
+    p.x = x;
+    p.y = y;
+    p.config = config;
+    return median_ms(
+        [&] {
+          p.w = w[next++ % copies];
+          BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
+        },
+        stream, 5, 50);
+  };
+  for (int M = 1; M <= kMaxM; ++M) {
+    const double bytes = double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N;
+    const double ours = time_gemv(M, -1);
+    const float one = 1.0f, zero = 0.0f;
+    // Column-major view: y^T (N x M) = w (K x N)^T * x^T (K x M).
+    const double theirs = median_ms(
+        [&] {
+          const cublasStatus_t st =
+              cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one, w[next++ % copies],
+                           CUDA_R_16F, s.K, x, CUDA_R_16F, s.K, &zero, y, CUDA_R_16F, s.N,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          if (st != CUBLAS_STATUS_SUCCESS) {
+            std::fprintf(stderr, "cublasGemmEx failed: %d\n", int(st));
+            std::exit(1);
+          }
+        },
+        stream, 5, 50);
+    const double ours_gbps = bytes / (ours * 1e-3) / 1e9,
+                 theirs_gbps = bytes / (theirs * 1e-3) / 1e9;
+    std::printf("%-8s %6d %6d %2d | %9.4f %8.0f %5.1f%% | %9.4f %8.0f %5.1f%% | %s\n", s.name, s.N,
+                s.K, M, ours, ours_gbps, 100.0 * ours_gbps / ceil.copy_gbps, theirs, theirs_gbps,
+                100.0 * theirs_gbps / ceil.copy_gbps, ours <= theirs ? "rill" : "cublas");
+  }
+  // Every CTA shape of the GEMV kernel (gemv_default_config picks one by shape).
+  for (int M : {1, 8}) {
+    std::printf("%-8s %2d   shapes:", s.name, M);
+    for (int config = 0; config < rill::kernels::gemv_num_configs(); ++config) {
+      const double ms = time_gemv(M, config);
+      const double gbps = (double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N) / (ms * 1e-3) / 1e9;
+      std::printf("  %s %.1f%%", rill::kernels::gemv_config_name(config).c_str(),
+                  100.0 * gbps / ceil.copy_gbps);
+    }
+    std::printf("\n");
+  }
+  for (__half* p : w) BENCH_CUDA(cudaFree(p));
+  BENCH_CUDA(cudaFree(x));
+  BENCH_CUDA(cudaFree(y));
 }
 
 }  // namespace
@@ -168,79 +251,7 @@ int main() {
                           {"l3_up", 28672, 4096},
                           {"l3_down", 4096, 14336},
                           {"l3_head", 128256, 4096}};
-  constexpr int kMaxM = 8;
-  for (const Shape& s : shapes) {
-    const size_t w_elems = size_t(s.N) * s.K;
-    const size_t w_bytes = w_elems * sizeof(__half);
-    // Enough copies that the working set is at least 4x the L2 (at least 2 copies).
-    const int copies = std::max<int>(2, int((4 * size_t(l2_bytes) + w_bytes - 1) / w_bytes));
-    std::vector<__half*> w(copies);
-    for (int c = 0; c < copies; ++c) {
-      BENCH_CUDA(cudaMalloc(&w[c], w_bytes));
-      fill_uniform<<<1024, 256, 0, stream>>>(w[c], w_elems, 17 + c, 0.05f);
-    }
-    __half *x, *y;
-    BENCH_CUDA(cudaMalloc(&x, size_t(kMaxM) * s.K * sizeof(__half)));
-    BENCH_CUDA(cudaMalloc(&y, size_t(kMaxM) * s.N * sizeof(__half)));
-    fill_uniform<<<256, 256, 0, stream>>>(x, size_t(kMaxM) * s.K, 3, 2.0f);
-    BENCH_CUDA(cudaGetLastError());
-    int next = 0;
-    // Median ms of the GEMV at batch M with CTA shape `config` (-1: the default rule).
-    auto time_gemv = [&](int M, int config) {
-      rill::kernels::GemvParams p;
-      p.dtype = rill::kernels::DType::kF16;
-      p.M = M;
-      p.N = s.N;
-      p.K = s.K;
-      p.x = x;
-      p.y = y;
-      p.config = config;
-      return median_ms(
-          [&] {
-            p.w = w[next++ % copies];
-            BENCH_CUDA(rill::kernels::launch_gemv(p, stream));
-          },
-          stream, 5, 50);
-    };
-    for (int M = 1; M <= kMaxM; ++M) {
-      const double bytes = double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N;
-      const double ours = time_gemv(M, -1);
-      const float one = 1.0f, zero = 0.0f;
-      // Column-major view: y^T (N x M) = w (K x N)^T * x^T (K x M).
-      const double theirs = median_ms(
-          [&] {
-            const cublasStatus_t st =
-                cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one,
-                             w[next++ % copies], CUDA_R_16F, s.K, x, CUDA_R_16F, s.K, &zero, y,
-                             CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-            if (st != CUBLAS_STATUS_SUCCESS) {
-              std::fprintf(stderr, "cublasGemmEx failed: %d\n", int(st));
-              std::exit(1);
-            }
-          },
-          stream, 5, 50);
-      const double ours_gbps = bytes / (ours * 1e-3) / 1e9,
-                   theirs_gbps = bytes / (theirs * 1e-3) / 1e9;
-      std::printf("%-8s %6d %6d %2d | %9.4f %8.0f %5.1f%% | %9.4f %8.0f %5.1f%% | %s\n", s.name,
-                  s.N, s.K, M, ours, ours_gbps, 100.0 * ours_gbps / ceil.copy_gbps, theirs,
-                  theirs_gbps, 100.0 * theirs_gbps / ceil.copy_gbps,
-                  ours <= theirs ? "rill" : "cublas");
-    }
-    // Every CTA shape of the GEMV kernel (gemv_default_config picks one by shape).
-    for (int M : {1, 8}) {
-      std::printf("%-8s %2d   shapes:", s.name, M);
-      for (int config = 0; config < rill::kernels::gemv_num_configs(); ++config) {
-        const double ms = time_gemv(M, config);
-        const double gbps = (double(w_bytes) + 2.0 * M * s.K + 2.0 * M * s.N) / (ms * 1e-3) / 1e9;
-        std::printf("  %s %.1f%%", rill::kernels::gemv_config_name(config).c_str(),
-                    100.0 * gbps / ceil.copy_gbps);
-      }
-      std::printf("\n");
-    }
-    for (__half* p : w) BENCH_CUDA(cudaFree(p));
-    BENCH_CUDA(cudaFree(x));
-    BENCH_CUDA(cudaFree(y));
-  }
+  for (const Shape& s : shapes) bench_shape(s, handle, stream, l2_bytes, ceil);
   cublasDestroy(handle);
   layer_chain(stream, ceil.copy_gbps);
   BENCH_CUDA(cudaStreamDestroy(stream));

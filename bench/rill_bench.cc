@@ -148,6 +148,121 @@ int long_stream(CudaRunner& r, const CachePolicy& policy, int64_t n) {
 
 }  // namespace
 
+// What the tables of one run share.
+struct Bench {
+  CudaRunner& r;
+  const cli::Args& args;
+  const EngineOptions& eo;
+  const ModelConfig& c;
+  const bench::Ceilings& ceil;
+  double wbytes, kv_token_bytes;
+  CachePolicy policy;
+  int steps;
+  std::mt19937 rng{1};
+};
+
+// Decode step times per batch and context, the default configuration and then each optimisation
+// switched off on its own.
+void decode_table(Bench& b) {
+  CudaRunner& r = b.r;
+  const cli::Args& args = b.args;
+  const EngineOptions& eo = b.eo;
+  const ModelConfig& c = b.c;
+  const CachePolicy& policy = b.policy;
+  std::mt19937& rng = b.rng;
+  // Untimed decode for about a second first, so the GPU's clocks have ramped up before the first
+  // configuration is timed (the first one otherwise read up to 3% slow).
+  for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(1);)
+    time_decode(r, 1, 64, policy, 32, rng, eo.max_step_tokens);
+  std::printf(
+      "\ndecode (%s cache): median step time (wall, as a caller sees it) and the GPU's part of "
+      "it\n",
+      policy.to_string().c_str());
+  std::printf("%6s %8s %10s %8s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "GPU ms",
+              "tok/s", "GB/s moved", "% of copy", "variant");
+  for (int batch : int_list(args.get("batch"))) {
+    for (int ctx : int_list(args.get("context"))) {
+      if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
+      // The default configuration, then each optimisation switched off on its own.
+      struct Variant {
+        const char* off;  // "" for the default
+        bool graphs = true, gemv = true, pdl = true;
+      };
+      std::vector<Variant> variants{{""}};
+      if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
+      if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
+      if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
+      for (const Variant& v : variants) {
+        r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
+        r.set_gemv(v.gemv);
+        r.set_programmatic_launch(v.pdl);
+        const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
+        const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
+        const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
+        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s%s\n", batch, d.cached,
+                    d.step_ms, d.gpu_ms, batch * 1e3 / d.step_ms, gbps,
+                    100 * gbps / b.ceil.copy_gbps, *v.off ? "off: " : "", v.off);
+      }
+    }
+  }
+  r.set_cuda_graphs(eo.cuda_graphs);
+  r.set_gemv(true);
+  r.set_programmatic_launch(true);
+}
+
+// One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
+void prefill_table(Bench& b) {
+  CudaRunner& r = b.r;
+  const ModelConfig& c = b.c;
+
+  const std::vector<int> prefills = int_list(b.args.get("prefill"));
+  if (!prefills.empty() && prefills[0] > 0) {
+    std::printf("\nprefill: one prompt in one step\n%8s %10s %12s %12s %10s\n", "tokens", "ms",
+                "tokens/s", "TFLOP/s", "% of GEMM");
+    for (int n : prefills) {
+      if (n > b.eo.max_step_tokens || n > c.max_position_embeddings) continue;
+      std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+      std::vector<int32_t> prompt(n);
+      for (auto& t : prompt) t = tok(b.rng);
+      std::vector<double> ms;
+      for (int it = 0; it < 8; ++it) {
+        r.add_sequence({1000, CachePolicy::full(), {.temperature = 0.0f}});
+        StepInput in{1000, prompt, LogitsMode::kNone, true};
+        const auto t0 = Clock::now();
+        r.step(std::span<const StepInput>(&in, 1));
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        r.remove_sequence(1000);
+      }
+      ms.erase(ms.begin(), ms.begin() + 2);
+      const double t = median(ms);
+      const double params = b.wbytes / 2;
+      const double attn = 4.0 * n * n / 2 * c.head_dim * c.num_heads * c.num_layers;
+      const double tflops = (2.0 * params * n + attn) / (t * 1e-3) / 1e12;
+      std::printf("%8d %10.2f %12.0f %12.1f %9.1f%%\n", n, t, n * 1e3 / t, tflops,
+                  100 * tflops / b.ceil.gemm_tflops);
+    }
+  }
+}
+
+// Per-category GPU time of eager decode steps at the first batch and context.
+void breakdown(Bench& b) {
+  const int batch = int_list(b.args.get("batch")).front();
+  const int ctx = int_list(b.args.get("context")).front();
+  const DecodeResult d =
+      time_decode(b.r, batch, ctx, b.policy, 16, b.rng, b.eo.max_step_tokens, true);
+  const StepProfile& p = b.r.profile();
+  const double per = 1.0 / std::max(1, p.steps);
+  const double kernels = (p.gemm_ms + p.attention_ms + p.norm_elementwise_ms + p.sampling_ms) * per;
+  std::printf("\nbreakdown of one decode step (batch %d, %d cached, eager launches, %d steps)\n",
+              batch, d.cached, p.steps);
+  std::printf(
+      "  GEMMs %.3f ms | attention %.3f ms | norms, rope, activations, embedding %.3f ms | "
+      "sampling "
+      "%.3f ms\n  sum of kernels %.3f ms | eager step wall time %.3f ms | gaps and host %.3f ms\n",
+      p.gemm_ms * per, p.attention_ms * per, p.norm_elementwise_ms * per, p.sampling_ms * per,
+      kernels, d.step_ms, d.step_ms - kernels);
+}
+
 int main(int argc, char** argv) {
   cli::Args args("rill-bench", "Decode and prefill benchmarks of the CUDA engine, against measured ceilings.");
   cli::add_engine_flags(args);
@@ -188,90 +303,12 @@ int main(int argc, char** argv) {
         args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
         r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_token_bytes / 1e3,
         r.kv_element_bytes() == 1 ? "fp8" : "16-bit", load_s);
-    std::mt19937 rng(1);
     const CachePolicy policy = cli::cache_policy(args);
-    const int steps = args.get_int("steps");
-
     if (args.get_int64("long-stream") > 0) return long_stream(r, policy, args.get_int64("long-stream"));
-    // Untimed decode for about a second first, so the GPU's clocks have ramped up before the first
-    // configuration is timed (the first one otherwise read up to 3% slow).
-    for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(1);)
-      time_decode(r, 1, 64, policy, 32, rng, eo.max_step_tokens);
-    std::printf(
-        "\ndecode (%s cache): median step time (wall, as a caller sees it) and the GPU's part of "
-        "it\n",
-        policy.to_string().c_str());
-    std::printf("%6s %8s %10s %8s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "GPU ms",
-                "tok/s", "GB/s moved", "% of copy", "variant");
-    for (int batch : int_list(args.get("batch"))) {
-      for (int ctx : int_list(args.get("context"))) {
-        if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
-        // The default configuration, then each optimisation switched off on its own.
-        struct Variant {
-          const char* off;  // "" for the default
-          bool graphs = true, gemv = true, pdl = true;
-        };
-        std::vector<Variant> variants{{""}};
-        if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
-        if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
-        if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
-        for (const Variant& v : variants) {
-          r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
-          r.set_gemv(v.gemv);
-          r.set_programmatic_launch(v.pdl);
-          const DecodeResult d = time_decode(r, batch, ctx, policy, steps, rng, eo.max_step_tokens);
-          const double bytes = wbytes + double(batch) * d.cached * kv_token_bytes;
-          const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-          std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s%s\n", batch, d.cached,
-                      d.step_ms, d.gpu_ms, batch * 1e3 / d.step_ms, gbps,
-                      100 * gbps / ceil.copy_gbps, *v.off ? "off: " : "", v.off);
-        }
-      }
-    }
-    r.set_cuda_graphs(eo.cuda_graphs);
-    r.set_gemv(true);
-    r.set_programmatic_launch(true);
-
-    const std::vector<int> prefills = int_list(args.get("prefill"));
-    if (!prefills.empty() && prefills[0] > 0) {
-      std::printf("\nprefill: one prompt in one step\n%8s %10s %12s %12s %10s\n", "tokens", "ms", "tokens/s",
-                  "TFLOP/s", "% of GEMM");
-      for (int n : prefills) {
-        if (n > eo.max_step_tokens || n > c.max_position_embeddings) continue;
-        std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
-        std::vector<int32_t> prompt(n);
-        for (auto& t : prompt) t = tok(rng);
-        std::vector<double> ms;
-        for (int it = 0; it < 8; ++it) {
-          r.add_sequence({1000, CachePolicy::full(), {.temperature = 0.0f}});
-          StepInput in{1000, prompt, LogitsMode::kNone, true};
-          const auto t0 = Clock::now();
-          r.step(std::span<const StepInput>(&in, 1));
-          ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-          r.remove_sequence(1000);
-        }
-        ms.erase(ms.begin(), ms.begin() + 2);
-        const double t = median(ms);
-        const double params = wbytes / 2;
-        const double attn = 4.0 * n * n / 2 * c.head_dim * c.num_heads * c.num_layers;
-        const double tflops = (2.0 * params * n + attn) / (t * 1e-3) / 1e12;
-        std::printf("%8d %10.2f %12.0f %12.1f %9.1f%%\n", n, t, n * 1e3 / t, tflops, 100 * tflops / ceil.gemm_tflops);
-      }
-    }
-
-    if (args.on("breakdown")) {
-      const int batch = int_list(args.get("batch")).front(), ctx = int_list(args.get("context")).front();
-      const DecodeResult d = time_decode(r, batch, ctx, policy, 16, rng, eo.max_step_tokens, true);
-      const StepProfile& p = r.profile();
-      const double per = 1.0 / std::max(1, p.steps);
-      const double kernels = (p.gemm_ms + p.attention_ms + p.norm_elementwise_ms + p.sampling_ms) * per;
-      std::printf("\nbreakdown of one decode step (batch %d, %d cached, eager launches, %d steps)\n", batch, d.cached,
-                  p.steps);
-      std::printf("  GEMMs %.3f ms | attention %.3f ms | norms, rope, activations, embedding %.3f ms | sampling %.3f ms\n"
-                  "  sum of kernels %.3f ms | eager step wall time %.3f ms | gaps and host %.3f ms\n",
-                  p.gemm_ms * per, p.attention_ms * per, p.norm_elementwise_ms * per, p.sampling_ms * per, kernels,
-                  d.step_ms, d.step_ms - kernels);
-    }
+    Bench b{r, args, eo, c, ceil, wbytes, kv_token_bytes, policy, args.get_int("steps")};
+    decode_table(b);
+    prefill_table(b);
+    if (args.on("breakdown")) breakdown(b);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());

@@ -246,21 +246,26 @@ void CudaRunner::set_profiling(bool on) {
   profile_ = {};
 }
 
-// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input.
-void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
+template <typename Fn>
+void CudaRunner::timed(int category, Fn&& fn) {
+  if (profiler_) {
+    profiler_->time(static_cast<Profiler::Cat>(category), fn);
+  } else {
+    fn();
+  }
+}
+
+// QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
+// write, output projection: h_ (normed input) -> o_.
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
   const cuda::StepLayout& L = plan.layout;
   const kernels::DType dt = weights_->dtype();
-  const int T = sh.tokens, H = c.hidden_size, I = c.intermediate_size;
-  const int up_width = c.gated_mlp ? 2 * I : I;
+  const int T = sh.tokens, H = c.hidden_size;
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
-  auto timed = [&](Profiler::Cat cat, auto&& fn) {
-    if (profiler_) profiler_->time(cat, fn);
-    else fn();
-  };
 
   timed(Profiler::kGemm, [&] { gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H); });
   timed(Profiler::kNorm, [&] {
@@ -342,70 +347,92 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] { gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim()); });
+}
 
+// Up (or gate | up) projection, activation, down projection: in -> m_.
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const int H = c.hidden_size, I = c.intermediate_size;
+  timed(Profiler::kGemm, [&] { gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H); });
+  timed(Profiler::kNorm, [&] {
+    kernels::ActivationParams p;
+    p.dtype = weights_->dtype();
+    p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
+                         : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
+                                                           : kernels::ActKind::kGeluErf);
+    if (c.gated_mlp && c.act != Activation::kSilu)
+      throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
+    p.num_tokens = T;
+    p.width = I;
+    p.in = up_.get();
+    p.bias = w.bup;
+    p.out = act_.get();
+    RILL_CUDA(kernels::launch_activation(p, stream_));
+  });
+  timed(Profiler::kGemm, [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I); });
+}
+
+void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
+  const ModelConfig& c = config_;
+  p.dtype = weights_->dtype();
+  p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
+  p.eps = c.norm_eps;
+  p.num_tokens = gather ? plan.shape.logit_rows : plan.shape.tokens;
+  p.hidden = c.hidden_size;
+  p.residual = x_.as<float>();
+  p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
+  timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
+}
+
+// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
+// each residual add is fused with the norm that follows it (the next sub-layer's, or the final
+// norm after the last layer, on the logit rows only).
+void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const int T = plan.shape.tokens;
   const bool last = li + 1 == c.num_layers;
   const cuda::DeviceLayer* next = last ? nullptr : &weights_->layers()[li + 1];
-  auto add_norm = [&](const void* d0, const void* b0, const void* d1, const void* b1, const void* w0,
-                      const void* nb0, void* out0, const void* w1, const void* nb1, void* out1, bool gather) {
-    kernels::AddNormParams p;
-    p.dtype = dt;
-    p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
-    p.eps = c.norm_eps;
-    p.num_tokens = gather ? sh.logit_rows : T;
-    p.hidden = H;
-    p.residual = x_.as<float>();
-    p.delta0 = d0;
-    p.bias0 = b0;
-    p.delta1 = d1;
-    p.bias1 = b1;
-    p.weight0 = w0;
-    p.norm_bias0 = nb0;
-    p.out0 = out0;
-    p.weight1 = w1;
-    p.norm_bias1 = nb1;
-    p.out1 = out1;
-    p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + L.rows) : nullptr;
-    timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
-  };
-  auto mlp = [&](const void* in) {
-    timed(Profiler::kGemm, [&] { gemm_->run(in, w.wup, up_.get(), T, up_width, H); });
-    timed(Profiler::kNorm, [&] {
-      kernels::ActivationParams p;
-      p.dtype = dt;
-      p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
-                           : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh : kernels::ActKind::kGeluErf);
-      if (c.gated_mlp && c.act != Activation::kSilu)
-        throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
-      p.num_tokens = T;
-      p.width = I;
-      p.in = up_.get();
-      p.bias = w.bup;
-      p.out = act_.get();
-      RILL_CUDA(kernels::launch_activation(p, stream_));
-    });
-    timed(Profiler::kGemm, [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I); });
-  };
-
-  if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x) from the previous add_norm
-    mlp(h2_.get());
-    if (last) {
-      add_norm(o_.get(), w.bo, m_.get(), w.bdown, weights_->final_norm(), weights_->final_norm_bias(), normed_.get(),
-               nullptr, nullptr, nullptr, true);
-    } else {
-      add_norm(o_.get(), w.bo, m_.get(), w.bdown, next->attn_norm, next->attn_norm_bias, h_.get(), next->mlp_norm,
-               next->mlp_norm_bias, h2_.get(), false);
+  // The norm after this layer: the next layer's attention norm (and, parallel residual, its
+  // MLP norm into h2_), or the final norm.
+  kernels::AddNormParams after;
+  if (last) {
+    after.weight0 = weights_->final_norm();
+    after.norm_bias0 = weights_->final_norm_bias();
+    after.out0 = normed_.get();
+  } else {
+    after.weight0 = next->attn_norm;
+    after.norm_bias0 = next->attn_norm_bias;
+    after.out0 = h_.get();
+    if (c.parallel_residual) {
+      after.weight1 = next->mlp_norm;
+      after.norm_bias1 = next->mlp_norm_bias;
+      after.out1 = h2_.get();
     }
+  }
+
+  enqueue_attention(li, plan);
+  if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
+    enqueue_mlp(li, h2_.get(), T);
+    after.delta0 = o_.get();
+    after.bias0 = w.bo;
+    after.delta1 = m_.get();
+    after.bias1 = w.bdown;
+    enqueue_add_norm(after, plan, last);
     return;
   }
-  add_norm(o_.get(), w.bo, nullptr, nullptr, w.mlp_norm, w.mlp_norm_bias, h_.get(), nullptr, nullptr, nullptr, false);
-  mlp(h_.get());
-  if (last) {
-    add_norm(m_.get(), w.bdown, nullptr, nullptr, weights_->final_norm(), weights_->final_norm_bias(), normed_.get(),
-             nullptr, nullptr, nullptr, true);
-  } else {
-    add_norm(m_.get(), w.bdown, nullptr, nullptr, next->attn_norm, next->attn_norm_bias, h_.get(), nullptr, nullptr,
-             nullptr, false);
-  }
+  kernels::AddNormParams mid;
+  mid.delta0 = o_.get();
+  mid.bias0 = w.bo;
+  mid.weight0 = w.mlp_norm;
+  mid.norm_bias0 = w.mlp_norm_bias;
+  mid.out0 = h_.get();
+  enqueue_add_norm(mid, plan, false);
+  enqueue_mlp(li, h_.get(), T);
+  after.delta0 = m_.get();
+  after.bias0 = w.bdown;
+  enqueue_add_norm(after, plan, last);
 }
 
 // The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
@@ -414,10 +441,6 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   const cuda::StepShape& sh = plan.shape;
   const cuda::StepLayout& L = plan.layout;
   const kernels::DType dt = weights_->dtype();
-  auto timed = [&](Profiler::Cat cat, auto&& fn) {
-    if (profiler_) profiler_->time(cat, fn);
-    else fn();
-  };
   timed(Profiler::kNorm, [&] {
     kernels::EmbeddingParams e;
     e.dtype = dt;
@@ -428,24 +451,18 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     e.tokens = reinterpret_cast<const int32_t*>(dmeta() + L.tokens);
     e.out = x_.as<float>();
     RILL_CUDA(kernels::launch_embedding(e, stream_));
-    const cuda::DeviceLayer& l0 = weights_->layers()[0];
-    kernels::AddNormParams p;
-    p.dtype = dt;
-    p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
-    p.eps = c.norm_eps;
-    p.num_tokens = sh.tokens;
-    p.hidden = c.hidden_size;
-    p.residual = x_.as<float>();
-    p.weight0 = l0.attn_norm;
-    p.norm_bias0 = l0.attn_norm_bias;
-    p.out0 = h_.get();
-    if (c.parallel_residual) {
-      p.weight1 = l0.mlp_norm;
-      p.norm_bias1 = l0.mlp_norm_bias;
-      p.out1 = h2_.get();
-    }
-    RILL_CUDA(kernels::launch_add_norm(p, stream_));
   });
+  const cuda::DeviceLayer& l0 = weights_->layers()[0];
+  kernels::AddNormParams first;  // the first layer's norm(s) of the embeddings
+  first.weight0 = l0.attn_norm;
+  first.norm_bias0 = l0.attn_norm_bias;
+  first.out0 = h_.get();
+  if (c.parallel_residual) {
+    first.weight1 = l0.mlp_norm;
+    first.norm_bias1 = l0.mlp_norm_bias;
+    first.out1 = h2_.get();
+  }
+  enqueue_add_norm(first, plan, false);
   for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {

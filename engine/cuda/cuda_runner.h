@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/runner.h"
 #include "engine/runner_factory.h"
+#include "rill/kernels/elementwise.h"
 
 namespace rill {
 
@@ -77,6 +78,15 @@ class CudaRunner final : public ModelRunner {
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
+  // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
+  // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
+  // in here; `gather` keeps only the logit rows).
+  void enqueue_attention(int layer, const cuda::StepPlan& plan);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
+  void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
+  // Runs fn, between CUDA events of Profiler category `category` while profiling.
+  template <typename Fn>
+  void timed(int category, Fn&& fn);
   int attention_splits(int decode_seqs) const;
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void drop_graphs();  // after a change that alters what a step launches

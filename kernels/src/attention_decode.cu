@@ -522,17 +522,9 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 &&
       p.head_dim != 128 && p.head_dim != 256)
     return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
-  if (p.num_seqs < 0 || p.num_seqs > 65535)
-    return invalid_argument("decode attention: num_seqs=" + std::to_string(p.num_seqs));
-  if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0)
-    return invalid_argument("decode attention: num_heads=" + std::to_string(p.num_heads) +
-                            " is not a multiple of num_kv_heads=" + std::to_string(p.num_kv_heads));
-  if (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim)
-    return invalid_argument("decode attention: cache layout does not match the heads");
-  if (!attn::is_pow2(p.layout.block_size))
-    return invalid_argument("decode attention: block_size=" + std::to_string(p.layout.block_size) +
-                            " is not a power of two");
-  if (const std::string why = kv_dtype_problem(p.layout); !why.empty())
+  if (const std::string why =
+          attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
+      !why.empty())
     return invalid_argument("decode attention: " + why);
   if (p.num_splits < 1 || p.num_splits > 65535)
     return invalid_argument("decode attention: num_splits=" + std::to_string(p.num_splits));

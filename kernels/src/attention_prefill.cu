@@ -554,18 +554,9 @@ cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int nu
 cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (p.head_dim != 64 && p.head_dim != 128)
     return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
-  if (p.num_seqs < 0 || p.num_seqs > 65535)
-    return invalid_argument("prefill attention: num_seqs=" + std::to_string(p.num_seqs));
-  if (p.num_heads <= 0 || p.num_heads > 65535 || p.num_kv_heads <= 0 ||
-      p.num_heads % p.num_kv_heads != 0)
-    return invalid_argument("prefill attention: num_heads=" + std::to_string(p.num_heads) +
-                            " is not a multiple of num_kv_heads=" + std::to_string(p.num_kv_heads));
-  if (p.layout.num_kv_heads != p.num_kv_heads || p.layout.head_dim != p.head_dim)
-    return invalid_argument("prefill attention: cache layout does not match the heads");
-  if (!attn::is_pow2(p.layout.block_size))
-    return invalid_argument("prefill attention: block_size=" + std::to_string(p.layout.block_size) +
-                            " is not a power of two");
-  if (const std::string why = kv_dtype_problem(p.layout); !why.empty())
+  if (const std::string why =
+          attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
+      !why.empty())
     return invalid_argument("prefill attention: " + why);
   const int64_t row = static_cast<int64_t>(p.num_heads + 2 * p.num_kv_heads) * p.head_dim;
   if (p.qkv_stride < row || p.qkv_stride % 8 != 0)

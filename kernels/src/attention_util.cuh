@@ -6,8 +6,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 
 #include "dispatch.cuh"
+#include "fp8.cuh"
 
 namespace rill::kernels::attn {
 
@@ -113,6 +115,22 @@ inline bool is_pow2(int x) {
 }
 inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+/// The checks both attention launchers make ("" when the arguments are usable, else why not):
+/// sequence and head counts, whole GQA groups, a cache layout matching the heads, a power-of-two
+/// block size and a usable cache element type.
+inline std::string shape_problem(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                 const KvCacheLayout& l) {
+  if (num_seqs < 0 || num_seqs > 65535) return "num_seqs=" + std::to_string(num_seqs);
+  if (num_heads <= 0 || num_heads > 65535 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
+    return "num_heads=" + std::to_string(num_heads) +
+           " is not a multiple of num_kv_heads=" + std::to_string(num_kv_heads);
+  if (l.num_kv_heads != num_kv_heads || l.head_dim != head_dim)
+    return "cache layout does not match the heads";
+  if (!is_pow2(l.block_size))
+    return "block_size=" + std::to_string(l.block_size) + " is not a power of two";
+  return kv_dtype_problem(l);
 }
 
 }  // namespace rill::kernels::attn

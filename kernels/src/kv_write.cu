@@ -1,6 +1,5 @@
-// K/V scatter into the paged cache: a copy of the k | v part of each qkv row to its slot.
-// A pure copy, so the kernel moves 16-bit words (or 16-byte vectors) whatever the dtype; an fp8
-// cache stores each value quantized (fp8.cuh) by a second kernel.
+// K/V scatter into the paged cache: the k | v part of each qkv row to its slot, copied into a
+// 16-bit cache or quantized into an fp8 one (fp8.cuh).
 #include <string>
 
 #include "fp8.cuh"
@@ -14,12 +13,37 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// grid (num_tokens). VEC: 16-byte copies (head_dim, qkv_stride multiples of 8, aligned pointers).
-template <bool VEC>
+// Stores 8 (VEC) or 1 element(s) of src at dst: a copy for a 16-bit cache (C = T), the e4m3
+// bytes of x / scale for an fp8 cache (8 bytes per vector).
+template <typename T, typename C, bool VEC>
+__device__ __forceinline__ void store_kv(C* dst, const T* src, float scale) {
+  if constexpr (kIsFp8<C>) {
+    if constexpr (VEC) {
+      float f[kVec];
+      load8(src, f);
+      uint2 u;
+      u.x = quantize2_fp8(f[0], f[1], scale) | quantize2_fp8(f[2], f[3], scale) << 16;
+      u.y = quantize2_fp8(f[4], f[5], scale) | quantize2_fp8(f[6], f[7], scale) << 16;
+      *reinterpret_cast<uint2*>(dst) = u;
+    } else {
+      *reinterpret_cast<uint8_t*>(dst) = quantize_fp8(to_float<T>(*src), scale);
+    }
+  } else {
+    if constexpr (VEC) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      *dst = *src;
+    }
+  }
+}
+
+// grid (num_tokens). VEC: 8 elements per step (head_dim, qkv_stride multiples of 8, aligned
+// pointers). C: the cache element type (T, or Fp8 with the K or V scale).
+template <typename T, typename C, bool VEC>
 __global__ void __launch_bounds__(kThreads)
-    kv_write_kernel(const uint16_t* __restrict__ qkv,        // [num_tokens, qkv_stride]
+    kv_write_kernel(const T* __restrict__ qkv,               // [num_tokens, qkv_stride]
                     const int32_t* __restrict__ cache_slot,  // [num_tokens]
-                    uint16_t* __restrict__ cache,            // this layer
+                    C* __restrict__ cache,                   // this layer
                     KvCacheLayout layout, int num_heads, int qkv_stride) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
@@ -28,57 +52,15 @@ __global__ void __launch_bounds__(kThreads)
   if (!kv_cache_slot_valid(layout, slot)) return;
   const int head_dim = layout.head_dim;
   const int kv_width = layout.num_kv_heads * head_dim;  // elements of k (and of v) per row
-  const uint16_t* src =
+  const T* src =
       qkv + t * qkv_stride + static_cast<int64_t>(num_heads) * head_dim;  // k heads | v heads
   constexpr int kStep = VEC ? kVec : 1;
   for (int e = threadIdx.x * kStep; e < 2 * kv_width; e += kThreads * kStep) {
     const int is_v = e >= kv_width;
     const int rem = e - is_v * kv_width;
     const int head = rem / head_dim, d = rem - head * head_dim;
-    uint16_t* dst =
-        cache + kv_cache_k_offset(layout, slot, head) + is_v * kv_cache_v_offset(layout) + d;
-    if constexpr (VEC) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src + e);
-    } else {
-      *dst = src[e];
-    }
-  }
-}
-
-// fp8 cache: grid (num_tokens); each element e4m3(saturate(x / scale)) with the K or V scale.
-// VEC: 8 elements per step (a 16-byte load, an 8-byte store), as for kv_write_kernel.
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(kThreads)
-    kv_write_fp8_kernel(const T* __restrict__ qkv,               // [num_tokens, qkv_stride]
-                        const int32_t* __restrict__ cache_slot,  // [num_tokens]
-                        uint8_t* __restrict__ cache,             // this layer, e4m3 bytes
-                        KvCacheLayout layout, int num_heads, int qkv_stride) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
-  const int64_t t = blockIdx.x;
-  const int32_t slot = cache_slot[t];
-  if (!kv_cache_slot_valid(layout, slot)) return;
-  const int head_dim = layout.head_dim;
-  const int kv_width = layout.num_kv_heads * head_dim;
-  const T* src = qkv + t * qkv_stride + static_cast<int64_t>(num_heads) * head_dim;
-  constexpr int kStep = VEC ? kVec : 1;
-  for (int e = threadIdx.x * kStep; e < 2 * kv_width; e += kThreads * kStep) {
-    const int is_v = e >= kv_width;
-    const int rem = e - is_v * kv_width;
-    const int head = rem / head_dim, d = rem - head * head_dim;
-    const float scale = is_v ? layout.v_scale : layout.k_scale;
-    uint8_t* dst =
-        cache + kv_cache_k_offset(layout, slot, head) + is_v * kv_cache_v_offset(layout) + d;
-    if constexpr (VEC) {
-      float f[kVec];
-      load8(src + e, f);
-      uint2 u;
-      u.x = quantize2_fp8(f[0], f[1], scale) | quantize2_fp8(f[2], f[3], scale) << 16;
-      u.y = quantize2_fp8(f[4], f[5], scale) | quantize2_fp8(f[6], f[7], scale) << 16;
-      *reinterpret_cast<uint2*>(dst) = u;
-    } else {
-      *dst = quantize_fp8(to_float<T>(src[e]), scale);
-    }
+    C* dst = cache + kv_cache_k_offset(layout, slot, head) + is_v * kv_cache_v_offset(layout) + d;
+    store_kv<T, C, VEC>(dst, src + e, is_v ? layout.v_scale : layout.k_scale);
   }
 }
 
@@ -102,30 +84,20 @@ cudaError_t launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   if (!p.qkv || !p.cache_slot || !p.cache) return invalid_argument("kv_write: null pointer");
   const bool vec = p.head_dim % kVec == 0 && p.qkv_stride % kVec == 0 && is_aligned16(p.qkv) &&
                    is_aligned16(p.cache);
-  if (l.cache_dtype == KvDType::kFp8E4M3) {
-    return dispatch_dtype(p.dtype, [&]<typename T>() {
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    return dispatch_kv_dtype<T>(l.cache_dtype, [&]<typename C>() {
       const auto* qkv = static_cast<const T*>(p.qkv);
-      auto* cache = static_cast<uint8_t*>(p.cache);
+      auto* cache = static_cast<C*>(p.cache);
       if (vec) {
-        launch_kernel(kv_write_fp8_kernel<T, true>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
+        launch_kernel(kv_write_kernel<T, C, true>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
                       qkv, p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
       } else {
-        launch_kernel(kv_write_fp8_kernel<T, false>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
+        launch_kernel(kv_write_kernel<T, C, false>, dim3(p.num_tokens), dim3(kThreads), 0, stream,
                       qkv, p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
       }
       return launch_status();
     });
-  }
-  const auto* qkv = static_cast<const uint16_t*>(p.qkv);
-  auto* cache = static_cast<uint16_t*>(p.cache);
-  if (vec) {
-    launch_kernel(kv_write_kernel<true>, dim3(p.num_tokens), dim3(kThreads), 0, stream, qkv,
-                  p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
-  } else {
-    launch_kernel(kv_write_kernel<false>, dim3(p.num_tokens), dim3(kThreads), 0, stream, qkv,
-                  p.cache_slot, cache, l, p.num_heads, p.qkv_stride);
-  }
-  return launch_status();
+  });
 }
 
 }  // namespace rill::kernels

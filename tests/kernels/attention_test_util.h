@@ -1,12 +1,18 @@
 // Helpers shared by the decode and prefill attention tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/fp8.h"
 #include "rill/kernels/common.h"
+#include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
 
@@ -34,6 +40,72 @@ inline std::vector<uint8_t> quantize_cache(std::vector<float>& cache,
     cache[i] = fp8::e4m3_to_float(bytes[i]) * scale;
   }
   return bytes;
+}
+
+/// The layout of a test cache of `num_blocks` blocks.
+inline kernels::KvCacheLayout cache_layout(int num_blocks, int num_kv_heads, int block_size,
+                                           int head_dim, kernels::KvDType kv, float k_scale,
+                                           float v_scale) {
+  kernels::KvCacheLayout l;
+  l.num_blocks = num_blocks;
+  l.num_kv_heads = num_kv_heads;
+  l.block_size = block_size;
+  l.head_dim = head_dim;
+  l.cache_dtype = kv;
+  l.k_scale = k_scale;
+  l.v_scale = v_scale;
+  return l;
+}
+
+/// Block tables of `used` distinct physical blocks out of `num_blocks`, in random order (so that
+/// logical neighbours are not physical ones).
+inline std::vector<int32_t> shuffled_blocks(int num_blocks, int used, std::mt19937& rng) {
+  std::vector<int32_t> phys(num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  return std::vector<int32_t>(phys.begin(), phys.begin() + used);
+}
+
+/// Random normal K and V of one (slot, kv head): `k_row` and the row kv_stride further.
+inline void fill_kv(float* k_row, int64_t kv_stride, int head_dim,
+                    std::normal_distribution<float>& normal, std::mt19937& rng) {
+  for (int d = 0; d < head_dim; ++d) k_row[d] = normal(rng);
+  for (int d = 0; d < head_dim; ++d) k_row[kv_stride + d] = normal(rng);
+}
+
+/// Turns a float cache into what the kernels read: rounded to the dtype, or (fp8) the e4m3
+/// bytes, returned, with `cache` dequantized (quantize_cache).
+inline std::vector<uint8_t> finish_cache(std::vector<float>& cache, const kernels::KvCacheLayout& l,
+                                         kernels::DType t) {
+  if (l.cache_dtype == kernels::KvDType::kFp8E4M3) return quantize_cache(cache, l);
+  cache = round_to(cache, t);
+  return {};
+}
+
+/// Bytes per cache element of a layout.
+inline size_t cache_elem_bytes(const kernels::KvCacheLayout& l) {
+  return l.cache_dtype == kernels::KvDType::kFp8E4M3 ? 1 : 2;
+}
+
+/// Uploads what finish_cache produced into a buffer of cache_elem_bytes(l) elements.
+inline void upload_cache(DeviceBuffer& d, const std::vector<float>& cache,
+                         const std::vector<uint8_t>& fp8_bytes, const kernels::KvCacheLayout& l,
+                         kernels::DType t) {
+  if (l.cache_dtype == kernels::KvDType::kFp8E4M3) {
+    d.upload(fp8_bytes.data());
+  } else {
+    d.upload_floats(cache, t);
+  }
+}
+
+/// The output checks of the attention tests: every element written and finite, and close to the
+/// fp64 reference by normalized and by max-abs error.
+inline void expect_attention_close(const std::vector<float>& got, const std::vector<float>& want,
+                                   kernels::DType t) {
+  EXPECT_FALSE(has_nonfinite(got))
+      << "non-finite output (a NaN slot was read, or an element was not written)";
+  EXPECT_LT(normalized_error(got, want), tolerance(t));
+  EXPECT_LT(max_abs_error(got, want), max_abs_tolerance(t));
 }
 
 /// "f16" or "bf16", and the fp8 cache with its scales when there is one.
