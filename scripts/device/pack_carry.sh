@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Packs the GPU-side binaries of a 90a build for the device machine:
+#   scripts/device/pack_carry.sh BUILD_DIR
+# Writes .carry/c.tar.xz (bin/ + lib/). On the device: tar -xJf .carry/c.tar.xz -C /tmp/c, then
+#   scripts/device/gpu_check.sh /tmp/c/bin /tmp/c/lib SECTION...
+set -euo pipefail
+build=${1:?usage: pack_carry.sh BUILD_DIR}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" .carry
+for exe in bench/rill-bench bench/rill-gemv-bench bench/rill-attention-bench bench/rill-sampling-bench \
+  bench/rill-elementwise-bench tests/kernels/kernel_tests tests/engine/cuda_engine_tests \
+  tools/rill-make-model tools/rill-ppl tools/rill-run; do
+  cp "$build/$exe" "$stage/bin/"
+done
+strip "$stage"/bin/*
+bash ../shared/device/bundle-libs.sh "$stage/lib" "$stage"/bin/* >/dev/null
+tar -cJf .carry/c.tar.xz -C "$stage" bin lib
+ls -l .carry/c.tar.xz
