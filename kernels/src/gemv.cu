@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "dispatch.cuh"
 #include "launch.cuh"
@@ -151,15 +153,17 @@ __device__ __forceinline__ float silu(float x) {
   return x / (1.0f + expf(-x));  // the activation kernel's formula
 }
 
-/// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
-/// i >= 2). Writes the output of the epilogue EPI.
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 
+/// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
+/// i >= 2), n0 = 16 * tile. Writes the output of the epilogue EPI.
+
 template <typename T, GemvEpilogue EPI>
-__device__ __forceinline__ void epilogue(const GemvArgs& a, const float (&s)[4], int n0, int g,
+__device__ __forceinline__ void epilogue(const GemvArgs& a, const float (&s)[4], int tile, int g,
                                          int t) {
+  const int n0 = tile * kRows;
   const T* bias = static_cast<const T*>(a.bias);
   if constexpr (EPI == GemvEpilogue::kStore) {
 #pragma unroll
@@ -197,9 +201,9 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, const float (&s)[4],
       const int parts = (a.N + 15) / 16;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        if (2 * t + j < a.M) a.ssq_out[static_cast<int64_t>(2 * t + j) * parts + blockIdx.x] = sq[j];
+        if (2 * t + j < a.M) a.ssq_out[static_cast<int64_t>(2 * t + j) * parts + tile] = sq[j];
     }
-  } else {  // kSiluMul: rows n0 + g (gate) and n0 + 8 + g (up) -> output 8 * blockIdx.x + g
+  } else {  // kSiluMul: rows n0 + g (gate) and n0 + 8 + g (up) -> output 8 * tile + g
     const int half = a.N / 2;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -207,7 +211,7 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, const float (&s)[4],
       if (m < a.M) {
         float gate = to_float<T>(from_float<T>(s[j])), up = to_float<T>(from_float<T>(s[j + 2]));
         if (bias) gate += to_float<T>(bias[n0 + g]), up += to_float<T>(bias[n0 + 8 + g]);
-        static_cast<T*>(a.y)[static_cast<int64_t>(m) * half + blockIdx.x * 8 + g] =
+        static_cast<T*>(a.y)[static_cast<int64_t>(m) * half + tile * 8 + g] =
             from_float<T>(silu(gate) * up);
       }
     }
@@ -224,14 +228,16 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvArgs a) {
   __shared__ float inv_rms[kMaxM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kRows;
   const int N = a.N, K = a.K;
+  const int tiles = (N + kRows - 1) / kRows;
   // Rows past N are clamped (loaded, never stored) so that no load needs a row predicate.
   const T* w = static_cast<const T*>(a.w);
-  const uint4* w_lo =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
-  const uint4* w_hi =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+  const uint4 *w_lo, *w_hi;
+  auto select_rows = [&](int tile) {
+    const int n0 = tile * kRows;
+    w_lo = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+    w_hi = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+  };
   const int64_t x_row = min(g, a.M - 1);
   const bool x_live = g < a.M;  // x rows past M are zero columns of B
   const uint4* x_vec = NORM ? nullptr : static_cast<const uint4*>(a.x) + x_row * K / kVec;
@@ -241,22 +247,12 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvArgs a) {
   const int steps = (chunks + 3) / 4;
   constexpr int kStride = W * U;  // steps per loop iteration of the CTA
 
+  int tile = blockIdx.x;
+  select_rows(tile);
   pdl_launch_dependents();
   uint4 lo[U], hi[U];
   load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
   pdl_wait();
-
-  // kAddResidual: pull warp 0's residual values into L1 now (no registers held, which would cost
-  // occupancy), so that the epilogue's read does not wait on L2.
-  if constexpr (EPI == GemvEpilogue::kAddResidual) {
-    if (warp == 0) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-        if (m < a.M && n < N) prefetch_l1(static_cast<const float*>(a.y) + static_cast<int64_t>(m) * N + n);
-      }
-    }
-  }
 
   float inv = 1.0f;
   if constexpr (NORM) {
@@ -269,52 +265,106 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvArgs a) {
     inv = inv_rms[x_row];
   }
 
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s0 = warp; s0 < steps; s0 += kStride) {
-    uint4 xv[U], next_lo[U], next_hi[U];
+  // One tile per CTA, or (a grid smaller than the tiles) several in turn: then the prologue
+  // above is paid once per CTA, and each tile's first weights load during the previous tile's
+  // reduction.
+  for (;;) {
+    const int n0 = tile * kRows;
+    // kAddResidual: pull warp 0's residual values into L1 now (no registers held, which would
+    // cost occupancy), so that the epilogue's read does not wait on L2.
+    if constexpr (EPI == GemvEpilogue::kAddResidual) {
+      if (warp == 0) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = (s0 + u * W) * 4 + t;
-      xv[u] = make_uint4(0, 0, 0, 0);
-      if (c < chunks && x_live) xv[u] = load_x<T, NORM>(x_vec, res_vec, norm_weight, c, inv);
+        for (int i = 0; i < 4; ++i) {
+          const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+          if (m < a.M && n < N)
+            prefetch_l1(static_cast<const float*>(a.y) + static_cast<int64_t>(m) * N + n);
+        }
+      }
     }
-    load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = warp; s0 < steps; s0 += kStride) {
+      uint4 xv[U], next_lo[U], next_hi[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      mma_16816<T>(acc, lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv[u].x, xv[u].y);
-      mma_16816<T>(acc, lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv[u].z, xv[u].w);
-      lo[u] = next_lo[u];
-      hi[u] = next_hi[u];
+      for (int u = 0; u < U; ++u) {
+        const int c = (s0 + u * W) * 4 + t;
+        xv[u] = make_uint4(0, 0, 0, 0);
+        if (c < chunks && x_live) xv[u] = load_x<T, NORM>(x_vec, res_vec, norm_weight, c, inv);
+      }
+      load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        mma_16816<T>(acc, lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv[u].x, xv[u].y);
+        mma_16816<T>(acc, lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv[u].z, xv[u].w);
+        lo[u] = next_lo[u];
+        hi[u] = next_hi[u];
+      }
     }
-  }
+    const int next = NORM ? tile + gridDim.x : tiles;  // plain GEMVs: one tile per CTA
+    if (next < tiles) {
+      select_rows(next);
+      load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
+    }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float sum[4];
+    for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp == 0) {
+      float sum[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    sum[i] = partial[0][i][lane];
+      for (int i = 0; i < 4; ++i) {
+        sum[i] = partial[0][i][lane];
 #pragma unroll
-    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
+        for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
+      }
+      epilogue<T, EPI>(a, sum, tile, g, t);
+    }
+    if (next >= tiles) break;
+    __syncthreads();  // `partial` is reused by the next tile
+    tile = next;
   }
-  epilogue<T, EPI>(a, sum, n0, g, t);
+}
+
+/// CTAs that fit on the device at once for `kernel` (blocks per SM x SMs), cached per kernel.
+template <typename Kernel>
+int resident_ctas(Kernel kernel, int threads) {
+  static thread_local std::vector<std::pair<const void*, int>> cache;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (const auto& [k, v] : cache)
+    if (k == key) return v;
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess)
+    return 0;  // unknown: one CTA per tile
+  cache.emplace_back(key, sms * per_sm);
+  return sms * per_sm;
+}
+
+// With a norm, every CTA first sums the partial sums of squares (an L2 round trip and a barrier
+// before its first product): the grid is then capped at the CTAs resident at once, each looping
+// over tiles, so that the prologue is paid once per CTA rather than once per 16 rows.
+template <typename T, int W, int U, bool NORM, GemvEpilogue EPI>
+cudaError_t launch_epilogue(const GemvParams& p, const GemvArgs& a, cudaStream_t stream) {
+  auto kernel = gemv_kernel<T, W, U, NORM, EPI>;
+  int ctas = (p.N + kRows - 1) / kRows;
+  if constexpr (NORM) {
+    const int resident = resident_ctas(kernel, W * 32);
+    if (resident > 0) ctas = std::min(ctas, resident);
+  }
+  return launch_kernel(kernel, dim3(ctas), dim3(W * 32), 0, stream, a);
 }
 
 template <typename T, int W, int U, bool NORM>
 cudaError_t launch_shape(const GemvParams& p, const GemvArgs& a, cudaStream_t stream) {
-  const dim3 grid((p.N + kRows - 1) / kRows), block(W * 32);
   switch (p.epilogue) {
     case GemvEpilogue::kStore:
-      return launch_kernel(gemv_kernel<T, W, U, NORM, GemvEpilogue::kStore>, grid, block, 0,
-                           stream, a);
+      return launch_epilogue<T, W, U, NORM, GemvEpilogue::kStore>(p, a, stream);
     case GemvEpilogue::kAddResidual:
-      return launch_kernel(gemv_kernel<T, W, U, NORM, GemvEpilogue::kAddResidual>, grid, block,
-                           0, stream, a);
+      return launch_epilogue<T, W, U, NORM, GemvEpilogue::kAddResidual>(p, a, stream);
     case GemvEpilogue::kSiluMul:
-      return launch_kernel(gemv_kernel<T, W, U, NORM, GemvEpilogue::kSiluMul>, grid, block, 0,
-                           stream, a);
+      return launch_epilogue<T, W, U, NORM, GemvEpilogue::kSiluMul>(p, a, stream);
   }
   return invalid_argument("gemv: unknown epilogue");
 }

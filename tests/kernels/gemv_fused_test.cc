@@ -251,6 +251,7 @@ TEST(GemvFused, NormInput) {
       check_norm_input(dt, 8, 33, 4104, true, config, rng);
       check_norm_input(dt, 3, 17, 8, false, config, rng);  // one partial sum, one chunk
       check_norm_input(dt, 5, 1000, 200, true, config, rng);
+      check_norm_input(dt, 3, 11203, 64, false, config, rng);  // more tiles than resident CTAs
     }
 }
 
@@ -286,7 +287,7 @@ TEST(GemvFused, DecodeChainMatchesUnfusedReference) {
   for (DType dt : kDTypes)
     for (int M : {1, 4}) {
       SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M));
-      const int H = 512, I = 1376, V = 1000;
+      const int H = 512, I = 4096, V = 5003;  // gate|up and LM head: more tiles than CTAs
       const float sH = 1.0f / std::sqrt(float(H)), sI = 1.0f / std::sqrt(float(I));
       const std::vector<float> attn = rounded_random(size_t(M) * H, rng, dt);
       const std::vector<float> wo = rounded_random(size_t(H) * H, rng, dt, sH);

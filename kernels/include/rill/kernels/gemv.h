@@ -35,7 +35,8 @@ enum class GemvEpilogue : int {
 /// RMSNorm folded into the input: x[m, k] = dtype(residual[m, k] * inv[m] * weight[k]) with
 /// inv[m] = 1 / sqrt(sum_p ssq[m, p] / K + eps), the partial sums summed in a fixed order (so
 /// every CTA, and every run, computes the same inv). ssq is what a kAddResidual GEMV with
-/// N = K wrote (ssq_parts = gemv_ssq_parts(K)).
+/// N = K wrote (ssq_parts = gemv_ssq_parts(K)). Such a GEMV runs as many CTAs as fit on the
+/// device at once, each looping over tiles of rows, so that the statistics are read once per CTA.
 struct GemvNorm {
   const float* residual = nullptr;  // [M, K] fp32; null: no norm, x is the input
   const void* weight = nullptr;     // [K] dtype
