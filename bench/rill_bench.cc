@@ -197,7 +197,7 @@ void decode_table(Bench& b) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
         r.set_programmatic_launch(v.pdl);
-        r.set_fused_decode(v.fused);
+        r.set_fused_decode(v.fused && eo.fused_decode);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -210,7 +210,7 @@ void decode_table(Bench& b) {
   r.set_cuda_graphs(eo.cuda_graphs);
   r.set_gemv(true);
   r.set_programmatic_launch(true);
-  r.set_fused_decode(true);
+  r.set_fused_decode(eo.fused_decode);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.

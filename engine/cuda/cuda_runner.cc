@@ -30,7 +30,6 @@ constexpr int kMaxSplits = 16;
 // hundred keys still spreads over all SMs (the kernel is latency-bound there), large enough that
 // the merge stays cheap.
 constexpr int kMinKeysPerSplit = 64;
-constexpr int kMaxGemvTokens = 8;      // steps of at most this many tokens run GEMVs (fused decode)
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -84,6 +83,7 @@ class CudaRunner::Profiler {
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
   graphs_enabled_ = o.cuda_graphs;
+  fused_decode_ = o.fused_decode;
   const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
@@ -163,9 +163,8 @@ void CudaRunner::allocate_buffers() {
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
   attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
                           "attention workspace");
-  // Zeroed once: decode attention counts finished splits in it and leaves the counters zero.
+  // The split merge's counters must start at zero; every launch leaves them zero again.
   if (attn_ws_.bytes() > 0) RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
-  ssq_ = DeviceMemory(2 * size_t(kMaxGemvTokens) * kernels::gemv_ssq_parts(c.hidden_size) * 4, "norm statistics");
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
@@ -266,42 +265,7 @@ void CudaRunner::timed(int category, Fn&& fn) {
 
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
 // write, output projection: h_ (normed input) -> o_.
-bool CudaRunner::fuses(const StepPlan& plan) const {
-  const ModelConfig& c = config_;
-  return fused_decode_ && gemm_->gemv_enabled() && plan.shape.tokens <= kMaxGemvTokens &&
-         c.norm == NormKind::kRmsNorm && !c.parallel_residual && c.hidden_size % 8 == 0 &&
-         c.q_dim() % 8 == 0 && c.intermediate_size % 8 == 0;
-}
-
-float* CudaRunner::ssq(int slot) const {
-  return ssq_.as<float>() + size_t(slot) * kMaxGemvTokens * kernels::gemv_ssq_parts(config_.hidden_size);
-}
-
-kernels::GemvNorm CudaRunner::norm_input(const void* weight, int slot) const {
-  kernels::GemvNorm n;
-  n.residual = x_.as<float>();
-  n.weight = weight;
-  n.ssq = ssq(slot);
-  n.ssq_parts = kernels::gemv_ssq_parts(config_.hidden_size);
-  n.eps = config_.norm_eps;
-  return n;
-}
-
-void CudaRunner::gemv_add_residual(const void* x, const void* w, const void* bias, int T, int K, int slot) {
-  kernels::GemvParams p;
-  p.M = T;
-  p.N = config_.hidden_size;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.epilogue = kernels::GemvEpilogue::kAddResidual;
-  p.y = x_.get();
-  p.bias = bias;
-  p.ssq_out = ssq(slot);
-  gemm_->gemv(p);
-}
-
-void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fused) {
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
@@ -311,20 +275,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fused) {
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  timed(Profiler::kGemm, [&] {
-    if (!fused || li == 0) {  // layer 0's input norm ran as a kernel (after the embedding)
-      gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H);
-      return;
-    }
-    kernels::GemvParams p;
-    p.M = T;
-    p.N = c.qkv_dim();
-    p.K = H;
-    p.norm = norm_input(w.attn_norm, 1);  // x_ as the previous layer's down projection left it
-    p.w = w.wqkv;
-    p.y = qkv_.get();
-    gemm_->gemv(p);
-  });
+  timed(Profiler::kGemm, [&] { gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H); });
   timed(Profiler::kNorm, [&] {
     kernels::RopeKvParams p;
     p.dtype = dt;
@@ -403,39 +354,31 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fused) {
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
-  timed(Profiler::kGemm, [&] {
-    if (fused) {
-      gemv_add_residual(attn_.get(), w.wo, w.bo, T, c.q_dim(), 0);
-    } else {
-      gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim());
-    }
-  });
+  timed(Profiler::kGemm, [&] { gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim()); });
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
-void CudaRunner::enqueue_mlp(int li, const void* in, int T, bool fused) {
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
-  const int up_width = c.gated_mlp ? 2 * I : I;
-  const bool silu_in_gemv = fused && c.gated_mlp && weights_->gate_up_interleaved();
+  // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
+  const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
+                            gemm_->uses_gemv(in, w.wup, T, H);
   timed(Profiler::kGemm, [&] {
-    if (!fused) {
-      gemm_->run(in, w.wup, up_.get(), T, up_width, H);
+    if (!silu_in_gemv) {
+      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H);
       return;
     }
     kernels::GemvParams p;
     p.M = T;
-    p.N = up_width;
+    p.N = 2 * I;
     p.K = H;
-    p.norm = norm_input(w.mlp_norm, 0);  // x_ as the output projection left it
+    p.x = in;
     p.w = w.wup;
-    p.y = up_.get();
-    if (silu_in_gemv) {
-      p.epilogue = kernels::GemvEpilogue::kSiluMul;
-      p.y = act_.get();
-      p.bias = w.bup;
-    }
+    p.y = act_.get();
+    p.epilogue = kernels::GemvEpilogue::kSiluMul;
+    p.bias = w.bup;
     gemm_->gemv(p);
   });
   if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
@@ -454,13 +397,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T, bool fused) {
     p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
-  timed(Profiler::kGemm, [&] {
-    if (fused) {
-      gemv_add_residual(act_.get(), w.wdown, w.bdown, T, I, 1);
-    } else {
-      gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I);
-    }
-  });
+  timed(Profiler::kGemm, [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I); });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -502,20 +439,9 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     }
   }
 
-  if (fuses(plan)) {  // the adds and norms happen inside the GEMVs
-    enqueue_attention(li, plan, true);
-    enqueue_mlp(li, nullptr, T, true);
-    if (last && !plan.identity_rows) {  // the final norm of the logit rows, for a plain LM head
-      kernels::AddNormParams final_norm;
-      final_norm.weight0 = weights_->final_norm();
-      final_norm.out0 = normed_.get();
-      enqueue_add_norm(final_norm, plan, true);
-    }
-    return;
-  }
-  enqueue_attention(li, plan, false);
+  enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_mlp(li, h2_.get(), T, false);
+    enqueue_mlp(li, h2_.get(), T);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
@@ -530,7 +456,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
   enqueue_add_norm(mid, plan, false);
-  enqueue_mlp(li, h_.get(), T, false);
+  enqueue_mlp(li, h_.get(), T);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   enqueue_add_norm(after, plan, last);
@@ -567,18 +493,6 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
-    if (fuses(plan) && plan.identity_rows) {  // the final norm inside the LM head's GEMV
-      kernels::GemvParams p;
-      p.M = sh.logit_rows;
-      p.N = c.vocab_size;
-      p.K = c.hidden_size;
-      p.norm = norm_input(weights_->final_norm(), 1);
-      p.w = weights_->lm_head();
-      p.y = logits_.get();
-      p.y_f32 = true;
-      gemm_->gemv(p);
-      return;
-    }
     gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size, c.hidden_size, true);
   });
   if (copy_logits)  // before sampling, which edits the logits in place

@@ -52,10 +52,8 @@ class CudaRunner final : public ModelRunner {
   void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
   /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
   void set_gemv(bool on);
-  /// Decode fusion on/off: at steps of <= 8 tokens (RMSNorm, sequential residual), the o and down
-  /// GEMVs add into the residual, the next GEMV normalizes its input as it loads it, and the
-  /// gate|up GEMV applies SiLU-and-mul (kernels/gemv.h), which removes the add + norm and
-  /// activation kernels of every layer. Re-captures graphs.
+  /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
+  /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
@@ -86,17 +84,8 @@ class CudaRunner final : public ModelRunner {
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
-  // With `fused` (fuses(plan)): the QKV projection normalizes the residual itself (after layer
-  // 0), the output and down projections add into the residual, the MLP's GEMV applies SiLU.
-  void enqueue_attention(int layer, const cuda::StepPlan& plan, bool fused);
-  void enqueue_mlp(int layer, const void* in, int num_tokens, bool fused);
-  bool fuses(const cuda::StepPlan& plan) const;
-  // GEMV input: RMSNorm(x_) * weight, from the partial sums of squares ssq_ slot `slot`.
-  kernels::GemvNorm norm_input(const void* weight, int slot) const;
-  // x_ += x w^T + bias (GEMV), leaving the partial sums of squares in ssq_ slot `slot`.
-  void gemv_add_residual(const void* x, const void* w, const void* bias, int num_tokens, int K,
-                         int slot);
-  float* ssq(int slot) const;
+  void enqueue_attention(int layer, const cuda::StepPlan& plan);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
@@ -136,7 +125,6 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32
   cuda::DeviceMemory attn_ws_;  // decode attention split workspace
-  cuda::DeviceMemory ssq_;      // [2][8][ceil(H / 16)] fp32 partial sums of squares (fused decode)
   cuda::DeviceMemory
       cache_;  // [layers][blocks + 1][2][kv_heads][block_size][head_dim], fp16/bf16 or e4m3
   cuda::DeviceMemory output_counts_;  // [max_batch, V] int32 penalty state

@@ -160,8 +160,6 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
     for (int t = first; t < len; ++t) rows.push_back(plan.input_first_row[k] + t);
   }
   sh.logit_rows = static_cast<int>(rows.size());
-  plan.identity_rows = sh.logit_rows == sh.tokens;
-  for (int r = 0; r < sh.logit_rows && plan.identity_rows; ++r) plan.identity_rows = rows[r] == r;
   plan.layout = StepLayout::make(sh);
   const StepLayout& L = plan.layout;
   Writer w{out, L};

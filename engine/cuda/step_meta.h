@@ -42,7 +42,6 @@ struct StepPlan {
   std::vector<int> logits_first;       // per input: first logits row (within R), or -1
   std::vector<int> logits_count;       // per input: rows of logits returned
   bool any_logits = false;
-  bool identity_rows = false;          // logit row r is token row r for every r < T (R == T)
 };
 
 /// Sampling state of one sequence the runner keeps on the host.

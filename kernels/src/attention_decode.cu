@@ -63,7 +63,6 @@ using attn::PagedKv;
 
 constexpr int kDecodeThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxMergeSplits = 512;  // the merge keeps GH x num_splits weights in shared memory
 
 /// Workspace record of one (split, sequence, head), in floats: acc[head_dim padded to 4] | m | l |
 /// counter (int) | unused, a multiple of 16 bytes so that every record is 16-byte aligned.
@@ -437,21 +436,18 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
 
 /// Several splits, run by every thread of every CTA once its partial results are written: counts
 /// the CTA on its group's counter (record (0, seq, h0)); the last CTA of the group resets the
-/// counter and combines the splits of its nh heads by log-sum-exp:
-///   out = sum_s w_s acc_s / sum_s w_s l_s,  w_s = 2^(m_s - M), M = max_s m_s,
-/// with w_s = 0 for empty splits (m_s = -inf, acc not written) and 0 output where the sum is 0.
-/// Every sum runs in a fixed order (s = 0 .. num_splits - 1, or a fixed shuffle tree), so the
-/// output is bit-identical whichever CTA comes last. The weights go to shared memory first, so
-/// that the second pass only loads acc values: kOut outputs per thread, kOut loads per split in
-/// flight (GQA groups of 8 heads merge in a few L2 round trips, not one per split and output).
-/// `sm`: the CTA's shared memory (the load ring, free once every thread is past the first
-/// barrier): [0] the last-CTA flag, [1, 1 + GH) 1 / sum_s w_s l_s, then w [GH][num_splits].
-template <typename T, int D, int GH>
+/// counter and combines the splits of its nh heads by log-sum-exp, in the order s = 0 ..
+/// num_splits - 1 whichever CTA is last:
+///   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s,
+/// skipping empty splits (m_s = -inf, acc not written); 0 where the sum is 0.
+/// `sm`: the CTA's shared memory (the load ring holds 48 KiB already), free once every thread is
+/// past the first barrier: [0] the last-CTA flag, [1, 1 + nh) the maxima (never overlapping, so no
+/// barrier is needed between reading the flag and writing the maxima).
+template <typename T, int D>
 __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_t row0, int nh,
                                                      T* out, float* sm) {
   int* s_last = reinterpret_cast<int*>(sm);
-  float* s_inv = sm + 1;
-  float* s_w = sm + 1 + GH;
+  float* s_max = sm + 1;
   int* counter = reinterpret_cast<int*>(ws_record<D>(a, 0, row0) + ws_counter_offset(D));
   __threadfence();  // this thread's partial writes are visible device-wide before the count...
   __syncthreads();  // ...for every thread of the CTA (and all are done with `sm`)
@@ -461,8 +457,8 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
   __threadfence();  // the other CTAs fenced their partials before counting: read them after this
   if (threadIdx.x == 0) atomicExch(counter, 0);  // self-cleaning: next layer, next graph replay
 
-  // Weights per head: one warp per head, lanes over the splits. Partials are read with
-  // ld.global.cg (L2), never from a possibly stale L1 line.
+  // M per head: one warp per head, lanes over the splits (max is exact: order does not matter).
+  // Partials are read with ld.global.cg (L2), never from a possibly stale L1 line.
   constexpr int kWarps = kDecodeThreads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int h = warp; h < nh; h += kWarps) {
@@ -471,39 +467,28 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
       mx = fmaxf(mx, __ldcg(ws_record<D>(a, s, row0 + h) + ws_ml_offset(D)));
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float sum = 0.0f;
-    for (int s = lane; s < a.num_splits; s += 32) {
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(ws_record<D>(a, s, row0 + h) +
-                                                               ws_ml_offset(D)));
-      const float w = ml.x == -INFINITY ? 0.0f : ex2(ml.x - mx);
-      s_w[h * a.num_splits + s] = w;
-      sum = fmaf(ml.y, w, sum);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) s_inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (lane == 0) s_max[h] = mx;
   }
   __syncthreads();
-  constexpr int kOut = (GH * D + kDecodeThreads - 1) / kDecodeThreads;
-  float o[kOut];
-#pragma unroll
-  for (int k = 0; k < kOut; ++k) o[k] = 0.0f;
-#pragma unroll 2
-  for (int s = 0; s < a.num_splits; ++s) {
-#pragma unroll
-    for (int k = 0; k < kOut; ++k) {
-      const int i = threadIdx.x + k * kDecodeThreads, h = i / D;
-      if (i < nh * D) {
-        const float v = __ldcg(ws_record<D>(a, s, row0 + h) + i % D);
-        const float w = s_w[h * a.num_splits + s];
-        if (w != 0.0f) o[k] = fmaf(v, w, o[k]);  // an empty split's acc is stale: skip it
+  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    const float mx = s_max[h];
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+      // Loads outside the branch so that several splits' loads are in flight at once.
+#pragma unroll 4
+      for (int s = 0; s < a.num_splits; ++s) {
+        const float* rec = ws_record<D>(a, s, row0 + h);
+        const float2 ml = __ldcg(reinterpret_cast<const float2*>(rec + ws_ml_offset(D)));
+        const float v = __ldcg(rec + d);
+        if (ml.x != -INFINITY) {  // else an empty split: v is stale, not written by this launch
+          const float w = ex2(ml.x - mx);
+          sum = fmaf(ml.y, w, sum);
+          o = fmaf(v, w, o);
+        }
       }
     }
-  }
-#pragma unroll
-  for (int k = 0; k < kOut; ++k) {
-    const int i = threadIdx.x + k * kDecodeThreads;
-    if (i < nh * D) out[i] = from_float<T>(o[k] * s_inv[i / D]);
+    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
   }
 }
 
@@ -513,9 +498,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
 
-  __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merges
-  static_assert(DecodeSmem<D, C, GH>::kVecs * 4 >= 1 + GH + GH * kMaxMergeSplits,
-                "room for the split merge's weights");
+  __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
 
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
@@ -538,7 +521,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
     for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
   }
   if (a.num_splits > 1)
-    merge_splits_if_last<T, D, GH>(a, row0, nh, out, reinterpret_cast<float*>(smem));
+    merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
 }
 
 /// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
@@ -609,7 +592,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
       !why.empty())
     return invalid_argument("decode attention: " + why);
-  if (p.num_splits < 1 || p.num_splits > kMaxMergeSplits)
+  if (p.num_splits < 1 || p.num_splits > 65535)
     return invalid_argument("decode attention: num_splits=" + std::to_string(p.num_splits));
   if (p.num_splits > 1 && (p.workspace == nullptr || !attn::aligned16(p.workspace)))
     return invalid_argument("decode attention: num_splits > 1 needs a 16-byte aligned workspace");

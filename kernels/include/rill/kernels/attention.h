@@ -41,7 +41,7 @@ struct DecodeAttentionParams {
   /// `min_keys_per_split` keys (empty parts only report themselves empty); the CTAs of the parts
   /// write partial results to `workspace`, and the last of them to finish merges them in a fixed
   /// order (deterministic; no second kernel). num_splits is fixed per launch so the grid never
-  /// depends on data: safe under CUDA graphs. At most 512.
+  /// depends on data: safe under CUDA graphs.
   int num_splits = 1;
   int min_keys_per_split = 256;
   /// num_splits > 1: 16-byte aligned, decode_attention_workspace_bytes(num_seqs, num_heads,
