@@ -279,8 +279,9 @@ int main(int argc, char** argv) {
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("pdl-off-too",
             "also time every decode configuration with programmatic dependent launch off");
-  args.flag("fusion-off-too",
-            "also time batch <= 8 decode without the fused GEMVs (separate add + norm and activation kernels)");
+  args.flag(
+      "fusion-off-too",
+      "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");

@@ -20,6 +20,7 @@ class Uploader {
     for (const Tensor* t : parts)
       if (t->present()) elems += static_cast<size_t>(t->numel());
     if (elems == 0) return -1;
+    interleave = interleave && parts.size() == 2 && parts[0]->present() && parts[1]->present();
     items_.push_back({std::move(parts), offset_, elems, interleave});
     offset_ += align256(elems * 2);
     return static_cast<int>(items_.size()) - 1;

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 
-
 namespace rill::cuda {
 
 Gemm::Gemm(kernels::DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {

@@ -20,11 +20,10 @@ class Gemm {
 
   /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32.
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false);
-  /// Enqueues Rill's GEMV with its fused input / epilogue options (p.dtype is filled in).
+  /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
-  bool gemv_enabled() const { return gemv_enabled_; }
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 

@@ -14,8 +14,8 @@ void add_engine_flags(Args& a) {
   a.option("kv-cache-dtype", "auto",
            "KV-cache element type: auto (the model's dtype) | fp8 (e4m3, half the bytes)");
   a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
-  a.flag("no-fused-decode", "run the norms, residual adds and activation of small-batch decode as "
-         "separate kernels instead of inside the GEMVs");
+  a.flag("no-fused-decode",
+         "run SiLU-and-mul of small-batch decode as its own kernel instead of in the gate|up GEMV");
 }
 
 EngineOptions engine_options(const Args& a) {
