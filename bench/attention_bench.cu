@@ -125,6 +125,7 @@ void bench_decode(const DecodeShape& s, KvDType kv, int splits, const rill::benc
   const size_t ws_bytes =
       rill::kernels::decode_attention_workspace_bytes(s.batch, s.heads, s.head_dim, splits);
   if (ws_bytes) BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  if (ws_bytes) BENCH_CUDA(cudaMemset(ws, 0, ws_bytes));  // split counters start at zero
 
   DecodeAttentionParams p;
   p.dtype = DType::kF16;

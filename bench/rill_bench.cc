@@ -186,16 +186,18 @@ void decode_table(Bench& b) {
       // The default configuration, then each optimisation switched off on its own.
       struct Variant {
         const char* off;  // "" for the default
-        bool graphs = true, gemv = true, pdl = true;
+        bool graphs = true, gemv = true, pdl = true, fused = true;
       };
       std::vector<Variant> variants{{""}};
       if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
       if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
       if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
+      if (args.on("fusion-off-too") && batch <= 8) variants.push_back({"fusion", true, true, true, false});
       for (const Variant& v : variants) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
         r.set_programmatic_launch(v.pdl);
+        r.set_fused_decode(v.fused && eo.fused_decode);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -208,6 +210,7 @@ void decode_table(Bench& b) {
   r.set_cuda_graphs(eo.cuda_graphs);
   r.set_gemv(true);
   r.set_programmatic_launch(true);
+  r.set_fused_decode(eo.fused_decode);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -276,6 +279,9 @@ int main(int argc, char** argv) {
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("pdl-off-too",
             "also time every decode configuration with programmatic dependent launch off");
+  args.flag(
+      "fusion-off-too",
+      "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");

@@ -83,6 +83,7 @@ class CudaRunner::Profiler {
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
   graphs_enabled_ = o.cuda_graphs;
+  fused_decode_ = o.fused_decode;
   const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
@@ -133,6 +134,11 @@ void CudaRunner::set_gemv(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_fused_decode(bool on) {
+  fused_decode_ = on;
+  drop_graphs();
+}
+
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -157,6 +163,8 @@ void CudaRunner::allocate_buffers() {
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
   attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
                           "attention workspace");
+  // The split merge's counters must start at zero; every launch leaves them zero again.
+  if (attn_ws_.bytes() > 0) RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
@@ -354,8 +362,26 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
-  timed(Profiler::kGemm, [&] { gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H); });
-  timed(Profiler::kNorm, [&] {
+  // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
+  const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
+                            gemm_->uses_gemv(in, w.wup, T, H);
+  timed(Profiler::kGemm, [&] {
+    if (!silu_in_gemv) {
+      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H);
+      return;
+    }
+    kernels::GemvParams p;
+    p.M = T;
+    p.N = 2 * I;
+    p.K = H;
+    p.x = in;
+    p.w = w.wup;
+    p.y = act_.get();
+    p.epilogue = kernels::GemvEpilogue::kSiluMul;
+    p.bias = w.bup;
+    gemm_->gemv(p);
+  });
+  if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
     kernels::ActivationParams p;
     p.dtype = weights_->dtype();
     p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
@@ -368,6 +394,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.in = up_.get();
     p.bias = w.bup;
     p.out = act_.get();
+    p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
   timed(Profiler::kGemm, [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I); });

@@ -52,6 +52,9 @@ class CudaRunner final : public ModelRunner {
   void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
   /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
   void set_gemv(bool on);
+  /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
+  /// off runs the activation kernel after the GEMV. Re-captures graphs.
+  void set_fused_decode(bool on);
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
@@ -106,6 +109,7 @@ class CudaRunner final : public ModelRunner {
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
+  bool fused_decode_ = true;
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream

@@ -1,5 +1,6 @@
 #include "engine/cuda/cuda_weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace rill::cuda {
@@ -13,12 +14,14 @@ class Uploader {
   explicit Uploader(kernels::DType dtype) : dtype_(dtype) {}
 
   /// Reserves room for the concatenation of `parts` (absent parts skipped); returns a slot id.
-  int plan(std::vector<const Tensor*> parts) {
+  /// interleave: two parts of equal shape whose rows alternate in tiles of 8 (kGateUpTile).
+  int plan(std::vector<const Tensor*> parts, bool interleave = false) {
     size_t elems = 0;
     for (const Tensor* t : parts)
       if (t->present()) elems += static_cast<size_t>(t->numel());
     if (elems == 0) return -1;
-    items_.push_back({std::move(parts), offset_, elems});
+    interleave = interleave && parts.size() == 2 && parts[0]->present() && parts[1]->present();
+    items_.push_back({std::move(parts), offset_, elems, interleave});
     offset_ += align256(elems * 2);
     return static_cast<int>(items_.size()) - 1;
   }
@@ -39,6 +42,7 @@ class Uploader {
         convert(*t, host.data() + at);
         at += static_cast<size_t>(t->numel());
       }
+      if (it.interleave) host = interleave_halves(host, it.parts[0]->shape.at(0));
       RILL_CUDA(cudaMemcpy(base + it.offset, host.data(), it.elems * 2, cudaMemcpyHostToDevice));
     }
     for (const Floats& f : floats_)
@@ -58,9 +62,21 @@ class Uploader {
     std::vector<float> f = t.to_f32();
     for (size_t i = 0; i < n; ++i) dst[i] = want == DType::kF16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
   }
+  /// [a rows; b rows] (rows each) -> tiles [a 8 rows; b 8 rows] in row order.
+  static std::vector<uint16_t> interleave_halves(const std::vector<uint16_t>& ab, int64_t rows) {
+    const size_t row = ab.size() / size_t(2 * rows), tile = size_t(kGateUpTile) * row;
+    std::vector<uint16_t> out(ab.size());
+    const uint16_t* b = ab.data() + ab.size() / 2;
+    for (size_t r = 0; r < size_t(rows); r += kGateUpTile) {
+      std::copy_n(ab.data() + r * row, tile, out.data() + 2 * r * row);
+      std::copy_n(b + r * row, tile, out.data() + 2 * r * row + tile);
+    }
+    return out;
+  }
   struct Item {
     std::vector<const Tensor*> parts;
     size_t offset, elems;
+    bool interleave;
   };
   struct Floats {
     std::vector<float> values;
@@ -86,6 +102,7 @@ DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype) : dtype_(
   const ModelWeights& w = model.weights;
   const ModelConfig& c = model.config;
   Uploader up(dtype);
+  gate_up_interleaved_ = c.gated_mlp && c.intermediate_size % kGateUpTile == 0;
   const int embed = up.plan({&w.embed});
   const int head = c.tie_word_embeddings ? embed : up.plan({&w.lm_head});
   const int fnorm = up.plan({&w.final_norm});
@@ -105,8 +122,8 @@ DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype) : dtype_(
     s.bqkv = up.plan({&l.q_bias, &l.k_bias, &l.v_bias});
     s.o = up.plan({&l.o});
     s.bo = up.plan({&l.o_bias});
-    s.upw = c.gated_mlp ? up.plan({&l.gate, &l.up}) : up.plan({&l.up});
-    s.upb = c.gated_mlp ? up.plan({&l.gate_bias, &l.up_bias}) : up.plan({&l.up_bias});
+    s.upw = c.gated_mlp ? up.plan({&l.gate, &l.up}, gate_up_interleaved_) : up.plan({&l.up});
+    s.upb = c.gated_mlp ? up.plan({&l.gate_bias, &l.up_bias}, gate_up_interleaved_) : up.plan({&l.up_bias});
     s.down = up.plan({&l.down});
     s.bdown = up.plan({&l.down_bias});
     slots.push_back(s);

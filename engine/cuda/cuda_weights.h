@@ -11,6 +11,9 @@
 
 namespace rill::cuda {
 
+/// Rows per tile of the interleaved gate|up matrix.
+constexpr int kGateUpTile = 8;
+
 struct DeviceLayer {
   const void* attn_norm = nullptr;      // [H]
   const void* attn_norm_bias = nullptr; // [H] (LayerNorm)
@@ -20,8 +23,8 @@ struct DeviceLayer {
   const void* bqkv = nullptr;           // [qkv_dim] or null
   const void* wo = nullptr;             // [H, q_dim]
   const void* bo = nullptr;             // [H] or null
-  const void* wup = nullptr;            // gated: [2I, H] (gate rows, then up rows); plain: [I, H]
-  const void* bup = nullptr;            // [2I] / [I] or null
+  const void* wup = nullptr;            // gated: [2I, H], see gate_up_interleaved(); plain: [I, H]
+  const void* bup = nullptr;            // [2I] / [I] or null, rows as wup's
   const void* wdown = nullptr;          // [H, I]
   const void* bdown = nullptr;          // [H] or null
 };
@@ -39,9 +42,14 @@ class DeviceWeights {
   const void* final_norm_bias() const { return final_norm_bias_; }
   const float* inv_freq() const { return inv_freq_; }
   const std::vector<DeviceLayer>& layers() const { return layers_; }
+  /// Gated MLPs: true when the gate and up rows of wup alternate in tiles of kGateUpTile (gate
+  /// rows 8j..8j+7, then up rows 8j..8j+7), the layout GemvEpilogue::kSiluMul reads; false (I not
+  /// a multiple of 8) when wup is all gate rows, then all up rows.
+  bool gate_up_interleaved() const { return gate_up_interleaved_; }
 
  private:
   kernels::DType dtype_;
+  bool gate_up_interleaved_ = false;
   DeviceMemory arena_;
   const void* embed_ = nullptr;
   const void* lm_head_ = nullptr;

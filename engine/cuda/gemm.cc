@@ -2,8 +2,6 @@
 
 #include <cstdint>
 
-#include "rill/kernels/gemv.h"
-
 namespace rill::cuda {
 
 Gemm::Gemm(kernels::DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
@@ -39,7 +37,6 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
     return;
   }
   kernels::GemvParams p;
-  p.dtype = dtype_;
   p.M = M;
   p.N = N;
   p.K = K;
@@ -47,6 +44,11 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
   p.w = w;
   p.y = y;
   p.y_f32 = y_f32;
+  gemv(p);
+}
+
+void Gemm::gemv(kernels::GemvParams p) {
+  p.dtype = dtype_;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
 }
 

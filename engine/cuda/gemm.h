@@ -7,6 +7,7 @@
 
 #include "engine/cuda/cuda_util.h"
 #include "rill/kernels/common.h"
+#include "rill/kernels/gemv.h"
 
 namespace rill::cuda {
 
@@ -19,6 +20,8 @@ class Gemm {
 
   /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32.
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false);
+  /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
+  void gemv(kernels::GemvParams p);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
   /// True when run() takes the GEMV kernel for these operands.

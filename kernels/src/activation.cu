@@ -2,6 +2,8 @@
 //   silu(x) = x / (1 + exp(-x))                                  (kSiluMul: silu(gate) * up)
 //   gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2)))
 //   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+// kSiluMul reads gate and up from the two halves of each input row, or (interleaved) from
+// alternating tiles of 8: [g0..g7 u0..u7 g8..g15 u8..u15 ...], the CUDA runner's gate|up layout.
 #include <algorithm>
 
 #include "launch.cuh"
@@ -42,7 +44,7 @@ __global__ void __launch_bounds__(kThreads)
     activation_kernel(const T* in,    // [T, 2I] (kSiluMul, gate | up) or [T, I]
                       const T* bias,  // optional [2I] or [I]
                       T* out,         // [T, I]
-                      int num_tokens, int width) {
+                      int num_tokens, int width, bool interleaved) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
   constexpr bool kGated = KIND == ActKind::kSiluMul;
@@ -54,10 +56,13 @@ __global__ void __launch_bounds__(kThreads)
        c += int64_t(gridDim.x) * kThreads) {
     const int64_t t = c / chunks_per_row;
     const int j = static_cast<int>(c - t * chunks_per_row) * kStep;
-    const T* src = in + t * kIn * width + j;
+    // Element j's gate at column gj of the input row, its up at gj + up_off.
+    const int gj = kGated && interleaved ? (j / kVec) * 2 * kVec + j % kVec : j;
+    const int up_off = interleaved ? kVec : width;
+    const T* src = in + t * kIn * width + gj;
     float x[kVec], y[kVec];
-    load_biased<T, VEC>(src, bias ? bias + j : nullptr, x);
-    if constexpr (kGated) load_biased<T, VEC>(src + width, bias ? bias + width + j : nullptr, y);
+    load_biased<T, VEC>(src, bias ? bias + gj : nullptr, x);
+    if constexpr (kGated) load_biased<T, VEC>(src + up_off, bias ? bias + gj + up_off : nullptr, y);
 #pragma unroll
     for (int e = 0; e < kStep; ++e)
       y[e] = kGated ? activate<KIND>(x[e]) * y[e] : activate<KIND>(x[e]);
@@ -80,10 +85,10 @@ cudaError_t launch_kind(const ActivationParams& p, bool vec, cudaStream_t stream
   T* out = static_cast<T*>(p.out);
   if (vec) {
     launch_kernel(activation_kernel<T, KIND, true>, dim3(blocks), dim3(kThreads), 0, stream, in,
-                  bias, out, p.num_tokens, p.width);
+                  bias, out, p.num_tokens, p.width, p.interleaved);
   } else {
     launch_kernel(activation_kernel<T, KIND, false>, dim3(blocks), dim3(kThreads), 0, stream, in,
-                  bias, out, p.num_tokens, p.width);
+                  bias, out, p.num_tokens, p.width, p.interleaved);
   }
   return launch_status();
 }
@@ -94,6 +99,8 @@ cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.width < 0) return invalid_argument("activation: negative size");
   if (p.num_tokens == 0 || p.width == 0) return cudaSuccess;
   if (!p.in || !p.out) return invalid_argument("activation: null pointer");
+  if (p.interleaved && (p.kind != ActKind::kSiluMul || p.width % kVec != 0))
+    return invalid_argument("activation: interleaved gate|up needs kSiluMul and width % 8 == 0");
   const bool vec =
       p.width % kVec == 0 && is_aligned16(p.in) && is_aligned16(p.bias) && is_aligned16(p.out);
   return dispatch_dtype(p.dtype, [&]<typename T>() {

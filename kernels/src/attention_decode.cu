@@ -18,11 +18,23 @@
 // the only synchronization, and (kStages - 1) steps of loads stay in flight while a step is
 // computed, whatever the register count. Each thread group keeps one online softmax per head in
 // fp32 (logits scaled by log2(e), exp2); at the end the groups merge through shared memory. With
-// one split the CTA writes the output; otherwise (acc, m, l) go to the workspace and
-// decode_merge_kernel combines the splits by log-sum-exp. The grid depends only on the launch
-// arguments (CUDA-graph safe); a split past the end of its sequence writes (m = -inf, l = 0) and
-// exits. Requires window_count <= ring_size (a window never holds a slot twice); q_sink is read
+// one split the CTA writes the output. The grid depends only on the launch arguments (CUDA-graph
+// safe). Requires window_count <= ring_size (a window never holds a slot twice); q_sink is read
 // only by CTAs whose range holds sinks (it may be null when no sequence has sinks).
+//
+// Several splits: the CTAs of one (sequence, kv head, head chunk) differ only in blockIdx.x. Each
+// writes its partial (acc, m, l) per head to the workspace (a split past the end of its sequence
+// writes m = -inf, l = 0), fences, and counts itself on the group's counter; the last CTA to
+// arrive (old count num_splits - 1) resets the counter to 0 and combines all splits by
+// log-sum-exp in the fixed order s = 0 .. num_splits - 1, so the output is bit-identical whichever
+// CTA comes last, and no second kernel sits on the critical path. Workspace: records of
+// ws_record_floats(head_dim) floats, [num_splits][num_seqs][num_heads]:
+//   acc[head_dim] (padded to a multiple of 4) | m | l | counter (int) | unused
+// Record (s, seq, h) holds split s's partial of head h; the counter of the group whose first query
+// head is h0 is the counter word of record (0, seq, h0). A record's offset depends only on its
+// index and head_dim, so launches with other num_seqs / num_splits on the same workspace (the
+// engine varies both per step) never write partials over a counter word: counter words only ever
+// hold counters, and every launch leaves them 0. The workspace must be zeroed once at allocation.
 //
 // fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
@@ -50,8 +62,19 @@ using attn::ex2;
 using attn::PagedKv;
 
 constexpr int kDecodeThreads = 128;
-constexpr int kMergeThreads = 64;
 constexpr float kLog2e = 1.4426950408889634f;
+
+/// Workspace record of one (split, sequence, head), in floats: acc[head_dim padded to 4] | m | l |
+/// counter (int) | unused, a multiple of 16 bytes so that every record is 16-byte aligned.
+constexpr int ws_ml_offset(int head_dim) {
+  return (head_dim + 3) / 4 * 4;
+}
+constexpr int ws_counter_offset(int head_dim) {
+  return ws_ml_offset(head_dim) + 2;
+}
+constexpr int ws_record_floats(int head_dim) {
+  return ws_ml_offset(head_dim) + 4;
+}
 
 /// Launch arguments shared by all instantiations (device view of DecodeAttentionParams).
 struct DecodeArgs {
@@ -65,11 +88,19 @@ struct DecodeArgs {
   int block_size, block_shift;
   int num_heads, group, head_chunks, num_splits, min_keys_per_split;
   float scale_log2;  // scale * log2(e) (* k_scale for an fp8 cache)
-  void* out;         // [num_seqs, num_heads * head_dim]
-  float* ws_acc;     // [num_seqs, num_heads, num_splits, head_dim] unnormalized sum p * v
-  float2* ws_ml;     // [num_seqs, num_heads, num_splits] (max logit, sum p), base 2
-  float v_scale;     // fp8 cache: applied to the accumulated values
+  int num_seqs;
+  void* out;      // [num_seqs, num_heads * head_dim]
+  float* ws;      // [num_splits, num_seqs, num_heads] records (ws_record_floats): unnormalized
+                  // sum p * v, (max logit, sum p) in base 2, the group counter; see the top
+  float v_scale;  // fp8 cache: applied to the accumulated values
 };
+
+/// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
+template <int D>
+__device__ __forceinline__ float* ws_record(const DecodeArgs& a, int split, int64_t row) {
+  const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_heads;
+  return a.ws + (split * rows + row) * ws_record_floats(D);
+}
 
 /// Thread layout for one head_dim and cache element type C: kTpr threads read a row with 16-byte
 /// vectors of kVec elements each (kTpr rounded up to a power of two; head_dim 80 and 96 leave the
@@ -347,47 +378,26 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
     if (a.num_splits == 1) {
       out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
     } else {
-      const int64_t part = (ws_row + h) * a.num_splits + split;
-      a.ws_acc[part * D + d] = o;
-      if (d == 0) a.ws_ml[part] = make_float2(mx, sum);
+      float* rec = ws_record<D>(a, split, ws_row + h);
+      rec[d] = o;
+      if (d == 0) *reinterpret_cast<float2*>(rec + ws_ml_offset(D)) = make_float2(mx, sum);
     }
   }
 }
 
-// C: the cache element type (T, or Fp8).
+/// Attends split `split`'s key range `range` (not empty) of sequence `seq` for the CTA's nh heads
+/// from h0 and writes the output (one split) or the split's partial result. `smem`: the load ring,
+/// then the merge of the thread groups.
 template <typename T, typename C, int D, int GH>
-__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
+__device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSeq& sq,
+                                             KeyRange range, int split, int seq, int kvh, int h0,
+                                             int nh, T* out, uint4* smem) {
   using Shape = DecodeShape<D, C>;
   constexpr int E = Shape::kVec;
-  __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
-
-  const int split = blockIdx.x, seq = blockIdx.z;
-  const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
-  const int h0 = kvh * a.group + chunk * GH;  // first query head of this CTA
-  const int nh = min(GH, a.group - chunk * GH);
   const int lane = threadIdx.x % Shape::kTpr, grp = threadIdx.x / Shape::kTpr;
   const bool active = lane * E < D;
-
-  const DecodeSeq sq = a.seqs[seq];
   const int num_sink = max(sq.num_sink, 0);
   const int n_keys = num_sink + max(sq.window_count, 0);
-  const KeyRange range =
-      split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
-  const int64_t ws_row = static_cast<int64_t>(seq) * a.num_heads + h0;  // (seq, h0) in workspace
-  T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(seq) * a.num_heads + h0) * D;
-
-  if (range.lo >= range.hi) {  // nothing to attend: an empty split, or a sequence without keys
-    if (a.num_splits > 1) {
-      if (threadIdx.x < nh)
-        a.ws_ml[(ws_row + threadIdx.x) * a.num_splits + split] = make_float2(-INFINITY, 0.0f);
-    } else {
-      for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
-    }
-    return;
-  }
-
   const PagedKv<C> kv{static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
                       sq.geo.block_table,
                       a.block_stride,
@@ -421,35 +431,97 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
   merge_groups<T, C, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
-                            ws_row, out);
+                            static_cast<int64_t>(seq) * a.num_heads + h0, out);
 }
 
-/// Combines the splits of one (sequence, head): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M)
-/// l_s. Grid (num_heads, num_seqs).
-template <typename T>
-__global__ void __launch_bounds__(kMergeThreads)
-    decode_merge_kernel(const float* ws_acc, const float2* ws_ml, int num_heads, int head_dim,
-                        int num_splits, T* out) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
-  const int64_t row = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
-  const float2* ml = ws_ml + row * num_splits;
-  const float* acc = ws_acc + row * num_splits * head_dim;
-  float mx = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ml[s].x);
-  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
+/// Several splits, run by every thread of every CTA once its partial results are written: counts
+/// the CTA on its group's counter (record (0, seq, h0)); the last CTA of the group resets the
+/// counter and combines the splits of its nh heads by log-sum-exp, in the order s = 0 ..
+/// num_splits - 1 whichever CTA is last:
+///   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s,
+/// skipping empty splits (m_s = -inf, acc not written); 0 where the sum is 0.
+/// `sm`: the CTA's shared memory (the load ring holds 48 KiB already), free once every thread is
+/// past the first barrier: [0] the last-CTA flag, [1, 1 + nh) the maxima (never overlapping, so no
+/// barrier is needed between reading the flag and writing the maxima).
+template <typename T, int D>
+__device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_t row0, int nh,
+                                                     T* out, float* sm) {
+  int* s_last = reinterpret_cast<int*>(sm);
+  float* s_max = sm + 1;
+  int* counter = reinterpret_cast<int*>(ws_record<D>(a, 0, row0) + ws_counter_offset(D));
+  __threadfence();  // this thread's partial writes are visible device-wide before the count...
+  __syncthreads();  // ...for every thread of the CTA (and all are done with `sm`)
+  if (threadIdx.x == 0) *s_last = atomicAdd(counter, 1) == a.num_splits - 1;
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();  // the other CTAs fenced their partials before counting: read them after this
+  if (threadIdx.x == 0) atomicExch(counter, 0);  // self-cleaning: next layer, next graph replay
+
+  // M per head: one warp per head, lanes over the splits (max is exact: order does not matter).
+  // Partials are read with ld.global.cg (L2), never from a possibly stale L1 line.
+  constexpr int kWarps = kDecodeThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int h = warp; h < nh; h += kWarps) {
+    float mx = -INFINITY;
+    for (int s = lane; s < a.num_splits; s += 32)
+      mx = fmaxf(mx, __ldcg(ws_record<D>(a, s, row0 + h) + ws_ml_offset(D)));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0) s_max[h] = mx;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    const float mx = s_max[h];
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
-      for (int s = 0; s < num_splits; ++s) {
-        const float2 v = ml[s];
-        if (v.x == -INFINITY) continue;  // empty split: its acc was never written
-        const float w = ex2(v.x - mx);
-        sum = fmaf(v.y, w, sum);
-        o = fmaf(acc[static_cast<int64_t>(s) * head_dim + d], w, o);
+      // Loads outside the branch so that several splits' loads are in flight at once.
+#pragma unroll 4
+      for (int s = 0; s < a.num_splits; ++s) {
+        const float* rec = ws_record<D>(a, s, row0 + h);
+        const float2 ml = __ldcg(reinterpret_cast<const float2*>(rec + ws_ml_offset(D)));
+        const float v = __ldcg(rec + d);
+        if (ml.x != -INFINITY) {  // else an empty split: v is stale, not written by this launch
+          const float w = ex2(ml.x - mx);
+          sum = fmaf(ml.y, w, sum);
+          o = fmaf(v, w, o);
+        }
       }
     }
-    out[row * head_dim + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
   }
+}
+
+// C: the cache element type (T, or Fp8).
+template <typename T, typename C, int D, int GH>
+__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();               // before any dependent read or global write
+
+  __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
+
+  const int split = blockIdx.x, seq = blockIdx.z;
+  const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
+  const int h0 = kvh * a.group + chunk * GH;  // first query head of this CTA
+  const int nh = min(GH, a.group - chunk * GH);
+  const int64_t row0 = static_cast<int64_t>(seq) * a.num_heads + h0;  // (seq, h0)
+  T* out = static_cast<T*>(a.out) + row0 * D;
+
+  const DecodeSeq sq = a.seqs[seq];
+  const int n_keys = max(sq.num_sink, 0) + max(sq.window_count, 0);
+  const KeyRange range =
+      split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
+  if (range.lo < range.hi) {
+    attend_range<T, C, D, GH>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
+  } else if (a.num_splits > 1) {  // an empty split, or a sequence without keys
+    if (threadIdx.x < nh)
+      *reinterpret_cast<float2*>(ws_record<D>(a, split, row0 + threadIdx.x) + ws_ml_offset(D)) =
+          make_float2(-INFINITY, 0.0f);
+  } else {
+    for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
+  }
+  if (a.num_splits > 1)
+    merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
 }
 
 /// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
@@ -480,14 +552,7 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
                     dim3(kDecodeThreads), 0, stream, args);
       break;
   }
-  if (cudaError_t err = launch_status(); err != cudaSuccess) return err;
-  if (args.num_splits > 1) {
-    launch_kernel(decode_merge_kernel<T>, dim3(args.num_heads, num_seqs), dim3(kMergeThreads), 0,
-                  stream, args.ws_acc, args.ws_ml, args.num_heads, D, args.num_splits,
-                  static_cast<T*>(args.out));
-    return launch_status();
-  }
-  return cudaSuccess;
+  return launch_status();
 }
 
 /// Calls body.template operator()<D>() for the supported decode head dims.
@@ -514,8 +579,9 @@ cudaError_t dispatch_decode_head_dim(int head_dim, Body&& body) {
 
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
   if (num_splits <= 1 || num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  const size_t parts = static_cast<size_t>(num_seqs) * num_heads * num_splits;
-  return parts * head_dim * sizeof(float) + parts * sizeof(float2);
+  // Sized by num_splits * num_seqs records per head; smaller launches use a prefix of it.
+  return static_cast<size_t>(num_splits) * num_seqs * num_heads * ws_record_floats(head_dim) *
+         sizeof(float);
 }
 
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
@@ -558,13 +624,9 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.scale_log2 = p.scale * kLog2e;
   if (fp8) args.scale_log2 *= p.layout.k_scale;
   args.v_scale = p.layout.v_scale;
+  args.num_seqs = p.num_seqs;
   args.out = p.out;
-  if (p.num_splits > 1) {
-    args.ws_acc = static_cast<float*>(p.workspace);
-    args.ws_ml = reinterpret_cast<float2*>(static_cast<char*>(p.workspace) +
-                                           static_cast<size_t>(p.num_seqs) * p.num_heads *
-                                               p.num_splits * p.head_dim * sizeof(float));
-  }
+  args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
   return dispatch_dtype(p.dtype, [&]<typename T>() {

@@ -11,7 +11,8 @@
 // {2t, 2t+1, 2t+8, 2t+9} take the chunk's elements {0, 1, 2, 3} (first mma) and {4, 5, 6, 7}
 // (second), identically for the A (w) and B (x) fragments, which is all the product needs.
 // The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the W warps' partial sums
-// are added in a fixed order through shared memory.
+// are added in a fixed order through shared memory. With the kSiluMul epilogue, rows g and g + 8
+// of a tile are a gate row and its up row, so the lane holding both writes silu(gate) * up.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -36,6 +37,7 @@ struct Config {
 };
 constexpr Config kConfigs[] = {{16, 2}, {32, 2}, {8, 4}, {4, 4}, {16, 4}, {8, 2}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+constexpr int kSiluConfigs = 2;  // configs with the kSiluMul epilogue (the defaults)
 
 // Streaming load of weights, read once: keep them out of L1 so x stays there.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
@@ -82,14 +84,52 @@ __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int
   }
 }
 
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));  // the activation kernel's formula
+}
+
+/// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
+/// i >= 2). Writes y (kStore) or silu(gate) * up (kSiluMul, see gemv.h).
+template <typename T, GemvEpilogue EPI>
+__device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__ y,
+                                         const T* __restrict__ bias, int M, int N, bool y_f32,
+                                         int n0, int g, int t) {
+  if constexpr (EPI == GemvEpilogue::kStore) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+      if (m < M && n < N) {
+        const int64_t at = static_cast<int64_t>(m) * N + n;
+        if (y_f32) {
+          static_cast<float*>(y)[at] = s[i];
+        } else {
+          static_cast<T*>(y)[at] = from_float<T>(s[i]);
+        }
+      }
+    }
+  } else {  // rows n0 + g (gate) and n0 + 8 + g (up) -> output n0 / 2 + g
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int m = 2 * t + j;
+      if (m < M) {
+        float gate = to_float<T>(from_float<T>(s[j])), up = to_float<T>(from_float<T>(s[j + 2]));
+        if (bias) gate += to_float<T>(bias[n0 + g]), up += to_float<T>(bias[n0 + 8 + g]);
+        static_cast<T*>(y)[static_cast<int64_t>(m) * (N / 2) + n0 / 2 + g] =
+            from_float<T>(silu(gate) * up);
+      }
+    }
+  }
+}
+
 // grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
 // previous kernel's tail: weights never depend on it.
-template <typename T, int W, int U>
+template <typename T, int W, int U, GemvEpilogue EPI>
 __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  // [M, K]
                                                       const T* __restrict__ w,  // [N, K]
-                                                      void* __restrict__ y,     // [M, N], T or fp32
+                                                      void* __restrict__ y,     // see GemvEpilogue
+                                                      const T* __restrict__ bias,  // kSiluMul
                                                       int M, int N, int K, bool y_f32) {
   __shared__ float partial[W][4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -134,21 +174,14 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
   __syncthreads();
   if (warp != 0) return;
+  float sum[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float sum = partial[0][i][lane];
+    sum[i] = partial[0][i][lane];
 #pragma unroll
-    for (int v = 1; v < W; ++v) sum += partial[v][i][lane];
-    const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-    if (m < M && n < N) {
-      const int64_t at = static_cast<int64_t>(m) * N + n;
-      if (y_f32) {
-        static_cast<float*>(y)[at] = sum;
-      } else {
-        static_cast<T*>(y)[at] = from_float<T>(sum);
-      }
-    }
+    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
   }
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
 }
 
 template <typename T, int I = 0>
@@ -159,10 +192,20 @@ cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
     if (p.config != I) return launch_config<T, I + 1>(p, stream);
     constexpr Config c = kConfigs[I];
     const int blocks = (p.N + kRows - 1) / kRows;
-    auto kernel = gemv_kernel<T, c.warps, c.unroll>;
-    return launch_kernel(kernel, dim3(blocks), dim3(c.warps * 32), 0, stream,
-                         static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y, p.M, p.N, p.K,
-                         p.y_f32);
+    const T* x = static_cast<const T*>(p.x);
+    const T* w = static_cast<const T*>(p.w);
+    const T* bias = static_cast<const T*>(p.bias);
+    if (p.epilogue == GemvEpilogue::kStore)
+      return launch_kernel(gemv_kernel<T, c.warps, c.unroll, GemvEpilogue::kStore>, dim3(blocks),
+                           dim3(c.warps * 32), 0, stream, x, w, p.y, bias, p.M, p.N, p.K, p.y_f32);
+    if constexpr (I < kSiluConfigs) {
+      return launch_kernel(gemv_kernel<T, c.warps, c.unroll, GemvEpilogue::kSiluMul>,
+                           dim3(blocks), dim3(c.warps * 32), 0, stream, x, w, p.y, bias, p.M,
+                           p.N, p.K, false);
+    } else {
+      return invalid_argument("gemv: kSiluMul exists for configs 0 and 1 only, not " +
+                              std::to_string(p.config));
+    }
   }
 }
 
@@ -175,6 +218,15 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
     return invalid_argument("gemv: K=" + std::to_string(p.K) + " is not a multiple of 8");
   if (p.config < -1 || p.config >= kNumConfigs)
     return invalid_argument("gemv: unknown config " + std::to_string(p.config));
+  if (p.epilogue == GemvEpilogue::kSiluMul) {
+    if (p.N % 16 != 0)
+      return invalid_argument("gemv: kSiluMul needs N % 16 == 0, N=" + std::to_string(p.N));
+    if (p.y_f32) return invalid_argument("gemv: kSiluMul writes the dtype");
+  } else if (p.epilogue != GemvEpilogue::kStore) {
+    return invalid_argument("gemv: unknown epilogue");
+  } else if (p.bias) {
+    return invalid_argument("gemv: kStore takes no bias");
+  }
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))

@@ -9,11 +9,11 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .carry
 for exe in bench/rill-bench bench/rill-gemv-bench bench/rill-attention-bench bench/rill-sampling-bench \
-  bench/rill-elementwise-bench tests/kernels/kernel_tests tests/engine/cuda_engine_tests \
-  tools/rill-make-model tools/rill-ppl tools/rill-run; do
+  tests/kernels/kernel_tests tests/engine/cuda_engine_tests \
+  tools/rill-make-model tools/rill-ppl; do
   cp "$build/$exe" "$stage/bin/"
 done
 strip "$stage"/bin/*
 bash ../shared/device/bundle-libs.sh "$stage/lib" "$stage"/bin/* >/dev/null
-tar -cJf .carry/c.tar.xz -C "$stage" bin lib
+XZ_OPT=-9e tar -cJf .carry/c.tar.xz -C "$stage" bin lib
 ls -l .carry/c.tar.xz

@@ -303,6 +303,43 @@ TEST(CudaRunner, LaunchModesChangeNoBit) {
   EXPECT_EQ(logits(true, false), ref) << "eager launches";
 }
 
+// SiLU-and-mul in the gate|up GEMV's epilogue rounds exactly as the GEMV + activation kernel do:
+// every logit bit is unchanged. Teacher-forced, so both runs see the same tokens.
+TEST(CudaRunner, FusedDecodeMatchesUnfused) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const int batch = 3, steps = 16, V = m.config.vocab_size;
+  auto logits = [&](bool fused) {
+    auto r = cuda_runner(m);
+    r->set_fused_decode(fused);
+    std::vector<std::vector<float>> rows;
+    for (int k = 0; k < batch; ++k) {  // prompts: GEMM steps, then decode at batch 3 (GEMVs)
+      r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
+      StepInput in{SeqId(k), cases[k % cases.size()].prompt, LogitsMode::kLast, true};
+      rows.push_back(r->step(std::span<const StepInput>(&in, 1)).logits);
+    }
+    for (int s = 0; s < steps; ++s) {
+      std::vector<int32_t> next(batch);
+      std::vector<StepInput> in;
+      for (int k = 0; k < batch; ++k) {
+        next[k] = (s * 7919 + k * 104729) % V;
+        in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1), LogitsMode::kLast, true});
+      }
+      const auto o = r->step(in);
+      for (int k = 0; k < batch; ++k)
+        rows.emplace_back(o.logits.begin() + size_t(k) * V, o.logits.begin() + size_t(k + 1) * V);
+    }
+    return rows;
+  };
+  const auto fused = logits(true), plain = logits(false);
+  ASSERT_EQ(fused.size(), size_t(batch * (steps + 1)));
+  for (size_t i = 0; i < fused.size(); ++i) {
+    ASSERT_EQ(fused[i].size(), size_t(V));
+    EXPECT_EQ(fused[i], plain[i]) << "row " << i;
+  }
+}
+
 TEST(CudaRunner, SeededSamplingIsReproducible) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));

@@ -3,12 +3,14 @@
 //
 // The cache and the padding of q / q_sink rows are NaN everywhere no key lives, so a kernel that
 // reads a slot, block or element it should not turns its output non-finite. Block tables are
-// shuffled; outputs are poisoned before each launch and their guard regions checked after.
+// shuffled; outputs are poisoned before each launch and their guard regions checked after. The
+// split-K workspace is poisoned too, except its counter words, which every launch must leave zero.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -64,7 +66,6 @@ std::string describe(const DecodeCase& c) {
   return s;
 }
 
-
 /// Key slots of a sequence: sinks first (scored with q_sink), then the window.
 struct Key {
   int slot;
@@ -78,7 +79,6 @@ std::vector<Key> keys_of(const SeqSpec& s, int ring_base) {
         {ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size), false});
   return keys;
 }
-
 
 /// Host inputs of one case: a NaN-poisoned paged cache with random rows at every key's slot,
 /// shuffled block tables (a few spare blocks), and queries whose row padding is NaN.
@@ -179,6 +179,40 @@ std::vector<float> reference(const DecodeCase& c, const DecodeInputs& in, double
   return want;
 }
 
+/// The split-K workspace as attention.h documents it: records of (roundup(head_dim, 4) + 4) floats,
+/// acc | m | l | counter | unused.
+size_t ws_record_bytes(int head_dim) {
+  return ((head_dim + 3) / 4 * 4 + 4) * sizeof(float);
+}
+size_t ws_counter_byte(int head_dim) {
+  return ((head_dim + 3) / 4 * 4 + 2) * sizeof(float);
+}
+
+/// Poisons the workspace (a partial read before it is written turns the output non-finite), then
+/// zeroes every record's counter word, as a caller does once at allocation.
+void prepare_workspace(DeviceBuffer& ws, int head_dim) {
+  std::vector<uint8_t> host(ws.bytes(), 0xFF);
+  const size_t rec = ws_record_bytes(head_dim);
+  for (size_t r = 0; (r + 1) * rec <= host.size(); ++r)
+    std::memset(host.data() + r * rec + ws_counter_byte(head_dim), 0, sizeof(int32_t));
+  ws.upload(host.data());
+}
+
+/// Every counter word of the workspace is zero (the kernel resets what it counted).
+::testing::AssertionResult counters_zero(const DeviceBuffer& ws, int head_dim) {
+  std::vector<uint8_t> host(ws.bytes());
+  ws.download(host.data());
+  const size_t rec = ws_record_bytes(head_dim);
+  for (size_t r = 0; (r + 1) * rec <= host.size(); ++r) {
+    int32_t counter;
+    std::memcpy(&counter, host.data() + r * rec + ws_counter_byte(head_dim), sizeof(counter));
+    if (counter != 0)
+      return ::testing::AssertionFailure()
+             << "counter of workspace record " << r << " is " << counter;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// Launches once, or captures the launch in a CUDA graph and replays it twice.
 void launch(const DecodeAttentionParams& p, DeviceBuffer& out, bool through_graph) {
   cudaStream_t stream;
@@ -206,8 +240,11 @@ void launch(const DecodeAttentionParams& p, DeviceBuffer& out, bool through_grap
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-/// Builds the inputs of one case, runs the kernel and compares with the reference.
-void run_case(const DecodeCase& c, bool through_graph = false) {
+/// Builds the inputs of one case (the same for the same case), runs the kernel and compares with
+/// the reference. `workspace`: a workspace shared with other launches, or null for a fresh one.
+/// Returns the output's raw fp16 / bf16 bits.
+std::vector<uint16_t> run_case(const DecodeCase& c, bool through_graph = false,
+                               DeviceBuffer* workspace = nullptr) {
   SCOPED_TRACE(describe(c));
   std::mt19937 rng(1234 + c.head_dim * 7 + c.num_heads + c.block_size + c.num_splits);
   const int n = static_cast<int>(c.seqs.size());
@@ -239,8 +276,10 @@ void run_case(const DecodeCase& c, bool through_graph = false) {
   if (c.num_splits > 1) {
     EXPECT_GT(ws_bytes, 0u);
   }
-  DeviceBuffer d_ws(std::max<size_t>(ws_bytes, 16), 1);
-  d_ws.poison();
+  DeviceBuffer fresh_ws(workspace ? 16 : std::max<size_t>(ws_bytes, 16), 1);
+  if (!workspace) prepare_workspace(fresh_ws, D);
+  DeviceBuffer& d_ws = workspace ? *workspace : fresh_ws;
+  EXPECT_GE(d_ws.bytes(), ws_bytes);
 
   DecodeAttentionParams p;
   p.dtype = c.dtype;
@@ -267,6 +306,10 @@ void run_case(const DecodeCase& c, bool through_graph = false) {
   EXPECT_TRUE(d_out.check_guards());
   EXPECT_TRUE(d_ws.check_guards());
   EXPECT_TRUE(d_cache.check_guards());
+  EXPECT_TRUE(counters_zero(d_ws, D));
+  std::vector<uint16_t> bits(d_out.bytes() / 2);
+  d_out.download(bits.data());
+  return bits;
 }
 
 // Linear (full-policy) caches of odd lengths, several in one launch.
@@ -308,6 +351,21 @@ TEST(DecodeAttention, LinearCachesSplit) {
       c.num_splits = splits;
       c.min_keys_per_split = 16;
       c.seqs = linear_seqs();
+      run_case(c);
+    }
+}
+
+// More splits than a warp has lanes (the merge's per-head loops wrap), GQA groups of 1 and 8.
+TEST(DecodeAttention, ManySplits) {
+  RILL_REQUIRE_GPU();
+  for (const int kv_heads : {4, 1})
+    for (int splits : {40, 512}) {
+      DecodeCase c;
+      c.num_heads = 8;
+      c.num_kv_heads = kv_heads;
+      c.num_splits = splits;
+      c.min_keys_per_split = 1;  // rounds up to one block: 40 or 63 non-empty splits
+      c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
       run_case(c);
     }
 }
@@ -404,6 +462,44 @@ TEST(DecodeAttention, CudaGraphReplay) {
   c.min_keys_per_split = 16;
   c.seqs = streaming_seqs();
   run_case(c, /*through_graph=*/true);
+}
+
+// One workspace through several launches of different shapes, as the engine uses it (num_seqs and
+// num_splits change from step to step): each launch must find its counters zero and leave them
+// zero, and no launch's partials may land on another shape's counters. Every result must match
+// the reference and, bit for bit, the same launch on a fresh workspace.
+TEST(DecodeAttention, WorkspaceReuse) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
+    DecodeCase a;  // 7 sequences, 8 heads, 8 splits
+    a.kv = kv;
+    a.num_splits = 8;
+    a.min_keys_per_split = 16;
+    a.seqs = streaming_seqs();
+    DecodeCase b;  // 3 sequences, 16 heads, 3 splits: split 1's records cover a's counters
+    b.kv = kv;
+    b.dtype = DType::kBF16;
+    b.num_heads = 16;
+    b.num_kv_heads = 2;
+    b.num_splits = 3;
+    b.min_keys_per_split = 16;
+    b.seqs = {{0, kLinear, 999, 1000}, {4, 300, 100000, 300}, {0, kLinear, 16, 17}};
+    const std::vector<uint16_t> fresh_a = run_case(a), fresh_b = run_case(b);
+
+    const int n_a = static_cast<int>(a.seqs.size()), n_b = static_cast<int>(b.seqs.size());
+    DeviceBuffer ws(
+        std::max(
+            kernels::decode_attention_workspace_bytes(n_a, a.num_heads, a.head_dim, a.num_splits),
+            kernels::decode_attention_workspace_bytes(n_b, b.num_heads, b.head_dim, b.num_splits)),
+        1);
+    prepare_workspace(ws, a.head_dim);
+    for (const DecodeCase* c : {&a, &a, &b, &a, &b}) {
+      const std::vector<uint16_t> got = run_case(*c, false, &ws);
+      EXPECT_TRUE(got == (c == &a ? fresh_a : fresh_b)) << "not bit-identical to a fresh workspace";
+    }
+    // And through a CUDA graph replayed twice on the shared workspace.
+    EXPECT_TRUE(run_case(a, true, &ws) == fresh_a) << "graph replay differs from eager launch";
+  }
 }
 
 // fp8 (e4m3) caches over the same geometries: 16 dims per thread, GQA groups beyond 4 heads in

@@ -263,12 +263,15 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
       for (int width : {769, 4096, 11008}) {
         for (int T : {1, 3, 33}) {
           for (bool with_bias : {false, true}) {
-            for (bool in_place : {false, true}) {
+            for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 in place, 2 interleaved gate|up
               const bool gated = kind == kernels::ActKind::kSiluMul;
+              const bool in_place = mode == 1, interleaved = mode == 2;
               if (in_place && gated) continue;  // only gelu may run in place
+              if (interleaved && (!gated || width % 8 != 0)) continue;
               SCOPED_TRACE(std::string(dtype_name(dt)) + " kind=" + std::to_string(int(kind)) +
                            " width=" + std::to_string(width) + " T=" + std::to_string(T) +
-                           (with_bias ? " bias" : "") + (in_place ? " in-place" : ""));
+                           (with_bias ? " bias" : "") + (in_place ? " in-place" : "") +
+                           (interleaved ? " interleaved" : ""));
               const int in_w = gated ? 2 * width : width;
               const std::vector<float> in = rounded_random(size_t(T) * in_w, rng, dt, 3.0f);
               const std::vector<float> bias =
@@ -276,11 +279,13 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
               std::vector<float> want(size_t(T) * width);
               for (int t = 0; t < T; ++t) {
                 for (int i = 0; i < width; ++i) {
-                  const float x = in[size_t(t) * in_w + i] + (with_bias ? bias[i] : 0.0f);
+                  // Gate (or the only input) column of element i, and its up column.
+                  const int gi = interleaved ? (i / 8) * 16 + i % 8 : i;
+                  const int ui = interleaved ? gi + 8 : width + i;
+                  const float x = in[size_t(t) * in_w + gi] + (with_bias ? bias[gi] : 0.0f);
                   double y = ref_activation(kind, x);
                   if (gated)
-                    y *= double(in[size_t(t) * in_w + width + i] +
-                                (with_bias ? bias[width + i] : 0.0f));
+                    y *= double(in[size_t(t) * in_w + ui] + (with_bias ? bias[ui] : 0.0f));
                   want[size_t(t) * width + i] = float(y);
                 }
               }
@@ -298,6 +303,7 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
               p.in = d_in.get();
               p.bias = with_bias ? d_bias.get() : nullptr;
               p.out = in_place ? d_in.get() : d_out.get();
+              p.interleaved = interleaved;
               CUDA_OK(kernels::launch_activation(p, nullptr));
               CUDA_OK(cudaDeviceSynchronize());
               EXPECT_TRUE(d_in.check_guards());

@@ -14,6 +14,8 @@ void add_engine_flags(Args& a) {
   a.option("kv-cache-dtype", "auto",
            "KV-cache element type: auto (the model's dtype) | fp8 (e4m3, half the bytes)");
   a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
+  a.flag("no-fused-decode",
+         "run SiLU-and-mul of small-batch decode as its own kernel instead of in the gate|up GEMV");
 }
 
 EngineOptions engine_options(const Args& a) {
@@ -24,6 +26,7 @@ EngineOptions engine_options(const Args& a) {
   o.dtype = a.get("dtype");
   o.gpu_memory_fraction = a.get_double("gpu-memory-fraction");
   o.cuda_graphs = !a.on("no-cuda-graphs");
+  o.fused_decode = !a.on("no-fused-decode");
   o.kv_cache_dtype = a.get("kv-cache-dtype");
   if (o.block_size <= 0) a.fail("--block-size must be positive");
   if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");

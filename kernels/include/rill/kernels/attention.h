@@ -38,13 +38,28 @@ struct DecodeAttentionParams {
   KvCacheLayout layout;
   void* out = nullptr;                // [num_seqs, num_heads * head_dim]
   /// Split-K: each (sequence, kv head) is split into `num_splits` parts of at least
-  /// `min_keys_per_split` keys (empty parts exit at once); parts are merged by a second kernel
-  /// through `workspace` (decode_attention_workspace_bytes). num_splits is fixed per launch so the
-  /// grid never depends on data: safe under CUDA graphs.
+  /// `min_keys_per_split` keys (empty parts only report themselves empty); the CTAs of the parts
+  /// write partial results to `workspace`, and the last of them to finish merges them in a fixed
+  /// order (deterministic; no second kernel). num_splits is fixed per launch so the grid never
+  /// depends on data: safe under CUDA graphs.
   int num_splits = 1;
   int min_keys_per_split = 256;
+  /// num_splits > 1: 16-byte aligned, decode_attention_workspace_bytes(num_seqs, num_heads,
+  /// head_dim, num_splits) bytes or more; zeroed once after allocation (cudaMemset), see below.
   void* workspace = nullptr;
 };
+/// Bytes of the split-K workspace (0 when num_splits <= 1). Layout: records of
+/// (roundup(head_dim, 4) + 4) floats, 16-byte aligned, indexed [num_splits][num_seqs][num_heads]:
+///   acc[head_dim] (padded) | m | l | counter (int32) | unused
+/// (unnormalized partial output, base-2 max logit and sum of one split and head). The counter word
+/// of record (split 0, seq, h0) counts the finished splits of the CTA group serving the heads from
+/// h0 (one group per sequence, kv head and head chunk).
+/// Contract: every counter word is zero before the first launch on a workspace (cudaMemset it to
+/// zero once at allocation); each launch resets the counters it used, leaving them zero for the
+/// next launch or CUDA-graph replay. Partials never land on a counter word, so one workspace sized
+/// for the largest num_seqs and num_splits serves launches with any smaller ones, as long as
+/// head_dim stays the same (a record's size depends on it). Launches sharing a workspace must be
+/// ordered (one stream).
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
 

@@ -53,6 +53,9 @@ struct ActivationParams {
   const void* in = nullptr;
   const void* bias = nullptr;     // optional: [2I] for kSiluMul, [I] for gelu
   void* out = nullptr;            // [T, I]
+  /// kSiluMul: gate and up alternate in tiles of 8 along the row (and the bias), as
+  /// GemvEpilogue::kSiluMul's weight rows, instead of the row's halves. Needs width % 8 == 0.
+  bool interleaved = false;
 };
 cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream);
 

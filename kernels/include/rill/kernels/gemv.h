@@ -9,16 +9,32 @@
 
 namespace rill::kernels {
 
+/// What the GEMV does with its fp32 sums s[m, n].
+enum class GemvEpilogue : int {
+  /// y[m, n] = s (dtype, or fp32 when y_f32).
+  kStore = 0,
+  /// The gate|up projection of a gated MLP with SiLU-and-mul applied, which saves the activation
+  /// kernel of every decode layer. w rows come in tiles of 16: rows 16j .. 16j+7 are gate rows
+  /// 8j .. 8j+7, rows 16j+8 .. 16j+15 the up rows 8j .. 8j+7 (N % 16 == 0). y is [M, N / 2]:
+  /// y[m, 8j + r] = dtype(silu(g) * u), g = dtype(s[m, 16j + r]) + bias[16j + r],
+  /// u = dtype(s[m, 16j + 8 + r]) + bias[16j + 8 + r], i.e. exactly what a kStore GEMV followed
+  /// by the activation kernel (ActivationParams::interleaved) computes.
+  kSiluMul = 1,
+};
+
 struct GemvParams {
   DType dtype = DType::kF16;
   int M = 0, N = 0, K = 0;        // M <= 8
   const void* x = nullptr;        // [M, K]
   const void* w = nullptr;        // [N, K]
-  void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32
-  bool y_f32 = false;
+  void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32; kSiluMul: [M, N / 2]
+  bool y_f32 = false;             // kStore only
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  const void* bias = nullptr;     // kSiluMul: optional [N], rows as w's
   int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
 };
-/// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
+/// The CTA shapes launch_gemv offers (rill-gemv-bench compares them); kSiluMul exists for shapes
+/// 0 and 1, the defaults.
 int gemv_num_configs();
 std::string gemv_config_name(int config);
 /// The CTA shape launch_gemv uses for weights [N, K] when config is -1.
