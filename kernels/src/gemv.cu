@@ -39,10 +39,12 @@ constexpr Config kConfigs[] = {{16, 2}, {32, 2}, {8, 4}, {4, 4}, {16, 4}, {8, 2}
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kSiluConfigs = 2;  // configs with the kSiluMul epilogue (the defaults)
 
-// Streaming load of weights, read once: keep them out of L1 so x stays there.
+// Streaming load of weights, read once: keep them out of L1 so x stays there. The L2::256B hint
+// makes each miss fetch 256 bytes (a warp covers 64 contiguous bytes of each of its 16 rows per
+// step, and its neighbours the next ones): Llama-2-7B batch 1 went from 5.49 to 5.25 ms.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
