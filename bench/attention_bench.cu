@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_random.cuh"
 #include "bench/bench_util.h"
 #include "rill/kernels/attention.h"
 
@@ -28,23 +29,10 @@ using rill::kernels::PrefillSeq;
 
 constexpr int kBlock = 16;
 
-/// Uniform values in [-scale, scale) from a hash of the index (fp16 bits).
-__global__ void fill_random(__half* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2half((static_cast<float>(x & 0xffff) / 32768.0f - 1.0f) * scale);
-  }
-}
-
 void* alloc_random(size_t elems, uint32_t seed, float scale, cudaStream_t stream) {
   void* p = nullptr;
   BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(elems, 8) * 2));
-  fill_random<<<1024, 256, 0, stream>>>(static_cast<__half*>(p), elems, seed, scale);
-  BENCH_CUDA(cudaGetLastError());
+  rill::bench::fill_uniform_half(p, elems, seed, 2.0f * scale, stream);  // [-scale, scale)
   return p;
 }
 
@@ -52,10 +40,7 @@ void* alloc_random(size_t elems, uint32_t seed, float scale, cudaStream_t stream
 __global__ void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
+    const uint32_t x = rill::bench::hash_index(i, seed);
     p[i] = static_cast<uint8_t>((x & 0x80u) | (x >> 8 & 0x3fu));
   }
 }

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/bench_random.cuh"
+
 namespace rill::bench {
 
 void check(cudaError_t err, const char* what) {
@@ -38,17 +40,30 @@ double median_ms(const std::function<void()>& fn, cudaStream_t stream, int warmu
 
 namespace {
 
-__global__ void fill_random(__half* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2half((static_cast<float>(x & 0xffff) / 65536.0f - 0.5f));
-  }
+__global__ void fill_half_kernel(__half* p, size_t n, uint32_t seed, float scale, float offset) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2half(hash_uniform(i, seed) * scale + offset);
+}
+
+__global__ void fill_float_kernel(float* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = hash_uniform(i, seed) * scale;
 }
 
 }  // namespace
+
+void fill_uniform_half(void* p, size_t n, uint32_t seed, float scale, cudaStream_t stream,
+                       float offset) {
+  fill_half_kernel<<<1024, 256, 0, stream>>>(static_cast<__half*>(p), n, seed, scale, offset);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+void fill_uniform_float(float* p, size_t n, uint32_t seed, float scale, cudaStream_t stream) {
+  fill_float_kernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);
+  BENCH_CUDA(cudaGetLastError());
+}
 
 Ceilings measure_ceilings(cudaStream_t stream) {
   Ceilings c;
@@ -74,8 +89,8 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   BENCH_CUDA(cudaMalloc(&a, size_t(n) * n * 2));
   BENCH_CUDA(cudaMalloc(&b, size_t(n) * n * 2));
   BENCH_CUDA(cudaMalloc(&d, size_t(n) * n * 2));
-  fill_random<<<1024, 256, 0, stream>>>(a, size_t(n) * n, 1);
-  fill_random<<<1024, 256, 0, stream>>>(b, size_t(n) * n, 2);
+  fill_uniform_half(a, size_t(n) * n, 1, 1.0f, stream);
+  fill_uniform_half(b, size_t(n) * n, 2, 1.0f, stream);
   cublasHandle_t h;
   cublasCreate(&h);
   cublasSetStream(h, stream);

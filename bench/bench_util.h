@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -24,5 +26,12 @@ struct Ceilings {
 };
 /// Measures both ceilings once (about a second of GPU time).
 Ceilings measure_ceilings(cudaStream_t stream);
+
+/// p[i] = fp16(u_i * scale + offset) for i < n, u_i uniform in [-0.5, 0.5) from a hash of
+/// (i, seed) (bench_random.cuh); enqueued on `stream`.
+void fill_uniform_half(void* p, size_t n, uint32_t seed, float scale, cudaStream_t stream,
+                       float offset = 0.0f);
+/// The same in fp32 (no offset).
+void fill_uniform_float(float* p, size_t n, uint32_t seed, float scale, cudaStream_t stream);
 
 }  // namespace rill::bench

@@ -18,24 +18,6 @@ namespace {
 using rill::bench::median_ms;
 namespace k = rill::kernels;
 
-__device__ float hash_uniform(size_t i, uint32_t seed) {
-  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  x ^= x >> 15;
-  return static_cast<float>(x & 0xffff) / 65536.0f - 0.5f;
-}
-__global__ void fill_half(__half* p, size_t n, uint32_t seed, float scale, float offset) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    p[i] = __float2half(hash_uniform(i, seed) * scale + offset);
-}
-__global__ void fill_float(float* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    p[i] = hash_uniform(i, seed) * scale;
-}
-
 template <typename T>
 T* device_alloc(size_t n) {
   T* p;
@@ -45,7 +27,7 @@ T* device_alloc(size_t n) {
 __half* random_half(size_t n, uint32_t seed, cudaStream_t s, float scale = 2.0f,
                     float offset = 0.0f) {
   __half* p = device_alloc<__half>(n);
-  fill_half<<<1024, 256, 0, s>>>(p, n, seed, scale, offset);
+  rill::bench::fill_uniform_half(p, n, seed, scale, s, offset);
   return p;
 }
 
@@ -64,7 +46,7 @@ constexpr int kMaxT = 2048;
 void bench_add_norm(cudaStream_t s, double copy_gbps) {
   const int H = 4096;
   float* residual = device_alloc<float>(size_t(kMaxT) * H);
-  fill_float<<<1024, 256, 0, s>>>(residual, size_t(kMaxT) * H, 1, 2.0f);
+  rill::bench::fill_uniform_float(residual, size_t(kMaxT) * H, 1, 2.0f, s);
   __half *d0 = random_half(size_t(kMaxT) * H, 2, s), *d1 = random_half(size_t(kMaxT) * H, 3, s);
   __half *w0 = random_half(H, 4, s, 0.2f, 1.0f), *w1 = random_half(H, 5, s, 0.2f, 1.0f);
   __half* b = random_half(H, 6, s, 0.1f);

@@ -18,17 +18,6 @@ namespace {
 
 using rill::bench::median_ms;
 
-__global__ void fill_uniform(__half* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2half((static_cast<float>(x & 0xffff) / 65536.0f - 0.5f) * scale);
-  }
-}
-
 struct Shape {
   const char* name;
   int N, K;
@@ -62,7 +51,7 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
     for (int k = 0; k < 4; ++k) {
       const size_t n = size_t(shapes[k][0]) * shapes[k][1];
       BENCH_CUDA(cudaMalloc(&w[l * 4 + k], n * sizeof(__half)));
-      fill_uniform<<<1024, 256, 0, stream>>>(w[l * 4 + k], n, 100 + l * 4 + k, 0.05f);
+      rill::bench::fill_uniform_half(w[l * 4 + k], n, 100 + l * 4 + k, 0.05f, stream);
       bytes += n * sizeof(__half);
     }
   __half *h, *qkv, *attn, *o, *up, *act, *down, *norm_w;
@@ -76,9 +65,9 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   BENCH_CUDA(cudaMalloc(&down, H * 2));
   BENCH_CUDA(cudaMalloc(&norm_w, H * 2));
   BENCH_CUDA(cudaMalloc(&residual, H * 4));
-  fill_uniform<<<64, 256, 0, stream>>>(h, H, 1, 1.0f);
-  fill_uniform<<<64, 256, 0, stream>>>(attn, H, 2, 1.0f);
-  fill_uniform<<<64, 256, 0, stream>>>(norm_w, H, 3, 1.0f);
+  rill::bench::fill_uniform_half(h, H, 1, 1.0f, stream);
+  rill::bench::fill_uniform_half(attn, H, 2, 1.0f, stream);
+  rill::bench::fill_uniform_half(norm_w, H, 3, 1.0f, stream);
   BENCH_CUDA(cudaMemsetAsync(residual, 0, H * 4, stream));
   BENCH_CUDA(cudaStreamSynchronize(stream));
   auto gemv = [&](const __half* x, const __half* wt, __half* y, int N, int K) {
@@ -157,12 +146,12 @@ void bench_shape(const Shape& s, cublasHandle_t handle, cudaStream_t stream, int
   std::vector<__half*> w(copies);
   for (int c = 0; c < copies; ++c) {
     BENCH_CUDA(cudaMalloc(&w[c], w_bytes));
-    fill_uniform<<<1024, 256, 0, stream>>>(w[c], w_elems, 17 + c, 0.05f);
+    rill::bench::fill_uniform_half(w[c], w_elems, 17 + c, 0.05f, stream);
   }
   __half *x, *y;
   BENCH_CUDA(cudaMalloc(&x, size_t(kMaxM) * s.K * sizeof(__half)));
   BENCH_CUDA(cudaMalloc(&y, size_t(kMaxM) * s.N * sizeof(__half)));
-  fill_uniform<<<256, 256, 0, stream>>>(x, size_t(kMaxM) * s.K, 3, 2.0f);
+  rill::bench::fill_uniform_half(x, size_t(kMaxM) * s.K, 3, 2.0f, stream);
   BENCH_CUDA(cudaGetLastError());
   int next = 0;
   // Median ms of the GEMV at batch M with CTA shape `config` (-1: the default rule).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/bench_random.cuh"
 #include "bench/bench_util.h"
 #include "rill/kernels/sampling.h"
 
@@ -20,11 +21,7 @@ __global__ void fill_logits(float* p, size_t n, uint32_t seed) {
        i += size_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
     for (uint32_t j = 0; j < 4; ++j) {
-      uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ (seed + j * 0x9e3779b9u);
-      x ^= x >> 13;
-      x *= 0x5bd1e995u;
-      x ^= x >> 15;
-      s += static_cast<float>(x & 0xffff) / 65536.0f;
+      s += rill::bench::hash_uniform(i, seed + j * 0x9e3779b9u) + 0.5f;
     }
     p[i] = 3.0f * (s - 2.0f);
   }

@@ -171,9 +171,9 @@ void CudaRunner::allocate_buffers() {
   const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
-  meta_host_ = PinnedMemory(meta_bytes);
-  logits_host_ = PinnedMemory(R * V * 4);
-  sampled_host_ = PinnedMemory(R * 4);
+  meta_host_ = PinnedMemory(meta_bytes, "step metadata");
+  logits_host_ = PinnedMemory(R * V * 4, "logits");
+  sampled_host_ = PinnedMemory(R * 4, "sampled tokens");
 }
 
 void CudaRunner::size_kv_pool(double fraction) {

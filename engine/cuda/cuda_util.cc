@@ -19,28 +19,52 @@ void throw_cublas(cublasStatus_t st, const char* what, const char* file, int lin
               std::string(what) + " failed: " + cublasGetStatusString(st) + " [" + file + ":" + std::to_string(line) + "]");
 }
 
-DeviceMemory::DeviceMemory(size_t bytes, const char* what) : bytes_(bytes) {
-  if (bytes == 0) return;
-  const cudaError_t err = cudaMalloc(&ptr_, bytes);
-  if (err != cudaSuccess) {
-    ptr_ = nullptr;
-    throw Error(ErrorCode::kResourceExhausted, std::string("cannot allocate ") + std::to_string(bytes >> 20) +
-                                                   " MiB of GPU memory for " + what + ": " + cudaGetErrorString(err));
+namespace {
+
+cudaError_t allocate(MemoryKind kind, void** p, size_t bytes) {
+  return kind == MemoryKind::kDevice ? cudaMalloc(p, bytes) : cudaMallocHost(p, bytes);
+}
+void release(MemoryKind kind, void* p) {
+  if (!p) return;
+  if (kind == MemoryKind::kDevice) {
+    cudaFree(p);
+  } else {
+    cudaFreeHost(p);
   }
 }
 
-DeviceMemory::~DeviceMemory() {
-  if (ptr_) cudaFree(ptr_);
+}  // namespace
+
+template <MemoryKind Kind>
+CudaBuffer<Kind>::CudaBuffer(size_t bytes, const char* what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t err = allocate(Kind, &ptr_, bytes);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    throw Error(ErrorCode::kResourceExhausted,
+                std::string("cannot allocate ") + std::to_string(bytes >> 20) + " MiB of " +
+                    (Kind == MemoryKind::kDevice ? "GPU" : "pinned host") + " memory for " + what +
+                    ": " + cudaGetErrorString(err));
+  }
 }
 
-DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
+template <MemoryKind Kind>
+CudaBuffer<Kind>::~CudaBuffer() {
+  release(Kind, ptr_);
+}
+
+template <MemoryKind Kind>
+CudaBuffer<Kind>& CudaBuffer<Kind>::operator=(CudaBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release(Kind, ptr_);
     ptr_ = std::exchange(o.ptr_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
   }
   return *this;
 }
+
+template class CudaBuffer<MemoryKind::kDevice>;
+template class CudaBuffer<MemoryKind::kPinned>;
 
 Event::~Event() {
   if (event_) cudaEventDestroy(event_);
@@ -49,23 +73,6 @@ Event::~Event() {
 cudaEvent_t Event::get() {
   if (!event_) RILL_CUDA(cudaEventCreate(&event_));
   return event_;
-}
-
-PinnedMemory::PinnedMemory(size_t bytes) : bytes_(bytes) {
-  if (bytes) RILL_CUDA(cudaMallocHost(&ptr_, bytes));
-}
-
-PinnedMemory::~PinnedMemory() {
-  if (ptr_) cudaFreeHost(ptr_);
-}
-
-PinnedMemory& PinnedMemory::operator=(PinnedMemory&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = std::exchange(o.ptr_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
 }
 
 int cuda_device_count() {

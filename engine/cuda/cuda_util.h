@@ -27,16 +27,23 @@ namespace rill::cuda {
     if (rill_st_ != CUBLAS_STATUS_SUCCESS) ::rill::cuda::throw_cublas(rill_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-/// A device allocation (cudaMalloc), freed on destruction.
-class DeviceMemory {
+enum class MemoryKind { kDevice, kPinned };
+
+/// A device allocation (cudaMalloc) or page-locked host memory for asynchronous copies
+/// (cudaMallocHost), freed on destruction. Out of memory throws kResourceExhausted naming `what`.
+template <MemoryKind Kind>
+class CudaBuffer {
  public:
-  DeviceMemory() = default;
-  explicit DeviceMemory(size_t bytes, const char* what = "buffer");
-  ~DeviceMemory();
-  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
-  DeviceMemory& operator=(DeviceMemory&& o) noexcept;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  CudaBuffer() = default;
+  explicit CudaBuffer(size_t bytes, const char* what = "buffer");
+  ~CudaBuffer();
+  CudaBuffer(CudaBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
   void* get() const { return ptr_; }
   template <typename T> T* as() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }
@@ -45,25 +52,8 @@ class DeviceMemory {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-/// Page-locked host memory (cudaMallocHost) for asynchronous copies.
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  explicit PinnedMemory(size_t bytes);
-  ~PinnedMemory();
-  PinnedMemory(PinnedMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
-  PinnedMemory& operator=(PinnedMemory&& o) noexcept;
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-  void* get() const { return ptr_; }
-  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceMemory = CudaBuffer<MemoryKind::kDevice>;
+using PinnedMemory = CudaBuffer<MemoryKind::kPinned>;
 
 /// A CUDA event for timing, created on first use (so members need no device at construction).
 class Event {

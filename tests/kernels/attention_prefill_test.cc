@@ -351,40 +351,31 @@ std::vector<ChunkSpec> streaming_chunks() {
   return v;
 }
 
-TEST(PrefillAttention, FirstChunks) {
-  RILL_REQUIRE_GPU();
+// `chunks` with head_dim 64 and 128, fp16 and bf16.
+void run_head_dims_and_dtypes(const std::vector<ChunkSpec>& chunks) {
   for (int d : {64, 128})
     for (DType t : {DType::kF16, DType::kBF16}) {
       PrefillCase c;
       c.dtype = t;
       c.head_dim = d;
-      c.chunks = first_chunks();
+      c.chunks = chunks;
       run_case(c);
     }
+}
+
+TEST(PrefillAttention, FirstChunks) {
+  RILL_REQUIRE_GPU();
+  run_head_dims_and_dtypes(first_chunks());
 }
 
 TEST(PrefillAttention, ContinuingLinearChunks) {
   RILL_REQUIRE_GPU();
-  for (int d : {64, 128})
-    for (DType t : {DType::kF16, DType::kBF16}) {
-      PrefillCase c;
-      c.dtype = t;
-      c.head_dim = d;
-      c.chunks = continuing_linear_chunks();
-      run_case(c);
-    }
+  run_head_dims_and_dtypes(continuing_linear_chunks());
 }
 
 TEST(PrefillAttention, StreamingChunks) {
   RILL_REQUIRE_GPU();
-  for (int d : {64, 128})
-    for (DType t : {DType::kF16, DType::kBF16}) {
-      PrefillCase c;
-      c.dtype = t;
-      c.head_dim = d;
-      c.chunks = streaming_chunks();
-      run_case(c);
-    }
+  run_head_dims_and_dtypes(streaming_chunks());
 }
 
 TEST(PrefillAttention, GqaGroups) {
