@@ -52,6 +52,28 @@ __global__ void fill_float_kernel(float* p, size_t n, uint32_t seed, float scale
     p[i] = hash_uniform(i, seed) * scale;
 }
 
+// Read-only streaming: every thread sums 16-byte loads (the GEMV's load instruction) over a
+// grid-stride loop, four in flight; one word per CTA is written so nothing is optimised away.
+__global__ void __launch_bounds__(512) read_kernel(const uint4* __restrict__ p, size_t n,
+                                                   uint32_t* __restrict__ sink) {
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                   : "l"(p + i + u * stride));
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) acc ^= p[i].x;
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x == 0) sink[blockIdx.x] = acc;
+}
+
 }  // namespace
 
 void fill_uniform_half(void* p, size_t n, uint32_t seed, float scale, cudaStream_t stream,
@@ -81,6 +103,19 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   const double copy_ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream); },
                                    stream, 3, 15);
   c.copy_gbps = 2.0 * bytes / (copy_ms * 1e-3) / 1e9;
+  // Read: the same 1 GiB read once, two 512-thread CTAs per SM.
+  const int read_blocks = 2 * prop.multiProcessorCount;
+  uint32_t* sink;
+  BENCH_CUDA(cudaMalloc(&sink, read_blocks * sizeof(uint32_t)));
+  const double read_ms = median_ms(
+      [&] {
+        read_kernel<<<read_blocks, 512, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16,
+                                                     sink);
+      },
+      stream, 3, 15);
+  BENCH_CUDA(cudaGetLastError());
+  c.read_gbps = bytes / (read_ms * 1e-3) / 1e9;
+  BENCH_CUDA(cudaFree(sink));
   BENCH_CUDA(cudaFree(src));
   BENCH_CUDA(cudaFree(dst));
   // GEMM: 8192^3 fp16 with fp32 accumulation on random data.

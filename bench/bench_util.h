@@ -22,9 +22,10 @@ double median_ms(const std::function<void()>& fn, cudaStream_t stream, int warmu
 struct Ceilings {
   std::string device;
   double copy_gbps = 0;    // device-to-device copy, bytes read + written per second / 1e9
+  double read_gbps = 0;    // read-only streaming with the GEMV's 16-byte loads, bytes read / 1e9
   double gemm_tflops = 0;  // cuBLAS fp16 8192^3 GEMM (random data)
 };
-/// Measures both ceilings once (about a second of GPU time).
+/// Measures the ceilings once (about a second of GPU time).
 Ceilings measure_ceilings(cudaStream_t stream);
 
 /// p[i] = fp16(u_i * scale + offset) for i < n, u_i uniform in [-0.5, 0.5) from a hash of

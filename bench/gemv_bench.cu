@@ -219,8 +219,8 @@ int main() {
   int dev = 0, l2_bytes = 0;
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
-  std::printf("device: %s, copy bandwidth %.0f GB/s, L2 %d MB\n", ceil.device.c_str(),
-              ceil.copy_gbps, l2_bytes >> 20);
+  std::printf("device: %s, copy bandwidth %.0f GB/s, read-only %.0f GB/s, L2 %d MB\n",
+              ceil.device.c_str(), ceil.copy_gbps, ceil.read_gbps, l2_bytes >> 20);
   std::printf("GB/s counts the weights, x and y once; %% is of the copy bandwidth.\n\n");
   std::printf("%-8s %6s %6s %2s | %9s %8s %6s | %9s %8s %6s | %s\n", "shape", "N", "K", "M",
               "rill ms", "GB/s", "%", "cublas ms", "GB/s", "%", "faster");

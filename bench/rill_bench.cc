@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
 
 #include "bench/bench_util.h"
+#include "bench/kernel_trace.h"
 #include "engine/cuda/cuda_runner.h"
 #include "engine/error.h"
 #include "engine/model.h"
@@ -39,12 +41,15 @@ struct DecodeResult {
   double step_ms = 0;
   double gpu_ms = 0;  // the part of a step the GPU spends (upload, graph, download), median
   int cached = 0;  // tokens each sequence attends to during the timed steps
+  std::vector<bench::KernelRecord> kernels;  // the timed steps' kernels, when traced
 };
 
 // `batch` sequences with `context` tokens of cache each; times `steps` decode steps (median).
-// With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile()).
+// With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile());
+// with `trace`, CUPTI records the timed steps' kernels (DecodeResult::kernels).
 DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy, int steps,
-                         std::mt19937& rng, int max_step_tokens, bool profile = false) {
+                         std::mt19937& rng, int max_step_tokens, bool profile = false,
+                         bool trace = false) {
   const int V = r.config().vocab_size;
   std::uniform_int_distribution<int> tok(0, V - 1);
   // Attend to ~`context` tokens mid-run; a full cache must also fit the warm-up and timed steps.
@@ -70,7 +75,9 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
   std::vector<double> ms, gpu;
   if (profile) r.set_profiling(true);
   r.set_step_timing(true);
+  std::unique_ptr<bench::KernelTrace> tracer;
   for (int s = 0; s < steps + 3; ++s) {
+    if (trace && s == 3) tracer = std::make_unique<bench::KernelTrace>();
     std::vector<StepInput> in;
     for (int b = 0; b < batch; ++b) in.push_back({b, std::span<const int32_t>(&next[b], 1), LogitsMode::kNone, true});
     const auto t0 = Clock::now();
@@ -83,6 +90,7 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
     for (int b = 0; b < batch; ++b) next[b] = o.sampled[b];
   }
   DecodeResult res;
+  if (tracer) res.kernels = tracer->stop();
   res.step_ms = median(ms);
   res.gpu_ms = median(gpu);
   r.set_step_timing(false);
@@ -185,25 +193,39 @@ void decode_table(Bench& b) {
       if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
       // The default configuration, then each optimisation switched off on its own.
       struct Variant {
-        const char* off;  // "" for the default
+        std::string off;  // "" for the default, else what differs from it
         bool graphs = true, gemv = true, pdl = true, fused = true;
+        int splits = 0;  // decode attention's split count (0: automatic)
+        bool early_kv = true;
       };
       std::vector<Variant> variants{{""}};
-      if (args.on("graphs-off-too")) variants.push_back({"graphs", false});
-      if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"GEMV", true, false});
-      if (args.on("pdl-off-too")) variants.push_back({"PDL", true, true, false});
-      if (args.on("fusion-off-too") && batch <= 8) variants.push_back({"fusion", true, true, true, false});
+      for (int splits : int_list(args.get("splits-sweep"))) {
+        Variant v{"attention in " + std::to_string(splits) + " splits"};
+        v.splits = splits;
+        variants.push_back(v);
+      }
+      if (args.on("graphs-off-too")) variants.push_back({"off: graphs", false});
+      if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"off: GEMV", true, false});
+      if (args.on("pdl-off-too")) variants.push_back({"off: PDL", true, true, false});
+      if (args.on("early-kv-off-too")) {
+        Variant v{"off: early K/V loads"};
+        v.early_kv = false;
+        variants.push_back(v);
+      }
+      if (args.on("fusion-off-too") && batch <= 8) variants.push_back({"off: fusion", true, true, true, false});
       for (const Variant& v : variants) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
         r.set_programmatic_launch(v.pdl);
         r.set_fused_decode(v.fused && eo.fused_decode);
+        r.set_decode_splits(v.splits);
+        r.set_early_kv_loads(v.early_kv);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s%s\n", batch, d.cached,
+        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s\n", batch, d.cached,
                     d.step_ms, d.gpu_ms, batch * 1e3 / d.step_ms, gbps,
-                    100 * gbps / b.ceil.copy_gbps, *v.off ? "off: " : "", v.off);
+                    100 * gbps / b.ceil.copy_gbps, v.off.c_str());
       }
     }
   }
@@ -211,6 +233,8 @@ void decode_table(Bench& b) {
   r.set_gemv(true);
   r.set_programmatic_launch(true);
   r.set_fused_decode(eo.fused_decode);
+  r.set_decode_splits(0);
+  r.set_early_kv_loads(true);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -248,6 +272,32 @@ void prefill_table(Bench& b) {
 }
 
 // Per-category GPU time of eager decode steps at the first batch and context.
+// Where a graph-replayed decode step's time goes: each kernel's share of the critical path
+// (bench/kernel_trace.h), for every batch and context.
+void trace_table(Bench& b) {
+  if (!bench::kernel_trace_available()) {
+    std::printf("\nkernel trace: this build has no CUPTI\n");
+    return;
+  }
+  for (int batch : int_list(b.args.get("batch"))) {
+    for (int ctx : int_list(b.args.get("context"))) {
+      const DecodeResult d =
+          time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng, b.eo.max_step_tokens, false, true);
+      const bench::StepAttribution a = bench::attribute_steps(d.kernels);
+      std::printf(
+          "\nkernel timeline of a decode step (batch %d, %d cached, %s, %d steps traced): step "
+          "%.3f ms while traced, kernels span %.3f ms\n",
+          batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", a.steps, d.step_ms, a.span_ms);
+      std::printf("  %-64s %9s %12s %7s %12s\n", "kernel [CTAs] after the kernel launched before it", "per step", "critical ms", "share",
+                  "resident us");
+      for (const auto& row : a.rows)
+        std::printf("  %-64s %9.1f %12.3f %6.1f%% %12.1f\n", row.label.c_str(), row.launches,
+                    row.marginal_ms, 100 * row.marginal_ms / std::max(a.span_ms, 1e-9),
+                    row.resident_us);
+    }
+  }
+}
+
 void breakdown(Bench& b) {
   const int batch = int_list(b.args.get("batch")).front();
   const int ctx = int_list(b.args.get("context")).front();
@@ -282,6 +332,13 @@ int main(int argc, char** argv) {
   args.flag(
       "fusion-off-too",
       "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
+  args.option("splits-sweep", "",
+              "also time decode with decode attention forced to each of these split counts");
+  args.flag("early-kv-off-too",
+            "also time decode with attention waiting for the previous kernel before any K/V load");
+  args.flag("trace",
+            "print each kernel's share of a decode step's critical path (CUPTI trace of the "
+            "graph replays) for every batch and context");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");
@@ -301,7 +358,8 @@ int main(int argc, char** argv) {
     const bench::Ceilings ceil = bench::measure_ceilings(s);
     const ModelConfig& c = model.config;
     const double wbytes = static_cast<double>(r.weight_bytes());
-    std::printf("device: %s | copy %.0f GB/s | GEMM %.0f TFLOP/s\n", ceil.device.c_str(), ceil.copy_gbps, ceil.gemm_tflops);
+    std::printf("device: %s | copy %.0f GB/s | read %.0f GB/s | GEMM %.0f TFLOP/s\n", ceil.device.c_str(),
+                ceil.copy_gbps, ceil.read_gbps, ceil.gemm_tflops);
     const double kv_token_bytes = kv_bytes_per_token(c, r.kv_element_bytes());
     std::printf(
         "model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token (%s); runner ready "
@@ -315,6 +373,7 @@ int main(int argc, char** argv) {
     decode_table(b);
     prefill_table(b);
     if (args.on("breakdown")) breakdown(b);
+    if (args.on("trace")) trace_table(b);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());

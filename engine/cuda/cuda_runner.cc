@@ -30,6 +30,7 @@ constexpr int kMaxSplits = 16;
 // hundred keys still spreads over all SMs (the kernel is latency-bound there), large enough that
 // the merge stays cheap.
 constexpr int kMinKeysPerSplit = 64;
+constexpr int kOneSplitKeys = 256;  // no split up to this many keys (see attention_splits)
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -134,6 +135,19 @@ void CudaRunner::set_gemv(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_early_kv_loads(bool on) {
+  early_kv_loads_ = on;
+  drop_graphs();
+}
+
+void CudaRunner::set_decode_splits(int splits) {
+  if (splits < 0 || splits > kMaxSplits)
+    throw Error(ErrorCode::kInvalidArgument,
+                "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
+  forced_splits_ = splits;
+  drop_graphs();
+}
+
 void CudaRunner::set_fused_decode(bool on) {
   fused_decode_ = on;
   drop_graphs();
@@ -217,9 +231,19 @@ int CudaRunner::decode_bucket(int batch) const {
   return 0;
 }
 
-int CudaRunner::attention_splits(int decode_seqs) const {
+int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
+  if (forced_splits_ > 0) return forced_splits_;
+  // Measured on H100 at batch 1 (docs/performance.md): up to ~256 keys one CTA per kv head beats
+  // any split (the merge costs more than it saves); beyond, about one split per 64 keys, as many
+  // CTAs as fit four per SM, rounded down to a power of two so that a sequence growing from 256
+  // to 65k keys needs at most 5 graphs per batch bucket.
+  if (max_keys <= kOneSplitKeys) return 1;
   const int ctas = std::max(1, decode_seqs * config_.num_kv_heads);
-  return std::clamp((2 * num_sms_ + ctas - 1) / ctas, 1, kMaxSplits);
+  const int want = std::min({(max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
+                             4 * num_sms_ / ctas, kMaxSplits});
+  int splits = 1;
+  while (splits * 2 <= want) splits *= 2;
+  return splits;
 }
 
 void CudaRunner::add_sequence(const SequenceSpec& spec) {
@@ -314,8 +338,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       p.cache = layer_cache;
       p.layout = layout_;
       p.out = attn_.get();
-      p.num_splits = attention_splits(sh.decode);
+      p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
       p.min_keys_per_split = kMinKeysPerSplit;
+      p.early_kv_loads = early_kv_loads_;
       p.workspace = attn_ws_.get();
       RILL_CUDA(kernels::launch_decode_attention(p, stream_));
     }
@@ -513,9 +538,11 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
 }
 
 cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
-  auto it = graphs_.find(bucket);
+  // One graph per batch bucket and attention split count (the grid of decode attention).
+  const int key = bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys);
+  auto it = graphs_.find(key);
   if (it != graphs_.end()) {
-    if (!(graph_shapes_.at(bucket) == plan.shape)) throw Error(ErrorCode::kInternal, "graph shape changed");
+    if (!(graph_shapes_.at(key) == plan.shape)) throw Error(ErrorCode::kInternal, "graph shape changed");
     return it->second;
   }
   cudaGraph_t graph;
@@ -531,8 +558,8 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   cudaGraphExec_t exec;
   RILL_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   RILL_CUDA(cudaGraphDestroy(graph));
-  graphs_[bucket] = exec;
-  graph_shapes_[bucket] = plan.shape;
+  graphs_[key] = exec;
+  graph_shapes_[key] = plan.shape;
   return exec;
 }
 

@@ -55,6 +55,12 @@ class CudaRunner final : public ModelRunner {
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
+  /// Decode attention's split count forced to `splits` (0: the automatic policy). For
+  /// rill-bench; re-captures graphs.
+  void set_decode_splits(int splits);
+  /// Decode attention issues its first K/V loads before waiting for the previous kernel
+  /// (kernels::DecodeAttentionParams::early_kv_loads) on/off; re-captures graphs.
+  void set_early_kv_loads(bool on);
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
@@ -90,7 +96,7 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  int attention_splits(int decode_seqs) const;
+  int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void drop_graphs();  // after a change that alters what a step launches
   const char* dmeta() const { return meta_dev_.as<const char>(); }
@@ -110,6 +116,8 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
+  int forced_splits_ = 0;  // see set_decode_splits
+  bool early_kv_loads_ = true;
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream

@@ -37,6 +37,7 @@ struct StepPlan {
   StepShape shape;
   StepLayout layout;
   int max_prefill_tokens = 0;          // longest chunk (prefill attention grid)
+  int max_decode_keys = 0;             // most keys a decode row attends to (its split count)
   std::vector<int> input_first_row;    // per input: first row of the token matrix
   std::vector<int> sampled_index;      // per input: index among sampled rows, or -1
   std::vector<int> logits_first;       // per input: first logits row (within R), or -1

@@ -93,6 +93,7 @@ struct DecodeArgs {
   float* ws;      // [num_splits, num_seqs, num_heads] records (ws_record_floats): unnormalized
                   // sum p * v, (max logit, sum p) in base 2, the group counter; see the top
   float v_scale;  // fp8 cache: applied to the accumulated values
+  bool early_kv_loads;
 };
 
 /// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
@@ -190,14 +191,17 @@ struct WindowGeo {
 
 /// Physical slots of the thread group's kU consecutive keys from jg (-1: past j_end or idle lane).
 /// Consecutive keys sit in consecutive slots modulo the ring: one division per call.
+/// Key j_new (the newest, written by this step's K/V write) is skipped too: it is read directly
+/// once the kernel has waited for its predecessor.
 template <typename C, int kU>
 __device__ __forceinline__ void group_slots(const PagedKv<C>& kv, const WindowGeo& geo, int jg,
-                                            int j_end, bool sinks, bool active, int (&ps)[kU]) {
+                                            int j_end, int j_new, bool sinks, bool active,
+                                            int (&ps)[kU]) {
   const int r0 = sinks ? 0 : attn::ring_offset(geo.head_rel - (geo.n_keys - 1 - jg), geo.ring);
 #pragma unroll
   for (int i = 0; i < kU; ++i) {
     ps[i] = -1;
-    if (jg + i < j_end && active) {
+    if (jg + i < j_end && jg + i != j_new && active) {
       int slot = jg + i;
       if (!sinks) {
         unsigned r = static_cast<unsigned>(r0) + i;
@@ -283,13 +287,15 @@ __device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4
 /// Attends the thread group's keys among [j_begin, j_end): all sinks (slot j) or all window keys.
 /// Every thread of the CTA runs the same number of steps (shuffles need whole warps). `ring` is
 /// the CTA's load ring, [kStages][kU][K, V][kDecodeThreads] vectors; the block table entries of a
-/// step are fetched one step before its loads are issued.
-template <typename T, typename C, int D, int GH>
+/// step are fetched one step before its loads are issued. The first kStages steps' loads are
+/// issued before prepare() runs (it waits for the previous kernel and fills q), except key j_new
+/// (the sequence's newest, written by that kernel): its K and V are read directly after it.
+template <typename T, typename C, int D, int GH, typename Prepare>
 __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGeo& geo, int j_begin,
-                                            int j_end, bool sinks, int grp, int lane, bool active,
-                                            const float (&q)[GH][DecodeShape<D, C>::kVec],
+                                            int j_end, int j_new, bool sinks, int grp, int lane,
+                                            bool active, float (&q)[GH][DecodeShape<D, C>::kVec],
                                             SoftmaxState<GH, DecodeShape<D, C>::kVec>& st,
-                                            uint4* ring) {
+                                            uint4* ring, Prepare&& prepare) {
   using Shape = DecodeShape<D, C>;
   constexpr int kU = decode_unroll<GH, Shape::kVec>();
   constexpr int kStages = decode_stages<GH, Shape::kVec>();
@@ -298,7 +304,7 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   const int n_steps = (j_end - j_begin + kStep - 1) / kStep;
   uint4* mine = ring + threadIdx.x;
   int ps[kU];
-  group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, sinks, active, ps);
+  group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, j_new, sinks, active, ps);
   // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
   // (empty past the last step, so that group counting stays uniform), then the next slots.
   const auto issue = [&](int n) {
@@ -311,12 +317,25 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
         attn::cp_async16(attn::smem_addr(dst + (2 * i + 1) * kDecodeThreads), k + kv.kv_stride,
                          ps[i] >= 0);
       }
-      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, sinks, active, ps);
+      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, j_new, sinks,
+                         active, ps);
     }
     attn::cp_async_commit();
   };
 #pragma unroll
   for (int n = 0; n < kStages; ++n) issue(n);
+  prepare();
+  // The newest key's row, when this group holds it: its slot is the sink slot j_new, or the
+  // window's newest rel index head_rel.
+  const bool has_new = active && j_new >= j_begin && j_new < j_end &&
+                       (j_new - j_begin) % kStep / kU == grp;
+  uint4 k_new = make_uint4(0, 0, 0, 0), v_new = k_new;
+  if (has_new) {
+    const int slot = sinks ? j_new : geo.ring_base + attn::ring_offset(geo.head_rel, geo.ring);
+    const C* k = kv.k_row(slot) + lane * Shape::kVec;
+    k_new = *reinterpret_cast<const uint4*>(k);
+    v_new = *reinterpret_cast<const uint4*>(k + kv.kv_stride);
+  }
   for (int n = 0; n < n_steps; ++n) {
     const int jg = j_begin + n * kStep + grp * kU;  // this group's first key
     attn::cp_async_wait<kStages - 1>();             // step n has landed (this thread's copies)
@@ -326,6 +345,7 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
     for (int i = 0; i < kU; ++i) {
       kraw[i] = src[(2 * i) * kDecodeThreads];
       vraw[i] = src[(2 * i + 1) * kDecodeThreads];
+      if (has_new && jg + i == j_new) kraw[i] = k_new, vraw[i] = v_new;
     }
     attend_step<T, C, D, GH, kU>(kraw, vraw, jg, j_end, q, st);
     issue(n + kStages);  // into the stage just read (its values are consumed above)
@@ -417,16 +437,25 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   }
   float q[GH][E];
   const int sink_end = min(range.hi, num_sink);
+  const int j_new = n_keys - 1;  // written by this step: read only after pdl_wait()
   if (range.lo < sink_end) {
-    load_query<T, D, GH, E>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0, nh,
-                            lane, a.scale_log2);
-    attend_keys<T, C, D, GH>(kv, geo, range.lo, sink_end, true, grp, lane, active, q, st, smem);
+    attend_keys<T, C, D, GH>(kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st,
+                             smem, [&] {
+                               pdl_wait();
+                               load_query<T, D, GH, E>(
+                                   q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0,
+                                   nh, lane, a.scale_log2);
+                             });
   }
   const int win_begin = max(range.lo, num_sink);
   if (win_begin < range.hi) {
-    load_query<T, D, GH, E>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
-                            a.scale_log2);
-    attend_keys<T, C, D, GH>(kv, geo, win_begin, range.hi, false, grp, lane, active, q, st, smem);
+    attend_keys<T, C, D, GH>(kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st,
+                             smem, [&] {
+                               pdl_wait();  // a no-op when the sinks section has waited
+                               load_query<T, D, GH, E>(
+                                   q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
+                                   a.scale_log2);
+                             });
   }
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
@@ -475,16 +504,29 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
     const float mx = s_max[h];
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
-      // Loads outside the branch so that several splits' loads are in flight at once.
-#pragma unroll 4
-      for (int s = 0; s < a.num_splits; ++s) {
-        const float* rec = ws_record<D>(a, s, row0 + h);
-        const float2 ml = __ldcg(reinterpret_cast<const float2*>(rec + ws_ml_offset(D)));
-        const float v = __ldcg(rec + d);
-        if (ml.x != -INFINITY) {  // else an empty split: v is stale, not written by this launch
-          const float w = ex2(ml.x - mx);
-          sum = fmaf(ml.y, w, sum);
-          o = fmaf(v, w, o);
+      // kChunk splits' loads are all issued before the first is used (one L2 round trip per
+      // chunk; more registers spill in the fp8 instances), then the sums in split order.
+      constexpr int kChunk = 8;
+      for (int s0 = 0; s0 < a.num_splits; s0 += kChunk) {
+        float2 ml[kChunk];
+        float v[kChunk];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          ml[j] = make_float2(-INFINITY, 0.0f);
+          v[j] = 0.0f;
+          if (s0 + j < a.num_splits) {
+            const float* rec = ws_record<D>(a, s0 + j, row0 + h);
+            ml[j] = __ldcg(reinterpret_cast<const float2*>(rec + ws_ml_offset(D)));
+            v[j] = __ldcg(rec + d);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (ml[j].x != -INFINITY) {  // else an empty split: v is stale, not written by this launch
+            const float w = ex2(ml[j].x - mx);
+            sum = fmaf(ml[j].y, w, sum);
+            o = fmaf(v[j], w, o);
+          }
         }
       }
     }
@@ -495,8 +537,12 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
 // C: the cache element type (T, or Fp8).
 template <typename T, typename C, int D, int GH>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
+  // See launch.cuh. The sequence table, the block tables and every K/V row but each sequence's
+  // newest are not written by this step's kernels, so they are read before pdl_wait(): the first
+  // K/V loads overlap the kernels before this one. pdl_wait() comes before q, the newest row and
+  // any global write.
+  pdl_launch_dependents();
+  if (!a.early_kv_loads) pdl_wait();
 
   __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
 
@@ -513,12 +559,15 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
       split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
   if (range.lo < range.hi) {
     attend_range<T, C, D, GH>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
-  } else if (a.num_splits > 1) {  // an empty split, or a sequence without keys
-    if (threadIdx.x < nh)
-      *reinterpret_cast<float2*>(ws_record<D>(a, split, row0 + threadIdx.x) + ws_ml_offset(D)) =
-          make_float2(-INFINITY, 0.0f);
-  } else {
-    for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
+  } else {  // an empty split, or a sequence without keys
+    pdl_wait();
+    if (a.num_splits > 1) {
+      if (threadIdx.x < nh)
+        *reinterpret_cast<float2*>(ws_record<D>(a, split, row0 + threadIdx.x) + ws_ml_offset(D)) =
+            make_float2(-INFINITY, 0.0f);
+    } else {
+      for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
+    }
   }
   if (a.num_splits > 1)
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
@@ -624,6 +673,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.scale_log2 = p.scale * kLog2e;
   if (fp8) args.scale_log2 *= p.layout.k_scale;
   args.v_scale = p.layout.v_scale;
+  args.early_kv_loads = p.early_kv_loads;
   args.num_seqs = p.num_seqs;
   args.out = p.out;
   args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;

@@ -86,8 +86,10 @@ __device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float*
 // C: the cache element type (T, or Fp8).
 template <typename T, typename C, int S>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
+  // See launch.cuh. Positions (step metadata, uploaded before the step's kernels) and inv_freq
+  // (weights) are no kernel's output: the angle table is built before pdl_wait(), overlapping
+  // the previous kernel.
+  pdl_launch_dependents();
   __shared__ float cos_pos[kMaxHeadDim / 2], sin_pos[kMaxHeadDim / 2];
   __shared__ float cos_sink[kMaxHeadDim / 2], sin_sink[kMaxHeadDim / 2];
   const int64_t t = blockIdx.x;
@@ -97,6 +99,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
     angle_sincos(p.positions[t], p.inv_freq[i], &sin_pos[i], &cos_pos[i]);
     if (want_sink) angle_sincos(p.sink_positions[t], p.inv_freq[i], &sin_sink[i], &cos_sink[i]);
   }
+  pdl_wait();  // before qkv (the GEMV's output) and any global write
   __syncthreads();
 
   T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;  // [q heads | k heads | v heads] x head_dim

@@ -44,6 +44,10 @@ struct DecodeAttentionParams {
   /// depends on data: safe under CUDA graphs.
   int num_splits = 1;
   int min_keys_per_split = 256;
+  /// Issue the first K/V loads before waiting for the previous kernel (PDL). Every row but each
+  /// sequence's newest (key n_keys - 1, which this step's K/V write produces) must then be
+  /// complete before the previous kernel started. false: wait first (for measurements).
+  bool early_kv_loads = true;
   /// num_splits > 1: 16-byte aligned, decode_attention_workspace_bytes(num_seqs, num_heads,
   /// head_dim, num_splits) bytes or more; zeroed once after allocation (cudaMemset), see below.
   void* workspace = nullptr;

@@ -21,6 +21,8 @@ struct RopeKvParams {
   int qkv_stride = 0;                    // elements per row
   const void* qkv_bias = nullptr;        // [(num_heads + 2 * num_kv_heads) * head_dim] or null
   void* q_sink = nullptr;                // [num_tokens, num_heads * head_dim]
+  // positions, sink_positions and inv_freq are read before the kernel waits for its predecessor
+  // (PDL): no kernel that may still run when this one starts may write them.
   const int64_t* positions = nullptr;    // [num_tokens]
   const int64_t* sink_positions = nullptr;  // [num_tokens]
   const float* inv_freq = nullptr;       // [rotary_dim / 2]
