@@ -54,8 +54,8 @@ __global__ void fill_float_kernel(float* p, size_t n, uint32_t seed, float scale
 
 // Read-only streaming: every thread sums 16-byte loads (the GEMV's load instruction) over a
 // grid-stride loop, four in flight; one word per CTA is written so nothing is optimised away.
-__global__ void __launch_bounds__(512) read_kernel(const uint4* __restrict__ p, size_t n,
-                                                   uint32_t* __restrict__ sink) {
+__global__ void __launch_bounds__(512)
+    read_kernel(const uint4* __restrict__ p, size_t n, uint32_t* __restrict__ sink) {
   uint32_t acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;

@@ -63,11 +63,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::vector<KernelRecord> got;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
+        rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
       continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-    got.push_back({short_name(k->name), k->start, k->end, k->correlationId,
-                   k->gridX * k->gridY * k->gridZ});
+    got.push_back(
+        {short_name(k->name), k->start, k->end, k->correlationId, k->gridX * k->gridY * k->gridZ});
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -85,7 +86,9 @@ void cupti_check(CUptiResult r, const char* what) {
 }  // namespace
 
 #ifdef RILL_HAVE_CUPTI
-bool kernel_trace_available() { return true; }
+bool kernel_trace_available() {
+  return true;
+}
 
 KernelTrace::KernelTrace() {
   {
@@ -124,10 +127,16 @@ std::vector<KernelRecord> KernelTrace::stop() {
   return out;
 }
 #else
-bool kernel_trace_available() { return false; }
-KernelTrace::KernelTrace() { throw std::runtime_error("built without CUPTI: no kernel traces"); }
+bool kernel_trace_available() {
+  return false;
+}
+KernelTrace::KernelTrace() {
+  throw std::runtime_error("built without CUPTI: no kernel traces");
+}
 KernelTrace::~KernelTrace() = default;
-std::vector<KernelRecord> KernelTrace::stop() { return {}; }
+std::vector<KernelRecord> KernelTrace::stop() {
+  return {};
+}
 #endif
 
 StepAttribution attribute_steps(const std::vector<KernelRecord>& records) {
@@ -180,7 +189,8 @@ StepAttribution attribute_steps(const std::vector<KernelRecord>& records) {
   for (auto& [label, a] : acc)
     out.rows.push_back({label, a.launches / out.steps, a.marginal_ns * 1e-6 / out.steps,
                         median_of(a.resident_ns) * 1e-3});
-  if (idle.marginal_ns > 0) out.rows.push_back({"(no kernel resident)", 0, idle.marginal_ns * 1e-6 / out.steps, 0});
+  if (idle.marginal_ns > 0)
+    out.rows.push_back({"(no kernel resident)", 0, idle.marginal_ns * 1e-6 / out.steps, 0});
   std::sort(out.rows.begin(), out.rows.end(),
             [](const auto& a, const auto& b) { return a.marginal_ms > b.marginal_ms; });
   return out;

@@ -16,11 +16,11 @@
 namespace rill::bench {
 
 struct KernelRecord {
-  std::string name;      // demangled function name without namespaces and template arguments
-  uint64_t start = 0;    // ns, GPU clock
+  std::string name;    // demangled function name without namespaces and template arguments
+  uint64_t start = 0;  // ns, GPU clock
   uint64_t end = 0;
-  uint32_t launch = 0;   // correlation id of the launching API call: one per graph replay
-  int grid = 0;          // CTAs (x * y * z)
+  uint32_t launch = 0;  // correlation id of the launching API call: one per graph replay
+  int grid = 0;         // CTAs (x * y * z)
 };
 
 /// True when this build records kernel traces (CUPTI was found at configure time).
@@ -41,8 +41,9 @@ class KernelTrace {
 };
 
 /// Per kernel label ("name [CTAs] after previous-name", the kernel that started before it, so
-/// that launches of one kernel in different places stay apart), summed over the step: launches, marginal (critical-path)
-/// time and median resident time, averaged over the replays in `records` (grouped by launch).
+/// that launches of one kernel in different places stay apart), summed over the step: launches,
+/// marginal (critical-path) time and median resident time, averaged over the replays in `records`
+/// (grouped by launch).
 struct StepAttribution {
   struct Row {
     std::string label;
@@ -51,8 +52,8 @@ struct StepAttribution {
     double resident_us = 0;  // median end - start of one launch
   };
   int steps = 0;
-  double span_ms = 0;        // median first start -> last end of a step
-  std::vector<Row> rows;     // largest marginal first; "(no kernel resident)" holds the gaps
+  double span_ms = 0;     // median first start -> last end of a step
+  std::vector<Row> rows;  // largest marginal first; "(no kernel resident)" holds the gaps
 };
 StepAttribution attribute_steps(const std::vector<KernelRecord>& records);
 

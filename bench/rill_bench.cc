@@ -47,8 +47,8 @@ struct DecodeResult {
 // `batch` sequences with `context` tokens of cache each; times `steps` decode steps (median).
 // With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile());
 // with `trace`, CUPTI records the timed steps' kernels (DecodeResult::kernels).
-DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy, int steps,
-                         std::mt19937& rng, int max_step_tokens, bool profile = false,
+DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy,
+                         int steps, std::mt19937& rng, int max_step_tokens, bool profile = false,
                          bool trace = false) {
   const int V = r.config().vocab_size;
   std::uniform_int_distribution<int> tok(0, V - 1);
@@ -212,7 +212,8 @@ void decode_table(Bench& b) {
         v.early_kv = false;
         variants.push_back(v);
       }
-      if (args.on("fusion-off-too") && batch <= 8) variants.push_back({"off: fusion", true, true, true, false});
+      if (args.on("fusion-off-too") && batch <= 8)
+        variants.push_back({"off: fusion", true, true, true, false});
       for (const Variant& v : variants) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
@@ -223,9 +224,9 @@ void decode_table(Bench& b) {
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s\n", batch, d.cached,
-                    d.step_ms, d.gpu_ms, batch * 1e3 / d.step_ms, gbps,
-                    100 * gbps / b.ceil.copy_gbps, v.off.c_str());
+        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s\n", batch, d.cached, d.step_ms,
+                    d.gpu_ms, batch * 1e3 / d.step_ms, gbps, 100 * gbps / b.ceil.copy_gbps,
+                    v.off.c_str());
       }
     }
   }
@@ -287,9 +288,11 @@ void trace_table(Bench& b) {
       std::printf(
           "\nkernel timeline of a decode step (batch %d, %d cached, %s, %d steps traced): step "
           "%.3f ms while traced, kernels span %.3f ms\n",
-          batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", a.steps, d.step_ms, a.span_ms);
-      std::printf("  %-64s %9s %12s %7s %12s\n", "kernel [CTAs] after the kernel launched before it", "per step", "critical ms", "share",
-                  "resident us");
+          batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", a.steps, d.step_ms,
+          a.span_ms);
+      std::printf("  %-64s %9s %12s %7s %12s\n",
+                  "kernel [CTAs] after the kernel launched before it", "per step", "critical ms",
+                  "share", "resident us");
       for (const auto& row : a.rows)
         std::printf("  %-64s %9.1f %12.3f %6.1f%% %12.1f\n", row.label.c_str(), row.launches,
                     row.marginal_ms, 100 * row.marginal_ms / std::max(a.span_ms, 1e-9),
@@ -358,8 +361,8 @@ int main(int argc, char** argv) {
     const bench::Ceilings ceil = bench::measure_ceilings(s);
     const ModelConfig& c = model.config;
     const double wbytes = static_cast<double>(r.weight_bytes());
-    std::printf("device: %s | copy %.0f GB/s | read %.0f GB/s | GEMM %.0f TFLOP/s\n", ceil.device.c_str(),
-                ceil.copy_gbps, ceil.read_gbps, ceil.gemm_tflops);
+    std::printf("device: %s | copy %.0f GB/s | read %.0f GB/s | GEMM %.0f TFLOP/s\n",
+                ceil.device.c_str(), ceil.copy_gbps, ceil.read_gbps, ceil.gemm_tflops);
     const double kv_token_bytes = kv_bytes_per_token(c, r.kv_element_bytes());
     std::printf(
         "model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token (%s); runner ready "

@@ -30,7 +30,7 @@ constexpr int kMaxSplits = 16;
 // hundred keys still spreads over all SMs (the kernel is latency-bound there), large enough that
 // the merge stays cheap.
 constexpr int kMinKeysPerSplit = 64;
-constexpr int kOneSplitKeys = 256;  // no split up to this many keys (see attention_splits)
+constexpr int kOneSplitKeys = 256;    // no split up to this many keys (see attention_splits)
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -239,8 +239,8 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
   // to 65k keys needs at most 5 graphs per batch bucket.
   if (max_keys <= kOneSplitKeys) return 1;
   const int ctas = std::max(1, decode_seqs * config_.num_kv_heads);
-  const int want = std::min({(max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
-                             4 * num_sms_ / ctas, kMaxSplits});
+  const int want = std::min(
+      {(max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 4 * num_sms_ / ctas, kMaxSplits});
   int splits = 1;
   while (splits * 2 <= want) splits *= 2;
   return splits;
@@ -539,10 +539,12 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
 
 cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   // One graph per batch bucket and attention split count (the grid of decode attention).
-  const int key = bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys);
+  const int key =
+      bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
-    if (!(graph_shapes_.at(key) == plan.shape)) throw Error(ErrorCode::kInternal, "graph shape changed");
+    if (!(graph_shapes_.at(key) == plan.shape))
+      throw Error(ErrorCode::kInternal, "graph shape changed");
     return it->second;
   }
   cudaGraph_t graph;

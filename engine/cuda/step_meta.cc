@@ -187,8 +187,8 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
       w.at<int32_t>(L.rope_slot)[r] = physical_slot(s, pos, bs);
       fill_table(r, s.block_table);
       *dseq = decode_seq(s, pos);
-      plan.max_decode_keys =
-          std::max(plan.max_decode_keys, std::max(dseq->num_sink, 0) + std::max(dseq->window_count, 0));
+      plan.max_decode_keys = std::max(
+          plan.max_decode_keys, std::max(dseq->num_sink, 0) + std::max(dseq->window_count, 0));
     } else {
       w.at<int32_t>(L.tokens)[r] = 0;
       w.at<int64_t>(L.positions)[r] = 0;

@@ -317,8 +317,8 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
         attn::cp_async16(attn::smem_addr(dst + (2 * i + 1) * kDecodeThreads), k + kv.kv_stride,
                          ps[i] >= 0);
       }
-      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, j_new, sinks,
-                         active, ps);
+      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, j_new, sinks, active,
+                         ps);
     }
     attn::cp_async_commit();
   };
@@ -327,8 +327,8 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   prepare();
   // The newest key's row, when this group holds it: its slot is the sink slot j_new, or the
   // window's newest rel index head_rel.
-  const bool has_new = active && j_new >= j_begin && j_new < j_end &&
-                       (j_new - j_begin) % kStep / kU == grp;
+  const bool has_new =
+      active && j_new >= j_begin && j_new < j_end && (j_new - j_begin) % kStep / kU == grp;
   uint4 k_new = make_uint4(0, 0, 0, 0), v_new = k_new;
   if (has_new) {
     const int slot = sinks ? j_new : geo.ring_base + attn::ring_offset(geo.head_rel, geo.ring);
@@ -439,23 +439,21 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   const int sink_end = min(range.hi, num_sink);
   const int j_new = n_keys - 1;  // written by this step: read only after pdl_wait()
   if (range.lo < sink_end) {
-    attend_keys<T, C, D, GH>(kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st,
-                             smem, [&] {
-                               pdl_wait();
-                               load_query<T, D, GH, E>(
-                                   q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0,
-                                   nh, lane, a.scale_log2);
-                             });
+    attend_keys<T, C, D, GH>(
+        kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st, smem, [&] {
+          pdl_wait();
+          load_query<T, D, GH, E>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0,
+                                  nh, lane, a.scale_log2);
+        });
   }
   const int win_begin = max(range.lo, num_sink);
   if (win_begin < range.hi) {
-    attend_keys<T, C, D, GH>(kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st,
-                             smem, [&] {
-                               pdl_wait();  // a no-op when the sinks section has waited
-                               load_query<T, D, GH, E>(
-                                   q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
-                                   a.scale_log2);
-                             });
+    attend_keys<T, C, D, GH>(
+        kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st, smem, [&] {
+          pdl_wait();  // a no-op when the sinks section has waited
+          load_query<T, D, GH, E>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
+                                  a.scale_log2);
+        });
   }
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
@@ -522,7 +520,8 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
         }
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
-          if (ml[j].x != -INFINITY) {  // else an empty split: v is stale, not written by this launch
+          if (ml[j].x !=
+              -INFINITY) {  // else an empty split: v is stale, not written by this launch
             const float w = ex2(ml[j].x - mx);
             sum = fmaf(ml[j].y, w, sum);
             o = fmaf(v[j], w, o);

@@ -41,8 +41,8 @@ TEST(KernelTrace, KernelHiddenInsideAnotherCostsNothing) {
 
 TEST(KernelTrace, StepsAreGroupedByLaunchAndAveraged) {
   // Two replays (launch ids 1 and 2) of the same two kernels, the second one slower.
-  const std::vector<KernelRecord> recs = {{"g", 100, 110, 1, 2}, {"h", 105, 120, 1, 2},
-                                          {"g", 200, 214, 2, 2}, {"h", 210, 230, 2, 2}};
+  const std::vector<KernelRecord> recs = {
+      {"g", 100, 110, 1, 2}, {"h", 105, 120, 1, 2}, {"g", 200, 214, 2, 2}, {"h", 210, 230, 2, 2}};
   const StepAttribution s = attribute_steps(recs);
   EXPECT_EQ(s.steps, 2);
   EXPECT_DOUBLE_EQ(find(s, "g [2] after start")->launches, 1.0);
