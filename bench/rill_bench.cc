@@ -196,7 +196,7 @@ void decode_table(Bench& b) {
         std::string off;  // "" for the default, else what differs from it
         bool graphs = true, gemv = true, pdl = true, fused = true;
         int splits = 0;  // decode attention's split count (0: automatic)
-        bool early_kv = true;
+        bool early_kv = true, cluster = true;
       };
       std::vector<Variant> variants{{""}};
       for (int splits : int_list(args.get("splits-sweep"))) {
@@ -212,6 +212,11 @@ void decode_table(Bench& b) {
         v.early_kv = false;
         variants.push_back(v);
       }
+      if (args.on("cluster-off-too")) {
+        Variant v{"off: cluster merge"};
+        v.cluster = false;
+        variants.push_back(v);
+      }
       if (args.on("fusion-off-too") && batch <= 8)
         variants.push_back({"off: fusion", true, true, true, false});
       for (const Variant& v : variants) {
@@ -221,6 +226,7 @@ void decode_table(Bench& b) {
         r.set_fused_decode(v.fused && eo.fused_decode);
         r.set_decode_splits(v.splits);
         r.set_early_kv_loads(v.early_kv);
+        r.set_cluster_merge(v.cluster);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -236,6 +242,7 @@ void decode_table(Bench& b) {
   r.set_fused_decode(eo.fused_decode);
   r.set_decode_splits(0);
   r.set_early_kv_loads(true);
+  r.set_cluster_merge(true);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -339,6 +346,8 @@ int main(int argc, char** argv) {
               "also time decode with decode attention forced to each of these split counts");
   args.flag("early-kv-off-too",
             "also time decode with attention waiting for the previous kernel before any K/V load");
+  args.flag("cluster-off-too",
+            "also time decode with attention splits merged through global memory, not a cluster");
   args.flag("trace",
             "print each kernel's share of a decode step's critical path (CUPTI trace of the "
             "graph replays) for every batch and context");

@@ -140,6 +140,11 @@ void CudaRunner::set_early_kv_loads(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_cluster_merge(bool on) {
+  cluster_merge_ = on;
+  drop_graphs();
+}
+
 void CudaRunner::set_decode_splits(int splits) {
   if (splits < 0 || splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
@@ -341,6 +346,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
       p.min_keys_per_split = kMinKeysPerSplit;
       p.early_kv_loads = early_kv_loads_;
+      p.cluster_merge = cluster_merge_;
       p.workspace = attn_ws_.get();
       RILL_CUDA(kernels::launch_decode_attention(p, stream_));
     }

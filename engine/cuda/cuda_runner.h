@@ -61,6 +61,9 @@ class CudaRunner final : public ModelRunner {
   /// Decode attention issues its first K/V loads before waiting for the previous kernel
   /// (kernels::DecodeAttentionParams::early_kv_loads) on/off; re-captures graphs.
   void set_early_kv_loads(bool on);
+  /// Decode attention merges its splits inside a thread-block cluster
+  /// (kernels::DecodeAttentionParams::cluster_merge) on/off; re-captures graphs.
+  void set_cluster_merge(bool on);
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
@@ -118,6 +121,7 @@ class CudaRunner final : public ModelRunner {
   bool fused_decode_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
   bool early_kv_loads_ = true;
+  bool cluster_merge_ = true;
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream

@@ -91,8 +91,18 @@ __device__ __forceinline__ void add_delta(const T* delta, const T* bias, int bas
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
 template <typename T, bool VEC, int ITEMS>
 __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
-  pdl_launch_dependents();  // see launch.cuh
-  pdl_wait();               // before any dependent read or global write
+  // See launch.cuh. The norm weights and biases are no kernel's output: this thread's chunks of
+  // them are pulled into L1 before the wait, so the stores at the end do not wait on the L2.
+  pdl_launch_dependents();
+  const void* params[4] = {p.weight0, p.norm_bias0, p.weight1, p.norm_bias1};
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+    if (base >= p.hidden) break;
+    for (const void* v : params)
+      if (v) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const T*>(v) + base));
+  }
+  pdl_wait();  // before any dependent read or global write
   __shared__ float scratch[32];
   const int hidden = p.hidden;
   const int64_t i = blockIdx.x;

@@ -40,6 +40,7 @@
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
 // keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
 // converts K/V in registers. k_scale is folded into the query scale, v_scale into the output.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -58,10 +59,15 @@
 namespace rill::kernels {
 namespace {
 
+namespace cg = cooperative_groups;
 using attn::ex2;
 using attn::PagedKv;
 
 constexpr int kDecodeThreads = 128;
+// Largest split count merged in a cluster (the portable cluster size). 16-CTA clusters (non-
+// portable on H100) failed in DecodeAttention.ClusterMergeMatchesWorkspaceMerge; more splits use
+// the workspace merge.
+constexpr int kMaxClusterSplits = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 
 /// Workspace record of one (split, sequence, head), in floats: acc[head_dim padded to 4] | m | l |
@@ -94,6 +100,7 @@ struct DecodeArgs {
                   // sum p * v, (max logit, sum p) in base 2, the group counter; see the top
   float v_scale;  // fp8 cache: applied to the accumulated values
   bool early_kv_loads;
+  bool cluster;  // the splits of a group form one thread-block cluster and merge through DSMEM
 };
 
 /// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
@@ -141,7 +148,11 @@ struct DecodeSmem {
   static constexpr int kRingVecs =
       decode_stages<GH, kE>() * decode_unroll<GH, kE>() * 2 * kDecodeThreads;
   static constexpr int kMergeFloats = DecodeShape<D, C>::kGroups * GH * (D + 2);
-  static constexpr int kVecs = kRingVecs > kMergeFloats / 4 ? kRingVecs : (kMergeFloats + 3) / 4;
+  // Cluster merge: the split's partial, [GH][D] sums then [GH] (m, l), past the group merge.
+  static constexpr int kPartOffset = (kMergeFloats + 3) / 4 * 4;  // floats
+  static constexpr int kPartFloats = GH * D + 2 * GH;
+  static constexpr int kUsedVecs = (kPartOffset + kPartFloats + 3) / 4;
+  static constexpr int kVecs = kRingVecs > kUsedVecs ? kRingVecs : kUsedVecs;
   static_assert(kVecs * 16 <= 48 * 1024, "static shared memory limit");
 };
 
@@ -397,6 +408,10 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
     if constexpr (kIsFp8<C>) o *= a.v_scale;
     if (a.num_splits == 1) {
       out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else if (a.cluster) {
+      float* part = sm + DecodeSmem<D, C, GH>::kPartOffset;
+      part[h * D + d] = o;
+      if (d == 0) part[GH * D + 2 * h] = mx, part[GH * D + 2 * h + 1] = sum;
     } else {
       float* rec = ws_record<D>(a, split, ws_row + h);
       rec[d] = o;
@@ -520,8 +535,8 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
         }
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
-          if (ml[j].x !=
-              -INFINITY) {  // else an empty split: v is stale, not written by this launch
+          // An empty split (m = -inf) is skipped: its v is stale, not written by this launch.
+          if (ml[j].x != -INFINITY) {
             const float w = ex2(ml[j].x - mx);
             sum = fmaf(ml[j].y, w, sum);
             o = fmaf(v[j], w, o);
@@ -531,6 +546,41 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
     }
     out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
   }
+}
+
+/// Several splits launched as one cluster per group (grid x = cluster x = num_splits): every CTA
+/// has left its partial in its shared memory (`part`, DecodeSmem::kPartOffset); after a cluster
+/// barrier the CTAs share the output elements and combine the splits' partials, read through
+/// distributed shared memory, exactly as merge_splits_if_last does (same order, same rounding),
+/// without a global round trip or an atomic. A second barrier keeps every CTA's shared memory
+/// alive until all reads are done.
+template <typename T, int D, int GH>
+__device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int nh, T* out,
+                                                        float* part) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int i = rank * kDecodeThreads + threadIdx.x; i < nh * D;
+       i += kDecodeThreads * a.num_splits) {
+    const int h = i / D, d = i % D;
+    float mx = -INFINITY;
+    for (int s = 0; s < a.num_splits; ++s)
+      mx = fmaxf(mx, cluster.map_shared_rank(part, s)[GH * D + 2 * h]);
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+      for (int s = 0; s < a.num_splits; ++s) {
+        const float* p = cluster.map_shared_rank(part, s);
+        const float m = p[GH * D + 2 * h];
+        if (m != -INFINITY) {  // else an empty split
+          const float w = ex2(m - mx);
+          sum = fmaf(p[GH * D + 2 * h + 1], w, sum);
+          o = fmaf(p[h * D + d], w, o);
+        }
+      }
+    }
+    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+  }
+  cluster.sync();
 }
 
 // C: the cache element type (T, or Fp8).
@@ -560,15 +610,21 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
     attend_range<T, C, D, GH>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
   } else {  // an empty split, or a sequence without keys
     pdl_wait();
-    if (a.num_splits > 1) {
-      if (threadIdx.x < nh)
-        *reinterpret_cast<float2*>(ws_record<D>(a, split, row0 + threadIdx.x) + ws_ml_offset(D)) =
-            make_float2(-INFINITY, 0.0f);
-    } else {
+    if (a.num_splits == 1) {
       for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
+    } else if (a.cluster) {
+      if (threadIdx.x < nh)
+        reinterpret_cast<float*>(
+            smem)[DecodeSmem<D, C, GH>::kPartOffset + GH * D + 2 * threadIdx.x] = -INFINITY;
+    } else if (threadIdx.x < nh) {
+      *reinterpret_cast<float2*>(ws_record<D>(a, split, row0 + threadIdx.x) + ws_ml_offset(D)) =
+          make_float2(-INFINITY, 0.0f);
     }
   }
-  if (a.num_splits > 1)
+  if (a.num_splits > 1 && a.cluster)
+    merge_splits_in_cluster<T, D, GH>(
+        a, nh, out, reinterpret_cast<float*>(smem) + DecodeSmem<D, C, GH>::kPartOffset);
+  else if (a.num_splits > 1)
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
 }
 
@@ -582,25 +638,37 @@ template <typename T, typename C, int D>
 cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads, int gh,
                                 cudaStream_t stream) {
   const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
+  const auto launch = [&](auto kernel) {
+    // Clusters of the splits of one group when the device can hold them (per kernel and size,
+    // asked once); else the workspace merge.
+    static int fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
+    DecodeArgs a = args;
+    if (a.cluster && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits) {
+      int& f = fits[a.num_splits];
+      if (f == 0) f = cluster_size_fits(kernel, a.num_splits, kDecodeThreads) ? 1 : -1;
+      a.cluster = f > 0;
+    } else {
+      a.cluster = false;
+    }
+    return launch_kernel_in_clusters(dim3(a.cluster ? a.num_splits : 1, 1, 1), kernel, dim3(grid),
+                                     dim3(kDecodeThreads), 0, stream, a);
+  };
+  cudaError_t err;
   switch (gh) {
     case 1:
-      launch_kernel(decode_attention_kernel<T, C, D, 1>, dim3(grid), dim3(kDecodeThreads), 0,
-                    stream, args);
+      err = launch(decode_attention_kernel<T, C, D, 1>);
       break;
     case 2:
-      launch_kernel(decode_attention_kernel<T, C, D, 2>, dim3(grid), dim3(kDecodeThreads), 0,
-                    stream, args);
+      err = launch(decode_attention_kernel<T, C, D, 2>);
       break;
     case 4:
-      launch_kernel(decode_attention_kernel<T, C, D, 4>, dim3(grid), dim3(kDecodeThreads), 0,
-                    stream, args);
+      err = launch(decode_attention_kernel<T, C, D, 4>);
       break;
     default:
-      launch_kernel(decode_attention_kernel<T, C, D, kMaxHeadsPerCta<C>>, dim3(grid),
-                    dim3(kDecodeThreads), 0, stream, args);
+      err = launch(decode_attention_kernel<T, C, D, kMaxHeadsPerCta<C>>);
       break;
   }
-  return launch_status();
+  return err != cudaSuccess ? err : launch_status();
 }
 
 /// Calls body.template operator()<D>() for the supported decode head dims.
@@ -673,6 +741,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (fp8) args.scale_log2 *= p.layout.k_scale;
   args.v_scale = p.layout.v_scale;
   args.early_kv_loads = p.early_kv_loads;
+  args.cluster = p.cluster_merge;
   args.num_seqs = p.num_seqs;
   args.out = p.out;
   args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;

@@ -39,21 +39,59 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 /// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when
-/// programmatic_launch() is on. Returns the launch error.
+/// programmatic_launch() is on, in thread-block clusters of `cluster` CTAs when that is given.
+/// Returns the launch error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, Args&&... args) {
+cudaError_t launch_kernel_in_clusters(dim3 cluster, void (*kernel)(Params...), dim3 grid,
+                                      dim3 block, size_t smem, cudaStream_t stream,
+                                      Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = 1;
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attrs[1].id = cudaLaunchAttributeClusterDimension;
+    attrs[1].val.clusterDim.x = cluster.x;
+    attrs[1].val.clusterDim.y = cluster.y;
+    attrs[1].val.clusterDim.z = cluster.z;
+    config.numAttrs = 2;
+  }
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  return launch_kernel_in_clusters(dim3(1, 1, 1), kernel, grid, block, smem, stream,
+                                   std::forward<Args>(args)...);
+}
+
+/// True when `kernel` can run clusters of `size` <= 8 (portable) CTAs of `threads` threads
+/// (static shared memory only) on this device.
+template <typename... Params>
+bool cluster_size_fits(void (*kernel)(Params...), int size, int threads) {
+  if (size > 8) return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(size);
+  config.blockDim = dim3(threads);
   cudaLaunchAttribute attr = {};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = size;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return clusters > 0;
 }
 
 }  // namespace rill::kernels

@@ -341,17 +341,19 @@ TEST(CudaRunner, FusedDecodeMatchesUnfused) {
 }
 
 // Decode attention's split count (automatic: 1 up to 256 keys, then more) only changes the
-// order in which fp32 partial sums meet; issuing the K/V loads before the dependency wait changes
-// no bit. Teacher-forced from a prompt across 256 keys, so the automatic count changes midway.
+// order in which fp32 partial sums meet; issuing the K/V loads before the dependency wait, or
+// merging the splits through global memory instead of a cluster, changes no bit. Teacher-forced
+// from a prompt across 256 keys, so the automatic count changes midway.
 TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int V = m.config.vocab_size, steps = 300;
-  auto logits = [&](int splits, bool early) {
+  auto logits = [&](int splits, bool early, bool cluster = true) {
     auto r = cuda_runner(m);
     r->set_decode_splits(splits);
     r->set_early_kv_loads(early);
+    r->set_cluster_merge(cluster);
     r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
     StepInput in{1, cases[0].prompt, LogitsMode::kLast, true};
     std::vector<float> out = r->step(std::span<const StepInput>(&in, 1)).logits;
@@ -366,6 +368,7 @@ TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   const auto automatic = logits(0, true);
   ASSERT_EQ(automatic.size(), size_t(V) * (steps + 1));
   EXPECT_EQ(logits(0, false), automatic) << "K/V loads after the dependency wait";
+  EXPECT_EQ(logits(0, true, false), automatic) << "splits merged through the workspace";
   const auto one = logits(1, true);
   for (int splits : {2, 5, 16}) {
     const RowErrors e = row_errors(logits(splits, true), one, V);

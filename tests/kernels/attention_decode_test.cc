@@ -49,6 +49,7 @@ struct DecodeCase {
   int num_splits = 1, min_keys_per_split = 256;
   KvDType kv = KvDType::kSame;
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 cache
+  bool cluster_merge = true, early_kv_loads = true;
   std::vector<SeqSpec> seqs;
 };
 
@@ -299,6 +300,8 @@ std::vector<uint16_t> run_case(const DecodeCase& c, bool through_graph = false,
   p.num_splits = c.num_splits;
   p.min_keys_per_split = c.min_keys_per_split;
   p.workspace = d_ws.get();
+  p.cluster_merge = c.cluster_merge;
+  p.early_kv_loads = c.early_kv_loads;
   launch(p, d_out, through_graph);
 
   const std::vector<float> got = d_out.download_floats(c.dtype);
@@ -368,6 +371,28 @@ TEST(DecodeAttention, ManySplits) {
       c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}};
       run_case(c);
     }
+}
+
+// Splits merged inside a thread-block cluster (distributed shared memory) give the bits of the
+// workspace merge, and so does waiting before the first K/V load; both against the reference too.
+TEST(DecodeAttention, ClusterMergeMatchesWorkspaceMerge) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (const auto [heads, kv_heads] : {std::pair{8, 2}, std::pair{8, 8}, std::pair{32, 8}})
+      for (int splits : {2, 5, 8, 16}) {
+        DecodeCase c;
+        c.kv = kv;
+        c.num_heads = heads;
+        c.num_kv_heads = kv_heads;
+        c.num_splits = splits;
+        c.min_keys_per_split = 16;
+        c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 999, 1000}, {0, kLinear, 16, 17}, {4, 64, -1, 0}};
+        const auto cluster = run_case(c);
+        c.cluster_merge = false;
+        EXPECT_EQ(run_case(c), cluster) << "workspace merge, " << splits << " splits";
+        c.early_kv_loads = false;
+        EXPECT_EQ(run_case(c), cluster) << "late K/V loads, " << splits << " splits";
+      }
 }
 
 TEST(DecodeAttention, StreamingSinksAndRings) {

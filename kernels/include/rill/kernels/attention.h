@@ -48,6 +48,10 @@ struct DecodeAttentionParams {
   /// sequence's newest (key n_keys - 1, which this step's K/V write produces) must then be
   /// complete before the previous kernel started. false: wait first (for measurements).
   bool early_kv_loads = true;
+  /// num_splits <= 8: the splits of one (sequence, kv head) run as a thread-block cluster and
+  /// merge through distributed shared memory, not through the workspace (same result, bit for
+  /// bit). Used where the device can hold such clusters; false: always the workspace merge.
+  bool cluster_merge = true;
   /// num_splits > 1: 16-byte aligned, decode_attention_workspace_bytes(num_seqs, num_heads,
   /// head_dim, num_splits) bytes or more; zeroed once after allocation (cudaMemset), see below.
   void* workspace = nullptr;
