@@ -36,6 +36,16 @@
 // engine varies both per step) never write partials over a counter word: counter words only ever
 // hold counters, and every launch leaves them 0. The workspace must be zeroed once at allocation.
 //
+// Up to 8 splits (the engine's usual case at batch 1) run instead as one thread-block cluster per
+// group: each CTA leaves its partial in shared memory and, after a cluster barrier, the CTAs
+// combine the partials read through distributed shared memory in the same order and rounding
+// (merge_splits_in_cluster): no workspace round trip, fence or atomic on the critical path.
+//
+// Early loads: the step's metadata, the block tables and every K/V row but each sequence's newest
+// are loaded before pdl_wait() (they are no kernel's output within the step), so the first ring
+// stages stream while the RoPE / K/V-write kernel before this one runs; the newest key's row is
+// read directly after the wait.
+//
 // fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
 // keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
