@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "bench/bench_util.h"
 #include "bench/kernel_trace.h"
@@ -389,6 +390,9 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());
+    return 1;
+  } catch (const std::exception& e) {  // e.g. CUPTI refusing to trace (--trace)
+    std::fprintf(stderr, "rill-bench: error: %s\n", e.what());
     return 1;
   }
 }
