@@ -324,6 +324,9 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   constexpr int kStageVecs = kU * 2 * kDecodeThreads;
   const int n_steps = (j_end - j_begin + kStep - 1) / kStep;
   uint4* mine = ring + threadIdx.x;
+  // Only the first kStages steps are issued before prepare(): the newest key needs the direct
+  // read only when it falls among them; later steps copy it like any other key.
+  if (j_new >= j_begin && (j_new - j_begin) / kStep >= kStages) j_new = -1;
   int ps[kU];
   group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, j_new, sinks, active, ps);
   // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
