@@ -292,6 +292,34 @@ void CudaRunner::timed(int category, Fn&& fn) {
   }
 }
 
+// Decode rows' attention over the paged cache (split count from the step's longest key range).
+void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache,
+                                          float scale) {
+  const ModelConfig& c = config_;
+  const cuda::StepShape& sh = plan.shape;
+  kernels::DecodeAttentionParams p;
+  p.dtype = weights_->dtype();
+  p.num_seqs = sh.decode;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.scale = scale;
+  p.q = qkv_.get();
+  p.q_stride = c.qkv_dim();
+  p.q_sink = q_sink_.get();
+  p.q_sink_stride = c.q_dim();
+  p.seqs = reinterpret_cast<const kernels::DecodeSeq*>(dmeta() + plan.layout.decode);
+  p.cache = layer_cache;
+  p.layout = layout_;
+  p.out = attn_.get();
+  p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
+  p.min_keys_per_split = kMinKeysPerSplit;
+  p.early_kv_loads = early_kv_loads_;
+  p.cluster_merge = cluster_merge_;
+  p.workspace = attn_ws_.get();
+  RILL_CUDA(kernels::launch_decode_attention(p, stream_));
+}
+
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
 // write, output projection: h_ (normed input) -> o_.
 void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
@@ -327,29 +355,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   });
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) {
-      kernels::DecodeAttentionParams p;
-      p.dtype = dt;
-      p.num_seqs = sh.decode;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
-      p.scale = scale;
-      p.q = qkv_.get();
-      p.q_stride = c.qkv_dim();
-      p.q_sink = q_sink_.get();
-      p.q_sink_stride = c.q_dim();
-      p.seqs = reinterpret_cast<const kernels::DecodeSeq*>(dmeta() + L.decode);
-      p.cache = layer_cache;
-      p.layout = layout_;
-      p.out = attn_.get();
-      p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
-      p.min_keys_per_split = kMinKeysPerSplit;
-      p.early_kv_loads = early_kv_loads_;
-      p.cluster_merge = cluster_merge_;
-      p.workspace = attn_ws_.get();
-      RILL_CUDA(kernels::launch_decode_attention(p, stream_));
-    }
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, scale);
     if (sh.prefill > 0) {
       kernels::PrefillAttentionParams p;
       p.dtype = dt;
