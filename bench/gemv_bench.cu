@@ -70,8 +70,10 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   rill::bench::fill_uniform_half(norm_w, H, 3, 1.0f, stream);
   BENCH_CUDA(cudaMemsetAsync(residual, 0, H * 4, stream));
   BENCH_CUDA(cudaStreamSynchronize(stream));
+  int config = -1;  // the CTA shape of every GEMV in the chain (-1: the default rule)
   auto gemv = [&](const __half* x, const __half* wt, __half* y, int N, int K) {
     rill::kernels::GemvParams p;
+    p.config = config;
     p.M = 1;
     p.N = N;
     p.K = K;
@@ -106,27 +108,38 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   };
   std::printf("\n32 Llama-2-7B layers of GEMVs at M = 1 in one CUDA graph (%.2f GB of weights)\n",
               bytes / 1e9);
-  for (int small : {0, 1, 2}) {  // none; fused add + norm; add and norm as two kernels
-    for (int pdl : {1, 0}) {
-      rill::kernels::set_programmatic_launch(pdl);
-      const double ms = graph_ms(stream, [&] {
-        for (int l = 0; l < kLayers; ++l) {
-          if (small) add_norm(down, h, small == 1);
-          gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
-          gemv(attn, w[l * 4 + 1], o, H, H);
-          if (small) add_norm(o, h, small == 1);
-          gemv(h, w[l * 4 + 2], up, 2 * I, H);
-          if (small) silu();
-          gemv(small ? act : up, w[l * 4 + 3], down, H, I);
-        }
-      });
-      const double gbps = bytes / (ms * 1e-3) / 1e9;
-      std::printf("  %-34s PDL %-3s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
-                  small == 0   ? "GEMVs only"
-                  : small == 1 ? "GEMVs + add_norm x2 + SiLU-mul"
-                               : "GEMVs + (add, norm) x2 + SiLU-mul",
-                  pdl ? "on" : "off", ms, gbps, 100 * gbps / copy_gbps);
-    }
+  // The default shape with and without PDL, then every shared-memory ring shape with PDL.
+  struct Run {
+    int config, small, pdl;
+  };
+  std::vector<Run> runs;
+  for (int small : {0, 1, 2})  // none; fused add + norm; add and norm as two kernels
+    for (int pdl : {1, 0}) runs.push_back({-1, small, pdl});
+  for (int c = 0; c < rill::kernels::gemv_num_configs(); ++c)
+    if (rill::kernels::gemv_config_info(c).stages > 0)
+      for (int small : {0, 1}) runs.push_back({c, small, 1});
+  for (const Run& run : runs) {
+    const int small = run.small, pdl = run.pdl;
+    config = run.config;
+    rill::kernels::set_programmatic_launch(pdl);
+    const double ms = graph_ms(stream, [&] {
+      for (int l = 0; l < kLayers; ++l) {
+        if (small) add_norm(down, h, small == 1);
+        gemv(h, w[l * 4 + 0], qkv, 3 * H, H);
+        gemv(attn, w[l * 4 + 1], o, H, H);
+        if (small) add_norm(o, h, small == 1);
+        gemv(h, w[l * 4 + 2], up, 2 * I, H);
+        if (small) silu();
+        gemv(small ? act : up, w[l * 4 + 3], down, H, I);
+      }
+    });
+    const double gbps = bytes / (ms * 1e-3) / 1e9;
+    std::printf("  %-34s %-14s PDL %-3s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
+                small == 0   ? "GEMVs only"
+                : small == 1 ? "GEMVs + add_norm x2 + SiLU-mul"
+                             : "GEMVs + (add, norm) x2 + SiLU-mul",
+                config < 0 ? "default" : rill::kernels::gemv_config_name(config).c_str(),
+                pdl ? "on" : "off", ms, gbps, 100 * gbps / copy_gbps);
   }
   rill::kernels::set_programmatic_launch(true);
   for (__half* p : w) BENCH_CUDA(cudaFree(p));

@@ -16,6 +16,7 @@
 #include "engine/cuda/cuda_runner.h"
 #include "engine/error.h"
 #include "engine/model.h"
+#include "rill/kernels/gemv.h"
 #include "tools/common/engine_flags.h"
 
 using namespace rill;
@@ -197,6 +198,8 @@ void decode_table(Bench& b) {
         std::string off;  // "" for the default, else what differs from it
         bool graphs = true, gemv = true, pdl = true, fused = true;
         int splits = 0;  // decode attention's split count (0: automatic)
+        int gemv_config = -1;                      // the GEMV's CTA shape (-1: the default rule)
+        int gemv_deep = CudaRunner::kDeepDefault;  // GEMVs with a deep prologue
         bool early_kv = true, cluster = true;
       };
       std::vector<Variant> variants{{""}};
@@ -204,6 +207,20 @@ void decode_table(Bench& b) {
         Variant v{"attention in " + std::to_string(splits) + " splits"};
         v.splits = splits;
         variants.push_back(v);
+      }
+      if (batch <= 8) {
+        for (int config : int_list(args.get("gemv-configs"))) {
+          Variant v{"GEMV shape " + kernels::gemv_config_name(config)};
+          v.gemv_config = config;
+          variants.push_back(v);
+        }
+      }
+      if (batch <= 8) {
+        for (int mask : int_list(args.get("gemv-deep-masks"))) {
+          Variant v{"GEMV deep-prologue mask " + std::to_string(mask)};
+          v.gemv_deep = mask;
+          variants.push_back(v);
+        }
       }
       if (args.on("graphs-off-too")) variants.push_back({"off: graphs", false});
       if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"off: GEMV", true, false});
@@ -226,6 +243,8 @@ void decode_table(Bench& b) {
         r.set_programmatic_launch(v.pdl);
         r.set_fused_decode(v.fused && eo.fused_decode);
         r.set_decode_splits(v.splits);
+        r.set_gemv_config(v.gemv_config);
+        r.set_gemv_deep_prologue(v.gemv_deep);
         r.set_early_kv_loads(v.early_kv);
         r.set_cluster_merge(v.cluster);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
@@ -242,6 +261,8 @@ void decode_table(Bench& b) {
   r.set_programmatic_launch(true);
   r.set_fused_decode(eo.fused_decode);
   r.set_decode_splits(0);
+  r.set_gemv_config(-1);
+  r.set_gemv_deep_prologue(CudaRunner::kDeepDefault);
   r.set_early_kv_loads(true);
   r.set_cluster_merge(true);
 }
@@ -345,6 +366,12 @@ int main(int argc, char** argv) {
       "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
   args.option("splits-sweep", "",
               "also time decode with decode attention forced to each of these split counts");
+  args.option("gemv-configs", "",
+              "also time batch <= 8 decode with every GEMV forced to each of these CTA shapes "
+              "(indices of rill-gemv-bench's shapes)");
+  args.option("gemv-deep-masks", "",
+              "also time batch <= 8 decode with each of these masks of GEMVs staging weights "
+              "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");
   args.flag("early-kv-off-too",
             "also time decode with attention waiting for the previous kernel before any K/V load");
   args.flag("cluster-off-too",

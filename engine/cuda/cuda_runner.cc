@@ -135,6 +135,22 @@ void CudaRunner::set_gemv(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_gemv_config(int config) {
+  if (config < -1 || config >= kernels::gemv_num_configs())
+    throw Error(ErrorCode::kInvalidArgument,
+                "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+  gemm_->set_gemv_config(config);
+  drop_graphs();
+}
+
+void CudaRunner::set_gemv_deep_prologue(int mask) {
+  if (mask < 0 || mask > kDeepAll)
+    throw Error(ErrorCode::kInvalidArgument,
+                "GEMV deep-prologue mask: 0 .. " + std::to_string(kDeepAll));
+  gemv_deep_mask_ = mask;
+  drop_graphs();
+}
+
 void CudaRunner::set_early_kv_loads(bool on) {
   early_kv_loads_ = on;
   drop_graphs();
@@ -332,7 +348,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  timed(Profiler::kGemm, [&] { gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H); });
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
+  });
   timed(Profiler::kNorm, [&] {
     kernels::RopeKvParams p;
     p.dtype = dt;
@@ -391,7 +409,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
-  timed(Profiler::kGemm, [&] { gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim()); });
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+  });
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
@@ -404,7 +424,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
                             gemm_->uses_gemv(in, w.wup, T, H);
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
-      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H);
+      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, false, deep_gemv(kDeepUp));
       return;
     }
     kernels::GemvParams p;
@@ -416,6 +436,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.y = act_.get();
     p.epilogue = kernels::GemvEpilogue::kSiluMul;
     p.bias = w.bup;
+    p.deep_prologue = deep_gemv(kDeepUp);
     gemm_->gemv(p);
   });
   if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
@@ -434,7 +455,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
-  timed(Profiler::kGemm, [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I); });
+  timed(Profiler::kGemm,
+        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -530,7 +552,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
-    gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size, c.hidden_size, true);
+    gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
+               c.hidden_size, true, deep_gemv(kDeepHead));
   });
   if (copy_logits)  // before sampling, which edits the logits in place
     RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,

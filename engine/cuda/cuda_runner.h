@@ -52,6 +52,17 @@ class CudaRunner final : public ModelRunner {
   void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
   /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
   void set_gemv(bool on);
+  /// Every GEMV forced to CTA shape `config` (-1: kernels::gemv_default_config per shape). For
+  /// rill-bench; re-captures graphs.
+  void set_gemv_config(int config);
+  /// Which decode GEMVs stage their weights through shared memory (kernels::GemvParams::
+  /// deep_prologue): a mask of kDeepQkv, kDeepO, kDeepUp, kDeepDown, kDeepHead. For rill-bench;
+  /// re-captures graphs.
+  void set_gemv_deep_prologue(int mask);
+  static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
+  static constexpr int kDeepAll = 31;
+  /// The GEMVs that follow a short kernel (add + norm, attention).
+  static constexpr int kDeepDefault = kDeepQkv | kDeepO | kDeepUp;
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
@@ -121,6 +132,8 @@ class CudaRunner final : public ModelRunner {
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
+  int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
+  bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
   bool early_kv_loads_ = true;
   bool cluster_merge_ = true;
 

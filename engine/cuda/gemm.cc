@@ -30,7 +30,8 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K
                            y_f32 ? CUDA_R_32F : t, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32) {
+void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
+               bool deep_prologue) {
   if (M <= 0) return;
   if (!uses_gemv(x, w, M, K)) {
     run_cublas(x, w, y, M, N, K, y_f32);
@@ -44,11 +45,16 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
   p.w = w;
   p.y = y;
   p.y_f32 = y_f32;
+  p.deep_prologue = deep_prologue;
   gemv(p);
 }
 
 void Gemm::gemv(kernels::GemvParams p) {
   p.dtype = dtype_;
+  if (p.config < 0 && gemv_config_ >= 0 &&
+      (p.epilogue != kernels::GemvEpilogue::kSiluMul ||
+       kernels::gemv_config_info(gemv_config_).silu))
+    p.config = gemv_config_;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
 }
 

@@ -18,12 +18,17 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32.
-  void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false);
+  /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32. deep_prologue: see
+  /// kernels::GemvParams (used when the GEMV runs).
+  void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
+           bool deep_prologue = false);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
+  /// The GEMV's CTA shape (kernels::gemv_config_info) for every GEMV that does not name one;
+  /// -1: kernels::gemv_default_config. A shape without kSiluMul keeps the default for those.
+  void set_gemv_config(int config) { gemv_config_ = config; }
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 
@@ -34,6 +39,7 @@ class Gemm {
   cublasHandle_t handle_ = nullptr;
   DeviceMemory workspace_;
   bool gemv_enabled_ = true;
+  int gemv_config_ = -1;
 };
 
 }  // namespace rill::cuda

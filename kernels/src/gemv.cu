@@ -17,6 +17,8 @@
 #include <string>
 #include <type_traits>
 
+#include "attention_mma.cuh"
+#include "bulk_copy.cuh"
 #include "dispatch.cuh"
 #include "launch.cuh"
 #include "rill/kernels/gemv.h"
@@ -28,16 +30,27 @@ namespace {
 constexpr int kRows = 16;  // rows of w per CTA (the mma's M)
 constexpr int kMaxM = 8;   // the mma's N
 
-// CTA shapes (warps splitting K, steps per warp per iteration). Many warps with shallow
-// unrolling measured best on H100: the loads in flight come from thread-level parallelism and
-// the double buffer. Index 0 and 1 are the defaults (gemv_default_config); the others stay
-// for rill-gemv-bench to compare against.
+// CTA shapes: warps splitting K, steps per warp per iteration, and where the weights wait
+// between load and use. stages == 0: in registers, double-buffered (gemv_kernel); stages > 0: in
+// a ring of that many iterations in shared memory, filled by cp.async (gemv_ring_kernel), which
+// keeps stages - 1 iterations in flight without spending registers on them, and lets a CTA
+// launched early under PDL stream that much of its tile while its predecessor finishes. Configs
+// differ in speed only: the sums depend on `warps` alone (each warp adds its steps in order,
+// then the warps' partials are added in warp order).
 struct Config {
-  int warps, unroll;
+  int warps, unroll, stages;
+  bool bulk;  // stages > 0: the ring is filled by bulk copies (gemv_bulk_kernel), not cp.async
+  bool silu;  // a kSiluMul instance exists
 };
-constexpr Config kConfigs[] = {{16, 2}, {32, 2}, {8, 4}, {4, 4}, {16, 4}, {8, 2}};
+constexpr Config kConfigs[] = {
+    {16, 2, 0, false, true}, {32, 2, 0, false, true},  {8, 4, 0, false, false},
+    {4, 4, 0, false, false}, {16, 4, 0, false, false}, {8, 2, 0, false, false},
+    {16, 1, 6, false, true}, {8, 1, 8, false, true},   {16, 1, 6, true, true},
+    {16, 2, 3, true, true},  {8, 2, 6, true, true},    {16, 1, 4, true, true}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
-constexpr int kSiluConfigs = 2;  // configs with the kSiluMul epilogue (the defaults)
+constexpr int kDeepConfig = 6;  // 16 warps x 1, cp.async ring of 6: GemvParams::deep_prologue
+static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].silu &&
+              kConfigs[kDeepConfig].stages > 0 && !kConfigs[kDeepConfig].bulk);
 
 // Streaming load of weights, read once: keep them out of L1 so x stays there. The L2::256B hint
 // makes each miss fetch 256 bytes (a warp covers 64 contiguous bytes of each of its 16 rows per
@@ -186,6 +199,247 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
   epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
 }
 
+// 16-byte copy of streamed weights into shared memory, L2::256B as load_stream; !valid reads
+// nothing and zero-fills.
+__device__ __forceinline__ void cp_async_stream(uint32_t dst, const uint4* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// Issues this thread's copies of the U steps starting at s0 into the ring slot at `slot`
+// (this thread's first 16 bytes of it); zeros past the end of K.
+template <int W, int U>
+__device__ __forceinline__ void copy_w(uint32_t slot, const uint4* w_lo, const uint4* w_hi, int s0,
+                                       int t, int chunks) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = (s0 + u * W) * 4 + t;
+    const bool valid = c < chunks;
+    cp_async_stream(slot + (2 * u) * W * 32 * 16, valid ? w_lo + c : w_lo, valid);
+    cp_async_stream(slot + (2 * u + 1) * W * 32 * 16, valid ? w_hi + c : w_hi, valid);
+  }
+}
+
+template <int W, int U, int S>
+constexpr int ring_bytes() {
+  return S * U * 2 * W * 32 * 16;
+}
+
+// gemv_kernel with the weights staged through a ring of S iterations in shared memory
+// ([S][U][lo, hi][thread] 16-byte chunks): each thread copies its own chunks and reads back only
+// those, so cp.async.wait_group orders it and no barrier is needed. S - 1 iterations are issued
+// before pdl_wait(). Same steps in the same order as gemv_kernel with W warps: the same sums.
+template <typename T, int W, int U, int S, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32)
+    gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
+                     const T* __restrict__ w,  // [N, K]
+                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                     bool y_f32) {
+  static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
+  extern __shared__ uint4 ring[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * kRows;
+  const uint4* w_lo =
+      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+  const uint4* w_hi =
+      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
+  const bool x_live = g < M;
+  const int chunks = K / kVec;
+  const int steps = (chunks + 3) / 4;
+  constexpr int kStride = W * U;
+  constexpr int kSlot = U * 2 * W * 32;  // uint4 per ring slot
+  const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
+
+  pdl_launch_dependents();
+#pragma unroll
+  for (int p = 0; p < S - 1; ++p) {
+    copy_w<W, U>(mine + p * kSlot * 16, w_lo, w_hi, warp + p * kStride, t, chunks);
+    attn::cp_async_commit();
+  }
+  pdl_wait();
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int slot = 0;  // the slot of iteration s0; the slot before it is refilled
+  for (int s0 = warp; s0 < steps; s0 += kStride) {
+    const int refill = slot == 0 ? S - 1 : slot - 1;
+    copy_w<W, U>(mine + refill * kSlot * 16, w_lo, w_hi, s0 + (S - 1) * kStride, t, chunks);
+    attn::cp_async_commit();
+    uint4 xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = (s0 + u * W) * 4 + t;
+      xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
+    }
+    attn::cp_async_wait<S - 1>();
+    const uint4* own = ring + slot * kSlot + threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint4 lo = own[(2 * u) * W * 32], hi = own[(2 * u + 1) * W * 32];
+      mma_16816<T>(acc, lo.x, hi.x, lo.y, hi.y, xv[u].x, xv[u].y);
+      mma_16816<T>(acc, lo.z, hi.z, lo.w, hi.w, xv[u].z, xv[u].w);
+    }
+    slot = slot == S - 1 ? 0 : slot + 1;
+  }
+
+  attn::cp_async_wait<0>();  // the zero-filled copies past the end
+  __syncthreads();
+  float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float sum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sum[i] = partial[0][i][lane];
+#pragma unroll
+    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
+  }
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
+}
+
+// Shapes of gemv_bulk_kernel's ring: a stage holds W * U steps (32 k each) of the tile's 16
+// rows; each row is one bulk copy, padded by 16 bytes so that the 8 rows a warp's lanes read at
+// once start in different banks.
+template <int W, int U>
+struct BulkShape {
+  static constexpr int kSteps = W * U;       // steps per stage
+  static constexpr int kCols = 32 * kSteps;  // k per stage
+  static constexpr int kRowBytes = 2 * kCols + 16;
+  static constexpr int kStageBytes = kRows * kRowBytes;
+  // The stages, then S "full" and S "empty" mbarriers.
+  static constexpr int smem_bytes(int stages) { return stages * (kStageBytes + 16); }
+};
+
+// gemv_kernel with the weights brought into shared memory by the copy engine: warp W (one lane)
+// is the producer, issuing one bulk copy per row per stage, S stages ahead; warps 0..W-1 consume.
+// A warp takes steps u * W + warp (u < U) of each stage, i.e. the steps warp, warp + W, ... of the
+// whole row in order, as gemv_kernel with W warps does: the same sums. The producer needs no
+// pdl_wait (weights are no kernel's output), so the first S stages stream while the previous
+// kernel finishes; consumers wait before reading x.
+template <typename T, int W, int U, int S, GemvEpilogue EPI>
+__global__ void __launch_bounds__((W + 1) * 32)
+    gemv_bulk_kernel(const T* __restrict__ x,  // [M, K]
+                     const T* __restrict__ w,  // [N, K]
+                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                     bool y_f32) {
+  using Sh = BulkShape<W, U>;
+  extern __shared__ __align__(128) unsigned char bulk_ring[];  // [S][16 rows][kRowBytes]
+  uint64_t* full = reinterpret_cast<uint64_t*>(bulk_ring + S * Sh::kStageBytes);
+  uint64_t* empty = full + S;
+  __shared__ float partial[W][4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * kRows;
+  const int stages = (K + Sh::kCols - 1) / Sh::kCols;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      bulk::init(&full[s], 1);
+      bulk::init(&empty[s], W);
+    }
+    bulk::init_fence();
+  }
+  __syncthreads();
+  pdl_launch_dependents();
+
+  if (warp == W) {  // producer
+    if (lane != 0) return;
+    for (int j = 0; j < stages; ++j) {
+      const int slot = j % S;
+      if (j >= S) bulk::wait(&empty[slot], (j / S - 1) & 1);
+      const int k0 = j * Sh::kCols;
+      const uint32_t bytes = 2 * min(Sh::kCols, K - k0);
+      bulk::arrive_expect_tx(&full[slot], kRows * bytes);
+      unsigned char* dst = bulk_ring + slot * Sh::kStageBytes;
+      for (int r = 0; r < kRows; ++r)
+        bulk::copy(dst + r * Sh::kRowBytes, w + static_cast<int64_t>(min(n0 + r, N - 1)) * K + k0,
+                   bytes, &full[slot]);
+    }
+    return;
+  }
+
+  pdl_wait();
+  const int g = lane >> 2, t = lane & 3;
+  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
+  const bool x_live = g < M;
+  const int chunks = K / kVec;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < stages; ++j) {
+    const int slot = j % S;
+    uint4 xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = (j * Sh::kSteps + u * W + warp) * 4 + t;
+      xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
+    }
+    bulk::wait(&full[slot], (j / S) & 1);
+    const unsigned char* stage = bulk_ring + slot * Sh::kStageBytes;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int local = (u * W + warp) * 4 + t;
+      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+      if (j * Sh::kSteps * 4 + local < chunks) {  // the last stage may be short
+        lo = *reinterpret_cast<const uint4*>(stage + g * Sh::kRowBytes + 16 * local);
+        hi = *reinterpret_cast<const uint4*>(stage + (g + 8) * Sh::kRowBytes + 16 * local);
+      }
+      mma_16816<T>(acc, lo.x, hi.x, lo.y, hi.y, xv[u].x, xv[u].y);
+      mma_16816<T>(acc, lo.z, hi.z, lo.w, hi.w, xv[u].z, xv[u].w);
+    }
+    __syncwarp();
+    if (lane == 0) bulk::arrive(&empty[slot]);
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
+  asm volatile("bar.sync 1, %0;" ::"n"(W * 32) : "memory");  // the consumers only
+  if (warp != 0) return;
+  float sum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sum[i] = partial[0][i][lane];
+#pragma unroll
+    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
+  }
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
+}
+
+// Launches config C's kernel with epilogue EPI.
+
+template <typename T, Config C, GemvEpilogue EPI>
+cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
+  const int blocks = (p.N + kRows - 1) / kRows;
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w);
+  const T* bias = static_cast<const T*>(p.bias);
+  const bool y_f32 = EPI == GemvEpilogue::kStore && p.y_f32;
+  if constexpr (C.stages == 0) {
+    return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, dim3(blocks), dim3(C.warps * 32),
+                         0, stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32);
+  } else if constexpr (C.bulk) {
+    const auto kernel = gemv_bulk_kernel<T, C.warps, C.unroll, C.stages, EPI>;
+    constexpr int kBytes = BulkShape<C.warps, C.unroll>::smem_bytes(C.stages);
+    if (cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(blocks), dim3((C.warps + 1) * 32), kBytes, stream, x, w, p.y,
+                         bias, p.M, p.N, p.K, y_f32);
+  } else {
+    const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
+    constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
+    if (cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
+                         p.M, p.N, p.K, y_f32);
+  }
+}
+
 template <typename T, int I = 0>
 cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
   if constexpr (I == kNumConfigs) {
@@ -193,20 +447,12 @@ cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
   } else {
     if (p.config != I) return launch_config<T, I + 1>(p, stream);
     constexpr Config c = kConfigs[I];
-    const int blocks = (p.N + kRows - 1) / kRows;
-    const T* x = static_cast<const T*>(p.x);
-    const T* w = static_cast<const T*>(p.w);
-    const T* bias = static_cast<const T*>(p.bias);
     if (p.epilogue == GemvEpilogue::kStore)
-      return launch_kernel(gemv_kernel<T, c.warps, c.unroll, GemvEpilogue::kStore>, dim3(blocks),
-                           dim3(c.warps * 32), 0, stream, x, w, p.y, bias, p.M, p.N, p.K, p.y_f32);
-    if constexpr (I < kSiluConfigs) {
-      return launch_kernel(gemv_kernel<T, c.warps, c.unroll, GemvEpilogue::kSiluMul>,
-                           dim3(blocks), dim3(c.warps * 32), 0, stream, x, w, p.y, bias, p.M,
-                           p.N, p.K, false);
+      return launch_shape<T, c, GemvEpilogue::kStore>(p, stream);
+    if constexpr (c.silu) {
+      return launch_shape<T, c, GemvEpilogue::kSiluMul>(p, stream);
     } else {
-      return invalid_argument("gemv: kSiluMul exists for configs 0 and 1 only, not " +
-                              std::to_string(p.config));
+      return invalid_argument("gemv: config " + std::to_string(p.config) + " has no kSiluMul");
     }
   }
 }
@@ -234,26 +480,36 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv: x and w must be 16-byte aligned");
   GemvParams q = p;
-  if (q.config < 0) q.config = gemv_default_config(p.N, p.K);
+  if (q.config < 0) q.config = gemv_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
-int gemv_default_config(int N, int /*K*/) {
+int gemv_default_config(int N, int /*K*/, bool deep_prologue) {
   // Measured on H100 (rill-gemv-bench, docs/performance.md): with the L2::256B loads 16 warps x 2
   // steps is best or within 1% on every Llama shape (32 warps fell to 49-67% on the 7B down
   // projection); 128k-row LM heads gain ~1% from 32 warps. A fixed rule, not a start-up timing,
   // so that every run computes bit-identical results (the warps' partial sums are added in an
-  // order that depends on the CTA shape).
-  return N >= 65536 ? 1 : 0;
+  // order that depends on the CTA shape). With deep_prologue, 16 warps stage through a 6-deep
+  // cp.async ring (the same sums as 16 warps x 2); 32-warp shapes have no such twin.
+  if (N >= 65536) return 1;
+  return deep_prologue ? kDeepConfig : 0;
 }
 
 int gemv_num_configs() {
   return kNumConfigs;
 }
 
+GemvConfigInfo gemv_config_info(int config) {
+  if (config < 0 || config >= kNumConfigs) return {};
+  const Config& c = kConfigs[config];
+  return {c.warps, c.unroll, c.stages, c.bulk, c.silu};
+}
+
 std::string gemv_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
-  return std::to_string(kConfigs[config].warps) + "w x" + std::to_string(kConfigs[config].unroll);
+  const Config& c = kConfigs[config];
+  return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
+         (c.stages ? (c.bulk ? " bulk" : " ring") + std::to_string(c.stages) : "");
 }
 
 }  // namespace rill::kernels

@@ -124,8 +124,11 @@ void check_silu_mul(DType dt, int M, int I, int K, bool with_bias, int config, s
 TEST(GemvSilu, MatchesGemvThenActivation) {
   RILL_REQUIRE_GPU();
   std::mt19937 rng(43);
+  std::vector<int> configs = {-1};  // the default, and every shape with a kSiluMul instance
+  for (int c = 0; c < kernels::gemv_num_configs(); ++c)
+    if (kernels::gemv_config_info(c).silu) configs.push_back(c);
   for (DType dt : kDTypes)
-    for (int config : {-1, 0, 1})
+    for (int config : configs)
       for (bool bias : {false, true}) {
         check_silu_mul(dt, 1, 1376, 4096, bias, config, rng);
         check_silu_mul(dt, 8, 64, 4104, bias, config, rng);
@@ -148,9 +151,12 @@ TEST(GemvSilu, RejectsWhatItCannotDo) {
   p.bias = &p;  // kStore takes no bias
   EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaErrorInvalidValue);
   if (!have_gpu()) return;
-  // kSiluMul exists for the two default CTA shapes only.
+  // A shape without a kSiluMul instance refuses it.
+  int plain = 0;
+  while (plain < kernels::gemv_num_configs() && kernels::gemv_config_info(plain).silu) ++plain;
+  ASSERT_LT(plain, kernels::gemv_num_configs());
   DeviceBuffer d_x(64, 2), d_w(size_t(32) * 64, 2), d_y(16, 2);
-  kernels::GemvParams q = params(DType::kF16, 1, 32, 64, d_w, 2);
+  kernels::GemvParams q = params(DType::kF16, 1, 32, 64, d_w, plain);
   q.x = d_x.get();
   q.y = d_y.get();
   q.epilogue = GemvEpilogue::kSiluMul;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -111,6 +112,56 @@ TEST(Gemv, EveryKernelShape) {
       run_gemv(dt, 5, 99, 1000, false, rng, config);
     }
   }
+}
+
+// The shared-memory ring changes where weights wait, not the order of the sums: every shape
+// gives bit-identical output to the register-buffered shape with the same number of warps.
+TEST(Gemv, RingShapesMatchRegisterShapesBitwise) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(35);
+  int compared = 0;
+  for (DType dt : kDTypes) {
+    for (const auto [M, N, K] : {std::array{1, 4099, 11008}, {8, 1040, 4104}, {3, 37, 200}}) {
+      const std::vector<float> x = round_to(random_vector(size_t(M) * K, rng), dt);
+      const std::vector<float> w =
+          round_to(random_vector(size_t(N) * K, rng, 1.0f / std::sqrt(float(K))), dt);
+      DeviceBuffer d_x(x.size(), 2), d_w(w.size(), 2);
+      d_x.upload_floats(x, dt);
+      d_w.upload_floats(w, dt);
+      auto run = [&](int config) -> std::vector<float> {
+        DeviceBuffer d_y(size_t(M) * N, 2);
+        d_y.poison();
+        kernels::GemvParams p;
+        p.dtype = dt;
+        p.M = M;
+        p.N = N;
+        p.K = K;
+        p.x = d_x.get();
+        p.w = d_w.get();
+        p.y = d_y.get();
+        p.config = config;
+        EXPECT_EQ(kernels::launch_gemv(p, nullptr), cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(d_y.check_guards());
+        return d_y.download_floats(dt);
+      };
+      for (int ring = 0; ring < kernels::gemv_num_configs(); ++ring) {
+        const kernels::GemvConfigInfo r = kernels::gemv_config_info(ring);
+        if (r.stages == 0) continue;
+        for (int reg = 0; reg < kernels::gemv_num_configs(); ++reg) {
+          const kernels::GemvConfigInfo c = kernels::gemv_config_info(reg);
+          if (c.stages != 0 || c.warps != r.warps) continue;
+          SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " " +
+                       kernels::gemv_config_name(ring) + " vs " + kernels::gemv_config_name(reg));
+          const std::vector<float> a = run(ring), b = run(reg);
+          ASSERT_FALSE(has_nonfinite(a));
+          EXPECT_EQ(a, b);
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0) << "no ring shape has a register twin";
 }
 
 TEST(Gemv, RejectsShapesForAGemm) {

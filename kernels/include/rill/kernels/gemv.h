@@ -32,13 +32,25 @@ struct GemvParams {
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   const void* bias = nullptr;     // kSiluMul: optional [N], rows as w's
   int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
+  /// For the default shape: the kernel launched before this one is short (a norm, RoPE,
+  /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
+  /// stage the weights through shared memory, which lets more of them stream before the wait.
+  bool deep_prologue = false;
 };
-/// The CTA shapes launch_gemv offers (rill-gemv-bench compares them); kSiluMul exists for shapes
-/// 0 and 1, the defaults.
+/// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
+/// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations,
+/// filled by cp.async or (bulk) by the copy engine. Results depend on `warps` only. `silu`:
+/// kSiluMul exists for this shape.
+struct GemvConfigInfo {
+  int warps = 0, unroll = 0, stages = 0;
+  bool bulk = false, silu = false;
+};
+/// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
+GemvConfigInfo gemv_config_info(int config);  // config in [0, gemv_num_configs())
 std::string gemv_config_name(int config);
-/// The CTA shape launch_gemv uses for weights [N, K] when config is -1.
-int gemv_default_config(int N, int K);
+/// The CTA shape launch_gemv uses for weights [N, K] when config is -1 (see deep_prologue).
+int gemv_default_config(int N, int K, bool deep_prologue = false);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
