@@ -180,6 +180,7 @@ void decode_table(Bench& b) {
   const ModelConfig& c = b.c;
   const CachePolicy& policy = b.policy;
   std::mt19937& rng = b.rng;
+  const int deep_mask = r.gemv_deep_prologue();  // the run's, restored at the end
   // Untimed decode for about a second first, so the GPU's clocks have ramped up before the first
   // configuration is timed (the first one otherwise read up to 3% slow).
   for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(1);)
@@ -199,7 +200,7 @@ void decode_table(Bench& b) {
         bool graphs = true, gemv = true, pdl = true, fused = true;
         int splits = 0;  // decode attention's split count (0: automatic)
         int gemv_config = -1;                      // the GEMV's CTA shape (-1: the default rule)
-        int gemv_deep = CudaRunner::kDeepDefault;  // GEMVs with a deep prologue
+        int gemv_deep = -1;  // mask of GEMVs with a deep prologue (-1: the run's)
         bool early_kv = true, cluster = true;
       };
       std::vector<Variant> variants{{""}};
@@ -244,7 +245,7 @@ void decode_table(Bench& b) {
         r.set_fused_decode(v.fused && eo.fused_decode);
         r.set_decode_splits(v.splits);
         r.set_gemv_config(v.gemv_config);
-        r.set_gemv_deep_prologue(v.gemv_deep);
+        r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
         r.set_early_kv_loads(v.early_kv);
         r.set_cluster_merge(v.cluster);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
@@ -262,7 +263,7 @@ void decode_table(Bench& b) {
   r.set_fused_decode(eo.fused_decode);
   r.set_decode_splits(0);
   r.set_gemv_config(-1);
-  r.set_gemv_deep_prologue(CudaRunner::kDeepDefault);
+  r.set_gemv_deep_prologue(deep_mask);
   r.set_early_kv_loads(true);
   r.set_cluster_merge(true);
 }
@@ -372,6 +373,14 @@ int main(int argc, char** argv) {
   args.option("gemv-deep-masks", "",
               "also time batch <= 8 decode with each of these masks of GEMVs staging weights "
               "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");
+  args.option("gemv-deep-config", "-1",
+              "CTA shape of the GEMVs with a deep prologue (index of rill-gemv-bench's shapes; -1: "
+              "the default)");
+  args.option(
+      "gemv-deep-mask", "-1",
+      "the mask of GEMVs with a deep prologue for the whole run (-1: the runner's default)");
+  args.option("carveout", "-1",
+              "shared-memory carveout (percent) every kernel asks for; -1: the driver's choice");
   args.flag("early-kv-off-too",
             "also time decode with attention waiting for the previous kernel before any K/V load");
   args.flag("cluster-off-too",
@@ -390,8 +399,12 @@ int main(int argc, char** argv) {
     eo.max_step_tokens = args.get_int("max-step-tokens");
     eo.max_batch = args.get_int("max-batch");
     const Model model = load_model(args.get("model"));
+    kernels::set_smem_carveout(args.get_int("carveout"));
     const auto t_load = Clock::now();
     CudaRunner r(model, eo);
+    r.set_gemv_deep_config(args.get_int("gemv-deep-config"));
+    if (args.get_int("gemv-deep-mask") >= 0)
+      r.set_gemv_deep_prologue(args.get_int("gemv-deep-mask"));
     const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
     cudaStream_t s;
     BENCH_CUDA(cudaStreamCreate(&s));

@@ -151,6 +151,14 @@ void CudaRunner::set_gemv_deep_prologue(int mask) {
   drop_graphs();
 }
 
+void CudaRunner::set_gemv_deep_config(int config) {
+  if (config < -1 || config >= kernels::gemv_num_configs())
+    throw Error(ErrorCode::kInvalidArgument,
+                "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+  gemm_->set_deep_config(config);
+  drop_graphs();
+}
+
 void CudaRunner::set_early_kv_loads(bool on) {
   early_kv_loads_ = on;
   drop_graphs();

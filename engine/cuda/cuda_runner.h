@@ -59,6 +59,9 @@ class CudaRunner final : public ModelRunner {
   /// deep_prologue): a mask of kDeepQkv, kDeepO, kDeepUp, kDeepDown, kDeepHead. For rill-bench;
   /// re-captures graphs.
   void set_gemv_deep_prologue(int mask);
+  int gemv_deep_prologue() const { return gemv_deep_mask_; }
+  /// The CTA shape of the GEMVs with a deep prologue (-1: the default rule). For rill-bench.
+  void set_gemv_deep_config(int config);
   static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
   static constexpr int kDeepAll = 31;
   /// The GEMVs that follow a short kernel (add + norm, attention).

@@ -51,10 +51,10 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
 
 void Gemm::gemv(kernels::GemvParams p) {
   p.dtype = dtype_;
-  if (p.config < 0 && gemv_config_ >= 0 &&
-      (p.epilogue != kernels::GemvEpilogue::kSiluMul ||
-       kernels::gemv_config_info(gemv_config_).silu))
-    p.config = gemv_config_;
+  const int forced = p.deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
+  if (p.config < 0 && forced >= 0 &&
+      (p.epilogue != kernels::GemvEpilogue::kSiluMul || kernels::gemv_config_info(forced).silu))
+    p.config = forced;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
 }
 

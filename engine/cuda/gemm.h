@@ -29,6 +29,8 @@ class Gemm {
   /// The GEMV's CTA shape (kernels::gemv_config_info) for every GEMV that does not name one;
   /// -1: kernels::gemv_default_config. A shape without kSiluMul keeps the default for those.
   void set_gemv_config(int config) { gemv_config_ = config; }
+  /// The same for the GEMVs with deep_prologue (before set_gemv_config's shape); -1: the default.
+  void set_deep_config(int config) { deep_config_ = config; }
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 
@@ -40,6 +42,7 @@ class Gemm {
   DeviceMemory workspace_;
   bool gemv_enabled_ = true;
   int gemv_config_ = -1;
+  int deep_config_ = -1;
 };
 
 }  // namespace rill::cuda

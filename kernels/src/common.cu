@@ -1,5 +1,9 @@
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "dispatch.cuh"
 
@@ -8,6 +12,7 @@ namespace rill::kernels {
 namespace {
 thread_local std::string g_last_detail;
 std::atomic<bool> g_programmatic_launch{true};
+std::atomic<int> g_smem_carveout{-1};
 }  // namespace
 
 cudaError_t invalid_argument(const std::string& why) {
@@ -23,6 +28,27 @@ void set_programmatic_launch(bool enabled) {
 
 bool programmatic_launch() {
   return g_programmatic_launch.load();
+}
+
+void set_smem_carveout(int percent) {
+  g_smem_carveout.store(percent < 0 ? -1 : std::min(percent, 100));
+}
+
+int smem_carveout() {
+  return g_smem_carveout.load();
+}
+
+cudaError_t apply_smem_carveout(const void* kernel) {
+  const int percent = g_smem_carveout.load();
+  if (percent < 0) return cudaSuccess;
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;  // (kernel, percent) already applied
+  std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({kernel, percent})) return cudaSuccess;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+  if (err == cudaSuccess) done.insert({kernel, percent});
+  return err;
 }
 
 }  // namespace rill::kernels

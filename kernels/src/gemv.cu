@@ -18,7 +18,6 @@
 #include <type_traits>
 
 #include "attention_mma.cuh"
-#include "bulk_copy.cuh"
 #include "dispatch.cuh"
 #include "launch.cuh"
 #include "rill/kernels/gemv.h"
@@ -39,18 +38,19 @@ constexpr int kMaxM = 8;   // the mma's N
 // then the warps' partials are added in warp order).
 struct Config {
   int warps, unroll, stages;
-  bool bulk;  // stages > 0: the ring is filled by bulk copies (gemv_bulk_kernel), not cp.async
   bool silu;  // a kSiluMul instance exists
 };
-constexpr Config kConfigs[] = {
-    {16, 2, 0, false, true}, {32, 2, 0, false, true},  {8, 4, 0, false, false},
-    {4, 4, 0, false, false}, {16, 4, 0, false, false}, {8, 2, 0, false, false},
-    {16, 1, 6, false, true}, {8, 1, 8, false, true},   {16, 1, 6, true, true},
-    {16, 2, 3, true, true},  {8, 2, 6, true, true},    {16, 1, 4, true, true}};
+constexpr Config kConfigs[] = {{16, 2, 0, true}, {32, 2, 0, true},  {8, 4, 0, false},
+                               {4, 4, 0, false}, {16, 4, 0, false}, {8, 2, 0, false},
+                               {16, 1, 6, true}, {8, 1, 8, true},   {16, 1, 4, true},
+                               {16, 1, 5, true}, {32, 1, 3, true},  {32, 1, 2, true}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kDeepConfig = 6;  // 16 warps x 1, cp.async ring of 6: GemvParams::deep_prologue
+constexpr int kDeepWideConfig = 10;  // 32 warps x 1, ring of 3: the same for 32 warps x 2
 static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].silu &&
-              kConfigs[kDeepConfig].stages > 0 && !kConfigs[kDeepConfig].bulk);
+              kConfigs[kDeepConfig].stages > 0);
+static_assert(kConfigs[kDeepWideConfig].warps == kConfigs[1].warps &&
+              kConfigs[kDeepWideConfig].silu && kConfigs[kDeepWideConfig].stages > 0);
 
 // Streaming load of weights, read once: keep them out of L1 so x stays there. The L2::256B hint
 // makes each miss fetch 256 bytes (a warp covers 64 contiguous bytes of each of its 16 rows per
@@ -302,111 +302,6 @@ __global__ void __launch_bounds__(W * 32)
   epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
 }
 
-// Shapes of gemv_bulk_kernel's ring: a stage holds W * U steps (32 k each) of the tile's 16
-// rows; each row is one bulk copy, padded by 16 bytes so that the 8 rows a warp's lanes read at
-// once start in different banks.
-template <int W, int U>
-struct BulkShape {
-  static constexpr int kSteps = W * U;       // steps per stage
-  static constexpr int kCols = 32 * kSteps;  // k per stage
-  static constexpr int kRowBytes = 2 * kCols + 16;
-  static constexpr int kStageBytes = kRows * kRowBytes;
-  // The stages, then S "full" and S "empty" mbarriers.
-  static constexpr int smem_bytes(int stages) { return stages * (kStageBytes + 16); }
-};
-
-// gemv_kernel with the weights brought into shared memory by the copy engine: warp W (one lane)
-// is the producer, issuing one bulk copy per row per stage, S stages ahead; warps 0..W-1 consume.
-// A warp takes steps u * W + warp (u < U) of each stage, i.e. the steps warp, warp + W, ... of the
-// whole row in order, as gemv_kernel with W warps does: the same sums. The producer needs no
-// pdl_wait (weights are no kernel's output), so the first S stages stream while the previous
-// kernel finishes; consumers wait before reading x.
-template <typename T, int W, int U, int S, GemvEpilogue EPI>
-__global__ void __launch_bounds__((W + 1) * 32)
-    gemv_bulk_kernel(const T* __restrict__ x,  // [M, K]
-                     const T* __restrict__ w,  // [N, K]
-                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
-                     bool y_f32) {
-  using Sh = BulkShape<W, U>;
-  extern __shared__ __align__(128) unsigned char bulk_ring[];  // [S][16 rows][kRowBytes]
-  uint64_t* full = reinterpret_cast<uint64_t*>(bulk_ring + S * Sh::kStageBytes);
-  uint64_t* empty = full + S;
-  __shared__ float partial[W][4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * kRows;
-  const int stages = (K + Sh::kCols - 1) / Sh::kCols;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      bulk::init(&full[s], 1);
-      bulk::init(&empty[s], W);
-    }
-    bulk::init_fence();
-  }
-  __syncthreads();
-  pdl_launch_dependents();
-
-  if (warp == W) {  // producer
-    if (lane != 0) return;
-    for (int j = 0; j < stages; ++j) {
-      const int slot = j % S;
-      if (j >= S) bulk::wait(&empty[slot], (j / S - 1) & 1);
-      const int k0 = j * Sh::kCols;
-      const uint32_t bytes = 2 * min(Sh::kCols, K - k0);
-      bulk::arrive_expect_tx(&full[slot], kRows * bytes);
-      unsigned char* dst = bulk_ring + slot * Sh::kStageBytes;
-      for (int r = 0; r < kRows; ++r)
-        bulk::copy(dst + r * Sh::kRowBytes, w + static_cast<int64_t>(min(n0 + r, N - 1)) * K + k0,
-                   bytes, &full[slot]);
-    }
-    return;
-  }
-
-  pdl_wait();
-  const int g = lane >> 2, t = lane & 3;
-  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
-  const bool x_live = g < M;
-  const int chunks = K / kVec;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int j = 0; j < stages; ++j) {
-    const int slot = j % S;
-    uint4 xv[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = (j * Sh::kSteps + u * W + warp) * 4 + t;
-      xv[u] = make_uint4(0, 0, 0, 0);
-      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
-    }
-    bulk::wait(&full[slot], (j / S) & 1);
-    const unsigned char* stage = bulk_ring + slot * Sh::kStageBytes;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int local = (u * W + warp) * 4 + t;
-      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-      if (j * Sh::kSteps * 4 + local < chunks) {  // the last stage may be short
-        lo = *reinterpret_cast<const uint4*>(stage + g * Sh::kRowBytes + 16 * local);
-        hi = *reinterpret_cast<const uint4*>(stage + (g + 8) * Sh::kRowBytes + 16 * local);
-      }
-      mma_16816<T>(acc, lo.x, hi.x, lo.y, hi.y, xv[u].x, xv[u].y);
-      mma_16816<T>(acc, lo.z, hi.z, lo.w, hi.w, xv[u].z, xv[u].w);
-    }
-    __syncwarp();
-    if (lane == 0) bulk::arrive(&empty[slot]);
-  }
-
-#pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
-  asm volatile("bar.sync 1, %0;" ::"n"(W * 32) : "memory");  // the consumers only
-  if (warp != 0) return;
-  float sum[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    sum[i] = partial[0][i][lane];
-#pragma unroll
-    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
-  }
-  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
-}
-
 // Launches config C's kernel with epilogue EPI.
 
 template <typename T, Config C, GemvEpilogue EPI>
@@ -419,15 +314,6 @@ cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   if constexpr (C.stages == 0) {
     return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, dim3(blocks), dim3(C.warps * 32),
                          0, stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32);
-  } else if constexpr (C.bulk) {
-    const auto kernel = gemv_bulk_kernel<T, C.warps, C.unroll, C.stages, EPI>;
-    constexpr int kBytes = BulkShape<C.warps, C.unroll>::smem_bytes(C.stages);
-    if (cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-        err != cudaSuccess)
-      return err;
-    return launch_kernel(kernel, dim3(blocks), dim3((C.warps + 1) * 32), kBytes, stream, x, w, p.y,
-                         bias, p.M, p.N, p.K, y_f32);
   } else {
     const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
@@ -491,7 +377,7 @@ int gemv_default_config(int N, int /*K*/, bool deep_prologue) {
   // so that every run computes bit-identical results (the warps' partial sums are added in an
   // order that depends on the CTA shape). With deep_prologue, 16 warps stage through a 6-deep
   // cp.async ring (the same sums as 16 warps x 2); 32-warp shapes have no such twin.
-  if (N >= 65536) return 1;
+  if (N >= 65536) return deep_prologue ? kDeepWideConfig : 1;
   return deep_prologue ? kDeepConfig : 0;
 }
 
@@ -502,14 +388,14 @@ int gemv_num_configs() {
 GemvConfigInfo gemv_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
   const Config& c = kConfigs[config];
-  return {c.warps, c.unroll, c.stages, c.bulk, c.silu};
+  return {c.warps, c.unroll, c.stages, c.silu};
 }
 
 std::string gemv_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? (c.bulk ? " bulk" : " ring") + std::to_string(c.stages) : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "");
 }
 
 }  // namespace rill::kernels

@@ -45,6 +45,9 @@ template <typename... Params, typename... Args>
 cudaError_t launch_kernel_in_clusters(dim3 cluster, void (*kernel)(Params...), dim3 grid,
                                       dim3 block, size_t smem, cudaStream_t stream,
                                       Args&&... args) {
+  if (cudaError_t err = apply_smem_carveout(reinterpret_cast<const void*>(kernel));
+      err != cudaSuccess)
+    return err;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;

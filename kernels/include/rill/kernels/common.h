@@ -31,6 +31,17 @@ const char* last_kernel_error_detail();
 void set_programmatic_launch(bool enabled);
 bool programmatic_launch();
 
+/// The shared-memory carveout (percent of each SM's L1/shared array, as
+/// cudaFuncAttributePreferredSharedMemoryCarveout) that every kernel launched by Rill's launchers
+/// asks for; -1 leaves the choice to the driver, per kernel. An SM takes CTAs of a kernel with a
+/// different carveout only after draining and reconfiguring, which undoes the overlap PDL gives
+/// between a step's kernels when their shared-memory needs differ. Process-wide; takes effect for
+/// launches (and graph captures) made after the call.
+void set_smem_carveout(int percent);
+int smem_carveout();
+/// Applies smem_carveout() to `kernel` once per value (what the launchers call).
+cudaError_t apply_smem_carveout(const void* kernel);
+
 /// Geometry of the paged KV cache, shared by the rope/KV-write and attention kernels.
 /// Storage: cache[layer][block][2 (k, v)][num_kv_heads][block_size][head_dim]; the launchers take
 /// the base of one layer, i.e. `cache + layer * layer_stride()`.

@@ -38,12 +38,11 @@ struct GemvParams {
   bool deep_prologue = false;
 };
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
-/// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations,
-/// filled by cp.async or (bulk) by the copy engine. Results depend on `warps` only. `silu`:
-/// kSiluMul exists for this shape.
+/// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
+/// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul exists for this shape.
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
-  bool bulk = false, silu = false;
+  bool silu = false;
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
