@@ -64,8 +64,7 @@ class CudaRunner final : public ModelRunner {
   void set_gemv_deep_config(int config);
   static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
   static constexpr int kDeepAll = 31;
-  /// The GEMVs that follow a short kernel (add + norm, attention).
-  static constexpr int kDeepDefault = kDeepQkv | kDeepO | kDeepUp;
+  static constexpr int kDeepDefault = kDeepAll;
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);

@@ -45,7 +45,7 @@ constexpr Config kConfigs[] = {{16, 2, 0, true}, {32, 2, 0, true},  {8, 4, 0, fa
                                {16, 1, 6, true}, {8, 1, 8, true},   {16, 1, 4, true},
                                {16, 1, 5, true}, {32, 1, 3, true},  {32, 1, 2, true}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
-constexpr int kDeepConfig = 6;  // 16 warps x 1, cp.async ring of 6: GemvParams::deep_prologue
+constexpr int kDeepConfig = 9;  // 16 warps x 1, cp.async ring of 5: GemvParams::deep_prologue
 constexpr int kDeepWideConfig = 10;  // 32 warps x 1, ring of 3: the same for 32 warps x 2
 static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].silu &&
               kConfigs[kDeepConfig].stages > 0);
@@ -375,8 +375,8 @@ int gemv_default_config(int N, int /*K*/, bool deep_prologue) {
   // steps is best or within 1% on every Llama shape (32 warps fell to 49-67% on the 7B down
   // projection); 128k-row LM heads gain ~1% from 32 warps. A fixed rule, not a start-up timing,
   // so that every run computes bit-identical results (the warps' partial sums are added in an
-  // order that depends on the CTA shape). With deep_prologue, 16 warps stage through a 6-deep
-  // cp.async ring (the same sums as 16 warps x 2); 32-warp shapes have no such twin.
+  // order that depends on the CTA shape). With deep_prologue the twin with the same warps that
+  // stages through a cp.async ring: 5 deep for 16 warps, 3 for 32 (same sums).
   if (N >= 65536) return deep_prologue ? kDeepWideConfig : 1;
   return deep_prologue ? kDeepConfig : 0;
 }
