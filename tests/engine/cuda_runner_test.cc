@@ -380,6 +380,42 @@ TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   EXPECT_LT(e.worst, 1e-2) << "automatic";
 }
 
+// Where the decode GEMVs keep their weights (a shared-memory ring or registers) and the
+// shared-memory carveout change speed only: the logits of two sequences decoding side by side
+// stay bit-identical.
+TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const int V = m.config.vocab_size, steps = 100;
+  auto logits = [&](int deep_mask, int carveout) {
+    kernels::set_smem_carveout(carveout);
+    auto r = cuda_runner(m);
+    r->set_gemv_deep_prologue(deep_mask);
+    std::vector<float> out;
+    for (SeqId id : {1, 2}) {
+      r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
+      StepInput in{id, cases[0].prompt, LogitsMode::kLast, true};
+      r->step(std::span<const StepInput>(&in, 1));
+    }
+    for (int s = 0; s < steps; ++s) {
+      const int32_t next[2] = {(s * 7919 + 13) % V, (s * 104729 + 7) % V};
+      const StepInput d[2] = {{1, std::span<const int32_t>(&next[0], 1), LogitsMode::kLast, true},
+                              {2, std::span<const int32_t>(&next[1], 1), LogitsMode::kLast, true}};
+      const auto o = r->step(std::span<const StepInput>(d, 2));
+      out.insert(out.end(), o.logits.begin(), o.logits.end());
+    }
+    kernels::set_smem_carveout(-1);
+    return out;
+  };
+  const auto ring = logits(CudaRunner::kDeepAll, -1);
+  ASSERT_EQ(ring.size(), size_t(2) * V * steps);
+  EXPECT_EQ(logits(0, -1), ring) << "register-buffered GEMVs";
+  EXPECT_EQ(logits(CudaRunner::kDeepQkv | CudaRunner::kDeepDown, -1), ring) << "mixed";
+  EXPECT_EQ(logits(CudaRunner::kDeepAll, 72), ring) << "carveout 72%";
+  EXPECT_THROW(cuda_runner(m)->set_gemv_deep_prologue(CudaRunner::kDeepAll + 1), Error);
+}
+
 TEST(CudaRunner, SeededSamplingIsReproducible) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));
