@@ -135,10 +135,16 @@ void CudaRunner::set_gemv(bool on) {
   drop_graphs();
 }
 
-void CudaRunner::set_gemv_config(int config) {
+namespace {
+void check_gemv_config(int config) {
   if (config < -1 || config >= kernels::gemv_num_configs())
     throw Error(ErrorCode::kInvalidArgument,
                 "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+}
+}  // namespace
+
+void CudaRunner::set_gemv_config(int config) {
+  check_gemv_config(config);
   gemm_->set_gemv_config(config);
   drop_graphs();
 }
@@ -152,9 +158,7 @@ void CudaRunner::set_gemv_deep_prologue(int mask) {
 }
 
 void CudaRunner::set_gemv_deep_config(int config) {
-  if (config < -1 || config >= kernels::gemv_num_configs())
-    throw Error(ErrorCode::kInvalidArgument,
-                "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+  check_gemv_config(config);
   gemm_->set_deep_config(config);
   drop_graphs();
 }

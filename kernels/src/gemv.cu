@@ -136,6 +136,28 @@ __device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__
   }
 }
 
+/// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
+/// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
+template <typename T, int W, GemvEpilogue EPI>
+__device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float (*partial)[4][32],
+                                                    void* __restrict__ y,
+                                                    const T* __restrict__ bias, int M, int N,
+                                                    bool y_f32, int n0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float sum[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sum[i] = partial[0][i][lane];
+#pragma unroll
+    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
+  }
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, lane >> 2, lane & 3);
+}
+
 // grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
@@ -185,18 +207,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
     }
   }
 
-#pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float sum[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    sum[i] = partial[0][i][lane];
-#pragma unroll
-    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
-  }
-  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
 }
 
 // 16-byte copy of streamed weights into shared memory, L2::256B as load_stream; !valid reads
@@ -291,22 +302,10 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-#pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float sum[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    sum[i] = partial[0][i][lane];
-#pragma unroll
-    for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
-  }
-  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
 }
 
 // Launches config C's kernel with epilogue EPI.
-
 template <typename T, Config C, GemvEpilogue EPI>
 cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
