@@ -136,6 +136,20 @@ __device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__
   }
 }
 
+/// What lane group g of the CTA owning rows n0.. reads: w rows n0 + g and n0 + g + 8 and x row g.
+/// Rows past N are clamped (loaded, never stored) so that no load needs a row predicate; x rows
+/// past M are zero columns of B (x_live false).
+template <typename T>
+struct LaneRows {
+  const uint4 *w_lo, *w_hi, *x_row;
+  bool x_live;
+  __device__ __forceinline__ LaneRows(const T* x, const T* w, int M, int N, int K, int n0, int g)
+      : w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K)),
+        w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K)),
+        x_row(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K)),
+        x_live(g < M) {}
+};
+
 /// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
 /// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
 template <typename T, int W, GemvEpilogue EPI>
@@ -172,13 +186,9 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kRows;
-  // Rows past N are clamped (loaded, never stored) so that no load needs a row predicate.
-  const uint4* w_lo =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
-  const uint4* w_hi =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
-  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
-  const bool x_live = g < M;  // x rows past M are zero columns of B
+  const LaneRows<T> r(x, w, M, N, K, n0, g);
+  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
+  const bool x_live = r.x_live;
   const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
   constexpr int kStride = W * U;  // steps per loop iteration of the CTA
@@ -255,12 +265,9 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kRows;
-  const uint4* w_lo =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
-  const uint4* w_hi =
-      reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
-  const uint4* x_row = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
-  const bool x_live = g < M;
+  const LaneRows<T> r(x, w, M, N, K, n0, g);
+  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
+  const bool x_live = r.x_live;
   const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
   constexpr int kStride = W * U;
@@ -319,10 +326,10 @@ cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   } else {
     const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
-    if (cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-        err != cudaSuccess)
-      return err;
+    // Once per kernel (Rill drives one device), not on every launch of a decode step.
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    if (allowed != cudaSuccess) return allowed;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
                          p.M, p.N, p.K, y_f32);
   }
