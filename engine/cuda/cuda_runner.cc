@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cuda/step_profiler.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/step_validation.h"
@@ -25,12 +26,6 @@ int cuda_device_count() { return cuda::cuda_device_count(); }
 
 namespace {
 
-constexpr int kMaxSplits = 16;
-// Fewest keys a split of decode attention takes: small enough that a batch-1 step over a few
-// hundred keys still spreads over all SMs (the kernel is latency-bound there), large enough that
-// the merge stays cheap.
-constexpr int kMinKeysPerSplit = 64;
-constexpr int kOneSplitKeys = 256;    // no split up to this many keys (see attention_splits)
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -39,48 +34,6 @@ size_t esize() {
 }  // fp16 / bf16 activations (the cache: layout_.element_bytes())
 
 }  // namespace
-
-// Records CUDA events around op categories of eager steps.
-class CudaRunner::Profiler {
- public:
-  enum Cat { kGemm, kAttention, kNorm, kSampling, kCount };
-  explicit Profiler(cudaStream_t s) : stream_(s) {}
-  ~Profiler() {
-    for (auto& [a, b, c] : events_) {
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
-  }
-  template <typename Fn>
-  void time(Cat c, Fn&& fn) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a, stream_);
-    fn();
-    cudaEventRecord(b, stream_);
-    events_.push_back({a, b, c});
-  }
-  void collect(StepProfile& p) {
-    for (auto& [a, b, c] : events_) {
-      float ms = 0;
-      cudaEventSynchronize(b);
-      cudaEventElapsedTime(&ms, a, b);
-      (c == kGemm ? p.gemm_ms : c == kAttention ? p.attention_ms : c == kNorm ? p.norm_elementwise_ms : p.sampling_ms) += ms;
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
-    events_.clear();
-  }
-
- private:
-  struct Rec {
-    cudaEvent_t a, b;
-    Cat c;
-  };
-  cudaStream_t stream_;
-  std::vector<Rec> events_;
-};
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
   graphs_enabled_ = o.cuda_graphs;
@@ -186,6 +139,11 @@ void CudaRunner::set_fused_decode(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_fold_norms(bool on) {
+  fold_norms_ = on;
+  drop_graphs();
+}
+
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -196,6 +154,7 @@ void CudaRunner::allocate_buffers() {
   const size_t T = max_tokens_, H = c.hidden_size, R = max_rows_, V = c.vocab_size;
   const size_t up_width = c.gated_mlp ? 2 * size_t(c.intermediate_size) : c.intermediate_size;
   x_ = DeviceMemory(T * H * 4, "residual stream");
+  x_sq_ = DeviceMemory(8 * ((H + 15) / 16) * 4, "residual sums of squares");
   h_ = DeviceMemory(T * H * esize(), "activations");
   if (c.parallel_residual) h2_ = DeviceMemory(T * H * esize(), "activations");
   qkv_ = DeviceMemory(T * c.qkv_dim() * esize(), "activations");
@@ -309,279 +268,6 @@ void CudaRunner::profile_snapshot_and_stop() { profiler_.reset(); }
 void CudaRunner::set_profiling(bool on) {
   profiler_ = on ? std::make_unique<Profiler>(stream_) : nullptr;
   profile_ = {};
-}
-
-template <typename Fn>
-void CudaRunner::timed(int category, Fn&& fn) {
-  if (profiler_) {
-    profiler_->time(static_cast<Profiler::Cat>(category), fn);
-  } else {
-    fn();
-  }
-}
-
-// Decode rows' attention over the paged cache (split count from the step's longest key range).
-void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache,
-                                          float scale) {
-  const ModelConfig& c = config_;
-  const cuda::StepShape& sh = plan.shape;
-  kernels::DecodeAttentionParams p;
-  p.dtype = weights_->dtype();
-  p.num_seqs = sh.decode;
-  p.num_heads = c.num_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = c.head_dim;
-  p.scale = scale;
-  p.q = qkv_.get();
-  p.q_stride = c.qkv_dim();
-  p.q_sink = q_sink_.get();
-  p.q_sink_stride = c.q_dim();
-  p.seqs = reinterpret_cast<const kernels::DecodeSeq*>(dmeta() + plan.layout.decode);
-  p.cache = layer_cache;
-  p.layout = layout_;
-  p.out = attn_.get();
-  p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
-  p.min_keys_per_split = kMinKeysPerSplit;
-  p.early_kv_loads = early_kv_loads_;
-  p.cluster_merge = cluster_merge_;
-  p.workspace = attn_ws_.get();
-  RILL_CUDA(kernels::launch_decode_attention(p, stream_));
-}
-
-// QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
-// write, output projection: h_ (normed input) -> o_.
-void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[li];
-  const cuda::StepShape& sh = plan.shape;
-  const cuda::StepLayout& L = plan.layout;
-  const kernels::DType dt = weights_->dtype();
-  const int T = sh.tokens, H = c.hidden_size;
-  char* layer_cache =
-      cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
-
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
-  });
-  timed(Profiler::kNorm, [&] {
-    kernels::RopeKvParams p;
-    p.dtype = dt;
-    p.num_tokens = T;
-    p.num_heads = c.num_heads;
-    p.num_kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
-    p.rotary_dim = c.rope.rotary_dim;
-    p.qkv = qkv_.get();
-    p.qkv_stride = c.qkv_dim();
-    p.qkv_bias = w.bqkv;
-    p.q_sink = q_sink_.get();
-    p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
-    p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
-    p.inv_freq = weights_->inv_freq();
-    p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
-    p.cache = layer_cache;
-    p.layout = layout_;
-    RILL_CUDA(kernels::launch_rope_kv(p, stream_));
-  });
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, scale);
-    if (sh.prefill > 0) {
-      kernels::PrefillAttentionParams p;
-      p.dtype = dt;
-      p.num_seqs = sh.prefill;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
-      p.scale = scale;
-      p.qkv = qkv_.get();
-      p.qkv_stride = c.qkv_dim();
-      p.q_sink = q_sink_.get();
-      p.seqs = reinterpret_cast<const kernels::PrefillSeq*>(dmeta() + L.prefill);
-      p.cache = layer_cache;
-      p.layout = layout_;
-      p.out = attn_.get();
-      p.max_tokens = plan.max_prefill_tokens;
-      RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
-    }
-  });
-  if (sh.prefill > 0) {
-    timed(Profiler::kNorm, [&] {  // prefill chunks store their K/V after attending to the old cache
-      kernels::KvWriteParams p;
-      p.dtype = dt;
-      p.num_tokens = T;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
-      p.qkv = qkv_.get();
-      p.qkv_stride = c.qkv_dim();
-      p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.late_slot);
-      p.cache = layer_cache;
-      p.layout = layout_;
-      RILL_CUDA(kernels::launch_kv_write(p, stream_));
-    });
-  }
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
-  });
-}
-
-// Up (or gate | up) projection, activation, down projection: in -> m_.
-void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[li];
-  const int H = c.hidden_size, I = c.intermediate_size;
-  // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
-  const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
-                            gemm_->uses_gemv(in, w.wup, T, H);
-  timed(Profiler::kGemm, [&] {
-    if (!silu_in_gemv) {
-      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, false, deep_gemv(kDeepUp));
-      return;
-    }
-    kernels::GemvParams p;
-    p.M = T;
-    p.N = 2 * I;
-    p.K = H;
-    p.x = in;
-    p.w = w.wup;
-    p.y = act_.get();
-    p.epilogue = kernels::GemvEpilogue::kSiluMul;
-    p.bias = w.bup;
-    p.deep_prologue = deep_gemv(kDeepUp);
-    gemm_->gemv(p);
-  });
-  if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
-    kernels::ActivationParams p;
-    p.dtype = weights_->dtype();
-    p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
-                         : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
-                                                           : kernels::ActKind::kGeluErf);
-    if (c.gated_mlp && c.act != Activation::kSilu)
-      throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
-    p.num_tokens = T;
-    p.width = I;
-    p.in = up_.get();
-    p.bias = w.bup;
-    p.out = act_.get();
-    p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
-    RILL_CUDA(kernels::launch_activation(p, stream_));
-  });
-  timed(Profiler::kGemm,
-        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
-}
-
-void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
-  const ModelConfig& c = config_;
-  p.dtype = weights_->dtype();
-  p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
-  p.eps = c.norm_eps;
-  p.num_tokens = gather ? plan.shape.logit_rows : plan.shape.tokens;
-  p.hidden = c.hidden_size;
-  p.residual = x_.as<float>();
-  p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
-  timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
-}
-
-// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
-// each residual add is fused with the norm that follows it (the next sub-layer's, or the final
-// norm after the last layer, on the logit rows only).
-void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[li];
-  const int T = plan.shape.tokens;
-  const bool last = li + 1 == c.num_layers;
-  const cuda::DeviceLayer* next = last ? nullptr : &weights_->layers()[li + 1];
-  // The norm after this layer: the next layer's attention norm (and, parallel residual, its
-  // MLP norm into h2_), or the final norm.
-  kernels::AddNormParams after;
-  if (last) {
-    after.weight0 = weights_->final_norm();
-    after.norm_bias0 = weights_->final_norm_bias();
-    after.out0 = normed_.get();
-  } else {
-    after.weight0 = next->attn_norm;
-    after.norm_bias0 = next->attn_norm_bias;
-    after.out0 = h_.get();
-    if (c.parallel_residual) {
-      after.weight1 = next->mlp_norm;
-      after.norm_bias1 = next->mlp_norm_bias;
-      after.out1 = h2_.get();
-    }
-  }
-
-  enqueue_attention(li, plan);
-  if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_mlp(li, h2_.get(), T);
-    after.delta0 = o_.get();
-    after.bias0 = w.bo;
-    after.delta1 = m_.get();
-    after.bias1 = w.bdown;
-    enqueue_add_norm(after, plan, last);
-    return;
-  }
-  kernels::AddNormParams mid;
-  mid.delta0 = o_.get();
-  mid.bias0 = w.bo;
-  mid.weight0 = w.mlp_norm;
-  mid.norm_bias0 = w.mlp_norm_bias;
-  mid.out0 = h_.get();
-  enqueue_add_norm(mid, plan, false);
-  enqueue_mlp(li, h_.get(), T);
-  after.delta0 = m_.get();
-  after.bias0 = w.bdown;
-  enqueue_add_norm(after, plan, last);
-}
-
-// The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
-void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
-  const ModelConfig& c = config_;
-  const cuda::StepShape& sh = plan.shape;
-  const cuda::StepLayout& L = plan.layout;
-  const kernels::DType dt = weights_->dtype();
-  timed(Profiler::kNorm, [&] {
-    kernels::EmbeddingParams e;
-    e.dtype = dt;
-    e.num_tokens = sh.tokens;
-    e.hidden = c.hidden_size;
-    e.vocab = c.vocab_size;
-    e.table = weights_->embed();
-    e.tokens = reinterpret_cast<const int32_t*>(dmeta() + L.tokens);
-    e.out = x_.as<float>();
-    RILL_CUDA(kernels::launch_embedding(e, stream_));
-  });
-  const cuda::DeviceLayer& l0 = weights_->layers()[0];
-  kernels::AddNormParams first;  // the first layer's norm(s) of the embeddings
-  first.weight0 = l0.attn_norm;
-  first.norm_bias0 = l0.attn_norm_bias;
-  first.out0 = h_.get();
-  if (c.parallel_residual) {
-    first.weight1 = l0.mlp_norm;
-    first.norm_bias1 = l0.mlp_norm_bias;
-    first.out1 = h2_.get();
-  }
-  enqueue_add_norm(first, plan, false);
-  for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
-  if (sh.logit_rows == 0) return;
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
-               c.hidden_size, true, deep_gemv(kDeepHead));
-  });
-  if (copy_logits)  // before sampling, which edits the logits in place
-    RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,
-                              cudaMemcpyDeviceToHost, stream_));
-  if (sh.sampled == 0) return;
-  timed(Profiler::kSampling, [&] {
-    kernels::SampleParams s;
-    s.num_rows = sh.sampled;
-    s.vocab = c.vocab_size;
-    s.logits = logits_.as<float>();
-    s.rows = reinterpret_cast<const kernels::SamplingRow*>(dmeta() + L.sampling);
-    s.output_counts = output_counts_.as<int32_t>();
-    s.prompt_mask = prompt_mask_.as<uint8_t>();
-    s.out_tokens = sampled_.as<int32_t>();
-    RILL_CUDA(kernels::launch_sample(s, stream_));
-  });
 }
 
 cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {

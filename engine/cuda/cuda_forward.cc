@@ -1,0 +1,354 @@
+// CudaRunner's forward pass: what one step enqueues on the stream (embedding, layers, final norm,
+// LM head, sampling), eagerly or into a CUDA graph. The runner (cuda_runner.cc) plans the step,
+// uploads its metadata and owns the graphs.
+#include <cmath>
+
+#include "engine/cuda/cuda_runner.h"
+#include "engine/cuda/step_profiler.h"
+#include "engine/error.h"
+#include "rill/kernels/attention.h"
+#include "rill/kernels/elementwise.h"
+#include "rill/kernels/gemv.h"
+#include "rill/kernels/rope.h"
+#include "rill/kernels/sampling.h"
+
+namespace rill {
+
+using cuda::StepPlan;
+
+// Decode rows' attention over the paged cache (split count from the step's longest key range).
+void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache,
+                                          float scale) {
+  const ModelConfig& c = config_;
+  const cuda::StepShape& sh = plan.shape;
+  kernels::DecodeAttentionParams p;
+  p.dtype = weights_->dtype();
+  p.num_seqs = sh.decode;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.scale = scale;
+  p.q = qkv_.get();
+  p.q_stride = c.qkv_dim();
+  p.q_sink = q_sink_.get();
+  p.q_sink_stride = c.q_dim();
+  p.seqs = reinterpret_cast<const kernels::DecodeSeq*>(dmeta() + plan.layout.decode);
+  p.cache = layer_cache;
+  p.layout = layout_;
+  p.out = attn_.get();
+  p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
+  p.min_keys_per_split = kMinKeysPerSplit;
+  p.early_kv_loads = early_kv_loads_;
+  p.cluster_merge = cluster_merge_;
+  p.workspace = attn_ws_.get();
+  RILL_CUDA(kernels::launch_decode_attention(p, stream_));
+}
+
+// QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
+// write, output projection: h_ (normed input) -> o_.
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fold) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const cuda::StepShape& sh = plan.shape;
+  const cuda::StepLayout& L = plan.layout;
+  const kernels::DType dt = weights_->dtype();
+  const int T = sh.tokens, H = c.hidden_size;
+  char* layer_cache =
+      cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
+
+  timed(Profiler::kGemm, [&] {
+    if (fold && li > 0) {  // layer 0's input was normed after the embedding
+      gemm_->gemv(normed_gemv(w.attn_norm, w.wqkv, qkv_.get(), T, c.qkv_dim(), kDeepQkv));
+    } else {
+      gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
+    }
+  });
+  timed(Profiler::kNorm, [&] {
+    kernels::RopeKvParams p;
+    p.dtype = dt;
+    p.num_tokens = T;
+    p.num_heads = c.num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.rotary_dim = c.rope.rotary_dim;
+    p.qkv = qkv_.get();
+    p.qkv_stride = c.qkv_dim();
+    p.qkv_bias = w.bqkv;
+    p.q_sink = q_sink_.get();
+    p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
+    p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
+    p.inv_freq = weights_->inv_freq();
+    p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
+    p.cache = layer_cache;
+    p.layout = layout_;
+    RILL_CUDA(kernels::launch_rope_kv(p, stream_));
+  });
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  timed(Profiler::kAttention, [&] {
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, scale);
+    if (sh.prefill > 0) {
+      kernels::PrefillAttentionParams p;
+      p.dtype = dt;
+      p.num_seqs = sh.prefill;
+      p.num_heads = c.num_heads;
+      p.num_kv_heads = c.num_kv_heads;
+      p.head_dim = c.head_dim;
+      p.scale = scale;
+      p.qkv = qkv_.get();
+      p.qkv_stride = c.qkv_dim();
+      p.q_sink = q_sink_.get();
+      p.seqs = reinterpret_cast<const kernels::PrefillSeq*>(dmeta() + L.prefill);
+      p.cache = layer_cache;
+      p.layout = layout_;
+      p.out = attn_.get();
+      p.max_tokens = plan.max_prefill_tokens;
+      RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
+    }
+  });
+  if (sh.prefill > 0) {
+    timed(Profiler::kNorm, [&] {  // prefill chunks store their K/V after attending to the old cache
+      kernels::KvWriteParams p;
+      p.dtype = dt;
+      p.num_tokens = T;
+      p.num_heads = c.num_heads;
+      p.num_kv_heads = c.num_kv_heads;
+      p.head_dim = c.head_dim;
+      p.qkv = qkv_.get();
+      p.qkv_stride = c.qkv_dim();
+      p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.late_slot);
+      p.cache = layer_cache;
+      p.layout = layout_;
+      RILL_CUDA(kernels::launch_kv_write(p, stream_));
+    });
+  }
+  timed(Profiler::kGemm, [&] {
+    if (fold) {
+      gemm_->gemv(residual_gemv(attn_.get(), w.wo, w.bo, T, c.q_dim(), kDeepO));
+    } else {
+      gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+    }
+  });
+}
+
+bool CudaRunner::fold_norms(int T) const {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[0];  // every layer is laid out alike
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return fold_norms_ && c.norm == NormKind::kRmsNorm && !c.parallel_residual && !w.attn_norm_bias &&
+         !w.mlp_norm_bias && aligned(w.attn_norm) && aligned(w.mlp_norm) &&
+         gemm_->uses_gemv(x_.get(), w.wqkv, T, c.hidden_size) &&
+         gemm_->uses_gemv(attn_.get(), w.wo, T, c.q_dim()) &&
+         gemm_->uses_gemv(act_.get(), w.wdown, T, c.intermediate_size);
+}
+
+kernels::GemvParams CudaRunner::normed_gemv(const void* norm_weight, const void* w, void* y, int T,
+                                            int N, int deep) const {
+  kernels::GemvParams p;
+  p.M = T;
+  p.N = N;
+  p.K = config_.hidden_size;
+  p.x = x_.get();
+  p.w = w;
+  p.y = y;
+  p.norm_weight = norm_weight;
+  p.sq_in = x_sq_.as<float>();
+  p.norm_eps = config_.norm_eps;
+  p.deep_prologue = deep_gemv(deep);
+  return p;
+}
+
+kernels::GemvParams CudaRunner::residual_gemv(const void* x, const void* w, const void* bias, int T,
+                                              int K, int deep) const {
+  kernels::GemvParams p;
+  p.M = T;
+  p.N = config_.hidden_size;
+  p.K = K;
+  p.x = x;
+  p.w = w;
+  p.y = x_.get();
+  p.epilogue = kernels::GemvEpilogue::kResidual;
+  p.bias = bias;
+  p.sq_out = x_sq_.as<float>();
+  p.deep_prologue = deep_gemv(deep);
+  return p;
+}
+
+// Up (or gate | up) projection, activation, down projection: in -> m_.
+void CudaRunner::enqueue_mlp(int li, const void* in, int T, bool fold) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const int H = c.hidden_size, I = c.intermediate_size;
+  // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
+  const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
+                            (fold || gemm_->uses_gemv(in, w.wup, T, H));
+  const int up_width = c.gated_mlp ? 2 * I : I;
+  timed(Profiler::kGemm, [&] {
+    if (!silu_in_gemv && !fold) {
+      gemm_->run(in, w.wup, up_.get(), T, up_width, H, false, deep_gemv(kDeepUp));
+      return;
+    }
+    kernels::GemvParams p;
+    if (fold) {
+      p = normed_gemv(w.mlp_norm, w.wup, up_.get(), T, up_width, kDeepUp);
+    } else {
+      p.M = T;
+      p.N = up_width;
+      p.K = H;
+      p.x = in;
+      p.w = w.wup;
+      p.deep_prologue = deep_gemv(kDeepUp);
+    }
+    if (silu_in_gemv) {
+      p.y = act_.get();
+      p.epilogue = kernels::GemvEpilogue::kSiluMul;
+      p.bias = w.bup;
+    }
+    gemm_->gemv(p);
+  });
+  if (!silu_in_gemv)
+    timed(Profiler::kNorm, [&] {
+      kernels::ActivationParams p;
+      p.dtype = weights_->dtype();
+      p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
+                           : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
+                                                             : kernels::ActKind::kGeluErf);
+      if (c.gated_mlp && c.act != Activation::kSilu)
+        throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
+      p.num_tokens = T;
+      p.width = I;
+      p.in = up_.get();
+      p.bias = w.bup;
+      p.out = act_.get();
+      p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
+      RILL_CUDA(kernels::launch_activation(p, stream_));
+    });
+  timed(Profiler::kGemm, [&] {
+    if (fold) {
+      gemm_->gemv(residual_gemv(act_.get(), w.wdown, w.bdown, T, I, kDeepDown));
+    } else {
+      gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown));
+    }
+  });
+}
+
+void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
+  const ModelConfig& c = config_;
+  p.dtype = weights_->dtype();
+  p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
+  p.eps = c.norm_eps;
+  p.num_tokens = gather ? plan.shape.logit_rows : plan.shape.tokens;
+  p.hidden = c.hidden_size;
+  p.residual = x_.as<float>();
+  p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
+  timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
+}
+
+// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
+// each residual add is fused with the norm that follows it (the next sub-layer's, or the final
+// norm after the last layer, on the logit rows only).
+void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const int T = plan.shape.tokens;
+  const bool last = li + 1 == c.num_layers;
+  const cuda::DeviceLayer* next = last ? nullptr : &weights_->layers()[li + 1];
+  // The norm after this layer: the next layer's attention norm (and, parallel residual, its
+  // MLP norm into h2_), or the final norm.
+  kernels::AddNormParams after;
+  if (last) {
+    after.weight0 = weights_->final_norm();
+    after.norm_bias0 = weights_->final_norm_bias();
+    after.out0 = normed_.get();
+  } else {
+    after.weight0 = next->attn_norm;
+    after.norm_bias0 = next->attn_norm_bias;
+    after.out0 = h_.get();
+    if (c.parallel_residual) {
+      after.weight1 = next->mlp_norm;
+      after.norm_bias1 = next->mlp_norm_bias;
+      after.out1 = h2_.get();
+    }
+  }
+
+  const bool fold = fold_norms(T);
+  enqueue_attention(li, plan, fold);
+  if (fold) {  // the GEMVs added the residuals and apply the norms; the final norm stays
+    enqueue_mlp(li, nullptr, T, true);
+    if (last) enqueue_add_norm(after, plan, true);  // no delta: x_ holds the layer's output
+    return;
+  }
+  if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
+    enqueue_mlp(li, h2_.get(), T, false);
+    after.delta0 = o_.get();
+    after.bias0 = w.bo;
+    after.delta1 = m_.get();
+    after.bias1 = w.bdown;
+    enqueue_add_norm(after, plan, last);
+    return;
+  }
+  kernels::AddNormParams mid;
+  mid.delta0 = o_.get();
+  mid.bias0 = w.bo;
+  mid.weight0 = w.mlp_norm;
+  mid.norm_bias0 = w.mlp_norm_bias;
+  mid.out0 = h_.get();
+  enqueue_add_norm(mid, plan, false);
+  enqueue_mlp(li, h_.get(), T, false);
+  after.delta0 = m_.get();
+  after.bias0 = w.bdown;
+  enqueue_add_norm(after, plan, last);
+}
+
+// The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
+void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
+  const ModelConfig& c = config_;
+  const cuda::StepShape& sh = plan.shape;
+  const cuda::StepLayout& L = plan.layout;
+  const kernels::DType dt = weights_->dtype();
+  timed(Profiler::kNorm, [&] {
+    kernels::EmbeddingParams e;
+    e.dtype = dt;
+    e.num_tokens = sh.tokens;
+    e.hidden = c.hidden_size;
+    e.vocab = c.vocab_size;
+    e.table = weights_->embed();
+    e.tokens = reinterpret_cast<const int32_t*>(dmeta() + L.tokens);
+    e.out = x_.as<float>();
+    RILL_CUDA(kernels::launch_embedding(e, stream_));
+  });
+  const cuda::DeviceLayer& l0 = weights_->layers()[0];
+  kernels::AddNormParams first;  // the first layer's norm(s) of the embeddings
+  first.weight0 = l0.attn_norm;
+  first.norm_bias0 = l0.attn_norm_bias;
+  first.out0 = h_.get();
+  if (c.parallel_residual) {
+    first.weight1 = l0.mlp_norm;
+    first.norm_bias1 = l0.mlp_norm_bias;
+    first.out1 = h2_.get();
+  }
+  enqueue_add_norm(first, plan, false);
+  for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
+  if (sh.logit_rows == 0) return;
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
+               c.hidden_size, true, deep_gemv(kDeepHead));
+  });
+  if (copy_logits)  // before sampling, which edits the logits in place
+    RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(),
+                              size_t(sh.logit_rows) * c.vocab_size * 4, cudaMemcpyDeviceToHost,
+                              stream_));
+  if (sh.sampled == 0) return;
+  timed(Profiler::kSampling, [&] {
+    kernels::SampleParams s;
+    s.num_rows = sh.sampled;
+    s.vocab = c.vocab_size;
+    s.logits = logits_.as<float>();
+    s.rows = reinterpret_cast<const kernels::SamplingRow*>(dmeta() + L.sampling);
+    s.output_counts = output_counts_.as<int32_t>();
+    s.prompt_mask = prompt_mask_.as<uint8_t>();
+    s.out_tokens = sampled_.as<int32_t>();
+    RILL_CUDA(kernels::launch_sample(s, stream_));
+  });
+}
+
+}  // namespace rill
