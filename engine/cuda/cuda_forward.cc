@@ -46,7 +46,7 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* laye
 
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
 // write, output projection: h_ (normed input) -> o_.
-void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fold) {
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
@@ -57,11 +57,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fold) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    if (fold && li > 0) {  // layer 0's input was normed after the embedding
-      gemm_->gemv(normed_gemv(w.attn_norm, w.wqkv, qkv_.get(), T, c.qkv_dim(), kDeepQkv));
-    } else {
-      gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
-    }
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
   });
   timed(Profiler::kNorm, [&] {
     kernels::RopeKvParams p;
@@ -122,113 +118,53 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, bool fold) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    if (fold) {
-      gemm_->gemv(residual_gemv(attn_.get(), w.wo, w.bo, T, c.q_dim(), kDeepO));
-    } else {
-      gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
-    }
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
   });
 }
 
-bool CudaRunner::fold_norms(int T) const {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[0];  // every layer is laid out alike
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  return fold_norms_ && c.norm == NormKind::kRmsNorm && !c.parallel_residual && !w.attn_norm_bias &&
-         !w.mlp_norm_bias && aligned(w.attn_norm) && aligned(w.mlp_norm) &&
-         gemm_->uses_gemv(x_.get(), w.wqkv, T, c.hidden_size) &&
-         gemm_->uses_gemv(attn_.get(), w.wo, T, c.q_dim()) &&
-         gemm_->uses_gemv(act_.get(), w.wdown, T, c.intermediate_size);
-}
-
-kernels::GemvParams CudaRunner::normed_gemv(const void* norm_weight, const void* w, void* y, int T,
-                                            int N, int deep) const {
-  kernels::GemvParams p;
-  p.M = T;
-  p.N = N;
-  p.K = config_.hidden_size;
-  p.x = x_.get();
-  p.w = w;
-  p.y = y;
-  p.norm_weight = norm_weight;
-  p.sq_in = x_sq_.as<float>();
-  p.norm_eps = config_.norm_eps;
-  p.deep_prologue = deep_gemv(deep);
-  return p;
-}
-
-kernels::GemvParams CudaRunner::residual_gemv(const void* x, const void* w, const void* bias, int T,
-                                              int K, int deep) const {
-  kernels::GemvParams p;
-  p.M = T;
-  p.N = config_.hidden_size;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.y = x_.get();
-  p.epilogue = kernels::GemvEpilogue::kResidual;
-  p.bias = bias;
-  p.sq_out = x_sq_.as<float>();
-  p.deep_prologue = deep_gemv(deep);
-  return p;
-}
-
 // Up (or gate | up) projection, activation, down projection: in -> m_.
-void CudaRunner::enqueue_mlp(int li, const void* in, int T, bool fold) {
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
   // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
   const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
-                            (fold || gemm_->uses_gemv(in, w.wup, T, H));
-  const int up_width = c.gated_mlp ? 2 * I : I;
+                            gemm_->uses_gemv(in, w.wup, T, H);
   timed(Profiler::kGemm, [&] {
-    if (!silu_in_gemv && !fold) {
-      gemm_->run(in, w.wup, up_.get(), T, up_width, H, false, deep_gemv(kDeepUp));
+    if (!silu_in_gemv) {
+      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, false, deep_gemv(kDeepUp));
       return;
     }
     kernels::GemvParams p;
-    if (fold) {
-      p = normed_gemv(w.mlp_norm, w.wup, up_.get(), T, up_width, kDeepUp);
-    } else {
-      p.M = T;
-      p.N = up_width;
-      p.K = H;
-      p.x = in;
-      p.w = w.wup;
-      p.deep_prologue = deep_gemv(kDeepUp);
-    }
-    if (silu_in_gemv) {
-      p.y = act_.get();
-      p.epilogue = kernels::GemvEpilogue::kSiluMul;
-      p.bias = w.bup;
-    }
+    p.M = T;
+    p.N = 2 * I;
+    p.K = H;
+    p.x = in;
+    p.w = w.wup;
+    p.y = act_.get();
+    p.epilogue = kernels::GemvEpilogue::kSiluMul;
+    p.bias = w.bup;
+    p.deep_prologue = deep_gemv(kDeepUp);
     gemm_->gemv(p);
   });
-  if (!silu_in_gemv)
-    timed(Profiler::kNorm, [&] {
-      kernels::ActivationParams p;
-      p.dtype = weights_->dtype();
-      p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
-                           : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
-                                                             : kernels::ActKind::kGeluErf);
-      if (c.gated_mlp && c.act != Activation::kSilu)
-        throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
-      p.num_tokens = T;
-      p.width = I;
-      p.in = up_.get();
-      p.bias = w.bup;
-      p.out = act_.get();
-      p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
-      RILL_CUDA(kernels::launch_activation(p, stream_));
-    });
-  timed(Profiler::kGemm, [&] {
-    if (fold) {
-      gemm_->gemv(residual_gemv(act_.get(), w.wdown, w.bdown, T, I, kDeepDown));
-    } else {
-      gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown));
-    }
+  if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
+    kernels::ActivationParams p;
+    p.dtype = weights_->dtype();
+    p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
+                         : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
+                                                           : kernels::ActKind::kGeluErf);
+    if (c.gated_mlp && c.act != Activation::kSilu)
+      throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
+    p.num_tokens = T;
+    p.width = I;
+    p.in = up_.get();
+    p.bias = w.bup;
+    p.out = act_.get();
+    p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
+    RILL_CUDA(kernels::launch_activation(p, stream_));
   });
+  timed(Profiler::kGemm,
+        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -270,15 +206,9 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     }
   }
 
-  const bool fold = fold_norms(T);
-  enqueue_attention(li, plan, fold);
-  if (fold) {  // the GEMVs added the residuals and apply the norms; the final norm stays
-    enqueue_mlp(li, nullptr, T, true);
-    if (last) enqueue_add_norm(after, plan, true);  // no delta: x_ holds the layer's output
-    return;
-  }
+  enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_mlp(li, h2_.get(), T, false);
+    enqueue_mlp(li, h2_.get(), T);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
@@ -293,7 +223,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
   enqueue_add_norm(mid, plan, false);
-  enqueue_mlp(li, h_.get(), T, false);
+  enqueue_mlp(li, h_.get(), T);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   enqueue_add_norm(after, plan, last);
@@ -334,9 +264,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
                c.hidden_size, true, deep_gemv(kDeepHead));
   });
   if (copy_logits)  // before sampling, which edits the logits in place
-    RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(),
-                              size_t(sh.logit_rows) * c.vocab_size * 4, cudaMemcpyDeviceToHost,
-                              stream_));
+    RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,
+                              cudaMemcpyDeviceToHost, stream_));
   if (sh.sampled == 0) return;
   timed(Profiler::kSampling, [&] {
     kernels::SampleParams s;

@@ -139,11 +139,6 @@ void CudaRunner::set_fused_decode(bool on) {
   drop_graphs();
 }
 
-void CudaRunner::set_fold_norms(bool on) {
-  fold_norms_ = on;
-  drop_graphs();
-}
-
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -154,7 +149,6 @@ void CudaRunner::allocate_buffers() {
   const size_t T = max_tokens_, H = c.hidden_size, R = max_rows_, V = c.vocab_size;
   const size_t up_width = c.gated_mlp ? 2 * size_t(c.intermediate_size) : c.intermediate_size;
   x_ = DeviceMemory(T * H * 4, "residual stream");
-  x_sq_ = DeviceMemory(8 * ((H + 15) / 16) * 4, "residual sums of squares");
   h_ = DeviceMemory(T * H * esize(), "activations");
   if (c.parallel_residual) h2_ = DeviceMemory(T * H * esize(), "activations");
   qkv_ = DeviceMemory(T * c.qkv_dim() * esize(), "activations");

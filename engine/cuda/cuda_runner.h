@@ -68,11 +68,6 @@ class CudaRunner final : public ModelRunner {
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
-  /// Steps of <= 8 tokens of a pre-norm RMSNorm model (Llama) add each residual in the GEMV
-  /// before it and apply each norm in the GEMV after it (kernels::GemvEpilogue::kResidual,
-  /// kernels::GemvParams::norm_weight) instead of running the add + norm kernel, on/off.
-  /// Re-captures graphs.
-  void set_fold_norms(bool on);
   /// Decode attention's split count forced to `splits` (0: the automatic policy). For
   /// rill-bench; re-captures graphs.
   void set_decode_splits(int splits);
@@ -111,17 +106,8 @@ class CudaRunner final : public ModelRunner {
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
-  // With `fold` (fold_norms), the GEMVs take the residual adds and norms (see set_fold_norms):
-  // the input is then x_, not h_ / `in` (except for layer 0's QKV), and o_ / m_ stay unused.
-  void enqueue_attention(int layer, const cuda::StepPlan& plan, bool fold);
-  void enqueue_mlp(int layer, const void* in, int num_tokens, bool fold);
-  bool fold_norms(int num_tokens) const;  // this step's layers take the fold_norms path
-  // A fold_norms GEMV of x_ normed by norm_weight on load, into y [T, N]; and one that adds
-  // x [T, K] w^T (+ bias) to x_ and leaves the sums of squares for the next norm.
-  kernels::GemvParams normed_gemv(const void* norm_weight, const void* w, void* y, int T, int N,
-                                  int deep) const;
-  kernels::GemvParams residual_gemv(const void* x, const void* w, const void* bias, int T, int K,
-                                    int deep) const;
+  void enqueue_attention(int layer, const cuda::StepPlan& plan);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
@@ -154,7 +140,6 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
-  bool fold_norms_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
@@ -163,7 +148,6 @@ class CudaRunner final : public ModelRunner {
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream
-  cuda::DeviceMemory x_sq_;     // [8, ceil(H / 16)] fp32 sums of squares of x_ (fold_norms)
   cuda::DeviceMemory h_, h2_;   // [T, H] normed inputs (h2: GPT-NeoX's MLP branch)
   cuda::DeviceMemory qkv_;      // [T, qkv_dim]
   cuda::DeviceMemory q_sink_;   // [T, q_dim]

@@ -13,10 +13,6 @@
 // The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the W warps' partial sums
 // are added in a fixed order through shared memory. With the kSiluMul epilogue, rows g and g + 8
 // of a tile are a gate row and its up row, so the lane holding both writes silu(gate) * up.
-//
-// Pre-norm layers at decode (Llama) need no add + norm kernel: the GEMV before the norm adds its
-// output to the fp32 residual and leaves per-tile sums of squares (kResidual), and the GEMV after
-// it normalises its x chunks as it loads them (GemvParams::norm_weight).
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -42,7 +38,7 @@ constexpr int kMaxM = 8;   // the mma's N
 // then the warps' partials are added in warp order).
 struct Config {
   int warps, unroll, stages;
-  bool fused;  // kSiluMul, kResidual and normed-input instances exist
+  bool silu;  // a kSiluMul instance exists
 };
 constexpr Config kConfigs[] = {{16, 2, 0, true}, {32, 2, 0, true},  {8, 4, 0, false},
                                {4, 4, 0, false}, {16, 4, 0, false}, {8, 2, 0, false},
@@ -51,10 +47,10 @@ constexpr Config kConfigs[] = {{16, 2, 0, true}, {32, 2, 0, true},  {8, 4, 0, fa
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kDeepConfig = 9;  // 16 warps x 1, cp.async ring of 5: GemvParams::deep_prologue
 constexpr int kDeepWideConfig = 10;  // 32 warps x 1, ring of 3: the same for 32 warps x 2
-static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].fused &&
+static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].silu &&
               kConfigs[kDeepConfig].stages > 0);
 static_assert(kConfigs[kDeepWideConfig].warps == kConfigs[1].warps &&
-              kConfigs[kDeepWideConfig].fused && kConfigs[kDeepWideConfig].stages > 0);
+              kConfigs[kDeepWideConfig].silu && kConfigs[kDeepWideConfig].stages > 0);
 
 // Streaming load of weights, read once: keep them out of L1 so x stays there. The L2::256B hint
 // makes each miss fetch 256 bytes (a warp covers 64 contiguous bytes of each of its 16 rows per
@@ -107,46 +103,13 @@ __device__ __forceinline__ float silu(float x) {
   return x / (1.0f + expf(-x));  // the activation kernel's formula
 }
 
-/// kResidual: y[m, n] += dtype(s) + bias for this lane's four sums, then the tile's sums of
-/// squares per row, added over the lane groups by a butterfly (xor 4, 8, 16: g's bits).
-template <typename T>
-__device__ __forceinline__ void add_residual(const float (&s)[4], const GemvParams& p, int n0,
-                                             int g, int t) {
-  float* res = static_cast<float*>(p.y);  // [M, N] fp32
-  const T* bias = static_cast<const T*>(p.bias);
-  float sq[2] = {0.0f, 0.0f};  // rows 2t and 2t + 1
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-    if (m < p.M && n < p.N) {
-      const int64_t at = static_cast<int64_t>(m) * p.N + n;
-      const float b = bias ? to_float<T>(bias[n]) : 0.0f;
-      const float r = res[at] + (to_float<T>(from_float<T>(s[i])) + b);  // add_norm's order
-      res[at] = r;
-      sq[i & 1] += r * r;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], o);
-    const int m = 2 * t + j;
-    if (g == 0 && m < p.M) p.sq_out[static_cast<int64_t>(m) * gridDim.x + blockIdx.x] = sq[j];
-  }
-}
-
 /// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
-/// i >= 2). Writes y (kStore), silu(gate) * up (kSiluMul) or the residual (kResidual, see gemv.h).
+/// i >= 2). Writes y (kStore) or silu(gate) * up (kSiluMul, see gemv.h).
 template <typename T, GemvEpilogue EPI>
-__device__ __forceinline__ void epilogue(const float (&s)[4], const GemvParams& p, int n0, int g,
-                                         int t) {
-  const int M = p.M, N = p.N;
-  void* __restrict__ y = p.y;
-  const T* __restrict__ bias = static_cast<const T*>(p.bias);
-  if constexpr (EPI == GemvEpilogue::kResidual) {
-    add_residual<T>(s, p, n0, g, t);
-  } else if constexpr (EPI == GemvEpilogue::kStore) {
-    const bool y_f32 = p.y_f32;
+__device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__ y,
+                                         const T* __restrict__ bias, int M, int N, bool y_f32,
+                                         int n0, int g, int t) {
+  if constexpr (EPI == GemvEpilogue::kStore) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
@@ -173,75 +136,27 @@ __device__ __forceinline__ void epilogue(const float (&s)[4], const GemvParams& 
   }
 }
 
-/// The w rows lane group g of the CTA owning rows n0.. reads: n0 + g and n0 + g + 8. Rows past N
-/// are clamped (loaded, never stored) so that no load needs a row predicate.
+/// What lane group g of the CTA owning rows n0.. reads: w rows n0 + g and n0 + g + 8 and x row g.
+/// Rows past N are clamped (loaded, never stored) so that no load needs a row predicate; x rows
+/// past M are zero columns of B (x_live false).
 template <typename T>
 struct LaneRows {
-  const uint4 *w_lo, *w_hi;
-  __device__ __forceinline__ LaneRows(const GemvParams& p, int n0, int g)
-      : w_lo(row(p, min(n0 + g, p.N - 1))), w_hi(row(p, min(n0 + g + 8, p.N - 1))) {}
-  static __device__ __forceinline__ const uint4* row(const GemvParams& p, int n) {
-    return reinterpret_cast<const uint4*>(static_cast<const T*>(p.w) +
-                                          static_cast<int64_t>(n) * p.K);
-  }
-};
-
-/// 1 / rms of x row g from the kResidual sums of squares (GemvParams::sq_in). Every warp adds
-/// the ceil(K / 16) partial sums in the same order (strided per lane, then a butterfly, after
-/// which every lane holds the same bits), so every CTA normalises with the same value.
-__device__ __forceinline__ float inv_rms(const GemvParams& p, int g) {
-  const int lane = threadIdx.x & 31, parts = (p.K + 15) / 16;
-  float mine = 0.0f;
-  for (int m = 0; m < p.M; ++m) {
-    float s = 0.0f;
-    for (int j = lane; j < parts; j += 32)
-      s += __ldg(p.sq_in + static_cast<int64_t>(m) * parts + j);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (m == g) mine = s;
-  }
-  return 1.0f / sqrtf(mine / p.K + p.norm_eps);  // add_norm's formula
-}
-
-/// Lane group g's x row as the mma's B operand, 16-byte chunk c (8 values of k) at a time: the
-/// dtype row as it is, or (NORM) the fp32 residual row normalised on load. Rows past M are zero
-/// columns of B. Reads data of the previous kernel: construct after pdl_wait().
-template <typename T, bool NORM>
-struct XRow {
-  const void* row;
-  const uint4* norm_weight;
-  float inv;
-  bool live;
-  __device__ __forceinline__ XRow(const GemvParams& p, int g)
-      : row(static_cast<const char*>(p.x) +
-            static_cast<int64_t>(min(g, p.M - 1)) * p.K * (NORM ? sizeof(float) : sizeof(T))),
-        norm_weight(static_cast<const uint4*>(p.norm_weight)),
-        inv(NORM ? inv_rms(p, g) : 0.0f),
-        live(g < p.M) {}
-  __device__ __forceinline__ uint4 chunk(int c, int chunks) const {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (c >= chunks || !live) return v;
-    if constexpr (!NORM) {
-      v = __ldg(static_cast<const uint4*>(row) + c);
-    } else {
-      const float4* f = static_cast<const float4*>(row) + 2 * c;
-      const float4 a = __ldg(f), b = __ldg(f + 1);
-      const uint4 wv = __ldg(norm_weight + c);
-      const float x[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      const T* w = reinterpret_cast<const T*>(&wv);
-      T* h = reinterpret_cast<T*>(&v);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) h[e] = from_float<T>(x[e] * inv * to_float<T>(w[e]));
-    }
-    return v;
-  }
+  const uint4 *w_lo, *w_hi, *x_row;
+  bool x_live;
+  __device__ __forceinline__ LaneRows(const T* x, const T* w, int M, int N, int K, int n0, int g)
+      : w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K)),
+        w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K)),
+        x_row(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K)),
+        x_live(g < M) {}
 };
 
 /// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
 /// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
 template <typename T, int W, GemvEpilogue EPI>
 __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float (*partial)[4][32],
-                                                    const GemvParams& p, int n0) {
+                                                    void* __restrict__ y,
+                                                    const T* __restrict__ bias, int M, int N,
+                                                    bool y_f32, int n0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
@@ -254,22 +169,27 @@ __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float
 #pragma unroll
     for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
   }
-  epilogue<T, EPI>(sum, p, n0, lane >> 2, lane & 3);
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, lane >> 2, lane & 3);
 }
 
 // grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
 // previous kernel's tail: weights never depend on it.
-template <typename T, int W, int U, GemvEpilogue EPI, bool NORM>
-__global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvParams p) {
+template <typename T, int W, int U, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  // [M, K]
+                                                      const T* __restrict__ w,  // [N, K]
+                                                      void* __restrict__ y,     // see GemvEpilogue
+                                                      const T* __restrict__ bias,  // kSiluMul
+                                                      int M, int N, int K, bool y_f32) {
   __shared__ float partial[W][4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kRows;
-  const LaneRows<T> r(p, n0, g);
-  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi;
-  const int chunks = p.K / kVec;
+  const LaneRows<T> r(x, w, M, N, K, n0, g);
+  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
+  const bool x_live = r.x_live;
+  const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
   constexpr int kStride = W * U;  // steps per loop iteration of the CTA
 
@@ -277,13 +197,16 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvParams p) {
   uint4 lo[U], hi[U];
   load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
   pdl_wait();
-  const XRow<T, NORM> x(p, g);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int s0 = warp; s0 < steps; s0 += kStride) {
     uint4 xv[U], next_lo[U], next_hi[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) xv[u] = x.chunk((s0 + u * W) * 4 + t, chunks);
+    for (int u = 0; u < U; ++u) {
+      const int c = (s0 + u * W) * 4 + t;
+      xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
+    }
     load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -294,7 +217,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const GemvParams p) {
     }
   }
 
-  sum_warps_and_store<T, W, EPI>(acc, partial, p, n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
 }
 
 // 16-byte copy of streamed weights into shared memory, L2::256B as load_stream; !valid reads
@@ -331,16 +254,21 @@ constexpr int ring_bytes() {
 //
 // Two CTAs per SM (launch bounds): left to itself the compiler takes 76 registers, which allows
 // one, and Llama-2-7B batch 1 ran 0.1 ms slower (5.11 against 4.99 ms on the H100).
-template <typename T, int W, int U, int S, GemvEpilogue EPI, bool NORM>
-__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1) gemv_ring_kernel(const GemvParams p) {
+template <typename T, int W, int U, int S, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
+    gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
+                     const T* __restrict__ w,  // [N, K]
+                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                     bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * kRows;
-  const LaneRows<T> r(p, n0, g);
-  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi;
-  const int chunks = p.K / kVec;
+  const LaneRows<T> r(x, w, M, N, K, n0, g);
+  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
+  const bool x_live = r.x_live;
+  const int chunks = K / kVec;
   const int steps = (chunks + 3) / 4;
   constexpr int kStride = W * U;
   constexpr int kSlot = U * 2 * W * 32;  // uint4 per ring slot
@@ -353,7 +281,6 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1) gemv_ring_kernel(cons
     attn::cp_async_commit();
   }
   pdl_wait();
-  const XRow<T, NORM> x(p, g);
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
@@ -363,7 +290,11 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1) gemv_ring_kernel(cons
     attn::cp_async_commit();
     uint4 xv[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) xv[u] = x.chunk((s0 + u * W) * 4 + t, chunks);
+    for (int u = 0; u < U; ++u) {
+      const int c = (s0 + u * W) * 4 + t;
+      xv[u] = make_uint4(0, 0, 0, 0);
+      if (c < chunks && x_live) xv[u] = __ldg(x_row + c);
+    }
     attn::cp_async_wait<S - 1>();
     const uint4* own = ring + slot * kSlot + threadIdx.x;
 #pragma unroll
@@ -378,24 +309,29 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1) gemv_ring_kernel(cons
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-  sum_warps_and_store<T, W, EPI>(acc, partial, p, n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
 }
 
-// Launches config C's kernel with epilogue EPI and (NORM) the normed input.
-template <typename T, Config C, GemvEpilogue EPI, bool NORM>
+// Launches config C's kernel with epilogue EPI.
+template <typename T, Config C, GemvEpilogue EPI>
 cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w);
+  const T* bias = static_cast<const T*>(p.bias);
+  const bool y_f32 = EPI == GemvEpilogue::kStore && p.y_f32;
   if constexpr (C.stages == 0) {
-    return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI, NORM>, dim3(blocks),
-                         dim3(C.warps * 32), 0, stream, p);
+    return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, dim3(blocks), dim3(C.warps * 32),
+                         0, stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32);
   } else {
-    const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI, NORM>;
+    const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel (Rill drives one device), not on every launch of a decode step.
     static const cudaError_t allowed =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (allowed != cudaSuccess) return allowed;
-    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, p);
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
+                         p.M, p.N, p.K, y_f32);
   }
 }
 
@@ -406,23 +342,12 @@ cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
   } else {
     if (p.config != I) return launch_config<T, I + 1>(p, stream);
     constexpr Config c = kConfigs[I];
-    const bool norm = p.norm_weight != nullptr;
-    if (p.epilogue == GemvEpilogue::kStore && !norm)
-      return launch_shape<T, c, GemvEpilogue::kStore, false>(p, stream);
-    if constexpr (c.fused) {
-      switch (p.epilogue) {
-        case GemvEpilogue::kStore:
-          return launch_shape<T, c, GemvEpilogue::kStore, true>(p, stream);
-        case GemvEpilogue::kSiluMul:
-          return norm ? launch_shape<T, c, GemvEpilogue::kSiluMul, true>(p, stream)
-                      : launch_shape<T, c, GemvEpilogue::kSiluMul, false>(p, stream);
-        case GemvEpilogue::kResidual:  // launch_gemv rejects it with a normed input
-          return launch_shape<T, c, GemvEpilogue::kResidual, false>(p, stream);
-      }
-      return invalid_argument("gemv: unknown epilogue");
+    if (p.epilogue == GemvEpilogue::kStore)
+      return launch_shape<T, c, GemvEpilogue::kStore>(p, stream);
+    if constexpr (c.silu) {
+      return launch_shape<T, c, GemvEpilogue::kSiluMul>(p, stream);
     } else {
-      return invalid_argument("gemv: config " + std::to_string(p.config) +
-                              " has no fused epilogue or normed input");
+      return invalid_argument("gemv: config " + std::to_string(p.config) + " has no kSiluMul");
     }
   }
 }
@@ -440,16 +365,11 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
     if (p.N % 16 != 0)
       return invalid_argument("gemv: kSiluMul needs N % 16 == 0, N=" + std::to_string(p.N));
     if (p.y_f32) return invalid_argument("gemv: kSiluMul writes the dtype");
-  } else if (p.epilogue == GemvEpilogue::kResidual) {
-    if (p.norm_weight) return invalid_argument("gemv: kResidual takes no normed input");
-    if (!p.sq_out) return invalid_argument("gemv: kResidual needs sq_out");
   } else if (p.epilogue != GemvEpilogue::kStore) {
     return invalid_argument("gemv: unknown epilogue");
   } else if (p.bias) {
     return invalid_argument("gemv: kStore takes no bias");
   }
-  if (p.norm_weight && (!p.sq_in || !is_aligned16(p.norm_weight)))
-    return invalid_argument("gemv: a normed input needs sq_in and a 16-byte aligned norm_weight");
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
@@ -477,7 +397,7 @@ int gemv_num_configs() {
 GemvConfigInfo gemv_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
   const Config& c = kConfigs[config];
-  return {c.warps, c.unroll, c.stages, c.fused};
+  return {c.warps, c.unroll, c.stages, c.silu};
 }
 
 std::string gemv_config_name(int config) {

@@ -126,7 +126,7 @@ TEST(GemvSilu, MatchesGemvThenActivation) {
   std::mt19937 rng(43);
   std::vector<int> configs = {-1};  // the default, and every shape with a kSiluMul instance
   for (int c = 0; c < kernels::gemv_num_configs(); ++c)
-    if (kernels::gemv_config_info(c).fused) configs.push_back(c);
+    if (kernels::gemv_config_info(c).silu) configs.push_back(c);
   for (DType dt : kDTypes)
     for (int config : configs)
       for (bool bias : {false, true}) {
@@ -153,7 +153,7 @@ TEST(GemvSilu, RejectsWhatItCannotDo) {
   if (!have_gpu()) return;
   // A shape without a kSiluMul instance refuses it.
   int plain = 0;
-  while (plain < kernels::gemv_num_configs() && kernels::gemv_config_info(plain).fused) ++plain;
+  while (plain < kernels::gemv_num_configs() && kernels::gemv_config_info(plain).silu) ++plain;
   ASSERT_LT(plain, kernels::gemv_num_configs());
   DeviceBuffer d_x(64, 2), d_w(size_t(32) * 64, 2), d_y(16, 2);
   kernels::GemvParams q = params(DType::kF16, 1, 32, 64, d_w, plain);

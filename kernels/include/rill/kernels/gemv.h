@@ -20,12 +20,6 @@ enum class GemvEpilogue : int {
   /// u = dtype(s[m, 16j + 8 + r]) + bias[16j + 8 + r], i.e. exactly what a kStore GEMV followed
   /// by the activation kernel (ActivationParams::interleaved) computes.
   kSiluMul = 1,
-  /// The residual add of a pre-norm layer (the attention output or down projection added to the
-  /// stream), with what the next RMSNorm needs, which saves the add + norm kernel. y is the fp32
-  /// residual [M, N]: y[m, n] += float(dtype(s)) + bias[n] (bias optional), exactly the add of the
-  /// add + norm kernel; and sq_out[m * ceil(N / 16) + j] = the sum over the 16 columns n of tile j
-  /// of the updated y[m, n]^2, for the next GEMV's normed input (norm_weight).
-  kResidual = 2,
 };
 
 struct GemvParams {
@@ -36,16 +30,7 @@ struct GemvParams {
   void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32; kSiluMul: [M, N / 2]
   bool y_f32 = false;             // kStore only
   GemvEpilogue epilogue = GemvEpilogue::kStore;
-  const void* bias = nullptr;  // kSiluMul, kResidual: optional [N], rows as w's
-  float* sq_out = nullptr;     // kResidual: [M, ceil(N / 16)] sums of squares
-  /// RMSNorm of x on load (the norm in front of a pre-norm layer's projection), when set: x is
-  /// then the fp32 residual [M, K] that a kResidual GEMV left, with its sums of squares in sq_in
-  /// [M, ceil(K / 16)], and the product uses x_n[m, k] = dtype(x[m, k] * r[m] * norm_weight[k]),
-  /// r[m] = 1 / sqrt(sum_j sq_in[m, j] / K + norm_eps): the add + norm kernel's formula, with the
-  /// sum of squares added in another order (x_n can differ from that kernel's by a rounding).
-  const void* norm_weight = nullptr;  // [K] dtype
-  const float* sq_in = nullptr;
-  float norm_eps = 1e-5f;
+  const void* bias = nullptr;     // kSiluMul: optional [N], rows as w's
   int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
   /// For the default shape: the kernel launched before this one is short (a norm, RoPE,
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
@@ -54,11 +39,10 @@ struct GemvParams {
 };
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
 /// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
-/// filled by cp.async. Results depend on `warps` only. `fused`: the kSiluMul and kResidual
-/// epilogues and the normed input exist for this shape.
+/// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul exists for this shape.
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
-  bool fused = false;
+  bool silu = false;
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
