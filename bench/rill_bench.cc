@@ -201,7 +201,7 @@ void decode_table(Bench& b) {
         int splits = 0;  // decode attention's split count (0: automatic)
         int gemv_config = -1;                      // the GEMV's CTA shape (-1: the default rule)
         int gemv_deep = -1;  // mask of GEMVs with a deep prologue (-1: the run's)
-        bool early_kv = true, cluster = true, rope = true;
+        bool early_kv = true, cluster = true;
       };
       std::vector<Variant> variants{{""}};
       for (int splits : int_list(args.get("splits-sweep"))) {
@@ -238,17 +238,11 @@ void decode_table(Bench& b) {
       }
       if (args.on("fusion-off-too") && batch <= 8)
         variants.push_back({"off: fusion", true, true, true, false});
-      if (args.on("rope-fusion-off-too") && batch <= 8) {
-        Variant v{"off: RoPE in the QKV GEMV"};
-        v.rope = false;
-        variants.push_back(v);
-      }
       for (const Variant& v : variants) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
         r.set_programmatic_launch(v.pdl);
         r.set_fused_decode(v.fused && eo.fused_decode);
-        r.set_fused_rope(v.fused && v.rope && eo.fused_decode);
         r.set_decode_splits(v.splits);
         r.set_gemv_config(v.gemv_config);
         r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
@@ -267,7 +261,6 @@ void decode_table(Bench& b) {
   r.set_gemv(true);
   r.set_programmatic_launch(true);
   r.set_fused_decode(eo.fused_decode);
-  r.set_fused_rope(eo.fused_decode);
   r.set_decode_splits(0);
   r.set_gemv_config(-1);
   r.set_gemv_deep_prologue(deep_mask);
@@ -371,11 +364,7 @@ int main(int argc, char** argv) {
             "also time every decode configuration with programmatic dependent launch off");
   args.flag(
       "fusion-off-too",
-      "also time batch <= 8 decode with SiLU-and-mul and RoPE as their own kernels, not in the "
-      "GEMVs");
-  args.flag("rope-fusion-off-too",
-            "also time batch <= 8 decode with RoPE + K/V write as its own kernel, not in the QKV "
-            "GEMV");
+      "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
   args.option("splits-sweep", "",
               "also time decode with decode attention forced to each of these split counts");
   args.option("gemv-configs", "",

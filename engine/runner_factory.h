@@ -20,8 +20,7 @@ struct EngineOptions {
   int max_batch = 256;               // CUDA runner: most sequences in one step
   int max_step_tokens = 8192;        // CUDA runner: most tokens in one step (prefill chunks)
   bool cuda_graphs = true;           // CUDA runner: replay decode steps as CUDA graphs
-  bool fused_decode =
-      true;  // CUDA runner: SiLU-and-mul and RoPE + K/V write inside the decode GEMVs
+  bool fused_decode = true;          // CUDA runner: SiLU-and-mul inside the decode gate|up GEMV
   std::string kv_cache_dtype = "auto";  // auto (the model's dtype) | fp8 (e4m3, scales 1; the CPU
                                         // runner rounds K/V through it to emulate the CUDA one)
 };

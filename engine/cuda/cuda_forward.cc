@@ -56,45 +56,29 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  kernels::RopeKvParams rope;
-  rope.dtype = dt;
-  rope.num_tokens = T;
-  rope.num_heads = c.num_heads;
-  rope.num_kv_heads = c.num_kv_heads;
-  rope.head_dim = c.head_dim;
-  rope.rotary_dim = c.rope.rotary_dim;
-  rope.qkv = qkv_.get();
-  rope.qkv_stride = c.qkv_dim();
-  rope.qkv_bias = w.bqkv;
-  rope.q_sink = q_sink_.get();
-  rope.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
-  rope.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
-  rope.inv_freq = weights_->inv_freq();
-  rope.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
-  rope.cache = layer_cache;
-  rope.layout = layout_;
-  // Decode: RoPE and the K/V write in the QKV GEMV's epilogue (GemvEpilogue::kRopeKv).
-  const bool rope_in_gemv = fused_rope_ && gemm_->uses_gemv(h_.get(), w.wqkv, T, H) &&
-                            kernels::gemv_rope_fusable(c.head_dim, c.rope.rotary_dim);
   timed(Profiler::kGemm, [&] {
-    if (!rope_in_gemv) {
-      gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
-      return;
-    }
-    kernels::GemvParams p;
-    p.M = T;
-    p.N = c.qkv_dim();
-    p.K = H;
-    p.x = h_.get();
-    p.w = w.wqkv;
-    p.y = qkv_.get();
-    p.epilogue = kernels::GemvEpilogue::kRopeKv;
-    p.rope = rope;
-    p.deep_prologue = deep_gemv(kDeepQkv);
-    gemm_->gemv(p);
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
   });
-  if (!rope_in_gemv)
-    timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_rope_kv(rope, stream_)); });
+  timed(Profiler::kNorm, [&] {
+    kernels::RopeKvParams p;
+    p.dtype = dt;
+    p.num_tokens = T;
+    p.num_heads = c.num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.rotary_dim = c.rope.rotary_dim;
+    p.qkv = qkv_.get();
+    p.qkv_stride = c.qkv_dim();
+    p.qkv_bias = w.bqkv;
+    p.q_sink = q_sink_.get();
+    p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
+    p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
+    p.inv_freq = weights_->inv_freq();
+    p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
+    p.cache = layer_cache;
+    p.layout = layout_;
+    RILL_CUDA(kernels::launch_rope_kv(p, stream_));
+  });
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   timed(Profiler::kAttention, [&] {
     if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, scale);

@@ -38,7 +38,6 @@ size_t esize() {
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
   graphs_enabled_ = o.cuda_graphs;
   fused_decode_ = o.fused_decode;
-  fused_rope_ = o.fused_decode;
   const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
@@ -137,11 +136,6 @@ void CudaRunner::set_decode_splits(int splits) {
 
 void CudaRunner::set_fused_decode(bool on) {
   fused_decode_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_fused_rope(bool on) {
-  fused_rope_ = on;
   drop_graphs();
 }
 

@@ -68,9 +68,6 @@ class CudaRunner final : public ModelRunner {
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
-  /// RoPE and the K/V write inside the QKV GEMV of steps of <= 8 tokens (GemvEpilogue::kRopeKv)
-  /// on/off; off runs the RoPE kernel after the GEMV. Re-captures graphs.
-  void set_fused_rope(bool on);
   /// Decode attention's split count forced to `splits` (0: the automatic policy). For
   /// rill-bench; re-captures graphs.
   void set_decode_splits(int splits);
@@ -143,7 +140,6 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
-  bool fused_rope_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }

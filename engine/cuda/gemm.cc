@@ -53,7 +53,7 @@ void Gemm::gemv(kernels::GemvParams p) {
   p.dtype = dtype_;
   const int forced = p.deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
   if (p.config < 0 && forced >= 0 &&
-      (p.epilogue == kernels::GemvEpilogue::kStore || kernels::gemv_config_info(forced).silu))
+      (p.epilogue != kernels::GemvEpilogue::kSiluMul || kernels::gemv_config_info(forced).silu))
     p.config = forced;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
 }

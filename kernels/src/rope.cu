@@ -17,7 +17,6 @@
 #include "kv_cache.cuh"
 #include "launch.cuh"
 #include "rill/kernels/rope.h"
-#include "rope_math.cuh"
 #include "vec.cuh"
 
 namespace rill::kernels {
@@ -25,6 +24,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 256;
+constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 // Loads S elements at p (+ bias at b, when given) into f.
 template <typename T, int S>
@@ -71,7 +71,16 @@ __device__ __forceinline__ void rotate(const float (&x1)[kVec], const float (&x2
                                        const float* cos_t, const float* sin_t, float (&y1)[kVec],
                                        float (&y2)[kVec]) {
 #pragma unroll
-  for (int e = 0; e < S; ++e) rope_rotate(x1[e], x2[e], cos_t[e], sin_t[e], y1[e], y2[e]);
+  for (int e = 0; e < S; ++e) {
+    y1[e] = x1[e] * cos_t[e] - x2[e] * sin_t[e];
+    y2[e] = x2[e] * cos_t[e] + x1[e] * sin_t[e];
+  }
+}
+
+__device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float* sin_out,
+                                             float* cos_out) {
+  const double angle = fmod(static_cast<double>(pos) * static_cast<double>(inv_freq), kTwoPi);
+  sincosf(static_cast<float>(angle), sin_out, cos_out);
 }
 
 // C: the cache element type (T, or Fp8).

@@ -41,16 +41,16 @@ for section in "$@"; do
     bench-7b)
       run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
-        --prefill 2048 --graphs-off-too --gemv-off-too --pdl-off-too --fusion-off-too --rope-fusion-off-too --early-kv-off-too --cluster-off-too --gemv-deep-masks 0 --breakdown --max-batch 64 --max-step-tokens 8192
+        --prefill 2048 --graphs-off-too --gemv-off-too --pdl-off-too --fusion-off-too --early-kv-off-too --cluster-off-too --gemv-deep-masks 0 --breakdown --max-batch 64 --max-step-tokens 8192
       TAIL=40 run trace_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 --prefill 0 --max-batch 8 --trace ;;
     bench-7b-quick)  # batch-1 TPOT with each optimisation switched off in turn, and the breakdown
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=30 run bench_7b_quick 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 \
-        --prefill 0 --graphs-off-too --gemv-off-too --pdl-off-too --fusion-off-too --rope-fusion-off-too --early-kv-off-too --cluster-off-too --breakdown --max-batch 8 --steps 64 ;;
+        --prefill 0 --graphs-off-too --gemv-off-too --pdl-off-too --fusion-off-too --early-kv-off-too --cluster-off-too --breakdown --max-batch 8 --steps 64 ;;
     bench-8b-quick)
       [ -d /tmp/llama3-8b ] || run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
       TAIL=20 run bench_8b_quick 200 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1 --context 512 \
-        --prefill 0 --gemv-off-too --pdl-off-too --fusion-off-too --rope-fusion-off-too --early-kv-off-too --cluster-off-too --max-batch 8 --steps 64 ;;
+        --prefill 0 --gemv-off-too --pdl-off-too --fusion-off-too --early-kv-off-too --cluster-off-too --max-batch 8 --steps 64 ;;
     long-7b)
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=30 run long_7b 420 "$bin/rill-bench" --model /tmp/llama2-7b --cache streaming --sink 4 \
@@ -69,7 +69,7 @@ for section in "$@"; do
     bench-8b)
       run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
       TAIL=20 run bench_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1,128 --context 128,512 --prefill 0 \
-        --gemv-off-too --pdl-off-too --fusion-off-too --rope-fusion-off-too --early-kv-off-too --cluster-off-too --gemv-deep-masks 0 --max-batch 128 --max-step-tokens 8192
+        --gemv-off-too --pdl-off-too --fusion-off-too --early-kv-off-too --cluster-off-too --gemv-deep-masks 0 --max-batch 128 --max-step-tokens 8192
       TAIL=40 run trace_8b 200 "$bin/rill-bench" --model /tmp/llama3-8b --batch 1 --context 128 --prefill 0 --max-batch 8 --trace ;;
   esac
 done

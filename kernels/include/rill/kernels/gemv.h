@@ -6,7 +6,6 @@
 #include <string>
 
 #include "rill/kernels/common.h"
-#include "rill/kernels/rope.h"
 
 namespace rill::kernels {
 
@@ -21,14 +20,6 @@ enum class GemvEpilogue : int {
   /// u = dtype(s[m, 16j + 8 + r]) + bias[16j + 8 + r], i.e. exactly what a kStore GEMV followed
   /// by the activation kernel (ActivationParams::interleaved) computes.
   kSiluMul = 1,
-  /// The QKV projection of decode tokens with the work of the RoPE / K-V-write kernel (rope.h)
-  /// done on its sums, which saves that kernel in every decode layer: y is the qkv rows [M, N]
-  /// (N = (num_heads + 2 num_kv_heads) head_dim), written as launch_rope_kv leaves them (bias
-  /// added, q and k rotated), with q_sink and the cache written as it writes them, bit for bit.
-  /// `rope` names everything but qkv and num_tokens (y and M). Needs gemv_rope_fusable().
-  /// A tile of a q or k head's rotary dims pairs rows 8j .. 8j + 7 of the head with their
-  /// rotation partners rotary_dim / 2 further, so one lane holds both values of a pair.
-  kRopeKv = 2,
 };
 
 struct GemvParams {
@@ -40,7 +31,6 @@ struct GemvParams {
   bool y_f32 = false;             // kStore only
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   const void* bias = nullptr;     // kSiluMul: optional [N], rows as w's
-  RopeKvParams rope;              // kRopeKv
   int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
   /// For the default shape: the kernel launched before this one is short (a norm, RoPE,
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
@@ -49,8 +39,7 @@ struct GemvParams {
 };
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
 /// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
-/// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul and kRopeKv exist for
-/// this shape.
+/// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul exists for this shape.
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
   bool silu = false;
@@ -59,10 +48,6 @@ struct GemvConfigInfo {
 int gemv_num_configs();
 GemvConfigInfo gemv_config_info(int config);  // config in [0, gemv_num_configs())
 std::string gemv_config_name(int config);
-/// True when GemvEpilogue::kRopeKv can serve a model with these head and rotary widths.
-inline bool gemv_rope_fusable(int head_dim, int rotary_dim) {
-  return head_dim % 16 == 0 && rotary_dim % 16 == 0 && rotary_dim <= head_dim && head_dim <= 256;
-}
 /// The CTA shape launch_gemv uses for weights [N, K] when config is -1 (see deep_prologue).
 int gemv_default_config(int N, int K, bool deep_prologue = false);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
