@@ -136,15 +136,24 @@ __device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__
   }
 }
 
-/// What lane group g of the CTA owning rows n0.. reads: w rows n0 + g and n0 + g + 8 and x row g.
-/// Rows past N are clamped (loaded, never stored) so that no load needs a row predicate; x rows
-/// past M are zero columns of B (x_live false).
+/// This thread's place in its CTA's tile, as both kernels lay it out: warp `warp`, lane
+/// (g = lane / 4, t = lane % 4) of the CTA owning w rows n0 .. n0 + 15, which reads w rows n0 + g
+/// and n0 + g + 8 and x row g over `steps` steps of 4 16-byte chunks (`chunks` per row). Rows past
+/// N are clamped (loaded, never stored) so that no load needs a row predicate; x rows past M are
+/// zero columns of B (x_live false).
 template <typename T>
-struct LaneRows {
+struct LaneTile {
+  int warp, g, t, n0, chunks, steps;
   const uint4 *w_lo, *w_hi, *x_row;
   bool x_live;
-  __device__ __forceinline__ LaneRows(const T* x, const T* w, int M, int N, int K, int n0, int g)
-      : w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K)),
+  __device__ __forceinline__ LaneTile(const T* x, const T* w, int M, int N, int K)
+      : warp(threadIdx.x >> 5),
+        g((threadIdx.x & 31) >> 2),
+        t(threadIdx.x & 3),
+        n0(blockIdx.x * kRows),
+        chunks(K / kVec),
+        steps((K / kVec + 3) / 4),
+        w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K)),
         w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K)),
         x_row(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K)),
         x_live(g < M) {}
@@ -183,14 +192,10 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
                                                       const T* __restrict__ bias,  // kSiluMul
                                                       int M, int N, int K, bool y_f32) {
   __shared__ float partial[W][4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kRows;
-  const LaneRows<T> r(x, w, M, N, K, n0, g);
-  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
-  const bool x_live = r.x_live;
-  const int chunks = K / kVec;
-  const int steps = (chunks + 3) / 4;
+  const LaneTile<T> L(x, w, M, N, K);
+  const int warp = L.warp, t = L.t, chunks = L.chunks, steps = L.steps;
+  const uint4 *w_lo = L.w_lo, *w_hi = L.w_hi, *x_row = L.x_row;
+  const bool x_live = L.x_live;
   constexpr int kStride = W * U;  // steps per loop iteration of the CTA
 
   pdl_launch_dependents();
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
     }
   }
 
-  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
 }
 
 // 16-byte copy of streamed weights into shared memory, L2::256B as load_stream; !valid reads
@@ -262,14 +267,10 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
                      bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kRows;
-  const LaneRows<T> r(x, w, M, N, K, n0, g);
-  const uint4 *w_lo = r.w_lo, *w_hi = r.w_hi, *x_row = r.x_row;
-  const bool x_live = r.x_live;
-  const int chunks = K / kVec;
-  const int steps = (chunks + 3) / 4;
+  const LaneTile<T> L(x, w, M, N, K);
+  const int warp = L.warp, t = L.t, chunks = L.chunks, steps = L.steps;
+  const uint4 *w_lo = L.w_lo, *w_hi = L.w_hi, *x_row = L.x_row;
+  const bool x_live = L.x_live;
   constexpr int kStride = W * U;
   constexpr int kSlot = U * 2 * W * 32;  // uint4 per ring slot
   const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
 }
 
 // Launches config C's kernel with epilogue EPI.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rill/kernels/gemv.h"
+#include "tests/kernels/gemv_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
@@ -46,17 +47,6 @@ std::vector<double> ref_gemv(const std::vector<float>& x, const std::vector<floa
 
 std::vector<float> to_floats(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
-}
-
-kernels::GemvParams params(DType dt, int M, int N, int K, const DeviceBuffer& w, int config) {
-  kernels::GemvParams p;
-  p.dtype = dt;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.w = w.get();
-  p.config = config;
-  return p;
 }
 
 /// Interleaves gate rows g [I, K] and up rows u [I, K] in tiles of 8 (GemvEpilogue::kSiluMul).
@@ -103,10 +93,8 @@ void check_silu_mul(DType dt, int M, int I, int K, bool with_bias, int config, s
   d_w.upload_floats(interleave(wg, wu, I, 1 * K), dt);
   d_bias.upload_floats(interleave(bg, bu, I, 1), dt);
   d_y.poison();
-  kernels::GemvParams p = params(dt, M, 2 * I, K, d_w, config);
-  p.x = d_x.get();
+  kernels::GemvParams p = gemv_params(dt, M, 2 * I, K, d_x.get(), d_w.get(), d_y.get(), config);
   p.epilogue = GemvEpilogue::kSiluMul;
-  p.y = d_y.get();
   p.bias = with_bias ? d_bias.get() : nullptr;
   CUDA_OK(kernels::launch_gemv(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
@@ -156,9 +144,8 @@ TEST(GemvSilu, RejectsWhatItCannotDo) {
   while (plain < kernels::gemv_num_configs() && kernels::gemv_config_info(plain).silu) ++plain;
   ASSERT_LT(plain, kernels::gemv_num_configs());
   DeviceBuffer d_x(64, 2), d_w(size_t(32) * 64, 2), d_y(16, 2);
-  kernels::GemvParams q = params(DType::kF16, 1, 32, 64, d_w, plain);
-  q.x = d_x.get();
-  q.y = d_y.get();
+  kernels::GemvParams q =
+      gemv_params(DType::kF16, 1, 32, 64, d_x.get(), d_w.get(), d_y.get(), plain);
   q.epilogue = GemvEpilogue::kSiluMul;
   EXPECT_EQ(kernels::launch_gemv(q, nullptr), cudaErrorInvalidValue);
 }

@@ -11,26 +11,13 @@
 #include <vector>
 
 #include "rill/kernels/gemv.h"
+#include "tests/kernels/gemv_test_util.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
 namespace {
 
 using kernels::DType;
-
-kernels::GemvParams gemv_params(DType dt, int M, int N, int K, const DeviceBuffer& x,
-                                const DeviceBuffer& w, DeviceBuffer& y, int config) {
-  kernels::GemvParams p;
-  p.dtype = dt;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.x = x.get();
-  p.w = w.get();
-  p.y = y.get();
-  p.config = config;
-  return p;
-}
 
 void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int config = -1) {
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
@@ -58,7 +45,7 @@ void run_gemv(DType dt, int M, int N, int K, bool y_f32, std::mt19937& rng, int 
   d_x.upload_floats(x, dt);
   d_w.upload_floats(w, dt);
   d_y.poison();
-  kernels::GemvParams p = gemv_params(dt, M, N, K, d_x, d_w, d_y, config);
+  kernels::GemvParams p = gemv_params(dt, M, N, K, d_x.get(), d_w.get(), d_y.get(), config);
   p.y_f32 = y_f32;
   CUDA_OK(kernels::launch_gemv(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
@@ -137,7 +124,8 @@ TEST(Gemv, RingShapesMatchRegisterShapesBitwise) {
       auto run = [&](int config) -> std::vector<float> {
         DeviceBuffer d_y(size_t(M) * N, 2);
         d_y.poison();
-        EXPECT_EQ(kernels::launch_gemv(gemv_params(dt, M, N, K, d_x, d_w, d_y, config), nullptr),
+        EXPECT_EQ(kernels::launch_gemv(
+                      gemv_params(dt, M, N, K, d_x.get(), d_w.get(), d_y.get(), config), nullptr),
                   cudaSuccess);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_TRUE(d_y.check_guards());
