@@ -186,7 +186,7 @@ __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float
 }
 
 /// The residual add + norm after the GEMV (GemvParams::add_norm), for the CTA that finishes last.
-/// `threads` x `items` chunks of 8 cover a row (norm::RowLayout).
+/// p.out0 == nullptr: none. `threads` x `items` chunks of 8 cover a row (norm::RowLayout).
 struct GemvTail {
   AddNormParams p;
   unsigned* counter;
@@ -197,22 +197,15 @@ struct GemvTail {
 /// norm over the tail's rows. Every thread of the CTA calls it.
 template <typename T>
 __device__ __forceinline__ void run_tail(const GemvTail& tail) {
+  if (!tail.p.out0) return;
   __shared__ float scratch[32];
   __shared__ bool last;
-  // The barrier orders warp 0's y stores before thread 0's count, whose release publishes them
-  // at GPU scope; the last count's acquire, passed on by the second barrier, orders every
-  // thread's reads after all of the grid's stores. The counter wraps to 0 at the last count.
+  __threadfence();  // this CTA's y before its count (release)
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned ticket;
-    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
-                 : "=r"(ticket)
-                 : "l"(tail.counter), "r"(gridDim.x - 1)
-                 : "memory");
-    last = ticket == gridDim.x - 1;
-  }
-  __syncthreads();
+  if (threadIdx.x == 0) last = atomicInc(tail.counter, gridDim.x - 1) == gridDim.x - 1;
+  __syncthreads();  // the counter wraps to 0 at the last count
   if (!last) return;
+  __threadfence();  // the other CTAs' y before this CTA's reads (acquire)
   for (int i = 0; i < tail.p.num_tokens; ++i) {
     if (tail.items == 1) {
       norm::add_norm_row<T, true, 1>(tail.p, i, tail.threads, scratch);
@@ -301,10 +294,11 @@ constexpr int ring_bytes() {
 // Two CTAs per SM (launch bounds): left to itself the compiler takes 76 registers, which allows
 // one, and Llama-2-7B batch 1 ran 0.1 ms slower (5.11 against 4.99 ms on the H100).
 template <typename T, int W, int U, int S, GemvEpilogue EPI>
-__device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
-                                          const T* __restrict__ w,  // [N, K]
-                                          void* __restrict__ y, const T* __restrict__ bias, int M,
-                                          int N, int K, bool y_f32) {
+__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
+    gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
+                     const T* __restrict__ w,  // [N, K]
+                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                     bool y_f32, const GemvTail tail) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
   const LaneTile<T> L(x, w, M, N, K);
@@ -351,28 +345,12 @@ __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
   sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
-}
-
-template <typename T, int W, int U, int S, GemvEpilogue EPI>
-__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
-    gemv_ring_kernel(const T* __restrict__ x, const T* __restrict__ w, void* __restrict__ y,
-                     const T* __restrict__ bias, int M, int N, int K, bool y_f32) {
-  ring_gemv<T, W, U, S, EPI>(x, w, y, bias, M, N, K, y_f32);
-}
-
-// The same followed by the add + norm in the last CTA (kStore only). A kernel of its own: with
-// the tail inside gemv_ring_kernel, every kStore GEMV ran slower, the tail unused or not.
-template <typename T, int W, int U, int S>
-__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
-    gemv_ring_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                          int M, int N, int K, const GemvTail tail) {
-  ring_gemv<T, W, U, S, GemvEpilogue::kStore>(x, w, y, nullptr, M, N, K, false);
-  run_tail<T>(tail);
+  if constexpr (EPI == GemvEpilogue::kStore) run_tail<T>(tail);
 }
 
 // Launches config C's kernel with epilogue EPI.
 template <typename T, Config C, GemvEpilogue EPI>
-cudaError_t launch_shape(const GemvParams& p, const GemvTail* tail, cudaStream_t stream) {
+cudaError_t launch_shape(const GemvParams& p, const GemvTail& tail, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w);
@@ -382,29 +360,19 @@ cudaError_t launch_shape(const GemvParams& p, const GemvTail* tail, cudaStream_t
     return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, dim3(blocks), dim3(C.warps * 32),
                          0, stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32);
   } else {
-    constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
-    if constexpr (EPI == GemvEpilogue::kStore) {
-      if (tail) {
-        const auto kernel = gemv_ring_norm_kernel<T, C.warps, C.unroll, C.stages>;
-        static const cudaError_t allowed =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-        if (allowed != cudaSuccess) return allowed;
-        return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w,
-                             static_cast<T*>(p.y), p.M, p.N, p.K, *tail);
-      }
-    }
     const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
+    constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel (Rill drives one device), not on every launch of a decode step.
     static const cudaError_t allowed =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (allowed != cudaSuccess) return allowed;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
-                         p.M, p.N, p.K, y_f32);
+                         p.M, p.N, p.K, y_f32, tail);
   }
 }
 
 template <typename T, int I = 0>
-cudaError_t launch_config(const GemvParams& p, const GemvTail* tail, cudaStream_t stream) {
+cudaError_t launch_config(const GemvParams& p, const GemvTail& tail, cudaStream_t stream) {
   if constexpr (I == kNumConfigs) {
     return invalid_argument("gemv: unknown config " + std::to_string(p.config));
   } else {
@@ -449,12 +417,11 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
     return invalid_argument("gemv: x and w must be 16-byte aligned");
   GemvParams q = p;
   if (q.config < 0) q.config = gemv_default_config(p.N, p.K, p.deep_prologue);
+  GemvTail tail = {};  // tail.p.out0 == nullptr: none
   const bool in_last_cta = gemv_add_norm_in_last_cta(q);
-  GemvTail tail = {};
   if (in_last_cta) tail = {*p.add_norm, p.counter, rows.items, rows.threads};
-  const GemvTail* tail_or_none = in_last_cta ? &tail : nullptr;
-  const cudaError_t err = dispatch_dtype(
-      q.dtype, [&]<typename T>() { return launch_config<T>(q, tail_or_none, stream); });
+  const cudaError_t err =
+      dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, tail, stream); });
   if (err != cudaSuccess || !p.add_norm || in_last_cta) return err;
   return launch_add_norm(*p.add_norm, stream);
 }
