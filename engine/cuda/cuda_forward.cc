@@ -45,7 +45,7 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* laye
 }
 
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
-// write: h_ (normed input) -> attn_.
+// write, output projection: h_ (normed input) -> o_.
 void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
@@ -117,10 +117,13 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+  });
 }
 
-// Up (or gate | up) projection and activation: in -> act_.
-void CudaRunner::enqueue_mlp_act(int li, const void* in, int T) {
+// Up (or gate | up) projection, activation, down projection: in -> m_.
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
@@ -144,26 +147,27 @@ void CudaRunner::enqueue_mlp_act(int li, const void* in, int T) {
     p.deep_prologue = deep_gemv(kDeepUp);
     gemm_->gemv(p);
   });
-  if (!silu_in_gemv)
-    timed(Profiler::kNorm, [&] {
-      kernels::ActivationParams p;
-      p.dtype = weights_->dtype();
-      p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
-                           : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
-                                                             : kernels::ActKind::kGeluErf);
-      if (c.gated_mlp && c.act != Activation::kSilu)
-        throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
-      p.num_tokens = T;
-      p.width = I;
-      p.in = up_.get();
-      p.bias = w.bup;
-      p.out = act_.get();
-      p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
-      RILL_CUDA(kernels::launch_activation(p, stream_));
-    });
+  if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
+    kernels::ActivationParams p;
+    p.dtype = weights_->dtype();
+    p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
+                         : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
+                                                           : kernels::ActKind::kGeluErf);
+    if (c.gated_mlp && c.act != Activation::kSilu)
+      throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
+    p.num_tokens = T;
+    p.width = I;
+    p.in = up_.get();
+    p.bias = w.bup;
+    p.out = act_.get();
+    p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
+    RILL_CUDA(kernels::launch_activation(p, stream_));
+  });
+  timed(Profiler::kGemm,
+        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
-void CudaRunner::fill_add_norm(kernels::AddNormParams& p, const StepPlan& plan, bool gather) const {
+void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
   const ModelConfig& c = config_;
   p.dtype = weights_->dtype();
   p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
@@ -172,33 +176,7 @@ void CudaRunner::fill_add_norm(kernels::AddNormParams& p, const StepPlan& plan, 
   p.hidden = c.hidden_size;
   p.residual = x_.as<float>();
   p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
-}
-
-void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
-  fill_add_norm(p, plan, gather);
   timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
-}
-
-void CudaRunner::enqueue_projection_norm(const void* x, const void* w, void* y, int T, int N, int K,
-                                         bool deep, kernels::AddNormParams norm,
-                                         const StepPlan& plan, bool gather) {
-  if (!norm_in_gemv_ || !gemm_->uses_gemv(x, w, T, K)) {
-    timed(Profiler::kGemm, [&] { gemm_->run(x, w, y, T, N, K, false, deep); });
-    enqueue_add_norm(norm, plan, gather);
-    return;
-  }
-  fill_add_norm(norm, plan, gather);
-  kernels::GemvParams p;
-  p.M = T;
-  p.N = N;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.y = y;
-  p.deep_prologue = deep;
-  p.add_norm = &norm;
-  p.counter = gemv_counter_.as<unsigned>();
-  timed(Profiler::kGemm, [&] { gemm_->gemv(p); });
 }
 
 // One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
@@ -228,19 +206,14 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     }
   }
 
-  const int H = c.hidden_size, I = c.intermediate_size;
   enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    timed(Profiler::kGemm, [&] {
-      gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
-    });
-    enqueue_mlp_act(li, h2_.get(), T);
+    enqueue_mlp(li, h2_.get(), T);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
     after.bias1 = w.bdown;
-    enqueue_projection_norm(act_.get(), w.wdown, m_.get(), T, H, I, deep_gemv(kDeepDown), after,
-                            plan, last);
+    enqueue_add_norm(after, plan, last);
     return;
   }
   kernels::AddNormParams mid;
@@ -249,13 +222,11 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.weight0 = w.mlp_norm;
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
-  enqueue_projection_norm(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), deep_gemv(kDeepO), mid,
-                          plan, false);
-  enqueue_mlp_act(li, h_.get(), T);
+  enqueue_add_norm(mid, plan, false);
+  enqueue_mlp(li, h_.get(), T);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
-  enqueue_projection_norm(act_.get(), w.wdown, m_.get(), T, H, I, deep_gemv(kDeepDown), after, plan,
-                          last);
+  enqueue_add_norm(after, plan, last);
 }
 
 // The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.

@@ -139,11 +139,6 @@ void CudaRunner::set_fused_decode(bool on) {
   drop_graphs();
 }
 
-void CudaRunner::set_norm_in_gemv(bool on) {
-  norm_in_gemv_ = on;
-  drop_graphs();
-}
-
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -170,8 +165,6 @@ void CudaRunner::allocate_buffers() {
                           "attention workspace");
   // The split merge's counters must start at zero; every launch leaves them zero again.
   if (attn_ws_.bytes() > 0) RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
-  gemv_counter_ = DeviceMemory(sizeof(unsigned), "GEMV counter");  // the same for the GEMVs' tails
-  RILL_CUDA(cudaMemsetAsync(gemv_counter_.get(), 0, gemv_counter_.bytes(), stream_));
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);

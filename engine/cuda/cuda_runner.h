@@ -68,10 +68,6 @@ class CudaRunner final : public ModelRunner {
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
-  /// The residual add + norm after the decode o and down projections run in the GEMV's last CTA
-  /// (kernels::GemvParams::add_norm) on/off; off launches the add_norm kernel. Same results.
-  /// Re-captures graphs.
-  void set_norm_in_gemv(bool on);
   /// Decode attention's split count forced to `splits` (0: the automatic policy). For
   /// rill-bench; re-captures graphs.
   void set_decode_splits(int splits);
@@ -107,18 +103,12 @@ class CudaRunner final : public ModelRunner {
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
-  // Parts of a layer: QKV projection, RoPE + KV write and attention (into attn_); the MLP's
-  // gate|up projection and activation of `in` (into act_); a residual add + norm whose operands
-  // `p` names (the rest is filled in here; `gather` keeps only the logit rows); a projection
-  // y[T, N] = x[T, K] w^T followed by such an add + norm, which the GEMV's last CTA runs when the
-  // GEMV path takes the operands.
+  // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
+  // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
+  // in here; `gather` keeps only the logit rows).
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
-  void enqueue_mlp_act(int layer, const void* in, int num_tokens);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
-  void fill_add_norm(kernels::AddNormParams& p, const cuda::StepPlan& plan, bool gather) const;
-  void enqueue_projection_norm(const void* x, const void* w, void* y, int num_tokens, int N, int K,
-                               bool deep, kernels::AddNormParams p, const cuda::StepPlan& plan,
-                               bool gather);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
@@ -150,7 +140,6 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
-  bool norm_in_gemv_ = true;  // see set_norm_in_gemv
   int forced_splits_ = 0;  // see set_decode_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
@@ -167,7 +156,6 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
-  cuda::DeviceMemory gemv_counter_;  // [1] unsigned: kernels::GemvParams::counter, kept zero
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32

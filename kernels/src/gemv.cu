@@ -13,14 +13,10 @@
 // The accumulator fragment then holds y[2t + {0, 1}][row g and g + 8]; the W warps' partial sums
 // are added in a fixed order through shared memory. With the kSiluMul epilogue, rows g and g + 8
 // of a tile are a gate row and its up row, so the lane holding both writes silu(gate) * up.
-// With GemvParams::add_norm, every CTA of the ring kernel counts itself out on a device counter
-// after its stores, and the last one runs the residual add + norm over the M rows
-// (add_norm_row.cuh); the register-buffered kernel has no room for it (it would spill).
 #include <algorithm>
 #include <string>
 #include <type_traits>
 
-#include "add_norm_row.cuh"
 #include "attention_mma.cuh"
 #include "dispatch.cuh"
 #include "launch.cuh"
@@ -185,36 +181,6 @@ __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float
   epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, lane >> 2, lane & 3);
 }
 
-/// The residual add + norm after the GEMV (GemvParams::add_norm), for the CTA that finishes last.
-/// p.out0 == nullptr: none. `threads` x `items` chunks of 8 cover a row (norm::RowLayout).
-struct GemvTail {
-  AddNormParams p;
-  unsigned* counter;
-  int items, threads;
-};
-
-/// Counts this CTA out once its y stores are done; the last CTA of the grid then runs the add +
-/// norm over the tail's rows. Every thread of the CTA calls it.
-template <typename T>
-__device__ __forceinline__ void run_tail(const GemvTail& tail) {
-  if (!tail.p.out0) return;
-  __shared__ float scratch[32];
-  __shared__ bool last;
-  __threadfence();  // this CTA's y before its count (release)
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicInc(tail.counter, gridDim.x - 1) == gridDim.x - 1;
-  __syncthreads();  // the counter wraps to 0 at the last count
-  if (!last) return;
-  __threadfence();  // the other CTAs' y before this CTA's reads (acquire)
-  for (int i = 0; i < tail.p.num_tokens; ++i) {
-    if (tail.items == 1) {
-      norm::add_norm_row<T, true, 1>(tail.p, i, tail.threads, scratch);
-    } else {
-      norm::add_norm_row<T, true, 2>(tail.p, i, tail.threads, scratch);
-    }
-  }
-}
-
 // grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones. The first loads are issued before pdl_wait(), overlapping the
@@ -298,7 +264,7 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
                      const T* __restrict__ w,  // [N, K]
                      void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
-                     bool y_f32, const GemvTail tail) {
+                     bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
   const LaneTile<T> L(x, w, M, N, K);
@@ -345,12 +311,11 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
   sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
-  if constexpr (EPI == GemvEpilogue::kStore) run_tail<T>(tail);
 }
 
 // Launches config C's kernel with epilogue EPI.
 template <typename T, Config C, GemvEpilogue EPI>
-cudaError_t launch_shape(const GemvParams& p, const GemvTail& tail, cudaStream_t stream) {
+cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w);
@@ -367,21 +332,21 @@ cudaError_t launch_shape(const GemvParams& p, const GemvTail& tail, cudaStream_t
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (allowed != cudaSuccess) return allowed;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
-                         p.M, p.N, p.K, y_f32, tail);
+                         p.M, p.N, p.K, y_f32);
   }
 }
 
 template <typename T, int I = 0>
-cudaError_t launch_config(const GemvParams& p, const GemvTail& tail, cudaStream_t stream) {
+cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
   if constexpr (I == kNumConfigs) {
     return invalid_argument("gemv: unknown config " + std::to_string(p.config));
   } else {
-    if (p.config != I) return launch_config<T, I + 1>(p, tail, stream);
+    if (p.config != I) return launch_config<T, I + 1>(p, stream);
     constexpr Config c = kConfigs[I];
     if (p.epilogue == GemvEpilogue::kStore)
-      return launch_shape<T, c, GemvEpilogue::kStore>(p, tail, stream);
+      return launch_shape<T, c, GemvEpilogue::kStore>(p, stream);
     if constexpr (c.silu) {
-      return launch_shape<T, c, GemvEpilogue::kSiluMul>(p, tail, stream);
+      return launch_shape<T, c, GemvEpilogue::kSiluMul>(p, stream);
     } else {
       return invalid_argument("gemv: config " + std::to_string(p.config) + " has no kSiluMul");
     }
@@ -406,36 +371,13 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
   } else if (p.bias) {
     return invalid_argument("gemv: kStore takes no bias");
   }
-  norm::RowLayout rows;
-  if (p.add_norm) {
-    if (cudaError_t err = norm::row_layout(*p.add_norm, &rows); err != cudaSuccess) return err;
-    if (p.add_norm->dtype != p.dtype) return invalid_argument("gemv: add_norm of another dtype");
-  }
-  if (p.M == 0 || p.N == 0) return p.add_norm ? launch_add_norm(*p.add_norm, stream) : cudaSuccess;
+  if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv: x and w must be 16-byte aligned");
   GemvParams q = p;
   if (q.config < 0) q.config = gemv_default_config(p.N, p.K, p.deep_prologue);
-  GemvTail tail = {};  // tail.p.out0 == nullptr: none
-  const bool in_last_cta = gemv_add_norm_in_last_cta(q);
-  if (in_last_cta) tail = {*p.add_norm, p.counter, rows.items, rows.threads};
-  const cudaError_t err =
-      dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, tail, stream); });
-  if (err != cudaSuccess || !p.add_norm || in_last_cta) return err;
-  return launch_add_norm(*p.add_norm, stream);
-}
-
-bool gemv_add_norm_in_last_cta(const GemvParams& p) {
-  norm::RowLayout rows;
-  if (!p.add_norm || !p.counter || norm::row_layout(*p.add_norm, &rows) != cudaSuccess)
-    return false;
-  const int config = p.config < 0 ? gemv_default_config(p.N, p.K, p.deep_prologue) : p.config;
-  if (config >= kNumConfigs) return false;
-  const Config& shape = kConfigs[config];
-  return shape.stages > 0 && rows.vec && rows.items <= 2 && rows.threads <= shape.warps * 32 &&
-         p.epilogue == GemvEpilogue::kStore && !p.y_f32 && p.add_norm->num_tokens > 0 &&
-         p.add_norm->num_tokens <= kGemvTailRows && p.M > 0 && p.N > 0;
+  return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
 int gemv_default_config(int N, int /*K*/, bool deep_prologue) {

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "rill/kernels/common.h"
-#include "rill/kernels/elementwise.h"
 
 namespace rill::kernels {
 
@@ -37,20 +36,7 @@ struct GemvParams {
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
   /// stage the weights through shared memory, which lets more of them stream before the wait.
   bool deep_prologue = false;
-  /// Optional: the residual add + norm that follows the GEMV (its deltas may include y), with
-  /// the same results as launch_add_norm after it. Where it fits (a CTA shape with a ring, kStore
-  /// into the dtype, 16-byte rows that the CTA's threads cover in one or two chunks each, at most
-  /// kGemvTailRows rows),
-  /// the CTA that finishes last runs it, which saves a separate kernel's launch and dependency
-  /// wait in every decode sub-layer; otherwise launch_gemv launches the add_norm kernel itself.
-  const AddNormParams* add_norm = nullptr;
-  /// With add_norm: a device counter that is zero before the launch and is left zero (the CTAs
-  /// count themselves out on it). Launches in one stream may share it.
-  unsigned* counter = nullptr;
 };
-/// The most rows (M) for which the last CTA runs GemvParams::add_norm; more rows take the
-/// add_norm kernel, whose CTAs share them.
-constexpr int kGemvTailRows = 8;
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
 /// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
 /// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul exists for this shape.
@@ -64,8 +50,6 @@ GemvConfigInfo gemv_config_info(int config);  // config in [0, gemv_num_configs(
 std::string gemv_config_name(int config);
 /// The CTA shape launch_gemv uses for weights [N, K] when config is -1 (see deep_prologue).
 int gemv_default_config(int N, int K, bool deep_prologue = false);
-/// True when launch_gemv(p) runs p.add_norm in the GEMV's last CTA rather than as its own kernel.
-bool gemv_add_norm_in_last_cta(const GemvParams& p);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
