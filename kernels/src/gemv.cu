@@ -146,28 +146,18 @@ __device__ __forceinline__ void residual_rms_epilogue(const float (&s)[4], T* __
   }
 }
 
-/// Pulls the M rows of x_ss into L1 (one prefetch per 128-byte line, spread over the CTA), so
-/// that the epilogue's fold_inv_rms finds them there without stalling a warp before the loop.
-__device__ __forceinline__ void prefetch_x_ss(const Fold& f, int M) {
-  const int lines = (M * f.x_parts + 31) / 32;
-  for (int i = threadIdx.x; i < lines; i += blockDim.x)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(f.x_ss + 32 * i));
-}
-
-/// Warp 0, lane (g, t): 1 / rms of x rows 2t and 2t + 1 from a kResidualRms GEMV's row sums.
-/// Four lanes add a row's sums in a fixed order, so every CTA uses the same factors.
-__device__ __forceinline__ void fold_inv_rms(const Fold& f, int M, int K, int t, float (&inv)[2]) {
-  const int lane = threadIdx.x & 31, m = lane >> 2, sub = lane & 3;
-  float sum = 0.0f;
-  if (m < M) {
+/// 1 / rms of the M rows of x from a kResidualRms GEMV's row sums (warp 0, into inv[kMaxM]):
+/// every CTA adds them in the same order, so all use the same factor.
+__device__ __forceinline__ void fold_inv_rms(const Fold& f, int M, int K, float* inv) {
+  const int lane = threadIdx.x & 31;
+  for (int m = 0; m < M; ++m) {
     const float* row = f.x_ss + static_cast<int64_t>(m) * f.x_parts;
-    for (int j = sub; j < f.x_parts; j += 4) sum += row[j];
+    float sum = 0.0f;
+    for (int j = lane; j < f.x_parts; j += 32) sum += row[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) inv[m] = 1.0f / sqrtf(sum / K + f.eps);
   }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  const float mine = 1.0f / sqrtf(sum / K + f.eps);
-  inv[0] = __shfl_sync(0xffffffffu, mine, 8 * t);
-  inv[1] = __shfl_sync(0xffffffffu, mine, 8 * t + 4);
 }
 
 /// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
@@ -228,14 +218,13 @@ struct LaneTile {
 
 /// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
 /// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
-/// SCALED: the sums of row m are multiplied by its 1 / rms first (GemvParams::x_ss, K = x's
-/// width).
+/// SCALED: the sums of row m are multiplied by inv[m] first (GemvParams::x_ss).
 template <typename T, int W, GemvEpilogue EPI, bool SCALED = false>
 __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float (*partial)[4][32],
                                                     void* __restrict__ y,
                                                     const T* __restrict__ bias, int M, int N,
                                                     bool y_f32, int n0, const Fold& fold = {},
-                                                    int K = 0) {
+                                                    const float* inv = nullptr) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
@@ -249,10 +238,11 @@ __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float
     for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
   }
   if constexpr (SCALED) {
-    float inv[2];
-    fold_inv_rms(fold, M, K, lane & 3, inv);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] *= inv[i & 1];
+    for (int i = 0; i < 4; ++i) {
+      const int m = 2 * (lane & 3) + (i & 1);
+      sum[i] *= m < M ? inv[m] : 0.0f;
+    }
   }
   if constexpr (EPI == GemvEpilogue::kResidualRms) {
     residual_rms_epilogue<T>(sum, static_cast<T*>(y), bias, fold, M, N, n0, lane >> 2, lane & 3);
@@ -341,12 +331,12 @@ constexpr int ring_bytes() {
 // one, and Llama-2-7B batch 1 ran 0.1 ms slower (5.11 against 4.99 ms on the H100).
 //
 // The body is shared with gemv_ring_fold_kernel (SCALED, kResidualRms: the folded RMSNorm,
-// gemv.h).
+// gemv.h), whose inv (kMaxM floats of shared memory) holds the 1 / rms of x's rows.
 template <typename T, int W, int U, int S, GemvEpilogue EPI, bool SCALED>
 __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
                                           const T* __restrict__ w,  // [N, K]
                                           void* __restrict__ y, const T* __restrict__ bias, int M,
-                                          int N, int K, bool y_f32, const Fold& fold) {
+                                          int N, int K, bool y_f32, const Fold& fold, float* inv) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
   const LaneTile<T> L(x, w, M, N, K);
@@ -381,7 +371,9 @@ __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
             "prefetch.global.L1 [%0];" ::"l"(fold.residual + static_cast<int64_t>(m) * N + L.n0));
     }
   }
-  if constexpr (SCALED) prefetch_x_ss(fold, M);
+  if constexpr (SCALED) {
+    if (warp == 0) fold_inv_rms(fold, M, K, inv);
+  }
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
@@ -410,14 +402,14 @@ __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-  sum_warps_and_store<T, W, EPI, SCALED>(acc, partial, y, bias, M, N, y_f32, L.n0, fold, K);
+  sum_warps_and_store<T, W, EPI, SCALED>(acc, partial, y, bias, M, N, y_f32, L.n0, fold, inv);
 }
 
 template <typename T, int W, int U, int S, GemvEpilogue EPI>
 __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_ring_kernel(const T* __restrict__ x, const T* __restrict__ w, void* __restrict__ y,
                      const T* __restrict__ bias, int M, int N, int K, bool y_f32) {
-  ring_gemv<T, W, U, S, EPI, false>(x, w, y, bias, M, N, K, y_f32, Fold{});
+  ring_gemv<T, W, U, S, EPI, false>(x, w, y, bias, M, N, K, y_f32, Fold{}, nullptr);
 }
 
 // The folded RMSNorm's instances (kResidualRms, or SCALED kStore / kSiluMul). Kernels of their
@@ -427,7 +419,8 @@ template <typename T, int W, int U, int S, GemvEpilogue EPI, bool SCALED>
 __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_ring_fold_kernel(const T* __restrict__ x, const T* __restrict__ w, void* __restrict__ y,
                           const T* __restrict__ bias, int M, int N, int K, const Fold fold) {
-  ring_gemv<T, W, U, S, EPI, SCALED>(x, w, y, bias, M, N, K, false, fold);
+  __shared__ float inv[kMaxM];
+  ring_gemv<T, W, U, S, EPI, SCALED>(x, w, y, bias, M, N, K, false, fold, inv);
 }
 
 // Launches config C's kernel with epilogue EPI.

@@ -413,7 +413,7 @@ TEST(CudaRunner, FoldedNormChangesOnlyRounding) {
   };
   const auto folded = logits(true), kernel = logits(false);
   ASSERT_EQ(folded.size(), size_t(batch) * steps * V);
-  ASSERT_FALSE(folded == kernel) << "the fold did not run (or rounds exactly as the kernel)";
+  ASSERT_NE(folded, kernel) << "the fold did not run (or rounds exactly as the kernel)";
   const RowErrors e = row_errors(folded, kernel, V);
   EXPECT_LT(e.worst, 2e-2);
   EXPECT_LT(e.mean, 5e-3);
