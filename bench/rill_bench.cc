@@ -202,7 +202,6 @@ void decode_table(Bench& b) {
         int gemv_config = -1;                      // the GEMV's CTA shape (-1: the default rule)
         int gemv_deep = -1;  // mask of GEMVs with a deep prologue (-1: the run's)
         bool early_kv = true, cluster = true;
-        bool norm_fold = true;  // RMSNorm folded into the decode GEMVs
       };
       std::vector<Variant> variants{{""}};
       for (int splits : int_list(args.get("splits-sweep"))) {
@@ -239,11 +238,6 @@ void decode_table(Bench& b) {
       }
       if (args.on("fusion-off-too") && batch <= 8)
         variants.push_back({"off: fusion", true, true, true, false});
-      if (args.on("norm-fold-off-too") && batch <= 8) {
-        Variant v{"off: norm fold"};
-        v.norm_fold = false;
-        variants.push_back(v);
-      }
       for (const Variant& v : variants) {
         r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
         r.set_gemv(v.gemv);
@@ -254,7 +248,6 @@ void decode_table(Bench& b) {
         r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
         r.set_early_kv_loads(v.early_kv);
         r.set_cluster_merge(v.cluster);
-        r.set_norm_fold(v.norm_fold);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -273,7 +266,6 @@ void decode_table(Bench& b) {
   r.set_gemv_deep_prologue(deep_mask);
   r.set_early_kv_loads(true);
   r.set_cluster_merge(true);
-  r.set_norm_fold(true);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -373,9 +365,6 @@ int main(int argc, char** argv) {
   args.flag(
       "fusion-off-too",
       "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
-  args.flag("norm-fold-off-too",
-            "also time batch <= 8 decode with the RMSNorm after the o and down projections as the "
-            "add_norm kernel, not folded into the GEMVs around it");
   args.option("splits-sweep", "",
               "also time decode with decode attention forced to each of these split counts");
   args.option("gemv-configs", "",

@@ -44,68 +44,9 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* laye
   RILL_CUDA(kernels::launch_decode_attention(p, stream_));
 }
 
-// y = x w^T; x_ss: x holds a folded RMSNorm's unscaled rows (kernels::GemvParams::x_ss).
-void CudaRunner::enqueue_projection(const void* x, const void* w, void* y, int T, int N, int K,
-                                    bool deep, const float* x_ss) {
-  timed(Profiler::kGemm, [&] {
-    if (!x_ss) {
-      gemm_->run(x, w, y, T, N, K, false, deep);
-      return;
-    }
-    kernels::GemvParams p;
-    p.M = T;
-    p.N = N;
-    p.K = K;
-    p.x = x;
-    p.w = w;
-    p.y = y;
-    p.deep_prologue = deep;
-    p.x_ss = x_ss;
-    p.eps = config_.norm_eps;
-    gemm_->gemv(p);
-  });
-}
-
-bool CudaRunner::fold_norm_between(const void* x, const void* w, int K, bool deep,
-                                   const void* w_next, int N_next, bool deep_next, int T) const {
-  const ModelConfig& c = config_;
-  if (!fold_norm_ || c.norm != NormKind::kRmsNorm || c.parallel_residual) return false;
-  kernels::GemvParams a, b;
-  a.M = b.M = T;
-  a.x = x;
-  a.w = w;
-  a.N = b.K = c.hidden_size;
-  a.K = K;
-  a.deep_prologue = deep;
-  a.epilogue = kernels::GemvEpilogue::kResidualRms;
-  b.x = h_.get();
-  b.w = w_next;
-  b.N = N_next;
-  b.deep_prologue = deep_next;
-  return gemm_->folds_norm(a) && gemm_->folds_norm(b);
-}
-
-void CudaRunner::enqueue_residual_rms(const void* x, const void* w, int T, int K, bool deep,
-                                      const void* bias, const void* norm_weight) {
-  kernels::GemvParams p;
-  p.M = T;
-  p.N = config_.hidden_size;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.y = h_.get();
-  p.deep_prologue = deep;
-  p.epilogue = kernels::GemvEpilogue::kResidualRms;
-  p.bias = bias;
-  p.residual = x_.as<float>();
-  p.norm_weight = norm_weight;
-  p.row_ss = row_ss_.as<float>();
-  timed(Profiler::kGemm, [&] { gemm_->gemv(p); });
-}
-
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
-// write: h_ (normed input, or a folded norm's rows with h_ss) -> attn_.
-void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const float* h_ss) {
+// write, output projection: h_ (normed input) -> o_.
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
@@ -115,7 +56,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const float* h_
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  enqueue_projection(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, deep_gemv(kDeepQkv), h_ss);
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
+  });
   timed(Profiler::kNorm, [&] {
     kernels::RopeKvParams p;
     p.dtype = dt;
@@ -174,52 +117,54 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const float* h_
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+  });
 }
 
-// Up (or gate | up) projection and activation: in (or a folded norm's rows with in_ss) -> act_.
-void CudaRunner::enqueue_mlp_act(int li, const void* in, int T, const float* in_ss) {
+// Up (or gate | up) projection, activation, down projection: in -> m_.
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
   // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
   const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
                             gemm_->uses_gemv(in, w.wup, T, H);
-  if (!silu_in_gemv)
-    enqueue_projection(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, deep_gemv(kDeepUp),
-                       in_ss);
-  if (silu_in_gemv)
-    timed(Profiler::kGemm, [&] {
-      kernels::GemvParams p;
-      p.M = T;
-      p.N = 2 * I;
-      p.K = H;
-      p.x = in;
-      p.w = w.wup;
-      p.y = act_.get();
-      p.epilogue = kernels::GemvEpilogue::kSiluMul;
-      p.bias = w.bup;
-      p.deep_prologue = deep_gemv(kDeepUp);
-      p.x_ss = in_ss;
-      p.eps = c.norm_eps;
-      gemm_->gemv(p);
-    });
-  if (!silu_in_gemv)
-    timed(Profiler::kNorm, [&] {
-      kernels::ActivationParams p;
-      p.dtype = weights_->dtype();
-      p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
-                           : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
-                                                             : kernels::ActKind::kGeluErf);
-      if (c.gated_mlp && c.act != Activation::kSilu)
-        throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
-      p.num_tokens = T;
-      p.width = I;
-      p.in = up_.get();
-      p.bias = w.bup;
-      p.out = act_.get();
-      p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
-      RILL_CUDA(kernels::launch_activation(p, stream_));
-    });
+  timed(Profiler::kGemm, [&] {
+    if (!silu_in_gemv) {
+      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, false, deep_gemv(kDeepUp));
+      return;
+    }
+    kernels::GemvParams p;
+    p.M = T;
+    p.N = 2 * I;
+    p.K = H;
+    p.x = in;
+    p.w = w.wup;
+    p.y = act_.get();
+    p.epilogue = kernels::GemvEpilogue::kSiluMul;
+    p.bias = w.bup;
+    p.deep_prologue = deep_gemv(kDeepUp);
+    gemm_->gemv(p);
+  });
+  if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
+    kernels::ActivationParams p;
+    p.dtype = weights_->dtype();
+    p.kind = c.gated_mlp ? kernels::ActKind::kSiluMul
+                         : (c.act == Activation::kGeluTanh ? kernels::ActKind::kGeluTanh
+                                                           : kernels::ActKind::kGeluErf);
+    if (c.gated_mlp && c.act != Activation::kSilu)
+      throw Error(ErrorCode::kUnsupported, "gated MLP with a non-SiLU activation");
+    p.num_tokens = T;
+    p.width = I;
+    p.in = up_.get();
+    p.bias = w.bup;
+    p.out = act_.get();
+    p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
+    RILL_CUDA(kernels::launch_activation(p, stream_));
+  });
+  timed(Profiler::kGemm,
+        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -234,12 +179,10 @@ void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan
   timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
 }
 
-// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input,
-// or with h_ss the unscaled rows of a folded RMSNorm; each residual add is fused with the norm
-// that follows it (the next sub-layer's, or the final norm after the last layer, on the logit
-// rows only). Decode steps fold an RMSNorm into the GEMVs around it where they can
-// (fold_norm_between). Returns the h_ss of the next layer's input.
-const float* CudaRunner::enqueue_layer(int li, const StepPlan& plan, const float* h_ss) {
+// One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
+// each residual add is fused with the norm that follows it (the next sub-layer's, or the final
+// norm after the last layer, on the logit rows only).
+void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int T = plan.shape.tokens;
@@ -263,49 +206,27 @@ const float* CudaRunner::enqueue_layer(int li, const StepPlan& plan, const float
     }
   }
 
-  const int H = c.hidden_size, I = c.intermediate_size;
-  const int up_rows = c.gated_mlp ? 2 * I : I;
-  enqueue_attention(li, plan, h_ss);
+  enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_projection(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), deep_gemv(kDeepO), nullptr);
-    enqueue_mlp_act(li, h2_.get(), T, nullptr);
-    enqueue_projection(act_.get(), w.wdown, m_.get(), T, H, I, deep_gemv(kDeepDown), nullptr);
+    enqueue_mlp(li, h2_.get(), T);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
     after.bias1 = w.bdown;
     enqueue_add_norm(after, plan, last);
-    return nullptr;
+    return;
   }
-  // Output projection, residual add, the MLP's norm.
-  const float* mlp_ss = nullptr;
-  if (!w.mlp_norm_bias && fold_norm_between(attn_.get(), w.wo, c.q_dim(), deep_gemv(kDeepO), w.wup,
-                                            up_rows, deep_gemv(kDeepUp), T)) {
-    enqueue_residual_rms(attn_.get(), w.wo, T, c.q_dim(), deep_gemv(kDeepO), w.bo, w.mlp_norm);
-    mlp_ss = row_ss_.as<float>();
-  } else {
-    enqueue_projection(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), deep_gemv(kDeepO), nullptr);
-    kernels::AddNormParams mid;
-    mid.delta0 = o_.get();
-    mid.bias0 = w.bo;
-    mid.weight0 = w.mlp_norm;
-    mid.norm_bias0 = w.mlp_norm_bias;
-    mid.out0 = h_.get();
-    enqueue_add_norm(mid, plan, false);
-  }
-  enqueue_mlp_act(li, h_.get(), T, mlp_ss);
-  // Down projection, residual add, the next layer's norm (or the final norm).
-  if (!last && !next->attn_norm_bias &&
-      fold_norm_between(act_.get(), w.wdown, I, deep_gemv(kDeepDown), next->wqkv, c.qkv_dim(),
-                        deep_gemv(kDeepQkv), T)) {
-    enqueue_residual_rms(act_.get(), w.wdown, T, I, deep_gemv(kDeepDown), w.bdown, next->attn_norm);
-    return row_ss_.as<float>();
-  }
-  enqueue_projection(act_.get(), w.wdown, m_.get(), T, H, I, deep_gemv(kDeepDown), nullptr);
+  kernels::AddNormParams mid;
+  mid.delta0 = o_.get();
+  mid.bias0 = w.bo;
+  mid.weight0 = w.mlp_norm;
+  mid.norm_bias0 = w.mlp_norm_bias;
+  mid.out0 = h_.get();
+  enqueue_add_norm(mid, plan, false);
+  enqueue_mlp(li, h_.get(), T);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   enqueue_add_norm(after, plan, last);
-  return nullptr;
 }
 
 // The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
@@ -336,8 +257,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     first.out1 = h2_.get();
   }
   enqueue_add_norm(first, plan, false);
-  const float* h_ss = nullptr;  // the first layer's norm ran as a kernel
-  for (int li = 0; li < c.num_layers; ++li) h_ss = enqueue_layer(li, plan, h_ss);
+  for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,

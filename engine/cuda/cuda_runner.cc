@@ -139,11 +139,6 @@ void CudaRunner::set_fused_decode(bool on) {
   drop_graphs();
 }
 
-void CudaRunner::set_norm_fold(bool on) {
-  fold_norm_ = on;
-  drop_graphs();
-}
-
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -163,7 +158,6 @@ void CudaRunner::allocate_buffers() {
   up_ = DeviceMemory(T * up_width * esize(), "activations");
   act_ = DeviceMemory(T * c.intermediate_size * esize(), "activations");
   m_ = DeviceMemory(T * H * esize(), "activations");
-  row_ss_ = DeviceMemory(8 * ((H + 15) / 16) * 4, "activations");  // GEMV rows (M <= 8)
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   sampled_ = DeviceMemory(R * 4, "sampled tokens");

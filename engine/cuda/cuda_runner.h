@@ -68,11 +68,6 @@ class CudaRunner final : public ModelRunner {
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
-  /// Decode steps fold the RMSNorm after the o and down projections into the GEMVs around it
-  /// (kernels::GemvEpilogue::kResidualRms, GemvParams::x_ss) instead of launching the add_norm
-  /// kernel: same operations, rounded in another place (the norm's 1 / rms scales the next
-  /// GEMV's sums instead of its input). On by default; re-captures graphs.
-  void set_norm_fold(bool on);
   /// Decode attention's split count forced to `splits` (0: the automatic policy). For
   /// rill-bench; re-captures graphs.
   void set_decode_splits(int splits);
@@ -107,22 +102,13 @@ class CudaRunner final : public ModelRunner {
   void size_kv_pool(double memory_fraction);
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
-  const float* enqueue_layer(int layer, const cuda::StepPlan& plan, const float* h_ss);
-  // Parts of a layer: QKV projection, RoPE + KV write and attention (into attn_); the MLP's
-  // gate|up projection and activation of `in` (into act_); a residual add + norm whose operands
-  // `p` names (the rest is filled in here; `gather` keeps only the logit rows); a projection of
-  // x (x_ss: the unscaled rows of a folded RMSNorm, see set_norm_fold); a projection of x by w
-  // whose output goes through a folded residual add + RMSNorm into h_ (row sums in row_ss_),
-  // and whether that fold can run before the GEMV by w_next [N_next, hidden].
-  void enqueue_attention(int layer, const cuda::StepPlan& plan, const float* h_ss);
-  void enqueue_mlp_act(int layer, const void* in, int num_tokens, const float* in_ss);
+  void enqueue_layer(int layer, const cuda::StepPlan& plan);
+  // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
+  // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
+  // in here; `gather` keeps only the logit rows).
+  void enqueue_attention(int layer, const cuda::StepPlan& plan);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
-  void enqueue_projection(const void* x, const void* w, void* y, int num_tokens, int N, int K,
-                          bool deep, const float* x_ss);
-  void enqueue_residual_rms(const void* x, const void* w, int num_tokens, int K, bool deep,
-                            const void* bias, const void* norm_weight);
-  bool fold_norm_between(const void* x, const void* w, int K, bool deep, const void* w_next,
-                         int N_next, bool deep_next, int num_tokens) const;
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
@@ -154,7 +140,6 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
-  bool fold_norm_ = true;  // see set_norm_fold
   int forced_splits_ = 0;  // see set_decode_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
@@ -171,7 +156,6 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
-  cuda::DeviceMemory row_ss_;   // [8, ceil(H / 16)] fp32: a folded RMSNorm's row sums
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32

@@ -49,23 +49,13 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
   gemv(p);
 }
 
-void Gemm::apply_forced_config(kernels::GemvParams& p) const {
+void Gemm::gemv(kernels::GemvParams p) {
   p.dtype = dtype_;
   const int forced = p.deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
   if (p.config < 0 && forced >= 0 &&
       (p.epilogue != kernels::GemvEpilogue::kSiluMul || kernels::gemv_config_info(forced).silu))
     p.config = forced;
-}
-
-void Gemm::gemv(kernels::GemvParams p) {
-  apply_forced_config(p);
   RILL_CUDA(kernels::launch_gemv(p, stream_));
-}
-
-bool Gemm::folds_norm(kernels::GemvParams p) const {
-  if (!uses_gemv(p.x, p.w, p.M, p.K)) return false;
-  apply_forced_config(p);
-  return kernels::gemv_folds_norm(p);
 }
 
 }  // namespace rill::cuda

@@ -33,13 +33,9 @@ class Gemm {
   void set_deep_config(int config) { deep_config_ = config; }
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
-  /// True when gemv(p) can run p with a folded RMSNorm (kernels::gemv_folds_norm, after the
-  /// forced CTA shapes).
-  bool folds_norm(kernels::GemvParams p) const;
 
  private:
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
-  void apply_forced_config(kernels::GemvParams& p) const;  // fills dtype and the forced shape
   kernels::DType dtype_;
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;

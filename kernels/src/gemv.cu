@@ -103,63 +103,6 @@ __device__ __forceinline__ float silu(float x) {
   return x / (1.0f + expf(-x));  // the activation kernel's formula
 }
 
-/// The folded RMSNorm's operands (GemvParams: kResidualRms, x_ss); unused by the plain kernels.
-struct Fold {
-  float* residual = nullptr;          // [M, N] fp32
-  const void* norm_weight = nullptr;  // [N]
-  float* row_ss = nullptr;            // [M, gridDim.x]
-  const float* x_ss = nullptr;        // [M, x_parts]
-  int x_parts = 0;
-  float eps = 0.0f;
-};
-
-/// kResidualRms for warp 0, lane (g, t), s as in epilogue(): the residual add, the unscaled norm
-/// output and this CTA's sums of squares (see gemv.h).
-template <typename T>
-__device__ __forceinline__ void residual_rms_epilogue(const float (&s)[4], T* __restrict__ y,
-                                                      const T* __restrict__ bias, const Fold& f,
-                                                      int M, int N, int n0, int g, int t) {
-  const T* weight = static_cast<const T*>(f.norm_weight);
-  float sq[2] = {0.0f, 0.0f};  // rows m = 2t, 2t + 1
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-    if (m < M && n < N) {
-      const int64_t at = static_cast<int64_t>(m) * N + n;
-      const float d = to_float<T>(from_float<T>(s[i])), b = bias ? to_float<T>(bias[n]) : 0.0f;
-      const float r = f.residual[at] + (d + b);  // add_norm's order: r += d + b
-      f.residual[at] = r;
-      y[at] = from_float<T>(r * to_float<T>(weight[n]));
-      sq[i & 1] += r * r;
-    }
-  }
-  // Over the 8 lanes of the same t (lane bits 2-4), in a fixed butterfly order.
-#pragma unroll
-  for (int o = 4; o < 32; o <<= 1) {
-    sq[0] += __shfl_xor_sync(0xffffffffu, sq[0], o);
-    sq[1] += __shfl_xor_sync(0xffffffffu, sq[1], o);
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      if (2 * t + j < M) f.row_ss[static_cast<int64_t>(2 * t + j) * gridDim.x + blockIdx.x] = sq[j];
-  }
-}
-
-/// 1 / rms of the M rows of x from a kResidualRms GEMV's row sums (warp 0, into inv[kMaxM]):
-/// every CTA adds them in the same order, so all use the same factor.
-__device__ __forceinline__ void fold_inv_rms(const Fold& f, int M, int K, float* inv) {
-  const int lane = threadIdx.x & 31;
-  for (int m = 0; m < M; ++m) {
-    const float* row = f.x_ss + static_cast<int64_t>(m) * f.x_parts;
-    float sum = 0.0f;
-    for (int j = lane; j < f.x_parts; j += 32) sum += row[j];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) inv[m] = 1.0f / sqrtf(sum / K + f.eps);
-  }
-}
-
 /// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
 /// i >= 2). Writes y (kStore) or silu(gate) * up (kSiluMul, see gemv.h).
 template <typename T, GemvEpilogue EPI>
@@ -218,13 +161,11 @@ struct LaneTile {
 
 /// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
 /// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
-/// SCALED: the sums of row m are multiplied by inv[m] first (GemvParams::x_ss).
-template <typename T, int W, GemvEpilogue EPI, bool SCALED = false>
+template <typename T, int W, GemvEpilogue EPI>
 __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float (*partial)[4][32],
                                                     void* __restrict__ y,
                                                     const T* __restrict__ bias, int M, int N,
-                                                    bool y_f32, int n0, const Fold& fold = {},
-                                                    const float* inv = nullptr) {
+                                                    bool y_f32, int n0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[i];
@@ -237,18 +178,7 @@ __device__ __forceinline__ void sum_warps_and_store(const float (&acc)[4], float
 #pragma unroll
     for (int v = 1; v < W; ++v) sum[i] += partial[v][i][lane];
   }
-  if constexpr (SCALED) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int m = 2 * (lane & 3) + (i & 1);
-      sum[i] *= m < M ? inv[m] : 0.0f;
-    }
-  }
-  if constexpr (EPI == GemvEpilogue::kResidualRms) {
-    residual_rms_epilogue<T>(sum, static_cast<T*>(y), bias, fold, M, N, n0, lane >> 2, lane & 3);
-  } else {
-    epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, lane >> 2, lane & 3);
-  }
+  epilogue<T, EPI>(sum, y, bias, M, N, y_f32, n0, lane >> 2, lane & 3);
 }
 
 // grid (ceil(N / 16)), block W * 32. K % 8 == 0, x and w 16-byte aligned.
@@ -329,14 +259,12 @@ constexpr int ring_bytes() {
 //
 // Two CTAs per SM (launch bounds): left to itself the compiler takes 76 registers, which allows
 // one, and Llama-2-7B batch 1 ran 0.1 ms slower (5.11 against 4.99 ms on the H100).
-//
-// The body is shared with gemv_ring_fold_kernel (SCALED, kResidualRms: the folded RMSNorm,
-// gemv.h), whose inv (kMaxM floats of shared memory) holds the 1 / rms of x's rows.
-template <typename T, int W, int U, int S, GemvEpilogue EPI, bool SCALED>
-__device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
-                                          const T* __restrict__ w,  // [N, K]
-                                          void* __restrict__ y, const T* __restrict__ bias, int M,
-                                          int N, int K, bool y_f32, const Fold& fold, float* inv) {
+template <typename T, int W, int U, int S, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
+    gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
+                     const T* __restrict__ w,  // [N, K]
+                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                     bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
   const LaneTile<T> L(x, w, M, N, K);
@@ -353,27 +281,7 @@ __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
     copy_w<W, U>(mine + p * kSlot * 16, w_lo, w_hi, warp + p * kStride, t, chunks);
     attn::cp_async_commit();
   }
-  if constexpr (EPI == GemvEpilogue::kResidualRms) {
-    // The epilogue's operands into L1 while the weights stream: the norm weight and bias now
-    // (no kernel writes them), the residual rows after the wait.
-    if (warp == 0) {
-      for (int n = L.n0 + L.g; n < min(L.n0 + kRows, N); n += 8) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const T*>(fold.norm_weight) + n));
-        if (bias) asm volatile("prefetch.global.L1 [%0];" ::"l"(bias + n));
-      }
-    }
-  }
   pdl_wait();
-  if constexpr (EPI == GemvEpilogue::kResidualRms) {
-    if (warp == 0) {
-      for (int m = 2 * t; m < min(2 * t + 2, M); ++m)
-        asm volatile(
-            "prefetch.global.L1 [%0];" ::"l"(fold.residual + static_cast<int64_t>(m) * N + L.n0));
-    }
-  }
-  if constexpr (SCALED) {
-    if (warp == 0) fold_inv_rms(fold, M, K, inv);
-  }
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
@@ -402,25 +310,7 @@ __device__ __forceinline__ void ring_gemv(const T* __restrict__ x,  // [M, K]
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-  sum_warps_and_store<T, W, EPI, SCALED>(acc, partial, y, bias, M, N, y_f32, L.n0, fold, inv);
-}
-
-template <typename T, int W, int U, int S, GemvEpilogue EPI>
-__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
-    gemv_ring_kernel(const T* __restrict__ x, const T* __restrict__ w, void* __restrict__ y,
-                     const T* __restrict__ bias, int M, int N, int K, bool y_f32) {
-  ring_gemv<T, W, U, S, EPI, false>(x, w, y, bias, M, N, K, y_f32, Fold{}, nullptr);
-}
-
-// The folded RMSNorm's instances (kResidualRms, or SCALED kStore / kSiluMul). Kernels of their
-// own: the eighth session found that extra epilogue code inside gemv_ring_kernel slowed every
-// GEMV, used or not (docs/performance.md).
-template <typename T, int W, int U, int S, GemvEpilogue EPI, bool SCALED>
-__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
-    gemv_ring_fold_kernel(const T* __restrict__ x, const T* __restrict__ w, void* __restrict__ y,
-                          const T* __restrict__ bias, int M, int N, int K, const Fold fold) {
-  __shared__ float inv[kMaxM];
-  ring_gemv<T, W, U, S, EPI, SCALED>(x, w, y, bias, M, N, K, false, fold, inv);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
 }
 
 // Launches config C's kernel with epilogue EPI.
@@ -463,42 +353,6 @@ cudaError_t launch_config(const GemvParams& p, cudaStream_t stream) {
   }
 }
 
-// One instance of the folded RMSNorm's kernel.
-template <typename T, GemvEpilogue EPI, bool SCALED>
-cudaError_t launch_fold_instance(const GemvParams& p, const Fold& f, cudaStream_t stream) {
-  constexpr int kW = kConfigs[kDeepConfig].warps, kU = kConfigs[kDeepConfig].unroll,
-                kS = kConfigs[kDeepConfig].stages;
-  constexpr int kBytes = ring_bytes<kW, kU, kS>();
-  const auto kernel = gemv_ring_fold_kernel<T, kW, kU, kS, EPI, SCALED>;
-  static const cudaError_t allowed =  // once per kernel, as launch_shape
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  if (allowed != cudaSuccess) return allowed;
-  return launch_kernel(kernel, dim3((p.N + kRows - 1) / kRows), dim3(kW * 32), kBytes, stream,
-                       static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.y,
-                       static_cast<const T*>(p.bias), p.M, p.N, p.K, f);
-}
-
-// The folded RMSNorm's kernels: the deep-prologue shape stands in for every 16-warp shape (the
-// same sums).
-template <typename T>
-cudaError_t launch_fold(const GemvParams& p, cudaStream_t stream) {
-  Fold f;
-  f.residual = p.residual;
-  f.norm_weight = p.norm_weight;
-  f.row_ss = p.row_ss;
-  f.x_ss = p.x_ss;
-  f.x_parts = (p.K + kRows - 1) / kRows;
-  f.eps = p.eps;
-  switch (p.epilogue) {
-    case GemvEpilogue::kResidualRms:
-      return launch_fold_instance<T, GemvEpilogue::kResidualRms, false>(p, f, stream);
-    case GemvEpilogue::kSiluMul:
-      return launch_fold_instance<T, GemvEpilogue::kSiluMul, true>(p, f, stream);
-    default:
-      return launch_fold_instance<T, GemvEpilogue::kStore, true>(p, f, stream);
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
@@ -512,36 +366,18 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
     if (p.N % 16 != 0)
       return invalid_argument("gemv: kSiluMul needs N % 16 == 0, N=" + std::to_string(p.N));
     if (p.y_f32) return invalid_argument("gemv: kSiluMul writes the dtype");
-  } else if (p.epilogue == GemvEpilogue::kResidualRms) {
-    if (!p.residual || !p.norm_weight || !p.row_ss)
-      return invalid_argument("gemv: kResidualRms needs residual, norm_weight and row_ss");
-    if (p.y_f32 || p.x_ss) return invalid_argument("gemv: kResidualRms writes the dtype, unscaled");
   } else if (p.epilogue != GemvEpilogue::kStore) {
     return invalid_argument("gemv: unknown epilogue");
   } else if (p.bias) {
     return invalid_argument("gemv: kStore takes no bias");
   }
-  if (p.x_ss && p.y_f32) return invalid_argument("gemv: x_ss writes the dtype");
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv: x and w must be 16-byte aligned");
   GemvParams q = p;
   if (q.config < 0) q.config = gemv_default_config(p.N, p.K, p.deep_prologue);
-  if (p.epilogue == GemvEpilogue::kResidualRms || p.x_ss) {
-    if (!gemv_folds_norm(q))
-      return invalid_argument("gemv: the folded RMSNorm needs a 16-warp shape");
-    return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_fold<T>(q, stream); });
-  }
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
-}
-
-bool gemv_folds_norm(const GemvParams& p) {
-  // Any shape of the deep one's warp count gives the same sums, so the choice of staging (and
-  // deep_prologue) changes no result.
-  const int config = p.config < 0 ? gemv_default_config(p.N, p.K, p.deep_prologue) : p.config;
-  return config >= 0 && config < kNumConfigs &&
-         kConfigs[config].warps == kConfigs[kDeepConfig].warps;
 }
 
 int gemv_default_config(int N, int /*K*/, bool deep_prologue) {

@@ -20,13 +20,6 @@ enum class GemvEpilogue : int {
   /// u = dtype(s[m, 16j + 8 + r]) + bias[16j + 8 + r], i.e. exactly what a kStore GEMV followed
   /// by the activation kernel (ActivationParams::interleaved) computes.
   kSiluMul = 1,
-  /// The o or down projection of a decode step with the next sub-layer's RMSNorm folded in, so
-  /// that no norm kernel runs between it and the next GEMV. With d = dtype(s[m, n]):
-  ///   residual[m, n] += d + bias[n]                    (fp32, exactly as launch_add_norm does)
-  ///   y[m, n] = dtype(residual[m, n] * norm_weight[n])  (the norm's output before its 1 / rms)
-  ///   row_ss[m, j] = sum of residual[m, n]^2 over n in [16j, 16j + 16)  (fixed order)
-  /// for j < ceil(N / 16); the GEMV that reads y applies the 1 / rms (GemvParams::x_ss).
-  kResidualRms = 2,
 };
 
 struct GemvParams {
@@ -43,15 +36,6 @@ struct GemvParams {
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
   /// stage the weights through shared memory, which lets more of them stream before the wait.
   bool deep_prologue = false;
-  // kResidualRms only:
-  float* residual = nullptr;          // [M, N] fp32, updated in place
-  const void* norm_weight = nullptr;  // [N]
-  float* row_ss = nullptr;            // [M, ceil(N / 16)]
-  /// Rows of x left unscaled by a kResidualRms GEMV (its row_ss, [M, ceil(K / 16)]): the sums
-  /// are multiplied by 1 / sqrt(sum_j x_ss[m, j] / K + eps) before the epilogue, i.e. x rows are
-  /// RMS-normalised on the fly. Not with kResidualRms.
-  const float* x_ss = nullptr;
-  float eps = 0.0f;
 };
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
 /// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
@@ -66,10 +50,6 @@ GemvConfigInfo gemv_config_info(int config);  // config in [0, gemv_num_configs(
 std::string gemv_config_name(int config);
 /// The CTA shape launch_gemv uses for weights [N, K] when config is -1 (see deep_prologue).
 int gemv_default_config(int N, int K, bool deep_prologue = false);
-/// True when launch_gemv can run p's folded RMSNorm (kResidualRms or x_ss): p's CTA shape has
-/// 16 warps (those kernels always stage through the deep prologue's ring, which gives the same
-/// sums). Callers run the add_norm kernel otherwise.
-bool gemv_folds_norm(const GemvParams& p);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
