@@ -16,25 +16,38 @@ namespace rill {
 
 using cuda::StepPlan;
 
-// Decode rows' attention over the paged cache (split count from the step's longest key range).
-void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache,
-                                          float scale) {
-  const ModelConfig& c = config_;
-  const cuda::StepShape& sh = plan.shape;
-  kernels::DecodeAttentionParams p;
-  p.dtype = weights_->dtype();
-  p.num_seqs = sh.decode;
+namespace {
+
+// What decode and prefill attention share: the head shapes, 1 / sqrt(head_dim), the layer's cache.
+template <typename Params>
+Params attention_params(kernels::DType dtype, const ModelConfig& c, const void* layer_cache,
+                        const kernels::KvCacheLayout& layout) {
+  Params p;
+  p.dtype = dtype;
   p.num_heads = c.num_heads;
   p.num_kv_heads = c.num_kv_heads;
   p.head_dim = c.head_dim;
-  p.scale = scale;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.cache = layer_cache;
+  p.layout = layout;
+  return p;
+}
+
+}  // namespace
+
+// Decode rows' attention over the paged cache (split count from the step's longest key range):
+// qkv_ / q_sink_ -> attn_.
+void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache) {
+  const ModelConfig& c = config_;
+  const cuda::StepShape& sh = plan.shape;
+  auto p =
+      attention_params<kernels::DecodeAttentionParams>(weights_->dtype(), c, layer_cache, layout_);
+  p.num_seqs = sh.decode;
   p.q = qkv_.get();
   p.q_stride = c.qkv_dim();
   p.q_sink = q_sink_.get();
   p.q_sink_stride = c.q_dim();
   p.seqs = reinterpret_cast<const kernels::DecodeSeq*>(dmeta() + plan.layout.decode);
-  p.cache = layer_cache;
-  p.layout = layout_;
   p.out = attn_.get();
   p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
   p.min_keys_per_split = kMinKeysPerSplit;
@@ -42,6 +55,21 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* laye
   p.cluster_merge = cluster_merge_;
   p.workspace = attn_ws_.get();
   RILL_CUDA(kernels::launch_decode_attention(p, stream_));
+}
+
+// Prefill chunks' causal attention over the cache and the chunk itself: qkv_ / q_sink_ -> attn_.
+void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, const void* layer_cache) {
+  const ModelConfig& c = config_;
+  auto p =
+      attention_params<kernels::PrefillAttentionParams>(weights_->dtype(), c, layer_cache, layout_);
+  p.num_seqs = plan.shape.prefill;
+  p.qkv = qkv_.get();
+  p.qkv_stride = c.qkv_dim();
+  p.q_sink = q_sink_.get();
+  p.seqs = reinterpret_cast<const kernels::PrefillSeq*>(dmeta() + plan.layout.prefill);
+  p.out = attn_.get();
+  p.max_tokens = plan.max_prefill_tokens;
+  RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
 }
 
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
@@ -79,27 +107,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     p.layout = layout_;
     RILL_CUDA(kernels::launch_rope_kv(p, stream_));
   });
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, scale);
-    if (sh.prefill > 0) {
-      kernels::PrefillAttentionParams p;
-      p.dtype = dt;
-      p.num_seqs = sh.prefill;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
-      p.scale = scale;
-      p.qkv = qkv_.get();
-      p.qkv_stride = c.qkv_dim();
-      p.q_sink = q_sink_.get();
-      p.seqs = reinterpret_cast<const kernels::PrefillSeq*>(dmeta() + L.prefill);
-      p.cache = layer_cache;
-      p.layout = layout_;
-      p.out = attn_.get();
-      p.max_tokens = plan.max_prefill_tokens;
-      RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
-    }
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache);
+    if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
   });
   if (sh.prefill > 0) {
     timed(Profiler::kNorm, [&] {  // prefill chunks store their K/V after attending to the old cache

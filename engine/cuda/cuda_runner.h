@@ -112,7 +112,8 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  void enqueue_decode_attention(const cuda::StepPlan& plan, const void* layer_cache, float scale);
+  void enqueue_decode_attention(const cuda::StepPlan& plan, const void* layer_cache);
+  void enqueue_prefill_attention(const cuda::StepPlan& plan, const void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void drop_graphs();  // after a change that alters what a step launches
