@@ -173,11 +173,70 @@ struct Bench {
 
 // Decode step times per batch and context, the default configuration and then each optimisation
 // switched off on its own.
+// One decode configuration: the default, or one optimisation switched off or forced.
+struct Variant {
+  std::string off;  // "" for the default, else what differs from it
+  bool graphs = true, gemv = true, pdl = true, fused = true;
+  int splits = 0;        // decode attention's split count (0: automatic)
+  int gemv_config = -1;  // the GEMV's CTA shape (-1: the default rule)
+  int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
+  bool early_kv = true, cluster = true;
+};
+
+// The default, then each configuration the flags ask for at this batch size.
+std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
+  std::vector<Variant> variants{{""}};
+  for (int splits : int_list(args.get("splits-sweep"))) {
+    Variant v{"attention in " + std::to_string(splits) + " splits"};
+    v.splits = splits;
+    variants.push_back(v);
+  }
+  if (batch <= 8) {
+    for (int config : int_list(args.get("gemv-configs"))) {
+      Variant v{"GEMV shape " + kernels::gemv_config_name(config)};
+      v.gemv_config = config;
+      variants.push_back(v);
+    }
+    for (int mask : int_list(args.get("gemv-deep-masks"))) {
+      Variant v{"GEMV deep-prologue mask " + std::to_string(mask)};
+      v.gemv_deep = mask;
+      variants.push_back(v);
+    }
+  }
+  if (args.on("graphs-off-too")) variants.push_back({"off: graphs", false});
+  if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"off: GEMV", true, false});
+  if (args.on("pdl-off-too")) variants.push_back({"off: PDL", true, true, false});
+  if (args.on("early-kv-off-too")) {
+    Variant v{"off: early K/V loads"};
+    v.early_kv = false;
+    variants.push_back(v);
+  }
+  if (args.on("cluster-off-too")) {
+    Variant v{"off: cluster merge"};
+    v.cluster = false;
+    variants.push_back(v);
+  }
+  if (args.on("fusion-off-too") && batch <= 8)
+    variants.push_back({"off: fusion", true, true, true, false});
+  return variants;
+}
+
+// Sets the runner up as v says; deep_mask and eo are the run's own settings.
+void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int deep_mask) {
+  r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
+  r.set_gemv(v.gemv);
+  r.set_programmatic_launch(v.pdl);
+  r.set_fused_decode(v.fused && eo.fused_decode);
+  r.set_decode_splits(v.splits);
+  r.set_gemv_config(v.gemv_config);
+  r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
+  r.set_early_kv_loads(v.early_kv);
+  r.set_cluster_merge(v.cluster);
+}
+
 void decode_table(Bench& b) {
   CudaRunner& r = b.r;
-  const cli::Args& args = b.args;
   const EngineOptions& eo = b.eo;
-  const ModelConfig& c = b.c;
   const CachePolicy& policy = b.policy;
   std::mt19937& rng = b.rng;
   const int deep_mask = r.gemv_deep_prologue();  // the run's, restored at the end
@@ -191,63 +250,11 @@ void decode_table(Bench& b) {
       policy.to_string().c_str());
   std::printf("%6s %8s %10s %8s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "GPU ms",
               "tok/s", "GB/s moved", "% of copy", "variant");
-  for (int batch : int_list(args.get("batch"))) {
-    for (int ctx : int_list(args.get("context"))) {
-      if (ctx > c.max_position_embeddings && !policy.is_streaming()) continue;
-      // The default configuration, then each optimisation switched off on its own.
-      struct Variant {
-        std::string off;  // "" for the default, else what differs from it
-        bool graphs = true, gemv = true, pdl = true, fused = true;
-        int splits = 0;  // decode attention's split count (0: automatic)
-        int gemv_config = -1;                      // the GEMV's CTA shape (-1: the default rule)
-        int gemv_deep = -1;  // mask of GEMVs with a deep prologue (-1: the run's)
-        bool early_kv = true, cluster = true;
-      };
-      std::vector<Variant> variants{{""}};
-      for (int splits : int_list(args.get("splits-sweep"))) {
-        Variant v{"attention in " + std::to_string(splits) + " splits"};
-        v.splits = splits;
-        variants.push_back(v);
-      }
-      if (batch <= 8) {
-        for (int config : int_list(args.get("gemv-configs"))) {
-          Variant v{"GEMV shape " + kernels::gemv_config_name(config)};
-          v.gemv_config = config;
-          variants.push_back(v);
-        }
-      }
-      if (batch <= 8) {
-        for (int mask : int_list(args.get("gemv-deep-masks"))) {
-          Variant v{"GEMV deep-prologue mask " + std::to_string(mask)};
-          v.gemv_deep = mask;
-          variants.push_back(v);
-        }
-      }
-      if (args.on("graphs-off-too")) variants.push_back({"off: graphs", false});
-      if (args.on("gemv-off-too") && batch <= 8) variants.push_back({"off: GEMV", true, false});
-      if (args.on("pdl-off-too")) variants.push_back({"off: PDL", true, true, false});
-      if (args.on("early-kv-off-too")) {
-        Variant v{"off: early K/V loads"};
-        v.early_kv = false;
-        variants.push_back(v);
-      }
-      if (args.on("cluster-off-too")) {
-        Variant v{"off: cluster merge"};
-        v.cluster = false;
-        variants.push_back(v);
-      }
-      if (args.on("fusion-off-too") && batch <= 8)
-        variants.push_back({"off: fusion", true, true, true, false});
-      for (const Variant& v : variants) {
-        r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
-        r.set_gemv(v.gemv);
-        r.set_programmatic_launch(v.pdl);
-        r.set_fused_decode(v.fused && eo.fused_decode);
-        r.set_decode_splits(v.splits);
-        r.set_gemv_config(v.gemv_config);
-        r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
-        r.set_early_kv_loads(v.early_kv);
-        r.set_cluster_merge(v.cluster);
+  for (int batch : int_list(b.args.get("batch"))) {
+    for (int ctx : int_list(b.args.get("context"))) {
+      if (ctx > b.c.max_position_embeddings && !policy.is_streaming()) continue;
+      for (const Variant& v : decode_variants(b.args, batch)) {
+        apply_variant(r, v, eo, deep_mask);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
@@ -257,15 +264,7 @@ void decode_table(Bench& b) {
       }
     }
   }
-  r.set_cuda_graphs(eo.cuda_graphs);
-  r.set_gemv(true);
-  r.set_programmatic_launch(true);
-  r.set_fused_decode(eo.fused_decode);
-  r.set_decode_splits(0);
-  r.set_gemv_config(-1);
-  r.set_gemv_deep_prologue(deep_mask);
-  r.set_early_kv_loads(true);
-  r.set_cluster_merge(true);
+  apply_variant(r, Variant{}, eo, deep_mask);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -349,8 +348,8 @@ void breakdown(Bench& b) {
       kernels, d.step_ms, d.step_ms - kernels);
 }
 
-int main(int argc, char** argv) {
-  cli::Args args("rill-bench", "Decode and prefill benchmarks of the CUDA engine, against measured ceilings.");
+// The command line: the engine and cache flags, what to time, and the variants to time it in.
+void declare_flags(cli::Args& args) {
   cli::add_engine_flags(args);
   args.option("batch", "1,8,64", "decode batch sizes");
   args.option("context", "128,512,1024", "tokens in each sequence's cache while decoding");
@@ -392,6 +391,12 @@ int main(int argc, char** argv) {
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");
   cli::add_cache_flags(args);
+}
+
+int main(int argc, char** argv) {
+  cli::Args args("rill-bench",
+                 "Decode and prefill benchmarks of the CUDA engine, against measured ceilings.");
+  declare_flags(args);
   args.parse(argc, argv);
   try {
     EngineOptions eo = cli::engine_options(args);

@@ -18,18 +18,27 @@ using cuda::StepPlan;
 
 namespace {
 
-// What decode and prefill attention share: the head shapes, 1 / sqrt(head_dim), the layer's cache.
+// What every kernel that reads or writes one layer's cache takes (RoPE + K/V write, K/V write,
+// decode and prefill attention): the dtype, the head shapes and the layer's cache.
 template <typename Params>
-Params attention_params(kernels::DType dtype, const ModelConfig& c, const void* layer_cache,
-                        const kernels::KvCacheLayout& layout) {
+Params layer_cache_params(kernels::DType dtype, const ModelConfig& c, void* layer_cache,
+                          const kernels::KvCacheLayout& layout) {
   Params p;
   p.dtype = dtype;
   p.num_heads = c.num_heads;
   p.num_kv_heads = c.num_kv_heads;
   p.head_dim = c.head_dim;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.cache = layer_cache;
   p.layout = layout;
+  return p;
+}
+
+// The same for attention, with its 1 / sqrt(head_dim).
+template <typename Params>
+Params attention_params(kernels::DType dtype, const ModelConfig& c, void* layer_cache,
+                        const kernels::KvCacheLayout& layout) {
+  Params p = layer_cache_params<Params>(dtype, c, layer_cache, layout);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   return p;
 }
 
@@ -37,7 +46,7 @@ Params attention_params(kernels::DType dtype, const ModelConfig& c, const void* 
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
-void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* layer_cache) {
+void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache) {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   auto p =
@@ -58,7 +67,7 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, const void* laye
 }
 
 // Prefill chunks' causal attention over the cache and the chunk itself: qkv_ / q_sink_ -> attn_.
-void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, const void* layer_cache) {
+void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cache) {
   const ModelConfig& c = config_;
   auto p =
       attention_params<kernels::PrefillAttentionParams>(weights_->dtype(), c, layer_cache, layout_);
@@ -88,12 +97,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
   });
   timed(Profiler::kNorm, [&] {
-    kernels::RopeKvParams p;
-    p.dtype = dt;
+    auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
     p.num_tokens = T;
-    p.num_heads = c.num_heads;
-    p.num_kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
     p.rotary_dim = c.rope.rotary_dim;
     p.qkv = qkv_.get();
     p.qkv_stride = c.qkv_dim();
@@ -103,8 +108,6 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
     p.inv_freq = weights_->inv_freq();
     p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
-    p.cache = layer_cache;
-    p.layout = layout_;
     RILL_CUDA(kernels::launch_rope_kv(p, stream_));
   });
   timed(Profiler::kAttention, [&] {
@@ -113,17 +116,11 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   });
   if (sh.prefill > 0) {
     timed(Profiler::kNorm, [&] {  // prefill chunks store their K/V after attending to the old cache
-      kernels::KvWriteParams p;
-      p.dtype = dt;
+      auto p = layer_cache_params<kernels::KvWriteParams>(dt, c, layer_cache, layout_);
       p.num_tokens = T;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
       p.qkv = qkv_.get();
       p.qkv_stride = c.qkv_dim();
       p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.late_slot);
-      p.cache = layer_cache;
-      p.layout = layout_;
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }

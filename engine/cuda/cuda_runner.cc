@@ -352,7 +352,11 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
     profiler_->collect(profile_);
     ++profile_.steps;
   }
+  return collect_outputs(inputs, plan);
+}
 
+StepOutput CudaRunner::collect_outputs(std::span<const StepInput> inputs, const StepPlan& plan) {
+  const int n = static_cast<int>(inputs.size());
   StepOutput out;
   out.sampled.assign(n, -1);
   out.logits_row.assign(n, -1);
@@ -365,7 +369,7 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
       ++seqs_.at(inputs[k].id).sampling.step;
     }
     if (plan.logits_first[k] >= 0) {
-      const size_t V = c.vocab_size;
+      const size_t V = config_.vocab_size;
       out.logits.insert(out.logits.end(), logits + size_t(plan.logits_first[k]) * V,
                         logits + size_t(plan.logits_first[k] + plan.logits_count[k]) * V);
       out.logits_row[k] = kept;

@@ -102,6 +102,9 @@ class CudaRunner final : public ModelRunner {
   void size_kv_pool(double memory_fraction);
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
+  // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
+  // sampling steps of the sequences that sampled).
+  StepOutput collect_outputs(std::span<const StepInput> inputs, const cuda::StepPlan& plan);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
@@ -112,8 +115,8 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  void enqueue_decode_attention(const cuda::StepPlan& plan, const void* layer_cache);
-  void enqueue_prefill_attention(const cuda::StepPlan& plan, const void* layer_cache);
+  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache);
+  void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void drop_graphs();  // after a change that alters what a step launches

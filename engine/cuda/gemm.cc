@@ -37,13 +37,7 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
     run_cublas(x, w, y, M, N, K, y_f32);
     return;
   }
-  kernels::GemvParams p;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.y = y;
+  kernels::GemvParams p = kernels::gemv_params(dtype_, M, N, K, x, w, y);
   p.y_f32 = y_f32;
   p.deep_prologue = deep_prologue;
   gemv(p);

@@ -8,14 +8,7 @@ namespace rill::testing {
 /// y = x w^T for M rows, weights [N, K], CTA shape `config` (-1: the default); kStore.
 inline kernels::GemvParams gemv_params(kernels::DType dt, int M, int N, int K, const void* x,
                                        const void* w, void* y, int config) {
-  kernels::GemvParams p;
-  p.dtype = dt;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.x = x;
-  p.w = w;
-  p.y = y;
+  kernels::GemvParams p = kernels::gemv_params(dt, M, N, K, x, w, y);
   p.config = config;
   return p;
 }

@@ -37,6 +37,19 @@ struct GemvParams {
   /// stage the weights through shared memory, which lets more of them stream before the wait.
   bool deep_prologue = false;
 };
+/// y = x w^T for M rows of x, weights [N, K]: kStore into the dtype, the default CTA shape.
+inline GemvParams gemv_params(DType dtype, int M, int N, int K, const void* x, const void* w,
+                              void* y) {
+  GemvParams p;
+  p.dtype = dtype;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.x = x;
+  p.w = w;
+  p.y = y;
+  return p;
+}
 /// A CTA shape of the GEMV: `warps` split K, each taking `unroll` 32-wide steps per iteration;
 /// the weights wait in registers (stages == 0) or in a shared-memory ring of `stages` iterations
 /// filled by cp.async. Results depend on `warps` only. `silu`: kSiluMul exists for this shape.
