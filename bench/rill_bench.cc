@@ -46,17 +46,73 @@ struct DecodeResult {
   std::vector<bench::KernelRecord> kernels;  // the timed steps' kernels, when traced
 };
 
+// How time_decode runs its timed steps:
+//   kSteps      step() after step(): a step's wall time, host work and synchronisation included;
+//   kPipelined  each step launched (kLastSampled tokens) before the one before it is finished,
+//               as a serving loop runs them: the interval between two finish() returns, i.e. the
+//               time per output token a streaming caller sees;
+//   kProfile    kSteps, eager, with per-category CUDA events (r.profile());
+//   kTrace      kSteps with CUPTI recording the kernels (DecodeResult::kernels).
+enum class DecodeTiming { kSteps, kPipelined, kProfile, kTrace };
+
+constexpr int kWarmupSteps = 3;  // untimed (graph capture)
+
+// One decode input per sequence 0 .. tokens.size() - 1, the token of each from `tokens`.
+std::vector<StepInput> decode_inputs(const std::vector<int32_t>& tokens) {
+  std::vector<StepInput> in;
+  for (size_t b = 0; b < tokens.size(); ++b)
+    in.push_back({SeqId(b), std::span<const int32_t>(&tokens[b], 1), LogitsMode::kNone, true});
+  return in;
+}
+
+// Wall and GPU ms of `steps` synchronous decode steps after the warm-up, from tokens `next`.
+void run_steps(CudaRunner& r, std::vector<int32_t> next, int steps, bool trace, DecodeResult& res,
+               std::vector<double>& ms, std::vector<double>& gpu) {
+  std::unique_ptr<bench::KernelTrace> tracer;
+  for (int s = 0; s < steps + kWarmupSteps; ++s) {
+    if (trace && s == kWarmupSteps) tracer = std::make_unique<bench::KernelTrace>();
+    const auto t0 = Clock::now();
+    const StepOutput o = r.step(decode_inputs(next));
+    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (s >= kWarmupSteps) {
+      ms.push_back(dt);
+      gpu.push_back(r.last_step_gpu_ms());
+    }
+    next = o.sampled;
+  }
+  if (tracer) res.kernels = tracer->stop();
+}
+
+// The same with two steps in flight: the interval between finish() returns.
+void run_pipelined(CudaRunner& r, const std::vector<int32_t>& first, int steps,
+                   std::vector<double>& ms, std::vector<double>& gpu) {
+  r.launch(decode_inputs(first));
+  const std::vector<int32_t> last(first.size(), kLastSampled);
+  const std::vector<StepInput> pending = decode_inputs(last);  // spans into `last`
+  auto t0 = Clock::now();
+  for (int s = 0; s < steps + kWarmupSteps; ++s) {
+    r.launch(pending);
+    r.finish();
+    const auto t1 = Clock::now();
+    if (s >= kWarmupSteps) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      gpu.push_back(r.last_step_gpu_ms());
+    }
+    t0 = t1;
+  }
+  r.finish();
+}
+
 // `batch` sequences with `context` tokens of cache each; times `steps` decode steps (median).
-// With `profile`, the decode steps run eagerly with per-category CUDA events (r.profile());
-// with `trace`, CUPTI records the timed steps' kernels (DecodeResult::kernels).
 DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolicy& policy,
-                         int steps, std::mt19937& rng, int max_step_tokens, bool profile = false,
-                         bool trace = false) {
+                         int steps, std::mt19937& rng, int max_step_tokens,
+                         DecodeTiming timing = DecodeTiming::kSteps) {
   const int V = r.config().vocab_size;
   std::uniform_int_distribution<int> tok(0, V - 1);
   // Attend to ~`context` tokens mid-run; a full cache must also fit the warm-up and timed steps.
   int prompt = std::max(1, context - steps / 2);
-  if (!policy.is_streaming()) prompt = std::min(prompt, r.kv().max_context() - steps - 4);
+  if (!policy.is_streaming())
+    prompt = std::min(prompt, r.kv().max_context() - steps - 2 * kWarmupSteps);
   std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prompt));
   for (auto& p : prompts)
     for (auto& t : p) t = tok(rng);
@@ -75,28 +131,18 @@ DecodeResult time_decode(CudaRunner& r, int batch, int context, const CachePolic
   std::vector<int32_t> next(batch);
   for (auto& t : next) t = tok(rng);
   std::vector<double> ms, gpu;
-  if (profile) r.set_profiling(true);
-  r.set_step_timing(true);
-  std::unique_ptr<bench::KernelTrace> tracer;
-  for (int s = 0; s < steps + 3; ++s) {
-    if (trace && s == 3) tracer = std::make_unique<bench::KernelTrace>();
-    std::vector<StepInput> in;
-    for (int b = 0; b < batch; ++b) in.push_back({b, std::span<const int32_t>(&next[b], 1), LogitsMode::kNone, true});
-    const auto t0 = Clock::now();
-    const StepOutput o = r.step(in);
-    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (s >= 3) {  // warm-up steps (graph capture) excluded
-      ms.push_back(dt);
-      gpu.push_back(r.last_step_gpu_ms());
-    }
-    for (int b = 0; b < batch; ++b) next[b] = o.sampled[b];
-  }
   DecodeResult res;
-  if (tracer) res.kernels = tracer->stop();
+  if (timing == DecodeTiming::kProfile) r.set_profiling(true);
+  r.set_step_timing(true);
+  if (timing == DecodeTiming::kPipelined) {
+    run_pipelined(r, next, steps, ms, gpu);
+  } else {
+    run_steps(r, next, steps, timing == DecodeTiming::kTrace, res, ms, gpu);
+  }
   res.step_ms = median(ms);
   res.gpu_ms = median(gpu);
   r.set_step_timing(false);
-  if (profile) r.profile_snapshot_and_stop();
+  if (timing == DecodeTiming::kProfile) r.profile_snapshot_and_stop();
   const KvGeometry g = r.kv().geometry_for(policy);
   const int64_t len = r.kv().sequence(0).num_tokens - steps / 2;
   res.cached = static_cast<int>(policy.is_streaming() ? std::min<int64_t>(len, g.n_sink + g.window) : len);
@@ -245,22 +291,24 @@ void decode_table(Bench& b) {
   for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(1);)
     time_decode(r, 1, 64, policy, 32, rng, eo.max_step_tokens);
   std::printf(
-      "\ndecode (%s cache): median step time (wall, as a caller sees it) and the GPU's part of "
-      "it\n",
+      "\ndecode (%s cache): median step time (wall, as a caller sees it), the GPU's part of it, "
+      "and the time per step with the next step launched before each finishes (pipelined)\n",
       policy.to_string().c_str());
-  std::printf("%6s %8s %10s %8s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "GPU ms",
-              "tok/s", "GB/s moved", "% of copy", "variant");
+  std::printf("%6s %8s %10s %8s %10s %10s %12s %10s  %s\n", "batch", "cached", "step ms", "GPU ms",
+              "piped ms", "tok/s", "GB/s moved", "% of copy", "variant");
   for (int batch : int_list(b.args.get("batch"))) {
     for (int ctx : int_list(b.args.get("context"))) {
       if (ctx > b.c.max_position_embeddings && !policy.is_streaming()) continue;
       for (const Variant& v : decode_variants(b.args, batch)) {
         apply_variant(r, v, eo, deep_mask);
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
+        const DecodeResult piped = time_decode(r, batch, ctx, policy, b.steps, rng,
+                                               eo.max_step_tokens, DecodeTiming::kPipelined);
         const double bytes = b.wbytes + double(batch) * d.cached * b.kv_token_bytes;
         const double gbps = bytes / (d.step_ms * 1e-3) / 1e9;
-        std::printf("%6d %8d %10.3f %8.3f %10.0f %12.0f %9.1f%%  %s\n", batch, d.cached, d.step_ms,
-                    d.gpu_ms, batch * 1e3 / d.step_ms, gbps, 100 * gbps / b.ceil.copy_gbps,
-                    v.off.c_str());
+        std::printf("%6d %8d %10.3f %8.3f %10.3f %10.0f %12.0f %9.1f%%  %s\n", batch, d.cached,
+                    d.step_ms, d.gpu_ms, piped.step_ms, batch * 1e3 / d.step_ms, gbps,
+                    100 * gbps / b.ceil.copy_gbps, v.off.c_str());
       }
     }
   }
@@ -311,8 +359,8 @@ void trace_table(Bench& b) {
   }
   for (int batch : int_list(b.args.get("batch"))) {
     for (int ctx : int_list(b.args.get("context"))) {
-      const DecodeResult d =
-          time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng, b.eo.max_step_tokens, false, true);
+      const DecodeResult d = time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng,
+                                         b.eo.max_step_tokens, DecodeTiming::kTrace);
       const bench::StepAttribution a = bench::attribute_steps(d.kernels);
       std::printf(
           "\nkernel timeline of a decode step (batch %d, %d cached, %s, %d steps traced): step "
@@ -333,8 +381,8 @@ void trace_table(Bench& b) {
 void breakdown(Bench& b) {
   const int batch = int_list(b.args.get("batch")).front();
   const int ctx = int_list(b.args.get("context")).front();
-  const DecodeResult d =
-      time_decode(b.r, batch, ctx, b.policy, 16, b.rng, b.eo.max_step_tokens, true);
+  const DecodeResult d = time_decode(b.r, batch, ctx, b.policy, 16, b.rng, b.eo.max_step_tokens,
+                                     DecodeTiming::kProfile);
   const StepProfile& p = b.r.profile();
   const double per = 1.0 / std::max(1, p.steps);
   const double kernels = (p.gemm_ms + p.attention_ms + p.norm_elementwise_ms + p.sampling_ms) * per;

@@ -31,6 +31,12 @@ struct StepInput {
   bool sample = false;                    // sample the next token after the last one
 };
 
+/// A token id that stands for the token its sequence sampled in the step launched just before
+/// this one (a one-token input of a sequence that sampled there). With it a caller launches the
+/// next decode step before the previous step's tokens have reached the host: the runner feeds
+/// the sampled token on the device.
+inline constexpr int32_t kLastSampled = -1;
+
 struct StepOutput {
   std::vector<int32_t> sampled;     // per input: the sampled token, or -1
   std::vector<int64_t> logits_row;  // per input: first row in `logits`, or -1
@@ -48,8 +54,22 @@ class ModelRunner {
   virtual void add_sequence(const SequenceSpec& spec) = 0;
   /// Frees the sequence's cache blocks and state. Unknown ids are ignored.
   virtual void remove_sequence(SeqId id) = 0;
-  /// Runs one forward pass over all inputs (each sequence at most once per step).
-  virtual StepOutput step(std::span<const StepInput> inputs) = 0;
+  /// Starts one forward pass over all inputs (each sequence at most once per step). It may
+  /// return before the step has run (the CUDA runner returns once the step is queued), so that
+  /// the caller can prepare and launch the next step meanwhile, feeding it kLastSampled tokens.
+  /// At most kMaxStepsInFlight steps are launched and not yet finished. Bad inputs throw here and
+  /// change nothing; the sequences' caches grow by their tokens at launch.
+  virtual void launch(std::span<const StepInput> inputs) = 0;
+  /// Waits for the oldest launched step and returns its output (throws kInvalidArgument when no
+  /// step is in flight). Removing a sequence while a step with it is in flight is allowed; its
+  /// output slots are still filled.
+  virtual StepOutput finish() = 0;
+  /// launch() and finish() of one step.
+  StepOutput step(std::span<const StepInput> inputs) {
+    launch(inputs);
+    return finish();
+  }
+  static constexpr int kMaxStepsInFlight = 2;
 };
 
 }  // namespace rill

@@ -7,8 +7,9 @@
 
 namespace rill {
 
-std::vector<std::pair<SeqId, int64_t>> validate_step(std::span<const StepInput> inputs, int vocab_size,
-                                                     const std::function<bool(SeqId)>& known) {
+std::vector<std::pair<SeqId, int64_t>> validate_step(
+    std::span<const StepInput> inputs, int vocab_size, const std::function<bool(SeqId)>& known,
+    const std::function<bool(SeqId)>& sampled_last) {
   std::vector<std::pair<SeqId, int64_t>> appends;
   std::unordered_set<SeqId> seen;
   for (const StepInput& in : inputs) {
@@ -16,12 +17,30 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(std::span<const StepInput> 
     if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
     if (!seen.insert(in.id).second)
       throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(in.id) + " twice in one step");
+    if (in.tokens.size() == 1 && in.tokens[0] == kLastSampled) {
+      if (!sampled_last(in.id))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "sequence " + std::to_string(in.id) +
+                        ": kLastSampled needs a token it sampled in the step launched just before");
+      appends.emplace_back(in.id, 1);
+      continue;
+    }
     for (int32_t t : in.tokens)
       if (t < 0 || t >= vocab_size)
         throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(t) + " outside the vocabulary");
     appends.emplace_back(in.id, static_cast<int64_t>(in.tokens.size()));
   }
   return appends;
+}
+
+void check_launch_room(int in_flight) {
+  if (in_flight >= ModelRunner::kMaxStepsInFlight)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::to_string(in_flight) + " steps already in flight: finish() the oldest first");
+}
+
+void throw_nothing_in_flight() {
+  throw Error(ErrorCode::kInvalidArgument, "finish() without a launched step");
 }
 
 }  // namespace rill

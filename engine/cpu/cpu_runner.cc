@@ -98,6 +98,7 @@ void CpuRunner::add_sequence(const SequenceSpec& spec) {
 void CpuRunner::remove_sequence(SeqId id) {
   kv_->remove_sequence(id);
   seqs_.erase(id);
+  last_sampled_.erase(id);
 }
 
 float* CpuRunner::kv_ptr(int layer, int32_t block, int kv, int head, int offset) {
@@ -305,10 +306,42 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   return out;
 }
 
-StepOutput CpuRunner::step(std::span<const StepInput> inputs) {
+void CpuRunner::launch(std::span<const StepInput> inputs) {
+  check_launch_room(static_cast<int>(finished_.size()));
+  // kLastSampled stands for a token the host already has here: substitute it.
+  std::vector<StepInput> resolved(inputs.begin(), inputs.end());
+  std::vector<int32_t> last(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const StepInput& in = inputs[k];
+    if (in.tokens.size() != 1 || in.tokens[0] != kLastSampled) continue;
+    const auto it = last_sampled_.find(in.id);
+    if (it == last_sampled_.end()) continue;  // validate_step reports it
+    last[k] = it->second;
+    resolved[k].tokens = std::span<const int32_t>(&last[k], 1);
+  }
+  validate_step(
+      inputs, config_.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; },
+      [&](SeqId id) { return last_sampled_.count(id) != 0; });
+  StepOutput out = run(resolved);
+  last_sampled_.clear();
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (out.sampled[k] >= 0) last_sampled_[inputs[k].id] = out.sampled[k];
+  finished_.push_back(std::move(out));
+}
+
+StepOutput CpuRunner::finish() {
+  if (finished_.empty()) throw_nothing_in_flight();
+  StepOutput out = std::move(finished_.front());
+  finished_.pop_front();
+  return out;
+}
+
+StepOutput CpuRunner::run(std::span<const StepInput> inputs) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
-  const auto appends = validate_step(inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; });
+  const auto appends = validate_step(
+      inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; },
+      [](SeqId) { return false; });
   kv_->check_append(appends);
   std::vector<Chunk> chunks;
   int64_t T = 0;

@@ -3,6 +3,7 @@
 // tested against it, and the server uses it when no GPU is present.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -35,7 +36,9 @@ class CpuRunner final : public ModelRunner {
   const KvCacheManager& kv() const override { return *kv_; }
   void add_sequence(const SequenceSpec& spec) override;
   void remove_sequence(SeqId id) override;
-  StepOutput step(std::span<const StepInput> inputs) override;
+  /// Runs the step at once (the CPU has nothing to overlap); finish() hands its output back.
+  void launch(std::span<const StepInput> inputs) override;
+  StepOutput finish() override;
 
  private:
   struct Layer;
@@ -44,6 +47,8 @@ class CpuRunner final : public ModelRunner {
     SamplerState sampler;
   };
   struct Chunk;  // one input's slice of the step
+
+  StepOutput run(std::span<const StepInput> inputs);  // inputs without kLastSampled
 
   void forward_layers(const std::vector<Chunk>& chunks, std::vector<float>& x, int64_t T);
   StepOutput logits_and_samples(std::span<const StepInput> inputs, const std::vector<Chunk>& chunks,
@@ -64,6 +69,8 @@ class CpuRunner final : public ModelRunner {
   int num_blocks_ = 0;
   bool fp8_kv_ = false;
   std::unordered_map<SeqId, SeqState> seqs_;
+  std::deque<StepOutput> finished_;                  // launched, not yet handed back by finish()
+  std::unordered_map<SeqId, int32_t> last_sampled_;  // tokens sampled by the last launched step
 };
 
 }  // namespace rill

@@ -250,6 +250,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     e.vocab = c.vocab_size;
     e.table = weights_->embed();
     e.tokens = reinterpret_cast<const int32_t*>(dmeta() + L.tokens);
+    e.previous = sampled_.as<int32_t>();  // kLastSampled tokens: the previous step's samples
+    e.num_previous = max_rows_;
     e.out = x_.as<float>();
     RILL_CUDA(kernels::launch_embedding(e, stream_));
   });

@@ -171,9 +171,11 @@ void CudaRunner::allocate_buffers() {
   const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
-  meta_host_ = PinnedMemory(meta_bytes, "step metadata");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
-  sampled_host_ = PinnedMemory(R * 4, "sampled tokens");
+  for (HostBuffers& h : host_) {
+    h.meta = PinnedMemory(meta_bytes, "step metadata");
+    h.sampled = PinnedMemory(R * 4, "sampled tokens");
+  }
 }
 
 void CudaRunner::size_kv_pool(double fraction) {
@@ -254,7 +256,8 @@ void CudaRunner::remove_sequence(SeqId id) {
   if (it == seqs_.end()) return;
   if (it->second.sampling.state_slot >= 0) free_state_slots_.push_back(it->second.sampling.state_slot);
   seqs_.erase(it);
-  kv_->remove_sequence(id);
+  last_rows_.erase(id);
+  kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
 
 void CudaRunner::profile_snapshot_and_stop() { profiler_.reset(); }
@@ -292,17 +295,17 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   return exec;
 }
 
-StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
+std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& any_logits) {
   const ModelConfig& c = config_;
   const int n = static_cast<int>(inputs.size());
-  if (n == 0) return {};
   // Validate everything before touching any state.
-  const auto appends = validate_step(inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; });
-  int total = 0, decode = 0, extra_rows = 0;
-  bool any_logits = false;
+  const auto appends = validate_step(
+      inputs, c.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; },
+      [&](SeqId id) { return last_rows_.count(id) != 0; });
+  int total = 0, extra_rows = 0;
+  any_logits = false;
   for (const StepInput& in : inputs) {
     total += static_cast<int>(in.tokens.size());
-    decode += in.tokens.size() == 1;
     if (in.logits == LogitsMode::kAll) extra_rows += static_cast<int>(in.tokens.size());
     if (in.logits != LogitsMode::kNone) any_logits = true;
   }
@@ -313,24 +316,70 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
   if (extra_rows + n > max_rows_)
     throw Error(ErrorCode::kInvalidArgument, "too many logits rows in one step (at most " +
                                                  std::to_string(max_rows_ - max_batch_) + " for LogitsMode::kAll)");
+  if (any_logits && std::any_of(in_flight_.begin(), in_flight_.end(),
+                                [](const InFlight& f) { return f.plan.any_logits; }))
+    throw Error(ErrorCode::kInvalidArgument,
+                "a step returning logits is in flight: finish() it before launching another");
   kv_->check_append(appends);
   std::vector<int64_t> starts(n);
-  std::vector<const cuda::SamplingSlot*> sampling(n);
-  for (int k = 0; k < n; ++k) {
+  for (int k = 0; k < n; ++k)
     starts[k] = kv_->append(inputs[k].id, static_cast<int64_t>(inputs[k].tokens.size()));
-    sampling[k] = &seqs_.at(inputs[k].id).sampling;
+  return starts;
+}
+
+void CudaRunner::launch(std::span<const StepInput> inputs) {
+  check_launch_room(static_cast<int>(in_flight_.size()));
+  if (profiler_ && !in_flight_.empty())
+    throw Error(ErrorCode::kInvalidArgument, "profiled steps run one at a time: finish() first");
+  InFlight f;
+  f.buffer = next_buffer_;
+  f.timed = step_timing_;
+  if (inputs.empty()) {
+    f.empty = true;
+    last_rows_.clear();
+    in_flight_.push_back(std::move(f));
+    return;
   }
+  bool any_logits = false;
+  const std::vector<int64_t> starts = admit(inputs, any_logits);
+  const int n = static_cast<int>(inputs.size());
+  std::vector<const cuda::SamplingSlot*> sampling(n);
+  std::vector<int32_t> last_row(n, -1);  // sampled_ row a kLastSampled token is read from
+  int decode = 0;
+  for (int k = 0; k < n; ++k) {
+    sampling[k] = &seqs_.at(inputs[k].id).sampling;
+    decode += inputs[k].tokens.size() == 1;
+    if (inputs[k].tokens.size() == 1 && inputs[k].tokens[0] == kLastSampled)
+      last_row[k] = last_rows_.at(inputs[k].id);
+  }
+  HostBuffers& h = host_[f.buffer];
   const int bucket = (decode == n && !any_logits && !profiler_) ? decode_bucket(n) : 0;
-  const StepPlan plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
-                                        meta_host_.as<char>(), dmeta());
-  if (step_timing_) RILL_CUDA(cudaEventRecord(step_begin_.get(), stream_));
-  RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), plan.layout.bytes, cudaMemcpyHostToDevice, stream_));
+  f.plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
+                           last_row, h.meta.as<char>(), dmeta());
+  enqueue_step(inputs, f.plan, bucket, h);
+  last_rows_.clear();
+  for (int k = 0; k < n; ++k) {
+    if (f.plan.sampled_index[k] < 0) continue;
+    ++seqs_.at(inputs[k].id).sampling.step;  // the draw this step makes
+    last_rows_[inputs[k].id] = f.plan.sampled_index[k];
+  }
+  next_buffer_ = (next_buffer_ + 1) % kMaxStepsInFlight;
+  in_flight_.push_back(std::move(f));
+}
+
+void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan& plan, int bucket,
+                              HostBuffers& h) {
+  const int n = static_cast<int>(inputs.size());
+  if (step_timing_) RILL_CUDA(cudaEventRecord(h.begin.get(), stream_));
+  RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), h.meta.get(), plan.layout.bytes,
+                            cudaMemcpyHostToDevice, stream_));
   // Penalised sequences still in their prompt: remember the prompt tokens on the GPU.
   for (int k = 0; k < n; ++k) {
-    const cuda::SamplingSlot& s = *sampling[k];
+    const cuda::SamplingSlot& s = seqs_.at(inputs[k].id).sampling;
     if (s.state_slot < 0 || s.step > 0 || s.params.repetition_penalty == 1.0f) continue;
     const int32_t* toks = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
-    RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), c.vocab_size, s.state_slot, toks,
+    RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), config_.vocab_size,
+                                          s.state_slot, toks,
                                           static_cast<int>(inputs[k].tokens.size()), stream_));
   }
   if (bucket > 0) {
@@ -339,35 +388,39 @@ StepOutput CudaRunner::step(std::span<const StepInput> inputs) {
     enqueue_forward(plan, plan.any_logits);
   }
   if (plan.shape.sampled > 0)
-    RILL_CUDA(cudaMemcpyAsync(sampled_host_.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
+    RILL_CUDA(cudaMemcpyAsync(h.sampled.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
                               cudaMemcpyDeviceToHost, stream_));
-  if (step_timing_) RILL_CUDA(cudaEventRecord(step_end_.get(), stream_));
-  RILL_CUDA(cudaStreamSynchronize(stream_));
-  if (step_timing_) {
+  RILL_CUDA(cudaEventRecord(h.end.get(), stream_));
+}
+
+StepOutput CudaRunner::finish() {
+  if (in_flight_.empty()) throw_nothing_in_flight();
+  const InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (f.empty) return {};
+  HostBuffers& h = host_[f.buffer];
+  RILL_CUDA(cudaEventSynchronize(h.end.get()));
+  if (f.timed) {
     float ms = 0;
-    RILL_CUDA(cudaEventElapsedTime(&ms, step_begin_.get(), step_end_.get()));
+    RILL_CUDA(cudaEventElapsedTime(&ms, h.begin.get(), h.end.get()));
     last_step_gpu_ms_ = ms;
   }
   if (profiler_) {
     profiler_->collect(profile_);
     ++profile_.steps;
   }
-  return collect_outputs(inputs, plan);
+  return collect_outputs(f.plan, h.sampled.as<int32_t>());
 }
 
-StepOutput CudaRunner::collect_outputs(std::span<const StepInput> inputs, const StepPlan& plan) {
-  const int n = static_cast<int>(inputs.size());
+StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const int32_t* sampled) const {
+  const int n = static_cast<int>(plan.sampled_index.size());
   StepOutput out;
   out.sampled.assign(n, -1);
   out.logits_row.assign(n, -1);
-  const int32_t* sampled = sampled_host_.as<int32_t>();
   const float* logits = logits_host_.as<float>();
   int64_t kept = 0;
   for (int k = 0; k < n; ++k) {
-    if (plan.sampled_index[k] >= 0 && inputs[k].sample) {
-      out.sampled[k] = sampled[plan.sampled_index[k]];
-      ++seqs_.at(inputs[k].id).sampling.step;
-    }
+    if (plan.sampled_index[k] >= 0) out.sampled[k] = sampled[plan.sampled_index[k]];
     if (plan.logits_first[k] >= 0) {
       const size_t V = config_.vocab_size;
       out.logits.insert(out.logits.end(), logits + size_t(plan.logits_first[k]) * V,

@@ -5,6 +5,7 @@
 // device, and only sampled tokens (and logits when asked for) come back.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,7 +42,12 @@ class CudaRunner final : public ModelRunner {
   const KvCacheManager& kv() const override { return *kv_; }
   void add_sequence(const SequenceSpec& spec) override;
   void remove_sequence(SeqId id) override;
-  StepOutput step(std::span<const StepInput> inputs) override;
+  /// Queues the step on the GPU and returns: with a second step in flight, the GPU runs the two
+  /// back to back while the host prepares the next (kLastSampled feeds tokens on the device).
+  /// A step that returns logits may not be launched while another that returns logits is in
+  /// flight, nor anything while a profiled step is.
+  void launch(std::span<const StepInput> inputs) override;
+  StepOutput finish() override;
 
   // Introspection for rill-bench and tests.
   kernels::DType dtype() const { return weights_->dtype(); }
@@ -96,6 +102,20 @@ class CudaRunner final : public ModelRunner {
   struct SeqInfo {
     cuda::SamplingSlot sampling;
   };
+  // What a launched step leaves for finish(): its plan and which host-side buffers it uses.
+  struct InFlight {
+    cuda::StepPlan plan;
+    int buffer = 0;
+    bool timed = false;  // begin event recorded (step timing on at launch)
+    bool empty = false;  // no inputs: nothing was queued
+  };
+  // Host-side buffers, one set per step in flight: the next step's metadata is written while the
+  // previous step's may still be waiting for its upload, and the previous step's tokens are still
+  // to be read while the next step downloads its own.
+  struct HostBuffers {
+    cuda::PinnedMemory meta, sampled;
+    cuda::Event begin, end;  // around the step's copies and kernels; finish() waits for `end`
+  };
   class Profiler;
 
   void allocate_buffers();
@@ -104,7 +124,12 @@ class CudaRunner final : public ModelRunner {
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
   // sampling steps of the sequences that sampled).
-  StepOutput collect_outputs(std::span<const StepInput> inputs, const cuda::StepPlan& plan);
+  StepOutput collect_outputs(const cuda::StepPlan& plan, const int32_t* sampled) const;
+  // Validates the step and appends its tokens to the caches; returns each input's first position.
+  std::vector<int64_t> admit(std::span<const StepInput> inputs, bool& any_logits);
+  // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
+  void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
+                    HostBuffers& h);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
@@ -133,7 +158,6 @@ class CudaRunner final : public ModelRunner {
   EngineOptions options_;
   bool step_timing_ = false;
   double last_step_gpu_ms_ = 0;
-  cuda::Event step_begin_, step_end_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::unique_ptr<cuda::Gemm> gemm_;
@@ -170,9 +194,14 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory prompt_mask_;    // [max_batch, V] uint8
   std::vector<int32_t> free_state_slots_;
   cuda::DeviceMemory meta_dev_;
-  cuda::PinnedMemory meta_host_, logits_host_, sampled_host_;
+  cuda::PinnedMemory logits_host_;
+  HostBuffers host_[kMaxStepsInFlight];
+  std::deque<InFlight> in_flight_;  // launched steps, oldest first
+  int next_buffer_ = 0;             // host_ set of the next launch
 
   std::unordered_map<SeqId, SeqInfo> seqs_;
+  // Row of sampled_ holding each sequence's token from the last launched step (kLastSampled).
+  std::unordered_map<SeqId, int> last_rows_;
   std::map<int, cudaGraphExec_t> graphs_;
   std::map<int, cuda::StepShape> graph_shapes_;
   std::unique_ptr<Profiler> profiler_;

@@ -100,9 +100,10 @@ StepLayout StepLayout::make(const StepShape& s) {
   return L;
 }
 
-StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>& starts, const KvCacheManager& kv,
-                   int max_blocks, int pad_decode_to, int32_t trash_block,
-                   const std::vector<const SamplingSlot*>& sampling, char* out, const char* device_base) {
+StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
+                   const KvCacheManager& kv, int max_blocks, int pad_decode_to, int32_t trash_block,
+                   const std::vector<const SamplingSlot*>& sampling,
+                   std::span<const int32_t> last_row, char* out, const char* device_base) {
   const int bs = kv.block_size();
   const int n = static_cast<int>(inputs.size());
   StepPlan plan;
@@ -181,7 +182,10 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
       const int k = decode_inputs[r];
       const KvSequence& s = kv.sequence(inputs[k].id);
       const int64_t pos = starts[k];
-      w.at<int32_t>(L.tokens)[r] = inputs[k].tokens[0];
+      const int32_t token = inputs[k].tokens[0];
+      if (token == kLastSampled && last_row[k] < 0)
+        throw Error(ErrorCode::kInternal, "kLastSampled without a row");
+      w.at<int32_t>(L.tokens)[r] = token == kLastSampled ? -1 - last_row[k] : token;
       w.at<int64_t>(L.positions)[r] = pos;
       w.at<int64_t>(L.sink_positions)[r] = s.geometry.sink_query_pos(pos);
       w.at<int32_t>(L.rope_slot)[r] = physical_slot(s, pos, bs);

@@ -1,4 +1,5 @@
-// Embedding gather: out[t, :] = float(table[tokens[t], :]), a zero row for ids outside [0, vocab).
+// Embedding gather: out[t, :] = float(table[id, :]) for id = tokens[t] (or, negative, the token
+// previous[-1 - tokens[t]] a previous step sampled), a zero row for ids outside [0, vocab).
 #include <algorithm>
 
 #include "launch.cuh"
@@ -13,14 +14,17 @@ constexpr int kThreads = 256;
 // grid (num_tokens, column blocks); VEC: 16-byte loads of 8 elements (hidden % 8 == 0, aligned).
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(kThreads)
-    embedding_kernel(const T* __restrict__ table,         // [vocab, hidden]
-                     const int32_t* __restrict__ tokens,  // [num_tokens]
-                     float* __restrict__ out,             // [num_tokens, hidden]
+    embedding_kernel(const T* __restrict__ table,           // [vocab, hidden]
+                     const int32_t* __restrict__ tokens,    // [num_tokens]
+                     const int32_t* __restrict__ previous,  // [num_previous] or null
+                     int num_previous,
+                     float* __restrict__ out,  // [num_tokens, hidden]
                      int hidden, int vocab) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
   const int t = blockIdx.x;
-  const int id = tokens[t];
+  int id = tokens[t];
+  if (id < 0 && previous) id = -1 - id < num_previous ? previous[-1 - id] : -1;
   const bool valid = id >= 0 && id < vocab;
   const T* src = table + static_cast<int64_t>(valid ? id : 0) * hidden;
   float* dst = out + static_cast<int64_t>(t) * hidden;
@@ -44,6 +48,8 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
     return invalid_argument("embedding: negative size");
   if (p.num_tokens == 0 || p.hidden == 0) return cudaSuccess;
   if (!p.table || !p.tokens || !p.out) return invalid_argument("embedding: null pointer");
+  if (p.num_previous < 0 || (p.num_previous > 0 && !p.previous))
+    return invalid_argument("embedding: num_previous without previous");
   const bool vec = p.hidden % kVec == 0 && is_aligned16(p.table) && is_aligned16(p.out);
   // Enough column blocks that one row of a long hidden is still spread over a few SMs at decode.
   const int per_block = kThreads * (vec ? kVec : 1);
@@ -53,10 +59,10 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
     const T* table = static_cast<const T*>(p.table);
     if (vec) {
       launch_kernel(embedding_kernel<T, true>, dim3(grid), dim3(kThreads), 0, stream, table,
-                    p.tokens, p.out, p.hidden, p.vocab);
+                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab);
     } else {
       launch_kernel(embedding_kernel<T, false>, dim3(grid), dim3(kThreads), 0, stream, table,
-                    p.tokens, p.out, p.hidden, p.vocab);
+                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab);
     }
     return launch_status();
   });

@@ -11,6 +11,7 @@
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
 #include "engine/runner_factory.h"
+#include "tests/engine/pipelining.h"
 #include "tests/engine/random_model.h"
 
 namespace rill {
@@ -287,6 +288,33 @@ TEST(CpuRunner, BadInputsAreRejectedWithoutSideEffects) {
   neg.temperature = -1;
   EXPECT_THROW(r.add_sequence({2, CachePolicy::full(), neg}), Error);
   EXPECT_THROW(r.add_sequence({3, CachePolicy::streaming(4, 5000), {}}), Error);
+}
+
+// Steps in flight (launch / finish with kLastSampled) give the tokens of plain steps, greedy and
+// seeded with penalties, also when a sequence is removed while a step holding it is in flight.
+TEST(CpuRunner, PipelinedDecodeEqualsSteps) {
+  const Model m = random_model(tiny_llama_config());
+  const std::vector<std::vector<int32_t>> prompts = {
+      token_stream(7, 97, 1), token_stream(12, 97, 2), token_stream(3, 97, 3)};
+  SamplingParams seeded{.temperature = 0.9f, .top_p = 0.95f, .seed = 11};
+  seeded.repetition_penalty = 1.2f;
+  for (const SamplingParams& sp : {SamplingParams{.temperature = 0.0f}, seeded}) {
+    CpuRunner a(m, {.num_threads = 2}), b(m, {.num_threads = 2});
+    const auto plain =
+        testing::decode_tokens(a, prompts, CachePolicy::streaming(2, 8), 14, false, sp);
+    const auto piped =
+        testing::decode_tokens(b, prompts, CachePolicy::streaming(2, 8), 14, true, sp);
+    ASSERT_EQ(plain.size(), 3u);
+    EXPECT_EQ(plain[0].size(), 15u);
+    EXPECT_EQ(plain[1].size(), 8u);  // prefill + 7 decode steps before its removal
+    EXPECT_EQ(piped, plain);
+  }
+}
+
+TEST(CpuRunner, StepsInFlightFollowTheRules) {
+  const Model m = random_model(tiny_llama_config());
+  CpuRunner r(m, {.num_threads = 1});
+  testing::expect_launch_rules(r);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/runner_factory.h"
 #include "tests/engine/golden.h"
+#include "tests/engine/pipelining.h"
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
@@ -429,6 +430,55 @@ TEST(CudaRunner, SeededSamplingIsReproducible) {
   EXPECT_EQ(a.tokens, b.tokens);
   req.sampling.seed = 6;
   EXPECT_NE(generate(*r, 3, req, nullptr).tokens, a.tokens);
+}
+
+// Steps in flight: decode step n + 1 launched with kLastSampled tokens before step n is finished
+// gives the tokens of plain steps, from graphs and eager launches, greedy and seeded with
+// penalties (the sampler's step counter and penalty state advance on the device), also when a
+// sequence is removed while a step holding it is in flight.
+TEST(CudaRunner, PipelinedDecodeEqualsSteps) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t k = 0; k < 3; ++k) prompts.push_back(cases[k].prompt);
+  SamplingParams seeded{
+      .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 5};
+  for (bool graphs : {true, false}) {
+    for (const SamplingParams& sp : {SamplingParams{.temperature = 0.0f}, seeded}) {
+      SCOPED_TRACE(std::string(graphs ? "graphs" : "eager") +
+                   (sp.greedy() ? " greedy" : " seeded"));
+      auto tokens = [&](bool pipelined) {  // one runner at a time: each takes 30% of the GPU
+        auto r = cuda_runner(m, graphs);
+        return testing::decode_tokens(*r, prompts, CachePolicy::streaming(4, 28), 40, pipelined,
+                                      sp);
+      };
+      const auto plain = tokens(false), piped = tokens(true);
+      ASSERT_EQ(plain[0].size(), 41u);
+      EXPECT_EQ(piped, plain);
+    }
+  }
+}
+
+TEST(CudaRunner, StepsInFlightFollowTheRules) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  for (bool graphs : {true, false}) {
+    auto r = cuda_runner(m, graphs);
+    testing::expect_launch_rules(*r);
+    // Logits go through one host buffer: two steps returning them cannot be in flight together.
+    r->add_sequence({7, CachePolicy::full(), {}});
+    r->add_sequence({8, CachePolicy::full(), {}});
+    const int32_t prompt[2] = {3, 4};
+    StepInput a{7, std::span<const int32_t>(prompt, 2), LogitsMode::kLast, false};
+    StepInput b{8, std::span<const int32_t>(prompt, 2), LogitsMode::kLast, false};
+    r->launch(std::span<const StepInput>(&a, 1));
+    EXPECT_THROW(r->launch(std::span<const StepInput>(&b, 1)), Error);
+    EXPECT_EQ(r->kv().sequence(8).num_tokens, 0);
+    EXPECT_EQ(r->finish().logits.size(), size_t(m.config.vocab_size));
+    r->launch(std::span<const StepInput>(&b, 1));
+    EXPECT_EQ(r->finish().logits.size(), size_t(m.config.vocab_size));
+  }
 }
 
 #else

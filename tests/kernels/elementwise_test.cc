@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -31,27 +32,41 @@ const char* dtype_name(DType t) {
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
+// The id the kernel looks up for token t (-1: a zero row): EmbeddingParams' contract.
+int32_t embedding_id(int32_t token, const std::vector<int32_t>& previous, bool use_previous) {
+  if (token < 0 && use_previous)
+    return -1 - token < int32_t(previous.size()) ? previous[-1 - token] : -1;
+  return token;
+}
+
 TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
   RILL_REQUIRE_GPU();
   std::mt19937 rng(1);
   const int vocab = 1000;
+  // Tokens sampled by a "previous step", some of them out of range.
+  const std::vector<int32_t> previous = {17, vocab - 1, -3, vocab + 2, 0};
   for (DType dt : kDTypes) {
     for (int hidden : {64, 769, 4096, 5125}) {
-      for (bool offset_table : {false, true}) {  // offset: a misaligned table, the scalar path
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool offset_table = variant == 1;  // a misaligned table: the scalar path
+        const bool use_previous = variant == 2;  // negative ids name previous[-1 - id]
         SCOPED_TRACE(std::string(dtype_name(dt)) + " hidden=" + std::to_string(hidden) +
-                     (offset_table ? " offset" : ""));
+                     " variant=" + std::to_string(variant));
         const std::vector<float> table = rounded_random(size_t(vocab) * hidden, rng, dt);
         std::vector<int32_t> tokens(33);
         for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = int32_t((t * 7919) % vocab);
         tokens[0] = 0, tokens[1] = vocab - 1, tokens[2] = -1, tokens[3] = vocab,
         tokens[4] = 1 << 30;
+        for (int i = 0; i < 6; ++i) tokens[5 + i] = -1 - i;  // -6: past the end of previous
+        tokens[11] = INT32_MIN;
         const int off = offset_table ? 1 : 0;
         std::vector<float> table_buf(table.size() + off, 0.0f);
         std::copy(table.begin(), table.end(), table_buf.begin() + off);
         DeviceBuffer d_table(table_buf.size(), 2), d_tokens(tokens.size(), 4),
-            d_out(tokens.size() * hidden, 4);
+            d_out(tokens.size() * hidden, 4), d_previous(previous.size(), 4);
         d_table.upload_floats(table_buf, dt);
         d_tokens.upload(tokens.data());
+        d_previous.upload(previous.data());
         d_out.poison();
         kernels::EmbeddingParams p;
         p.dtype = dt;
@@ -60,15 +75,23 @@ TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
         p.vocab = vocab;
         p.table = d_table.as<uint16_t>() + off;
         p.tokens = d_tokens.as<int32_t>();
+        if (use_previous) {
+          p.previous = d_previous.as<int32_t>();
+          p.num_previous = int(previous.size());
+        }
         p.out = d_out.as<float>();
         CUDA_OK(kernels::launch_embedding(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         EXPECT_TRUE(d_out.check_guards());
         std::vector<float> want(tokens.size() * hidden, 0.0f);
-        for (size_t t = 0; t < tokens.size(); ++t)
-          if (tokens[t] >= 0 && tokens[t] < vocab)
-            std::copy_n(table.begin() + size_t(tokens[t]) * hidden, hidden,
-                        want.begin() + t * hidden);
+        int from_previous = 0;
+        for (size_t t = 0; t < tokens.size(); ++t) {
+          const int32_t id = embedding_id(tokens[t], previous, use_previous);
+          from_previous += tokens[t] < 0 && id >= 0 && id < vocab;
+          if (id >= 0 && id < vocab)
+            std::copy_n(table.begin() + size_t(id) * hidden, hidden, want.begin() + t * hidden);
+        }
+        EXPECT_EQ(from_previous, use_previous ? 4 : 0);  // tokens 2 and 5 (-1), 6 (-2), 9 (-5)
         const std::vector<float> got = d_out.download_floats(dt);
         ASSERT_FALSE(has_nonfinite(got));
         EXPECT_EQ(max_abs_error(got, want), 0.0);

@@ -5,13 +5,17 @@
 
 namespace rill::kernels {
 
-/// out[t, :] = float(table[tokens[t], :]); ids outside [0, vocab) give a zero row.
+/// out[t, :] = float(table[id, :]) with id = tokens[t], or id = previous[-1 - tokens[t]] for a
+/// negative tokens[t] when `previous` is given (a token sampled by the step before, still on the
+/// device); ids outside [0, vocab) give a zero row.
 struct EmbeddingParams {
   DType dtype = DType::kF16;
   int num_tokens = 0, hidden = 0, vocab = 0;
-  const void* table = nullptr;     // [vocab, hidden]
-  const int32_t* tokens = nullptr; // [num_tokens]
-  float* out = nullptr;            // [num_tokens, hidden] fp32 residual stream
+  const void* table = nullptr;        // [vocab, hidden]
+  const int32_t* tokens = nullptr;    // [num_tokens]
+  const int32_t* previous = nullptr;  // optional: indexed by -1 - tokens[t]
+  int num_previous = 0;               // entries of `previous`; other negative ids give zero rows
+  float* out = nullptr;               // [num_tokens, hidden] fp32 residual stream
 };
 cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
 
