@@ -227,6 +227,7 @@ struct Variant {
   int gemv_config = -1;  // the GEMV's CTA shape (-1: the default rule)
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   bool early_kv = true, cluster = true;
+  int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
 };
 
 // The default, then each configuration the flags ask for at this batch size.
@@ -264,6 +265,12 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
   }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
+  for (int on : {0, 1}) {
+    if (!args.on(on ? "rope-fusion-on-too" : "rope-fusion-off-too")) continue;
+    Variant v{on ? "forced: RoPE in attention" : "off: RoPE in attention"};
+    v.rope_in_attention = on;
+    variants.push_back(v);
+  }
   return variants;
 }
 
@@ -278,6 +285,11 @@ void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int
   r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
   r.set_early_kv_loads(v.early_kv);
   r.set_cluster_merge(v.cluster);
+  if (v.rope_in_attention < 0) {
+    r.reset_rope_in_attention();  // the runner's own rule
+  } else {
+    r.set_rope_in_attention(v.rope_in_attention == 1);
+  }
 }
 
 void decode_table(Bench& b) {
@@ -352,30 +364,41 @@ void prefill_table(Bench& b) {
 // Per-category GPU time of eager decode steps at the first batch and context.
 // Where a graph-replayed decode step's time goes: each kernel's share of the critical path
 // (bench/kernel_trace.h), for every batch and context.
+void print_trace(Bench& b, int batch, const Variant& v, const DecodeResult& d);
+
 void trace_table(Bench& b) {
   if (!bench::kernel_trace_available()) {
     std::printf("\nkernel trace: this build has no CUPTI\n");
     return;
   }
+  const int deep_mask = b.r.gemv_deep_prologue();
   for (int batch : int_list(b.args.get("batch"))) {
     for (int ctx : int_list(b.args.get("context"))) {
-      const DecodeResult d = time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng,
-                                         b.eo.max_step_tokens, DecodeTiming::kTrace);
-      const bench::StepAttribution a = bench::attribute_steps(d.kernels);
-      std::printf(
-          "\nkernel timeline of a decode step (batch %d, %d cached, %s, %d steps traced): step "
-          "%.3f ms while traced, kernels span %.3f ms\n",
-          batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", a.steps, d.step_ms,
-          a.span_ms);
-      std::printf("  %-64s %9s %12s %7s %12s\n",
-                  "kernel [CTAs] after the kernel launched before it", "per step", "critical ms",
-                  "share", "resident us");
-      for (const auto& row : a.rows)
-        std::printf("  %-64s %9.1f %12.3f %6.1f%% %12.1f\n", row.label.c_str(), row.launches,
-                    row.marginal_ms, 100 * row.marginal_ms / std::max(a.span_ms, 1e-9),
-                    row.resident_us);
+      for (const Variant& v : decode_variants(b.args, batch)) {
+        apply_variant(b.r, v, b.eo, deep_mask);
+        const DecodeResult d = time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng,
+                                           b.eo.max_step_tokens, DecodeTiming::kTrace);
+        print_trace(b, batch, v, d);
+      }
     }
   }
+  apply_variant(b.r, Variant{}, b.eo, deep_mask);
+}
+
+// One traced configuration's table: each kernel's share of the critical path.
+void print_trace(Bench& b, int batch, const Variant& v, const DecodeResult& d) {
+  const bench::StepAttribution a = bench::attribute_steps(d.kernels);
+  std::printf(
+      "\nkernel timeline of a decode step (batch %d, %d cached, %s%s%s, %d steps traced): "
+      "step %.3f ms while traced, kernels span %.3f ms\n",
+      batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", v.off.empty() ? "" : ", ",
+      v.off.c_str(), a.steps, d.step_ms, a.span_ms);
+  std::printf("  %-64s %9s %12s %7s %12s\n", "kernel [CTAs] after the kernel launched before it",
+              "per step", "critical ms", "share", "resident us");
+  for (const auto& row : a.rows)
+    std::printf("  %-64s %9.1f %12.3f %6.1f%% %12.1f\n", row.label.c_str(), row.launches,
+                row.marginal_ms, 100 * row.marginal_ms / std::max(a.span_ms, 1e-9),
+                row.resident_us);
 }
 
 void breakdown(Bench& b) {
@@ -412,6 +435,12 @@ void declare_flags(cli::Args& args) {
   args.flag(
       "fusion-off-too",
       "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
+  args.flag("rope-fusion-off-too",
+            "also time every decode configuration with RoPE and the K/V write as their own kernel, "
+            "not inside decode attention");
+  args.flag("rope-fusion-on-too",
+            "also time every decode configuration with RoPE forced into decode attention (by "
+            "default only models without GQA run it there)");
   args.option("splits-sweep", "",
               "also time decode with decode attention forced to each of these split counts");
   args.option("gemv-configs", "",

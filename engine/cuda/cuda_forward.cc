@@ -46,7 +46,8 @@ Params attention_params(kernels::DType dtype, const ModelConfig& c, void* layer_
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
-void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache) {
+void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache,
+                                          const void* bias) {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   auto p =
@@ -63,6 +64,11 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
   p.early_kv_loads = early_kv_loads_;
   p.cluster_merge = cluster_merge_;
   p.workspace = attn_ws_.get();
+  if (rope_in_attention(plan)) {  // raw QKV rows; rope_table_ filled at the start of the step
+    p.rope.table = rope_table_.as<float>();
+    p.rope.rotary_dim = c.rope.rotary_dim;
+    p.rope.qkv_bias = bias;
+  }
   RILL_CUDA(kernels::launch_decode_attention(p, stream_));
 }
 
@@ -96,22 +102,23 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   timed(Profiler::kGemm, [&] {
     gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
   });
-  timed(Profiler::kNorm, [&] {
-    auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
-    p.num_tokens = T;
-    p.rotary_dim = c.rope.rotary_dim;
-    p.qkv = qkv_.get();
-    p.qkv_stride = c.qkv_dim();
-    p.qkv_bias = w.bqkv;
-    p.q_sink = q_sink_.get();
-    p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
-    p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
-    p.inv_freq = weights_->inv_freq();
-    p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
-    RILL_CUDA(kernels::launch_rope_kv(p, stream_));
-  });
+  if (!rope_in_attention(plan))
+    timed(Profiler::kNorm, [&] {
+      auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
+      p.num_tokens = T;
+      p.rotary_dim = c.rope.rotary_dim;
+      p.qkv = qkv_.get();
+      p.qkv_stride = c.qkv_dim();
+      p.qkv_bias = w.bqkv;
+      p.q_sink = q_sink_.get();
+      p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
+      p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
+      p.inv_freq = weights_->inv_freq();
+      p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
+      RILL_CUDA(kernels::launch_rope_kv(p, stream_));
+    });
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache);
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv);
     if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
   });
   if (sh.prefill > 0) {
@@ -255,6 +262,17 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     e.out = x_.as<float>();
     RILL_CUDA(kernels::launch_embedding(e, stream_));
   });
+  if (rope_in_attention(plan))
+    timed(Profiler::kNorm, [&] {  // the angles of every layer's RoPE
+      kernels::RopeTableParams t;
+      t.num_tokens = sh.tokens;
+      t.rotary_dim = c.rope.rotary_dim;
+      t.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
+      t.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
+      t.inv_freq = weights_->inv_freq();
+      t.table = rope_table_.as<float>();
+      RILL_CUDA(kernels::launch_rope_table(t, stream_));
+    });
   const cuda::DeviceLayer& l0 = weights_->layers()[0];
   kernels::AddNormParams first;  // the first layer's norm(s) of the embeddings
   first.weight0 = l0.attn_norm;

@@ -121,6 +121,16 @@ void CudaRunner::set_early_kv_loads(bool on) {
   drop_graphs();
 }
 
+void CudaRunner::set_rope_in_attention(bool on) {
+  rope_in_attention_ = on ? 1 : 0;
+  drop_graphs();
+}
+
+void CudaRunner::reset_rope_in_attention() {
+  rope_in_attention_ = -1;
+  drop_graphs();
+}
+
 void CudaRunner::set_cluster_merge(bool on) {
   cluster_merge_ = on;
   drop_graphs();
@@ -153,6 +163,7 @@ void CudaRunner::allocate_buffers() {
   if (c.parallel_residual) h2_ = DeviceMemory(T * H * esize(), "activations");
   qkv_ = DeviceMemory(T * c.qkv_dim() * esize(), "activations");
   q_sink_ = DeviceMemory(T * c.q_dim() * esize(), "activations");
+  rope_table_ = DeviceMemory(std::max<size_t>(T * 2 * c.rope.rotary_dim * 4, 16), "activations");
   attn_ = DeviceMemory(T * c.q_dim() * esize(), "activations");
   o_ = DeviceMemory(T * H * esize(), "activations");
   up_ = DeviceMemory(T * up_width * esize(), "activations");

@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/runner.h"
 #include "engine/runner_factory.h"
+#include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 
 namespace rill {
@@ -83,6 +84,12 @@ class CudaRunner final : public ModelRunner {
   /// Decode attention merges its splits inside a thread-block cluster
   /// (kernels::DecodeAttentionParams::cluster_merge) on/off; re-captures graphs.
   void set_cluster_merge(bool on);
+  /// Decode-only steps rotate q and the newest key and write the newest K/V inside decode
+  /// attention (kernels::DecodeRope): forced on or off (off runs the RoPE + K/V-write kernel
+  /// before it). By default it is on where it was measured to pay: models without GQA, attention
+  /// in several splits (docs/performance.md). Re-captures graphs.
+  void set_rope_in_attention(bool on);
+  void reset_rope_in_attention();  // back to the default rule
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
@@ -140,7 +147,7 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache);
+  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
@@ -173,12 +180,29 @@ class CudaRunner final : public ModelRunner {
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
   bool early_kv_loads_ = true;
   bool cluster_merge_ = true;
+  // RoPE inside decode attention: -1 the default rule, else forced off (0) / on (1). The rule,
+  // from H100 measurements (docs/performance.md, ninth session): on for models without GQA when
+  // attention runs in several splits (Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms, batch 8
+  // 0.05-0.07 ms); off with one split, where the rotation lengthens each CTA's long critical path
+  // (7B fp8 4 + 252: 0.05 ms lost), and for GQA (Llama-3-8B lost 0.04-0.16 ms).
+  int rope_in_attention_ = -1;
+  // RoPE inside decode attention this step: decode rows only, shapes the kernel takes.
+  bool rope_in_attention(const cuda::StepPlan& plan) const {
+    const bool on = rope_in_attention_ < 0
+                        ? config_.num_kv_heads == config_.num_heads &&
+                              attention_splits(plan.shape.decode, plan.max_decode_keys) > 1
+                        : rope_in_attention_ == 1;
+    return on && plan.shape.prefill == 0 &&
+           kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
+                                          layout_.cache_dtype);
+  }
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream
   cuda::DeviceMemory h_, h2_;   // [T, H] normed inputs (h2: GPT-NeoX's MLP branch)
   cuda::DeviceMemory qkv_;      // [T, qkv_dim]
   cuda::DeviceMemory q_sink_;   // [T, q_dim]
+  cuda::DeviceMemory rope_table_;  // [T, 4, rotary_dim / 2] (decode steps, RoPE in attention)
   cuda::DeviceMemory attn_;     // [T, q_dim]
   cuda::DeviceMemory o_;        // [T, H]
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]

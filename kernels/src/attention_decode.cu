@@ -46,6 +46,11 @@
 // stages stream while the RoPE / K/V-write kernel before this one runs; the newest key's row is
 // read directly after the wait.
 //
+// RoPE fused in (DecodeAttentionParams::rope): q and the newest key are rotated from the raw QKV
+// row right after pdl_wait(), where the unfused kernel reads them ready; the newest K and V are
+// always taken from registers (never through the ring, which another CTA's write would race) and
+// written to the cache by the CTAs of head chunk 0.
+//
 // fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
 // keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
@@ -65,6 +70,7 @@
 #include "fp8.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
+#include "rope_math.cuh"
 
 namespace rill::kernels {
 namespace {
@@ -111,6 +117,12 @@ struct DecodeArgs {
   float v_scale;  // fp8 cache: applied to the accumulated values
   bool early_kv_loads;
   bool cluster;  // the splits of a group form one thread-block cluster and merge through DSMEM
+  // RoPE fused in (DecodeRope); rope_table null when not. q then points at raw QKV rows.
+  const float* rope_table;  // [num_seqs][4][rot_half]
+  const void* qkv_bias;     // [(num_heads + 2 * kv_heads) * D] or null
+  int rot_half;             // rotary_dim / 2
+  int kv_heads;             // v heads start at (num_heads + kv_heads) * D in a QKV row
+  float k_scale;            // fp8: the newest key is stored as e4m3(k / k_scale)
 };
 
 /// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
@@ -194,6 +206,100 @@ __device__ __forceinline__ void load_query(float (&q)[GH][E], const T* row, int 
       q[h][e] = d < D ? to_float(src[d]) * scale_log2 : 0.0f;
     }
   }
+}
+
+/// E consecutive elements of T at p (16-byte aligned) as floats.
+template <typename T, int E>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[E]) {
+  static_assert(E % 8 == 0);
+#pragma unroll
+  for (int v = 0; v < E / 8; ++v) {
+    float g[8];
+    attn::unpack8<T>(reinterpret_cast<const uint4*>(p)[v], g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[8 * v + e] = g[e];
+  }
+}
+
+/// Dims d0 .. d0 + E of raw QKV head row x (+ bias b) after RoPE by the angles of table row `cs`
+/// (cosines at [0, half), sines at [half, 2 half)), rounded to T: what rope_kv stores (same
+/// arithmetic). The E dims lie on one side of the rotary halves (half % E == 0, see
+/// decode_rope_supported); x, b and the table are 16-byte aligned there.
+template <typename T, int E>
+__device__ __forceinline__ void roped(const T* x, const T* b, const float* cs, int half, int d0,
+                                      float (&y)[E]) {
+  float own[E];
+  load_vec<T, E>(x + d0, own);
+  if (b) {
+    float bv[E];
+    load_vec<T, E>(b + d0, bv);
+#pragma unroll
+    for (int e = 0; e < E; ++e) own[e] = own[e] + bv[e];
+  }
+  if (d0 < 2 * half) {
+    const bool first = d0 < half;
+    const int pd = first ? d0 + half : d0 - half, i0 = first ? d0 : pd;
+    float other[E], c[E], sn[E];
+    load_vec<T, E>(x + pd, other);
+    if (b) {
+      float bv[E];
+      load_vec<T, E>(b + pd, bv);
+#pragma unroll
+      for (int e = 0; e < E; ++e) other[e] = other[e] + bv[e];
+    }
+#pragma unroll
+    for (int v = 0; v < E / 4; ++v) {
+      const float4 cv = reinterpret_cast<const float4*>(cs + i0)[v];
+      const float4 sv = reinterpret_cast<const float4*>(cs + half + i0)[v];
+      c[4 * v] = cv.x, c[4 * v + 1] = cv.y, c[4 * v + 2] = cv.z, c[4 * v + 3] = cv.w;
+      sn[4 * v] = sv.x, sn[4 * v + 1] = sv.y, sn[4 * v + 2] = sv.z, sn[4 * v + 3] = sv.w;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      own[e] = first ? rope_first(own[e], other[e], c[e], sn[e])
+                     : rope_second(other[e], own[e], c[e], sn[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) y[e] = to_float(from_float<T>(own[e]));
+}
+
+/// load_query from a raw QKV row (+ bias), rotated by the angles of table row `cs`.
+template <typename T, int D, int GH, int E>
+__device__ __forceinline__ void load_query_roped(float (&q)[GH][E], const T* row, const T* bias,
+                                                 const float* cs, int half, int h0, int nh,
+                                                 int lane, bool active, float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < GH; ++h) {
+    const int64_t off = static_cast<int64_t>(h0 + min(h, nh - 1)) * D;
+    float y[E];
+    if (active) {
+      roped<T, E>(row + off, bias ? bias + off : nullptr, cs, half, lane * E, y);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) y[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) q[h][e] = y[e] * scale_log2;
+  }
+}
+
+/// E values already rounded to T as the cache stores them in one 16-byte vector: T itself, or
+/// e4m3(v / scale) as rope_kv's fp8 store (lowest element in the lowest byte).
+template <typename T, typename C, int E>
+__device__ __forceinline__ uint4 pack_cached(const float (&f)[E], float scale) {
+  uint4 u;
+  if constexpr (kIsFp8<C>) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = quantize2_fp8(f[4 * i], f[4 * i + 1], scale) |
+             quantize2_fp8(f[4 * i + 2], f[4 * i + 3], scale) << 16;
+  } else {
+    T* h = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int e = 0; e < E; ++e) h[e] = from_float<T>(f[e]);
+  }
+  return u;
 }
 
 /// Per-thread online-softmax state of GH heads over this thread's E dims.
@@ -311,12 +417,13 @@ __device__ __forceinline__ void attend_step(const uint4 (&kraw)[kU], const uint4
 /// step are fetched one step before its loads are issued. The first kStages steps' loads are
 /// issued before prepare() runs (it waits for the previous kernel and fills q), except key j_new
 /// (the sequence's newest, written by that kernel): its K and V are read directly after it.
-template <typename T, typename C, int D, int GH, typename Prepare>
+template <typename T, typename C, int D, int GH, typename Prepare, typename Newest>
 __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGeo& geo, int j_begin,
                                             int j_end, int j_new, bool sinks, int grp, int lane,
                                             bool active, float (&q)[GH][DecodeShape<D, C>::kVec],
                                             SoftmaxState<GH, DecodeShape<D, C>::kVec>& st,
-                                            uint4* ring, Prepare&& prepare) {
+                                            uint4* ring, bool fused_rope, Prepare&& prepare,
+                                            Newest&& newest) {
   using Shape = DecodeShape<D, C>;
   constexpr int kU = decode_unroll<GH, Shape::kVec>();
   constexpr int kStages = decode_stages<GH, Shape::kVec>();
@@ -325,8 +432,9 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   const int n_steps = (j_end - j_begin + kStep - 1) / kStep;
   uint4* mine = ring + threadIdx.x;
   // Only the first kStages steps are issued before prepare(): the newest key needs the direct
-  // read only when it falls among them; later steps copy it like any other key.
-  if (j_new >= j_begin && (j_new - j_begin) / kStep >= kStages) j_new = -1;
+  // read only when it falls among them; later steps copy it like any other key. With RoPE fused
+  // in it comes from registers wherever it falls (its cache row is written by this kernel).
+  if (!fused_rope && j_new >= j_begin && (j_new - j_begin) / kStep >= kStages) j_new = -1;
   int ps[kU];
   group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, j_new, sinks, active, ps);
   // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
@@ -350,16 +458,12 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   for (int n = 0; n < kStages; ++n) issue(n);
   prepare();
   // The newest key's row, when this group holds it: its slot is the sink slot j_new, or the
-  // window's newest rel index head_rel.
-  const bool has_new =
-      active && j_new >= j_begin && j_new < j_end && (j_new - j_begin) % kStep / kU == grp;
+  // window's newest rel index head_rel; newest(slot, k, v) reads or computes its vectors.
+  const bool has_new = active && j_new >= 0 && j_new >= j_begin && j_new < j_end &&
+                       (j_new - j_begin) % kStep / kU == grp;
   uint4 k_new = make_uint4(0, 0, 0, 0), v_new = k_new;
-  if (has_new) {
-    const int slot = sinks ? j_new : geo.ring_base + attn::ring_offset(geo.head_rel, geo.ring);
-    const C* k = kv.k_row(slot) + lane * Shape::kVec;
-    k_new = *reinterpret_cast<const uint4*>(k);
-    v_new = *reinterpret_cast<const uint4*>(k + kv.kv_stride);
-  }
+  if (has_new)
+    newest(sinks ? j_new : geo.ring_base + attn::ring_offset(geo.head_rel, geo.ring), k_new, v_new);
   for (int n = 0; n < n_steps; ++n) {
     const int jg = j_begin + n * kStep + grp * kU;  // this group's first key
     attn::cp_async_wait<kStages - 1>();             // step n has landed (this thread's copies)
@@ -436,7 +540,7 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
 /// Attends split `split`'s key range `range` (not empty) of sequence `seq` for the CTA's nh heads
 /// from h0 and writes the output (one split) or the split's partial result. `smem`: the load ring,
 /// then the merge of the thread groups.
-template <typename T, typename C, int D, int GH>
+template <typename T, typename C, int D, int GH, bool kRope>
 __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSeq& sq,
                                              KeyRange range, int split, int seq, int kvh, int h0,
                                              int nh, T* out, uint4* smem) {
@@ -466,22 +570,61 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   float q[GH][E];
   const int sink_end = min(range.hi, num_sink);
   const int j_new = n_keys - 1;  // written by this step: read only after pdl_wait()
+  constexpr bool fused = kRope;
+  const T* raw = static_cast<const T*>(a.q) + seq * a.q_stride;  // fused: the raw QKV row
+  const T* bias = static_cast<const T*>(a.qkv_bias);
+  const float* angles = fused ? a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half : nullptr;
+  // The newest key's and value's vectors of this lane: read from the cache, or (fused) computed
+  // from the raw QKV row as rope_kv stores them, and stored by the CTAs of head chunk 0.
+  const auto newest = [&](int slot, uint4& k_new, uint4& v_new) {
+    const C* k = kv.k_row(slot) + lane * E;
+    if constexpr (!fused) {
+      k_new = *reinterpret_cast<const uint4*>(k);
+      v_new = *reinterpret_cast<const uint4*>(k + kv.kv_stride);
+    } else {
+      const int64_t kh = static_cast<int64_t>(a.num_heads + kvh) * D;
+      const int64_t vh = static_cast<int64_t>(a.num_heads + a.kv_heads + kvh) * D;
+      float kf[E], vf[E];
+      roped<T, E>(raw + kh, bias ? bias + kh : nullptr, angles, a.rot_half, lane * E, kf);
+      roped<T, E>(raw + vh, bias ? bias + vh : nullptr, angles, 0, lane * E, vf);  // no rotation
+      k_new = pack_cached<T, C, E>(kf, a.k_scale);
+      v_new = pack_cached<T, C, E>(vf, a.v_scale);
+      if (blockIdx.y % a.head_chunks == 0) {
+        C* w = const_cast<C*>(k);
+        *reinterpret_cast<uint4*>(w) = k_new;
+        *reinterpret_cast<uint4*>(w + kv.kv_stride) = v_new;
+      }
+    }
+  };
+  const auto query = [&](bool sink) {
+    if constexpr (fused) {
+      load_query_roped<T, D, GH, E>(q, raw, bias, angles + (sink ? 2 * a.rot_half : 0), a.rot_half,
+                                    h0, nh, lane, active, a.scale_log2);
+    } else if (sink) {
+      load_query<T, D, GH, E>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0, nh,
+                              lane, a.scale_log2);
+    } else {
+      load_query<T, D, GH, E>(q, raw, h0, nh, lane, a.scale_log2);
+    }
+  };
   if (range.lo < sink_end) {
     attend_keys<T, C, D, GH>(
-        kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st, smem, [&] {
+        kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st, smem, fused,
+        [&] {
           pdl_wait();
-          load_query<T, D, GH, E>(q, static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride, h0,
-                                  nh, lane, a.scale_log2);
-        });
+          query(true);
+        },
+        newest);
   }
   const int win_begin = max(range.lo, num_sink);
   if (win_begin < range.hi) {
     attend_keys<T, C, D, GH>(
-        kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st, smem, [&] {
+        kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st, smem, fused,
+        [&] {
           pdl_wait();  // a no-op when the sinks section has waited
-          load_query<T, D, GH, E>(q, static_cast<const T*>(a.q) + seq * a.q_stride, h0, nh, lane,
-                                  a.scale_log2);
-        });
+          query(false);
+        },
+        newest);
   }
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
@@ -597,7 +740,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int
 }
 
 // C: the cache element type (T, or Fp8).
-template <typename T, typename C, int D, int GH>
+template <typename T, typename C, int D, int GH, bool kRope>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
   // See launch.cuh. The sequence table, the block tables and every K/V row but each sequence's
   // newest are not written by this step's kernels, so they are read before pdl_wait(): the first
@@ -620,7 +763,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   const KeyRange range =
       split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
   if (range.lo < range.hi) {
-    attend_range<T, C, D, GH>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
+    attend_range<T, C, D, GH, kRope>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
   } else {  // an empty split, or a sequence without keys
     pdl_wait();
     if (a.num_splits == 1) {
@@ -666,21 +809,21 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
     return launch_kernel_in_clusters(dim3(a.cluster ? a.num_splits : 1, 1, 1), kernel, dim3(grid),
                                      dim3(kDecodeThreads), 0, stream, a);
   };
-  cudaError_t err;
-  switch (gh) {
-    case 1:
-      err = launch(decode_attention_kernel<T, C, D, 1>);
-      break;
-    case 2:
-      err = launch(decode_attention_kernel<T, C, D, 2>);
-      break;
-    case 4:
-      err = launch(decode_attention_kernel<T, C, D, 4>);
-      break;
-    default:
-      err = launch(decode_attention_kernel<T, C, D, kMaxHeadsPerCta<C>>);
-      break;
-  }
+  // Instances with RoPE fused in are separate, so the plain ones stay exactly as they were.
+  const auto by_heads = [&]<bool kRope>() {
+    switch (gh) {
+      case 1:
+        return launch(decode_attention_kernel<T, C, D, 1, kRope>);
+      case 2:
+        return launch(decode_attention_kernel<T, C, D, 2, kRope>);
+      case 4:
+        return launch(decode_attention_kernel<T, C, D, 4, kRope>);
+      default:
+        return launch(decode_attention_kernel<T, C, D, kMaxHeadsPerCta<C>, kRope>);
+    }
+  };
+  const cudaError_t err = args.rope_table ? by_heads.template operator()<true>()
+                                          : by_heads.template operator()<false>();
   return err != cudaSuccess ? err : launch_status();
 }
 
@@ -706,6 +849,12 @@ cudaError_t dispatch_decode_head_dim(int head_dim, Body&& body) {
 
 }  // namespace
 
+bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype) {
+  const int lane_dims = cache_dtype == KvDType::kFp8E4M3 ? 16 : 8;  // DecodeShape::kVec
+  return head_dim % lane_dims == 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim &&
+         (rotary_dim / 2) % lane_dims == 0;
+}
+
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
   if (num_splits <= 1 || num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
   // Sized by num_splits * num_seqs records per head; smaller launches use a prefix of it.
@@ -730,6 +879,19 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
     return invalid_argument("decode attention: null q, seqs, cache or out");
   if (!attn::aligned16(p.cache))
     return invalid_argument("decode attention: the cache must be 16-byte aligned");
+  if (p.rope.table) {
+    if (p.rope.rotary_dim < 0 || p.rope.rotary_dim % 2 || p.rope.rotary_dim > p.head_dim)
+      return invalid_argument("decode attention: unsupported rotary_dim=" +
+                              std::to_string(p.rope.rotary_dim));
+    if (p.q_stride < static_cast<int64_t>(p.num_heads + 2 * p.num_kv_heads) * p.head_dim)
+      return invalid_argument("decode attention: RoPE fused in needs whole QKV rows (q_stride)");
+    if (!decode_rope_supported(p.head_dim, p.rope.rotary_dim, p.layout.cache_dtype) ||
+        p.q_stride % 8 || !attn::aligned16(p.q) || !attn::aligned16(p.rope.qkv_bias) ||
+        !attn::aligned16(p.rope.table))
+      return invalid_argument(
+          "decode attention: RoPE fused in needs rotary_dim / 2 a multiple of "
+          "a lane's dims and 16-byte aligned rows");
+  }
 
   const bool fp8 = p.layout.cache_dtype == KvDType::kFp8E4M3;
   const int group = p.num_heads / p.num_kv_heads;
@@ -758,6 +920,11 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.num_seqs = p.num_seqs;
   args.out = p.out;
   args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;
+  args.rope_table = p.rope.table;
+  args.qkv_bias = p.rope.qkv_bias;
+  args.rot_half = p.rope.rotary_dim / 2;
+  args.kv_heads = p.num_kv_heads;
+  args.k_scale = p.layout.k_scale;
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
   return dispatch_dtype(p.dtype, [&]<typename T>() {

@@ -17,6 +17,7 @@
 #include "kv_cache.cuh"
 #include "launch.cuh"
 #include "rill/kernels/rope.h"
+#include "rope_math.cuh"
 #include "vec.cuh"
 
 namespace rill::kernels {
@@ -24,7 +25,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 256;
-constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 // Loads S elements at p (+ bias at b, when given) into f.
 template <typename T, int S>
@@ -33,7 +33,7 @@ __device__ __forceinline__ void load_s(const T* p, const T* b, float (&f)[kVec])
     load8(p, f);
     if (b) add8(b, f);
   } else {
-    f[0] = to_float<T>(*p) + (b ? to_float<T>(*b) : 0.0f);
+    f[0] = b ? to_float<T>(*p) + to_float<T>(*b) : to_float<T>(*p);  // as the vector path
   }
 }
 
@@ -72,15 +72,9 @@ __device__ __forceinline__ void rotate(const float (&x1)[kVec], const float (&x2
                                        float (&y2)[kVec]) {
 #pragma unroll
   for (int e = 0; e < S; ++e) {
-    y1[e] = x1[e] * cos_t[e] - x2[e] * sin_t[e];
-    y2[e] = x2[e] * cos_t[e] + x1[e] * sin_t[e];
+    y1[e] = rope_first(x1[e], x2[e], cos_t[e], sin_t[e]);
+    y2[e] = rope_second(x1[e], x2[e], cos_t[e], sin_t[e]);
   }
-}
-
-__device__ __forceinline__ void angle_sincos(int64_t pos, float inv_freq, float* sin_out,
-                                             float* cos_out) {
-  const double angle = fmod(static_cast<double>(pos) * static_cast<double>(inv_freq), kTwoPi);
-  sincosf(static_cast<float>(angle), sin_out, cos_out);
 }
 
 // C: the cache element type (T, or Fp8).
@@ -158,7 +152,32 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
   }
 }
 
+// grid (num_tokens), kThreads: row t of the table, see RopeTableParams.
+__global__ void __launch_bounds__(kThreads) rope_table_kernel(RopeTableParams p) {
+  pdl_launch_dependents();  // see launch.cuh
+  pdl_wait();
+  const int half = p.rotary_dim / 2;
+  const int64_t t = blockIdx.x;
+  float* row = p.table + t * 4 * half;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    angle_sincos(p.positions[t], p.inv_freq[i], &row[half + i], &row[i]);
+    if (p.sink_positions)
+      angle_sincos(p.sink_positions[t], p.inv_freq[i], &row[3 * half + i], &row[2 * half + i]);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_rope_table(const RopeTableParams& p, cudaStream_t stream) {
+  if (p.num_tokens < 0) return invalid_argument("rope_table: negative num_tokens");
+  if (p.rotary_dim < 0 || p.rotary_dim % 2 || p.rotary_dim > kMaxHeadDim)
+    return invalid_argument("rope_table: unsupported rotary_dim=" + std::to_string(p.rotary_dim));
+  if (p.num_tokens == 0 || p.rotary_dim == 0) return cudaSuccess;
+  if (!p.positions || !p.inv_freq || !p.table)
+    return invalid_argument("rope_table: positions, inv_freq and table are required");
+  launch_kernel(rope_table_kernel, dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
+  return launch_status();
+}
 
 cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0) return invalid_argument("rope_kv: negative num_tokens");

@@ -25,6 +25,21 @@ struct DecodeSeq {
   int32_t window_count = 0;
 };
 
+/// RoPE, the QKV bias and the write of each sequence's newest K and V, fused into decode attention
+/// (a step of decode rows only; the engine otherwise runs launch_rope_kv first). With `table` set:
+///   - q (q_stride) points at each sequence's raw QKV row, [q heads | k heads | v heads] x
+///   head_dim,
+///     as the QKV projection wrote it; q_sink is not read;
+///   - every CTA rotates its heads' q at positions[s] (table[s][0..1]) and, for the sinks, at
+///     sink_positions[s] (table[s][2..3]), and the newest key at positions[s], exactly as
+///     launch_rope_kv stores them (same arithmetic, same rounding: the output is bit-identical);
+///   - the newest key and value are written to the cache (which must be writable) at their slot.
+struct DecodeRope {
+  const float* table = nullptr;  // [num_seqs][4][rotary_dim / 2] (launch_rope_table), or null
+  int rotary_dim = 0;
+  const void* qkv_bias = nullptr;  // [(num_heads + 2 * num_kv_heads) * head_dim] or null
+};
+
 struct DecodeAttentionParams {
   DType dtype = DType::kF16;
   int num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
@@ -55,6 +70,7 @@ struct DecodeAttentionParams {
   /// num_splits > 1: 16-byte aligned, decode_attention_workspace_bytes(num_seqs, num_heads,
   /// head_dim, num_splits) bytes or more; zeroed once after allocation (cudaMemset), see below.
   void* workspace = nullptr;
+  DecodeRope rope;  // see DecodeRope; off by default
 };
 /// Bytes of the split-K workspace (0 when num_splits <= 1). Layout: records of
 /// (roundup(head_dim, 4) + 4) floats, 16-byte aligned, indexed [num_splits][num_seqs][num_heads]:
@@ -69,6 +85,10 @@ struct DecodeAttentionParams {
 /// head_dim stays the same (a record's size depends on it). Launches sharing a workspace must be
 /// ordered (one stream).
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits);
+/// True when decode attention can take RoPE fused in (DecodeRope) for these shapes: each lane's
+/// 16 bytes of a head row lie on one side of the rotary halves (rotary_dim / 2 a multiple of 8
+/// dims, or of 16 with an fp8 cache).
+bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype);
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
 
 /// One prefill chunk of T tokens at stream positions c0 .. c0 + T - 1. The cache holds the

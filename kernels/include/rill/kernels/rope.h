@@ -32,4 +32,18 @@ struct RopeKvParams {
 };
 cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream);
 
+/// The cosines and sines of a step's rotary angles, once per step for every layer's decode
+/// attention with RoPE fused in (DecodeAttentionParams::rope), with rope_kv's arithmetic:
+///   table[t][0][i] = cos(angle(positions[t], i)),       table[t][1][i] = sin(...),
+///   table[t][2][i] = cos(angle(sink_positions[t], i)),  table[t][3][i] = sin(...)
+/// for i < rotary_dim / 2 (the sink half only when sink_positions is given).
+struct RopeTableParams {
+  int num_tokens = 0, rotary_dim = 0;
+  const int64_t* positions = nullptr;       // [num_tokens]
+  const int64_t* sink_positions = nullptr;  // [num_tokens] or null
+  const float* inv_freq = nullptr;          // [rotary_dim / 2]
+  float* table = nullptr;                   // [num_tokens][4][rotary_dim / 2]
+};
+cudaError_t launch_rope_table(const RopeTableParams& p, cudaStream_t stream);
+
 }  // namespace rill::kernels

@@ -1,0 +1,299 @@
+// Decode attention with RoPE, the QKV bias and the newest K/V write fused in (DecodeRope) against
+// the unfused pair it replaces, launch_rope_kv then launch_decode_attention, each of which is
+// tested against a CPU reference elsewhere: the outputs and the whole cache must be bit-identical
+// over dtypes, fp8 caches with scales, head dims with idle lanes, partial rotary, biases, GQA
+// groups split over several CTAs, split counts (one, cluster merge, workspace merge), StreamingLLM
+// rings and sequences whose newest key is a sink. The rope table is checked against the CPU angles.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rill/kernels/attention.h"
+#include "rill/kernels/rope.h"
+#include "tests/kernels/attention_test_util.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DecodeAttentionParams;
+using kernels::DecodeSeq;
+using kernels::DType;
+using kernels::KvDType;
+
+constexpr int kLinear = INT_MAX;
+
+struct Seq {
+  int num_sink, ring_size, head_rel, window_count;
+  int n_keys() const { return num_sink + window_count; }
+};
+
+struct FusedCase {
+  DType dtype = DType::kF16;
+  KvDType kv = KvDType::kSame;
+  int head_dim = 128, num_heads = 8, num_kv_heads = 2, rotary_dim = 128, num_splits = 1;
+  bool bias = false;
+};
+
+std::string describe(const FusedCase& c) {
+  return describe_types(c.dtype, c.kv, 0.5f, 2.0f) + " head_dim=" + std::to_string(c.head_dim) +
+         " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+         " rotary=" + std::to_string(c.rotary_dim) + " splits=" + std::to_string(c.num_splits) +
+         (c.bias ? " bias" : "");
+}
+
+// Linear caches, full and wrapped rings, a ring over several splits, and a sequence of three
+// tokens whose newest key is its third sink.
+std::vector<Seq> seqs() {
+  return {{0, kLinear, 16, 17},
+          {4, 48, 1000, 48},
+          {4, 300, 100000, 300},
+          {3, 64, 0, 0},
+          {0, kLinear, 600, 601}};
+}
+
+// Logical slot of key j of a sequence whose window starts at ring_base.
+int key_slot(const Seq& s, int ring_base, int j) {
+  if (j < s.num_sink) return j;
+  const int d = s.n_keys() - 1 - j;
+  return ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size);
+}
+
+// Runs both paths on the same inputs; returns (output, cache) bytes of each.
+struct PathResult {
+  std::vector<uint16_t> out;
+  std::vector<uint8_t> cache;
+};
+
+void run_case(const FusedCase& c) {
+  SCOPED_TRACE(describe(c));
+  const std::vector<Seq> sq = seqs();
+  const int n = static_cast<int>(sq.size());
+  const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = 16;
+  std::mt19937 rng(77 + D + H + c.rotary_dim + c.num_splits);
+
+  // Paged cache with shuffled blocks, random everywhere (both paths start from the same bytes).
+  std::vector<int> ring_base(n), first_block(n);
+  int used = 0;
+  for (int s = 0; s < n; ++s) {
+    ring_base[s] = (sq[s].num_sink + bs - 1) / bs * bs;
+    int max_slot = 0;
+    for (int j = 0; j < sq[s].n_keys(); ++j)
+      max_slot = std::max(max_slot, key_slot(sq[s], ring_base[s], j));
+    first_block[s] = used;
+    used += max_slot / bs + 1;
+  }
+  const int num_blocks = used + 2;
+  const std::vector<int32_t> tables = shuffled_blocks(num_blocks, used, rng);
+  const kernels::KvCacheLayout layout = cache_layout(num_blocks, G, bs, D, c.kv, 0.5f, 2.0f);
+  std::vector<float> cache = random_vector(size_t(num_blocks) * layout.block_stride(), rng);
+  const std::vector<uint8_t> cache_fp8 = finish_cache(cache, layout, c.dtype);
+
+  // Raw QKV rows (padded stride), bias, positions far into a stream, sink positions, frequencies.
+  const int qkv_width = (H + 2 * G) * D, stride = qkv_width + 8;
+  const std::vector<float> qkv = rounded_random(size_t(n) * stride, rng, c.dtype);
+  const std::vector<float> bias = rounded_random(qkv_width, rng, c.dtype, 0.5f);
+  std::vector<int64_t> pos(n), sink_pos(n);
+  std::vector<int32_t> new_slot(n);  // physical slot of each newest key
+  for (int s = 0; s < n; ++s) {
+    pos[s] = 1000003ll * (s + 1) + sq[s].n_keys();
+    sink_pos[s] = sq[s].num_sink + std::min(sq[s].window_count, 7);
+    const int slot = key_slot(sq[s], ring_base[s], sq[s].n_keys() - 1);
+    new_slot[s] = tables[first_block[s] + slot / bs] * bs + slot % bs;
+  }
+  std::vector<float> inv_freq(c.rotary_dim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * double(i) / c.rotary_dim));
+
+  DeviceBuffer d_tables(tables.size(), 4), d_pos(n, 8), d_sink(n, 8), d_slot(n, 4),
+      d_freq(std::max<size_t>(inv_freq.size(), 1), 4), d_bias(qkv_width, 2);
+  d_tables.upload(tables.data());
+  d_pos.upload(pos.data());
+  d_sink.upload(sink_pos.data());
+  d_slot.upload(new_slot.data());
+  d_freq.upload(inv_freq.data());
+  d_bias.upload_floats(bias, c.dtype);
+  std::vector<DecodeSeq> ds(n);
+  for (int s = 0; s < n; ++s) {
+    ds[s].geo.ring_base = ring_base[s];
+    ds[s].geo.ring_size = sq[s].ring_size;
+    ds[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
+    ds[s].num_sink = sq[s].num_sink;
+    ds[s].head_rel = sq[s].head_rel;
+    ds[s].window_count = sq[s].window_count;
+  }
+  DeviceBuffer d_seqs(n, sizeof(DecodeSeq));
+  d_seqs.upload(ds.data());
+
+  auto run = [&](bool fused, PathResult& res) {  // void: CUDA_OK returns on failure
+    DeviceBuffer d_cache(cache.size(), cache_elem_bytes(layout)), d_qkv(qkv.size(), 2),
+        d_qsink(size_t(n) * H * D, 2), d_out(size_t(n) * H * D, 2),
+        d_table(size_t(n) * 2 * std::max(c.rotary_dim, 1), 4),
+        d_ws(std::max<size_t>(kernels::decode_attention_workspace_bytes(n, H, D, c.num_splits), 16),
+             1);
+    upload_cache(d_cache, cache, cache_fp8, layout, c.dtype);
+    d_qkv.upload_floats(qkv, c.dtype);
+    CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.bytes()));
+    d_out.poison();
+    DecodeAttentionParams p;
+    p.dtype = c.dtype;
+    p.num_seqs = n;
+    p.num_heads = H;
+    p.num_kv_heads = G;
+    p.head_dim = D;
+    p.scale = 1.0f / std::sqrt(float(D));
+    p.q = d_qkv.get();
+    p.q_stride = stride;
+    p.seqs = d_seqs.as<DecodeSeq>();
+    p.cache = d_cache.get();
+    p.layout = layout;
+    p.out = d_out.get();
+    p.num_splits = c.num_splits;
+    p.min_keys_per_split = 16;
+    p.workspace = d_ws.get();
+    if (fused) {
+      kernels::RopeTableParams t;
+      t.num_tokens = n;
+      t.rotary_dim = c.rotary_dim;
+      t.positions = d_pos.as<int64_t>();
+      t.sink_positions = d_sink.as<int64_t>();
+      t.inv_freq = d_freq.as<float>();
+      t.table = d_table.as<float>();
+      CUDA_OK(kernels::launch_rope_table(t, nullptr));
+      p.rope.table = d_table.as<float>();
+      p.rope.rotary_dim = c.rotary_dim;
+      p.rope.qkv_bias = c.bias ? d_bias.get() : nullptr;
+    } else {
+      kernels::RopeKvParams r;
+      r.dtype = c.dtype;
+      r.num_tokens = n;
+      r.num_heads = H;
+      r.num_kv_heads = G;
+      r.head_dim = D;
+      r.rotary_dim = c.rotary_dim;
+      r.qkv = d_qkv.get();
+      r.qkv_stride = stride;
+      r.qkv_bias = c.bias ? d_bias.get() : nullptr;
+      r.q_sink = d_qsink.get();
+      r.positions = d_pos.as<int64_t>();
+      r.sink_positions = d_sink.as<int64_t>();
+      r.inv_freq = d_freq.as<float>();
+      r.cache_slot = d_slot.as<int32_t>();
+      r.cache = d_cache.get();
+      r.layout = layout;
+      CUDA_OK(kernels::launch_rope_kv(r, nullptr));
+      p.q_sink = d_qsink.get();
+      p.q_sink_stride = int64_t(H) * D;
+    }
+    CUDA_OK(kernels::launch_decode_attention(p, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_out.check_guards());
+    EXPECT_TRUE(d_cache.check_guards());
+    EXPECT_FALSE(has_nonfinite(d_out.download_floats(c.dtype)));
+    res.out.resize(d_out.bytes() / 2);
+    res.cache.resize(d_cache.bytes());
+    d_out.download(res.out.data());
+    d_cache.download(res.cache.data());
+  };
+  PathResult unfused, fused;
+  run(false, unfused);
+  run(true, fused);
+  ASSERT_FALSE(fused.out.empty());
+  EXPECT_EQ(fused.out, unfused.out) << "attention output";
+  EXPECT_TRUE(fused.cache == unfused.cache) << "cache contents";
+  // The newest rows really were rewritten (the cache started with other values there).
+  DeviceBuffer d_orig(cache.size(), cache_elem_bytes(layout));
+  upload_cache(d_orig, cache, cache_fp8, layout, c.dtype);
+  std::vector<uint8_t> orig(d_orig.bytes());
+  d_orig.download(orig.data());
+  EXPECT_FALSE(orig == fused.cache);
+}
+
+TEST(DecodeAttentionRopeFused, MatchesRopeKvThenAttentionBitwise) {
+  RILL_REQUIRE_GPU();
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int splits : {1, 4, 16}) {  // one CTA, cluster merge, workspace merge
+      FusedCase c;
+      c.dtype = t;
+      c.num_splits = splits;
+      run_case(c);
+    }
+  }
+}
+
+TEST(DecodeAttentionRopeFused, Fp8PartialRotaryBiasAndGroups) {
+  RILL_REQUIRE_GPU();
+  const std::vector<FusedCase> cases = {
+      // fp8 cache with scales, MHA, partial rotary, bias, cluster merge
+      {DType::kBF16, KvDType::kFp8E4M3, 128, 8, 8, 64, 8, true},
+      {DType::kF16, KvDType::kFp8E4M3, 64, 8, 2, 64, 2, true},
+      // a GQA group of 16: two CTAs per kv head, only head chunk 0 writes
+      {DType::kF16, KvDType::kSame, 64, 32, 2, 64, 2, true},
+      // head_dim 80 (idle lanes) with a rotary half that splits a lane's dims
+      {DType::kBF16, KvDType::kSame, 80, 4, 4, 80, 1, false},
+      {DType::kF16, KvDType::kSame, 96, 6, 2, 32, 4, true},
+      {DType::kF16, KvDType::kSame, 256, 4, 1, 256, 4, false},
+      {DType::kBF16, KvDType::kSame, 32, 4, 2, 16, 16, true},
+  };
+  for (const FusedCase& c : cases) run_case(c);
+}
+
+TEST(DecodeAttentionRopeFused, SupportedShapes) {
+  EXPECT_TRUE(kernels::decode_rope_supported(128, 128, KvDType::kSame));
+  EXPECT_TRUE(kernels::decode_rope_supported(64, 16, KvDType::kSame));  // GPT-NeoX's partial rotary
+  EXPECT_FALSE(kernels::decode_rope_supported(64, 16, KvDType::kFp8E4M3));  // half a lane's 16 dims
+  EXPECT_TRUE(kernels::decode_rope_supported(64, 32, KvDType::kFp8E4M3));
+  EXPECT_FALSE(kernels::decode_rope_supported(128, 24, KvDType::kSame));
+  EXPECT_FALSE(kernels::decode_rope_supported(128, 130, KvDType::kSame));
+}
+
+TEST(RopeTable, MatchesTheCpuAngles) {
+  RILL_REQUIRE_GPU();
+  const int n = 5, rotary = 96, half = rotary / 2;
+  const std::vector<int64_t> pos = {0, 1, 4095, 1234567, 987654321}, sink = {0, 1, 2, 3, 4};
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i)
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / rotary));
+  DeviceBuffer d_pos(n, 8), d_sink(n, 8), d_freq(half, 4), d_table(size_t(n) * 4 * half, 4);
+  d_pos.upload(pos.data());
+  d_sink.upload(sink.data());
+  d_freq.upload(inv_freq.data());
+  for (bool with_sink : {true, false}) {
+    d_table.poison();
+    kernels::RopeTableParams t;
+    t.num_tokens = n;
+    t.rotary_dim = rotary;
+    t.positions = d_pos.as<int64_t>();
+    t.sink_positions = with_sink ? d_sink.as<int64_t>() : nullptr;
+    t.inv_freq = d_freq.as<float>();
+    t.table = d_table.as<float>();
+    CUDA_OK(kernels::launch_rope_table(t, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_table.check_guards());
+    std::vector<float> got(size_t(n) * 4 * half);
+    d_table.download(got.data());
+    for (int r = 0; r < n; ++r)
+      for (int part = 0; part < (with_sink ? 2 : 1); ++part)
+        for (int i = 0; i < half; ++i) {
+          const double angle =
+              std::fmod(double(part ? sink[r] : pos[r]) * double(inv_freq[i]), 2 * M_PI);
+          const float* row = got.data() + size_t(r) * 4 * half + part * 2 * half;
+          EXPECT_NEAR(row[i], std::cos(angle), 2e-6) << r << " " << i;
+          EXPECT_NEAR(row[half + i], std::sin(angle), 2e-6) << r << " " << i;
+        }
+  }
+  kernels::RopeTableParams bad;
+  bad.num_tokens = 1;
+  bad.rotary_dim = 3;
+  EXPECT_NE(kernels::launch_rope_table(bad, nullptr), cudaSuccess);
+  cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace rill::testing
