@@ -221,6 +221,18 @@ __device__ __forceinline__ void load_vec(const T* p, float (&f)[E]) {
   }
 }
 
+/// Elements d0 .. d0 + E of x plus those of b when given (rope_kv's bias add), as floats.
+template <typename T, int E>
+__device__ __forceinline__ void load_biased(const T* x, const T* b, int d0, float (&f)[E]) {
+  load_vec<T, E>(x + d0, f);
+  if (b) {
+    float bv[E];
+    load_vec<T, E>(b + d0, bv);
+#pragma unroll
+    for (int e = 0; e < E; ++e) f[e] = f[e] + bv[e];
+  }
+}
+
 /// Dims d0 .. d0 + E of raw QKV head row x (+ bias b) after RoPE by the angles of table row `cs`
 /// (cosines at [0, half), sines at [half, 2 half)), rounded to T: what rope_kv stores (same
 /// arithmetic). The E dims lie on one side of the rotary halves (half % E == 0, see
@@ -229,24 +241,12 @@ template <typename T, int E>
 __device__ __forceinline__ void roped(const T* x, const T* b, const float* cs, int half, int d0,
                                       float (&y)[E]) {
   float own[E];
-  load_vec<T, E>(x + d0, own);
-  if (b) {
-    float bv[E];
-    load_vec<T, E>(b + d0, bv);
-#pragma unroll
-    for (int e = 0; e < E; ++e) own[e] = own[e] + bv[e];
-  }
+  load_biased<T, E>(x, b, d0, own);
   if (d0 < 2 * half) {
     const bool first = d0 < half;
     const int pd = first ? d0 + half : d0 - half, i0 = first ? d0 : pd;
     float other[E], c[E], sn[E];
-    load_vec<T, E>(x + pd, other);
-    if (b) {
-      float bv[E];
-      load_vec<T, E>(b + pd, bv);
-#pragma unroll
-      for (int e = 0; e < E; ++e) other[e] = other[e] + bv[e];
-    }
+    load_biased<T, E>(x, b, pd, other);
 #pragma unroll
     for (int v = 0; v < E / 4; ++v) {
       const float4 cv = reinterpret_cast<const float4*>(cs + i0)[v];
