@@ -34,7 +34,8 @@ struct StepInput {
 /// A token id that stands for the token its sequence sampled in the step launched just before
 /// this one (a one-token input of a sequence that sampled there). With it a caller launches the
 /// next decode step before the previous step's tokens have reached the host: the runner feeds
-/// the sampled token on the device.
+/// the sampled token on the device. Callers that take token ids from outside (a request's
+/// prompt) reject negative ids themselves: a -1 there would read as this.
 inline constexpr int32_t kLastSampled = -1;
 
 struct StepOutput {

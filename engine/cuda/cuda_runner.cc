@@ -59,6 +59,8 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
     layout_.cache_dtype = kernels::KvDType::kFp8E4M3;  // scales 1, as vLLM without calibration
     layout_.k_scale = layout_.v_scale = 1.0f;
   }
+  rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
+                                                 layout_.cache_dtype);
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
   warm_up();

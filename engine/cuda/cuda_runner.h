@@ -186,15 +186,13 @@ class CudaRunner final : public ModelRunner {
   // 0.05-0.07 ms); off with one split, where the rotation lengthens each CTA's long critical path
   // (7B fp8 4 + 252: 0.05 ms lost), and for GQA (Llama-3-8B lost 0.04-0.16 ms).
   int rope_in_attention_ = -1;
-  // RoPE inside decode attention this step: decode rows only, shapes the kernel takes.
+  bool rope_fusable_ = false;  // the kernel takes this model's shapes (set at construction)
+  // RoPE inside decode attention this step: decode rows only.
   bool rope_in_attention(const cuda::StepPlan& plan) const {
-    const bool on = rope_in_attention_ < 0
-                        ? config_.num_kv_heads == config_.num_heads &&
-                              attention_splits(plan.shape.decode, plan.max_decode_keys) > 1
-                        : rope_in_attention_ == 1;
-    return on && plan.shape.prefill == 0 &&
-           kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
-                                          layout_.cache_dtype);
+    if (!rope_fusable_ || plan.shape.prefill > 0) return false;
+    if (rope_in_attention_ >= 0) return rope_in_attention_ == 1;
+    return config_.num_kv_heads == config_.num_heads &&
+           attention_splits(plan.shape.decode, plan.max_decode_keys) > 1;
   }
 
   // Activations, sized for the largest step.

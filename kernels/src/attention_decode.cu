@@ -64,73 +64,20 @@
 #include <cstring>
 #include <string>
 
+#include "attention_decode_merge.cuh"
+#include "attention_decode_rope.cuh"
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
 #include "fp8.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
-#include "rope_math.cuh"
 
 namespace rill::kernels {
 namespace {
 
-namespace cg = cooperative_groups;
-using attn::ex2;
+using namespace decode_attn;  // NOLINT: this file's private helpers
 using attn::PagedKv;
-
-constexpr int kDecodeThreads = 128;
-// Largest split count merged in a cluster (the portable cluster size). 16-CTA clusters (non-
-// portable on H100) failed in DecodeAttention.ClusterMergeMatchesWorkspaceMerge; more splits use
-// the workspace merge.
-constexpr int kMaxClusterSplits = 8;
-constexpr float kLog2e = 1.4426950408889634f;
-
-/// Workspace record of one (split, sequence, head), in floats: acc[head_dim padded to 4] | m | l |
-/// counter (int) | unused, a multiple of 16 bytes so that every record is 16-byte aligned.
-constexpr int ws_ml_offset(int head_dim) {
-  return (head_dim + 3) / 4 * 4;
-}
-constexpr int ws_counter_offset(int head_dim) {
-  return ws_ml_offset(head_dim) + 2;
-}
-constexpr int ws_record_floats(int head_dim) {
-  return ws_ml_offset(head_dim) + 4;
-}
-
-/// Launch arguments shared by all instantiations (device view of DecodeAttentionParams).
-struct DecodeArgs {
-  const void* q;  // row s: [num_heads, head_dim] at q + s * q_stride
-  int64_t q_stride;
-  const void* q_sink;  // same shape, scored against the sinks
-  int64_t q_sink_stride;
-  const DecodeSeq* seqs;  // [num_seqs]
-  const void* cache;      // this layer
-  int64_t block_stride, kv_stride;
-  int block_size, block_shift;
-  int num_heads, group, head_chunks, num_splits, min_keys_per_split;
-  float scale_log2;  // scale * log2(e) (* k_scale for an fp8 cache)
-  int num_seqs;
-  void* out;      // [num_seqs, num_heads * head_dim]
-  float* ws;      // [num_splits, num_seqs, num_heads] records (ws_record_floats): unnormalized
-                  // sum p * v, (max logit, sum p) in base 2, the group counter; see the top
-  float v_scale;  // fp8 cache: applied to the accumulated values
-  bool early_kv_loads;
-  bool cluster;  // the splits of a group form one thread-block cluster and merge through DSMEM
-  // RoPE fused in (DecodeRope); rope_table null when not. q then points at raw QKV rows.
-  const float* rope_table;  // [num_seqs][4][rot_half]
-  const void* qkv_bias;     // [(num_heads + 2 * kv_heads) * D] or null
-  int rot_half;             // rotary_dim / 2
-  int kv_heads;             // v heads start at (num_heads + kv_heads) * D in a QKV row
-  float k_scale;            // fp8: the newest key is stored as e4m3(k / k_scale)
-};
-
-/// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
-template <int D>
-__device__ __forceinline__ float* ws_record(const DecodeArgs& a, int split, int64_t row) {
-  const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_heads;
-  return a.ws + (split * rows + row) * ws_record_floats(D);
-}
 
 /// Thread layout for one head_dim and cache element type C: kTpr threads read a row with 16-byte
 /// vectors of kVec elements each (kTpr rounded up to a power of two; head_dim 80 and 96 leave the
@@ -208,106 +155,21 @@ __device__ __forceinline__ void load_query(float (&q)[GH][E], const T* row, int 
   }
 }
 
-/// E consecutive elements of T at p (16-byte aligned) as floats.
-template <typename T, int E>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[E]) {
-  static_assert(E % 8 == 0);
-#pragma unroll
-  for (int v = 0; v < E / 8; ++v) {
-    float g[8];
-    attn::unpack8<T>(reinterpret_cast<const uint4*>(p)[v], g);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[8 * v + e] = g[e];
-  }
-}
-
-/// Elements d0 .. d0 + E of x plus those of b when given (rope_kv's bias add), as floats.
-template <typename T, int E>
-__device__ __forceinline__ void load_biased(const T* x, const T* b, int d0, float (&f)[E]) {
-  load_vec<T, E>(x + d0, f);
-  if (b) {
-    float bv[E];
-    load_vec<T, E>(b + d0, bv);
-#pragma unroll
-    for (int e = 0; e < E; ++e) f[e] = f[e] + bv[e];
-  }
-}
-
-/// Dims d0 .. d0 + E of raw QKV head row x (+ bias b) after RoPE by the angles of table row `cs`
-/// (cosines at [0, half), sines at [half, 2 half)), rounded to T: what rope_kv stores (same
-/// arithmetic). The E dims lie on one side of the rotary halves (half % E == 0, see
-/// decode_rope_supported); x, b and the table are 16-byte aligned there.
-template <typename T, int E>
-__device__ __forceinline__ void roped(const T* x, const T* b, const float* cs, int half, int d0,
-                                      float (&y)[E]) {
-  float own[E];
-  load_biased<T, E>(x, b, d0, own);
-  if (d0 < 2 * half) {
-    const bool first = d0 < half;
-    const int pd = first ? d0 + half : d0 - half, i0 = first ? d0 : pd;
-    float other[E], c[E], sn[E];
-    load_biased<T, E>(x, b, pd, other);
-#pragma unroll
-    for (int v = 0; v < E / 4; ++v) {
-      const float4 cv = reinterpret_cast<const float4*>(cs + i0)[v];
-      const float4 sv = reinterpret_cast<const float4*>(cs + half + i0)[v];
-      c[4 * v] = cv.x, c[4 * v + 1] = cv.y, c[4 * v + 2] = cv.z, c[4 * v + 3] = cv.w;
-      sn[4 * v] = sv.x, sn[4 * v + 1] = sv.y, sn[4 * v + 2] = sv.z, sn[4 * v + 3] = sv.w;
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e)
-      own[e] = first ? rope_first(own[e], other[e], c[e], sn[e])
-                     : rope_second(other[e], own[e], c[e], sn[e]);
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) y[e] = to_float(from_float<T>(own[e]));
-}
-
-/// load_query from a raw QKV row (+ bias), rotated by the angles of table row `cs`.
-template <typename T, int D, int GH, int E>
-__device__ __forceinline__ void load_query_roped(float (&q)[GH][E], const T* row, const T* bias,
-                                                 const float* cs, int half, int h0, int nh,
-                                                 int lane, bool active, float scale_log2) {
-#pragma unroll
-  for (int h = 0; h < GH; ++h) {
-    const int64_t off = static_cast<int64_t>(h0 + min(h, nh - 1)) * D;
-    float y[E];
-    if (active) {
-      roped<T, E>(row + off, bias ? bias + off : nullptr, cs, half, lane * E, y);
-    } else {
-#pragma unroll
-      for (int e = 0; e < E; ++e) y[e] = 0.0f;
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e) q[h][e] = y[e] * scale_log2;
-  }
-}
-
-/// E values already rounded to T as the cache stores them in one 16-byte vector: T itself, or
-/// e4m3(v / scale) as rope_kv's fp8 store (lowest element in the lowest byte).
-template <typename T, typename C, int E>
-__device__ __forceinline__ uint4 pack_cached(const float (&f)[E], float scale) {
-  uint4 u;
-  if constexpr (kIsFp8<C>) {
-    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = quantize2_fp8(f[4 * i], f[4 * i + 1], scale) |
-             quantize2_fp8(f[4 * i + 2], f[4 * i + 3], scale) << 16;
-  } else {
-    T* h = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int e = 0; e < E; ++e) h[e] = from_float<T>(f[e]);
-  }
-  return u;
-}
-
 /// Per-thread online-softmax state of GH heads over this thread's E dims.
 template <int GH, int E>
 struct SoftmaxState {
   float m[GH];  // running max of base-2 logits (identical across a thread group)
   float l[GH];  // running sum of exp2(logit - m)
   float acc[GH][E];
+  __device__ __forceinline__ void reset() {
+#pragma unroll
+    for (int h = 0; h < GH; ++h) {
+      m[h] = -INFINITY;
+      l[h] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
+    }
+  }
 };
 
 /// Where the window keys of one sequence live: key j (>= num_sink) has rel index
@@ -560,13 +422,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
                       sq.head_rel, n_keys};
 
   SoftmaxState<GH, E> st;
-#pragma unroll
-  for (int h = 0; h < GH; ++h) {
-    st.m[h] = -INFINITY;
-    st.l[h] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) st.acc[h][e] = 0.0f;
-  }
+  st.reset();
   float q[GH][E];
   const int sink_end = min(range.hi, num_sink);
   const int j_new = n_keys - 1;  // written by this step: read only after pdl_wait()
@@ -582,13 +438,9 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
       k_new = *reinterpret_cast<const uint4*>(k);
       v_new = *reinterpret_cast<const uint4*>(k + kv.kv_stride);
     } else {
-      const int64_t kh = static_cast<int64_t>(a.num_heads + kvh) * D;
-      const int64_t vh = static_cast<int64_t>(a.num_heads + a.kv_heads + kvh) * D;
-      float kf[E], vf[E];
-      roped<T, E>(raw + kh, bias ? bias + kh : nullptr, angles, a.rot_half, lane * E, kf);
-      roped<T, E>(raw + vh, bias ? bias + vh : nullptr, angles, 0, lane * E, vf);  // no rotation
-      k_new = pack_cached<T, C, E>(kf, a.k_scale);
-      v_new = pack_cached<T, C, E>(vf, a.v_scale);
+      roped_newest<T, C, E>(raw, bias, static_cast<int64_t>(a.num_heads + kvh) * D,
+                            static_cast<int64_t>(a.num_heads + a.kv_heads + kvh) * D, angles,
+                            a.rot_half, lane * E, a.k_scale, a.v_scale, k_new, v_new);
       if (blockIdx.y % a.head_chunks == 0) {
         C* w = const_cast<C*>(k);
         *reinterpret_cast<uint4*>(w) = k_new;
@@ -596,7 +448,10 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
       }
     }
   };
+  // Waits for the kernel before (a no-op the second time), then fills q for the sinks or the
+  // window.
   const auto query = [&](bool sink) {
+    pdl_wait();
     if constexpr (fused) {
       load_query_roped<T, D, GH, E>(q, raw, bias, angles + (sink ? 2 * a.rot_half : 0), a.rot_half,
                                     h0, nh, lane, active, a.scale_log2);
@@ -610,133 +465,18 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   if (range.lo < sink_end) {
     attend_keys<T, C, D, GH>(
         kv, geo, range.lo, sink_end, j_new, true, grp, lane, active, q, st, smem, fused,
-        [&] {
-          pdl_wait();
-          query(true);
-        },
-        newest);
+        [&] { query(true); }, newest);
   }
   const int win_begin = max(range.lo, num_sink);
   if (win_begin < range.hi) {
     attend_keys<T, C, D, GH>(
         kv, geo, win_begin, range.hi, j_new, false, grp, lane, active, q, st, smem, fused,
-        [&] {
-          pdl_wait();  // a no-op when the sinks section has waited
-          query(false);
-        },
-        newest);
+        [&] { query(false); }, newest);
   }
 
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
   merge_groups<T, C, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
                             static_cast<int64_t>(seq) * a.num_heads + h0, out);
-}
-
-/// Several splits, run by every thread of every CTA once its partial results are written: counts
-/// the CTA on its group's counter (record (0, seq, h0)); the last CTA of the group resets the
-/// counter and combines the splits of its nh heads by log-sum-exp, in the order s = 0 ..
-/// num_splits - 1 whichever CTA is last:
-///   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s,
-/// skipping empty splits (m_s = -inf, acc not written); 0 where the sum is 0.
-/// `sm`: the CTA's shared memory (the load ring holds 48 KiB already), free once every thread is
-/// past the first barrier: [0] the last-CTA flag, [1, 1 + nh) the maxima (never overlapping, so no
-/// barrier is needed between reading the flag and writing the maxima).
-template <typename T, int D>
-__device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_t row0, int nh,
-                                                     T* out, float* sm) {
-  int* s_last = reinterpret_cast<int*>(sm);
-  float* s_max = sm + 1;
-  int* counter = reinterpret_cast<int*>(ws_record<D>(a, 0, row0) + ws_counter_offset(D));
-  __threadfence();  // this thread's partial writes are visible device-wide before the count...
-  __syncthreads();  // ...for every thread of the CTA (and all are done with `sm`)
-  if (threadIdx.x == 0) *s_last = atomicAdd(counter, 1) == a.num_splits - 1;
-  __syncthreads();
-  if (!*s_last) return;
-  __threadfence();  // the other CTAs fenced their partials before counting: read them after this
-  if (threadIdx.x == 0) atomicExch(counter, 0);  // self-cleaning: next layer, next graph replay
-
-  // M per head: one warp per head, lanes over the splits (max is exact: order does not matter).
-  // Partials are read with ld.global.cg (L2), never from a possibly stale L1 line.
-  constexpr int kWarps = kDecodeThreads / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int h = warp; h < nh; h += kWarps) {
-    float mx = -INFINITY;
-    for (int s = lane; s < a.num_splits; s += 32)
-      mx = fmaxf(mx, __ldcg(ws_record<D>(a, s, row0 + h) + ws_ml_offset(D)));
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    if (lane == 0) s_max[h] = mx;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
-    const int h = i / D, d = i % D;
-    const float mx = s_max[h];
-    float sum = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-      // kChunk splits' loads are all issued before the first is used (one L2 round trip per
-      // chunk; more registers spill in the fp8 instances), then the sums in split order.
-      constexpr int kChunk = 8;
-      for (int s0 = 0; s0 < a.num_splits; s0 += kChunk) {
-        float2 ml[kChunk];
-        float v[kChunk];
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          ml[j] = make_float2(-INFINITY, 0.0f);
-          v[j] = 0.0f;
-          if (s0 + j < a.num_splits) {
-            const float* rec = ws_record<D>(a, s0 + j, row0 + h);
-            ml[j] = __ldcg(reinterpret_cast<const float2*>(rec + ws_ml_offset(D)));
-            v[j] = __ldcg(rec + d);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          // An empty split (m = -inf) is skipped: its v is stale, not written by this launch.
-          if (ml[j].x != -INFINITY) {
-            const float w = ex2(ml[j].x - mx);
-            sum = fmaf(ml[j].y, w, sum);
-            o = fmaf(v[j], w, o);
-          }
-        }
-      }
-    }
-    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-  }
-}
-
-/// Several splits launched as one cluster per group (grid x = cluster x = num_splits): every CTA
-/// has left its partial in its shared memory (`part`, DecodeSmem::kPartOffset); after a cluster
-/// barrier the CTAs share the output elements and combine the splits' partials, read through
-/// distributed shared memory, exactly as merge_splits_if_last does (same order, same rounding),
-/// without a global round trip or an atomic. A second barrier keeps every CTA's shared memory
-/// alive until all reads are done.
-template <typename T, int D, int GH>
-__device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int nh, T* out,
-                                                        float* part) {
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int rank = static_cast<int>(cluster.block_rank());
-  for (int i = rank * kDecodeThreads + threadIdx.x; i < nh * D;
-       i += kDecodeThreads * a.num_splits) {
-    const int h = i / D, d = i % D;
-    float mx = -INFINITY;
-    for (int s = 0; s < a.num_splits; ++s)
-      mx = fmaxf(mx, cluster.map_shared_rank(part, s)[GH * D + 2 * h]);
-    float sum = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-      for (int s = 0; s < a.num_splits; ++s) {
-        const float* p = cluster.map_shared_rank(part, s);
-        const float m = p[GH * D + 2 * h];
-        if (m != -INFINITY) {  // else an empty split
-          const float w = ex2(m - mx);
-          sum = fmaf(p[GH * D + 2 * h + 1], w, sum);
-          o = fmaf(p[h * D + d], w, o);
-        }
-      }
-    }
-    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-  }
-  cluster.sync();
 }
 
 // C: the cache element type (T, or Fp8).

@@ -65,151 +65,176 @@ int key_slot(const Seq& s, int ring_base, int j) {
   return ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size);
 }
 
-// Runs both paths on the same inputs; returns (output, cache) bytes of each.
+// Host inputs of one case: a paged cache with shuffled blocks, random everywhere (both paths
+// start from the same bytes); raw QKV rows with a padded stride, a bias, positions far into a
+// stream, sink positions and frequencies.
+struct Inputs {
+  std::vector<Seq> sq = seqs();
+  int n = static_cast<int>(sq.size()), bs = 16, qkv_width = 0, stride = 0;
+  std::vector<int> ring_base, first_block;
+  std::vector<int32_t> tables, new_slot;  // new_slot: physical slot of each newest key
+  kernels::KvCacheLayout layout;
+  std::vector<float> cache, qkv, bias, inv_freq;
+  std::vector<uint8_t> cache_fp8;
+  std::vector<int64_t> pos, sink_pos;
+
+  explicit Inputs(const FusedCase& c)
+      : ring_base(n), first_block(n), new_slot(n), pos(n), sink_pos(n) {
+    const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads;
+    std::mt19937 rng(77 + D + H + c.rotary_dim + c.num_splits);
+    int used = 0;
+    for (int s = 0; s < n; ++s) {
+      ring_base[s] = (sq[s].num_sink + bs - 1) / bs * bs;
+      int max_slot = 0;
+      for (int j = 0; j < sq[s].n_keys(); ++j)
+        max_slot = std::max(max_slot, key_slot(sq[s], ring_base[s], j));
+      first_block[s] = used;
+      used += max_slot / bs + 1;
+    }
+    const int num_blocks = used + 2;
+    tables = shuffled_blocks(num_blocks, used, rng);
+    layout = cache_layout(num_blocks, G, bs, D, c.kv, 0.5f, 2.0f);
+    cache = random_vector(size_t(num_blocks) * layout.block_stride(), rng);
+    cache_fp8 = finish_cache(cache, layout, c.dtype);
+    qkv_width = (H + 2 * G) * D;
+    stride = qkv_width + 8;
+    qkv = rounded_random(size_t(n) * stride, rng, c.dtype);
+    bias = rounded_random(qkv_width, rng, c.dtype, 0.5f);
+    for (int s = 0; s < n; ++s) {
+      pos[s] = 1000003ll * (s + 1) + sq[s].n_keys();
+      sink_pos[s] = sq[s].num_sink + std::min(sq[s].window_count, 7);
+      const int slot = key_slot(sq[s], ring_base[s], sq[s].n_keys() - 1);
+      new_slot[s] = tables[first_block[s] + slot / bs] * bs + slot % bs;
+    }
+    inv_freq.resize(c.rotary_dim / 2);
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * double(i) / c.rotary_dim));
+  }
+};
+
+// The inputs both paths only read, on the device.
+struct SharedInputs {
+  DeviceBuffer tables, pos, sink, slot, freq, bias, seqs;
+  SharedInputs(const FusedCase& c, const Inputs& in)
+      : tables(in.tables.size(), 4),
+        pos(in.n, 8),
+        sink(in.n, 8),
+        slot(in.n, 4),
+        freq(std::max<size_t>(in.inv_freq.size(), 1), 4),
+        bias(in.qkv_width, 2),
+        seqs(in.n, sizeof(DecodeSeq)) {
+    tables.upload(in.tables.data());
+    pos.upload(in.pos.data());
+    sink.upload(in.sink_pos.data());
+    slot.upload(in.new_slot.data());
+    freq.upload(in.inv_freq.data());
+    bias.upload_floats(in.bias, c.dtype);
+    std::vector<DecodeSeq> ds(in.n);
+    for (int s = 0; s < in.n; ++s) {
+      ds[s].geo.ring_base = in.ring_base[s];
+      ds[s].geo.ring_size = in.sq[s].ring_size;
+      ds[s].geo.block_table = tables.as<int32_t>() + in.first_block[s];
+      ds[s].num_sink = in.sq[s].num_sink;
+      ds[s].head_rel = in.sq[s].head_rel;
+      ds[s].window_count = in.sq[s].window_count;
+    }
+    seqs.upload(ds.data());
+  }
+};
+
+// What a path leaves: the output and the whole cache, as bytes.
 struct PathResult {
   std::vector<uint16_t> out;
   std::vector<uint8_t> cache;
 };
 
+// rope_kv then plain attention (fused false), or the rope table then attention with RoPE fused in.
+void run_path(const FusedCase& c, const Inputs& in, const SharedInputs& d, bool fused,
+              PathResult& res) {  // void: CUDA_OK returns on failure
+  const int n = in.n, D = c.head_dim, H = c.num_heads;
+  DeviceBuffer d_cache(in.cache.size(), cache_elem_bytes(in.layout)), d_qkv(in.qkv.size(), 2),
+      d_qsink(size_t(n) * H * D, 2), d_out(size_t(n) * H * D, 2),
+      d_table(size_t(n) * 2 * std::max(c.rotary_dim, 1), 4),
+      d_ws(std::max<size_t>(kernels::decode_attention_workspace_bytes(n, H, D, c.num_splits), 16),
+           1);
+  upload_cache(d_cache, in.cache, in.cache_fp8, in.layout, c.dtype);
+  d_qkv.upload_floats(in.qkv, c.dtype);
+  CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.bytes()));
+  d_out.poison();
+  DecodeAttentionParams p;
+  p.dtype = c.dtype;
+  p.num_seqs = n;
+  p.num_heads = H;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = D;
+  p.scale = 1.0f / std::sqrt(float(D));
+  p.q = d_qkv.get();
+  p.q_stride = in.stride;
+  p.seqs = d.seqs.as<DecodeSeq>();
+  p.cache = d_cache.get();
+  p.layout = in.layout;
+  p.out = d_out.get();
+  p.num_splits = c.num_splits;
+  p.min_keys_per_split = 16;
+  p.workspace = d_ws.get();
+  if (fused) {
+    kernels::RopeTableParams t;
+    t.num_tokens = n;
+    t.rotary_dim = c.rotary_dim;
+    t.positions = d.pos.as<int64_t>();
+    t.sink_positions = d.sink.as<int64_t>();
+    t.inv_freq = d.freq.as<float>();
+    t.table = d_table.as<float>();
+    CUDA_OK(kernels::launch_rope_table(t, nullptr));
+    p.rope.table = d_table.as<float>();
+    p.rope.rotary_dim = c.rotary_dim;
+    p.rope.qkv_bias = c.bias ? d.bias.get() : nullptr;
+  } else {
+    kernels::RopeKvParams r;
+    r.dtype = c.dtype;
+    r.num_tokens = n;
+    r.num_heads = H;
+    r.num_kv_heads = c.num_kv_heads;
+    r.head_dim = D;
+    r.rotary_dim = c.rotary_dim;
+    r.qkv = d_qkv.get();
+    r.qkv_stride = in.stride;
+    r.qkv_bias = c.bias ? d.bias.get() : nullptr;
+    r.q_sink = d_qsink.get();
+    r.positions = d.pos.as<int64_t>();
+    r.sink_positions = d.sink.as<int64_t>();
+    r.inv_freq = d.freq.as<float>();
+    r.cache_slot = d.slot.as<int32_t>();
+    r.cache = d_cache.get();
+    r.layout = in.layout;
+    CUDA_OK(kernels::launch_rope_kv(r, nullptr));
+    p.q_sink = d_qsink.get();
+    p.q_sink_stride = int64_t(H) * D;
+  }
+  CUDA_OK(kernels::launch_decode_attention(p, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_out.check_guards());
+  EXPECT_TRUE(d_cache.check_guards());
+  EXPECT_FALSE(has_nonfinite(d_out.download_floats(c.dtype)));
+  res.out.resize(d_out.bytes() / 2);
+  res.cache.resize(d_cache.bytes());
+  d_out.download(res.out.data());
+  d_cache.download(res.cache.data());
+}
+
 void run_case(const FusedCase& c) {
   SCOPED_TRACE(describe(c));
-  const std::vector<Seq> sq = seqs();
-  const int n = static_cast<int>(sq.size());
-  const int D = c.head_dim, H = c.num_heads, G = c.num_kv_heads, bs = 16;
-  std::mt19937 rng(77 + D + H + c.rotary_dim + c.num_splits);
-
-  // Paged cache with shuffled blocks, random everywhere (both paths start from the same bytes).
-  std::vector<int> ring_base(n), first_block(n);
-  int used = 0;
-  for (int s = 0; s < n; ++s) {
-    ring_base[s] = (sq[s].num_sink + bs - 1) / bs * bs;
-    int max_slot = 0;
-    for (int j = 0; j < sq[s].n_keys(); ++j)
-      max_slot = std::max(max_slot, key_slot(sq[s], ring_base[s], j));
-    first_block[s] = used;
-    used += max_slot / bs + 1;
-  }
-  const int num_blocks = used + 2;
-  const std::vector<int32_t> tables = shuffled_blocks(num_blocks, used, rng);
-  const kernels::KvCacheLayout layout = cache_layout(num_blocks, G, bs, D, c.kv, 0.5f, 2.0f);
-  std::vector<float> cache = random_vector(size_t(num_blocks) * layout.block_stride(), rng);
-  const std::vector<uint8_t> cache_fp8 = finish_cache(cache, layout, c.dtype);
-
-  // Raw QKV rows (padded stride), bias, positions far into a stream, sink positions, frequencies.
-  const int qkv_width = (H + 2 * G) * D, stride = qkv_width + 8;
-  const std::vector<float> qkv = rounded_random(size_t(n) * stride, rng, c.dtype);
-  const std::vector<float> bias = rounded_random(qkv_width, rng, c.dtype, 0.5f);
-  std::vector<int64_t> pos(n), sink_pos(n);
-  std::vector<int32_t> new_slot(n);  // physical slot of each newest key
-  for (int s = 0; s < n; ++s) {
-    pos[s] = 1000003ll * (s + 1) + sq[s].n_keys();
-    sink_pos[s] = sq[s].num_sink + std::min(sq[s].window_count, 7);
-    const int slot = key_slot(sq[s], ring_base[s], sq[s].n_keys() - 1);
-    new_slot[s] = tables[first_block[s] + slot / bs] * bs + slot % bs;
-  }
-  std::vector<float> inv_freq(c.rotary_dim / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i)
-    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * double(i) / c.rotary_dim));
-
-  DeviceBuffer d_tables(tables.size(), 4), d_pos(n, 8), d_sink(n, 8), d_slot(n, 4),
-      d_freq(std::max<size_t>(inv_freq.size(), 1), 4), d_bias(qkv_width, 2);
-  d_tables.upload(tables.data());
-  d_pos.upload(pos.data());
-  d_sink.upload(sink_pos.data());
-  d_slot.upload(new_slot.data());
-  d_freq.upload(inv_freq.data());
-  d_bias.upload_floats(bias, c.dtype);
-  std::vector<DecodeSeq> ds(n);
-  for (int s = 0; s < n; ++s) {
-    ds[s].geo.ring_base = ring_base[s];
-    ds[s].geo.ring_size = sq[s].ring_size;
-    ds[s].geo.block_table = d_tables.as<int32_t>() + first_block[s];
-    ds[s].num_sink = sq[s].num_sink;
-    ds[s].head_rel = sq[s].head_rel;
-    ds[s].window_count = sq[s].window_count;
-  }
-  DeviceBuffer d_seqs(n, sizeof(DecodeSeq));
-  d_seqs.upload(ds.data());
-
-  auto run = [&](bool fused, PathResult& res) {  // void: CUDA_OK returns on failure
-    DeviceBuffer d_cache(cache.size(), cache_elem_bytes(layout)), d_qkv(qkv.size(), 2),
-        d_qsink(size_t(n) * H * D, 2), d_out(size_t(n) * H * D, 2),
-        d_table(size_t(n) * 2 * std::max(c.rotary_dim, 1), 4),
-        d_ws(std::max<size_t>(kernels::decode_attention_workspace_bytes(n, H, D, c.num_splits), 16),
-             1);
-    upload_cache(d_cache, cache, cache_fp8, layout, c.dtype);
-    d_qkv.upload_floats(qkv, c.dtype);
-    CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.bytes()));
-    d_out.poison();
-    DecodeAttentionParams p;
-    p.dtype = c.dtype;
-    p.num_seqs = n;
-    p.num_heads = H;
-    p.num_kv_heads = G;
-    p.head_dim = D;
-    p.scale = 1.0f / std::sqrt(float(D));
-    p.q = d_qkv.get();
-    p.q_stride = stride;
-    p.seqs = d_seqs.as<DecodeSeq>();
-    p.cache = d_cache.get();
-    p.layout = layout;
-    p.out = d_out.get();
-    p.num_splits = c.num_splits;
-    p.min_keys_per_split = 16;
-    p.workspace = d_ws.get();
-    if (fused) {
-      kernels::RopeTableParams t;
-      t.num_tokens = n;
-      t.rotary_dim = c.rotary_dim;
-      t.positions = d_pos.as<int64_t>();
-      t.sink_positions = d_sink.as<int64_t>();
-      t.inv_freq = d_freq.as<float>();
-      t.table = d_table.as<float>();
-      CUDA_OK(kernels::launch_rope_table(t, nullptr));
-      p.rope.table = d_table.as<float>();
-      p.rope.rotary_dim = c.rotary_dim;
-      p.rope.qkv_bias = c.bias ? d_bias.get() : nullptr;
-    } else {
-      kernels::RopeKvParams r;
-      r.dtype = c.dtype;
-      r.num_tokens = n;
-      r.num_heads = H;
-      r.num_kv_heads = G;
-      r.head_dim = D;
-      r.rotary_dim = c.rotary_dim;
-      r.qkv = d_qkv.get();
-      r.qkv_stride = stride;
-      r.qkv_bias = c.bias ? d_bias.get() : nullptr;
-      r.q_sink = d_qsink.get();
-      r.positions = d_pos.as<int64_t>();
-      r.sink_positions = d_sink.as<int64_t>();
-      r.inv_freq = d_freq.as<float>();
-      r.cache_slot = d_slot.as<int32_t>();
-      r.cache = d_cache.get();
-      r.layout = layout;
-      CUDA_OK(kernels::launch_rope_kv(r, nullptr));
-      p.q_sink = d_qsink.get();
-      p.q_sink_stride = int64_t(H) * D;
-    }
-    CUDA_OK(kernels::launch_decode_attention(p, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(d_out.check_guards());
-    EXPECT_TRUE(d_cache.check_guards());
-    EXPECT_FALSE(has_nonfinite(d_out.download_floats(c.dtype)));
-    res.out.resize(d_out.bytes() / 2);
-    res.cache.resize(d_cache.bytes());
-    d_out.download(res.out.data());
-    d_cache.download(res.cache.data());
-  };
+  const Inputs in(c);
+  const SharedInputs d(c, in);
   PathResult unfused, fused;
-  run(false, unfused);
-  run(true, fused);
+  run_path(c, in, d, false, unfused);
+  run_path(c, in, d, true, fused);
   ASSERT_FALSE(fused.out.empty());
   EXPECT_EQ(fused.out, unfused.out) << "attention output";
   EXPECT_TRUE(fused.cache == unfused.cache) << "cache contents";
   // The newest rows really were rewritten (the cache started with other values there).
-  DeviceBuffer d_orig(cache.size(), cache_elem_bytes(layout));
-  upload_cache(d_orig, cache, cache_fp8, layout, c.dtype);
+  DeviceBuffer d_orig(in.cache.size(), cache_elem_bytes(in.layout));
+  upload_cache(d_orig, in.cache, in.cache_fp8, in.layout, c.dtype);
   std::vector<uint8_t> orig(d_orig.bytes());
   d_orig.download(orig.data());
   EXPECT_FALSE(orig == fused.cache);
