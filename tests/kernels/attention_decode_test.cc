@@ -31,17 +31,7 @@ using kernels::DType;
 using kernels::KvCacheLayout;
 using kernels::KvDType;
 
-constexpr int kLinear = INT_MAX;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-/// One decoding sequence: sinks at slots [0, num_sink), the window of window_count tokens ending
-/// at rel index head_rel in a ring of ring_size slots (kLinear: a linear cache).
-struct SeqSpec {
-  int num_sink;
-  int ring_size;
-  int head_rel;
-  int window_count;
-};
 
 struct DecodeCase {
   DType dtype = DType::kF16;
@@ -65,20 +55,6 @@ std::string describe(const DecodeCase& c) {
          (q.ring_size == kLinear ? std::string("linear") : std::to_string(q.ring_size)) + " head " +
          std::to_string(q.head_rel) + " window " + std::to_string(q.window_count) + ")";
   return s;
-}
-
-/// Key slots of a sequence: sinks first (scored with q_sink), then the window.
-struct Key {
-  int slot;
-  bool sink;
-};
-std::vector<Key> keys_of(const SeqSpec& s, int ring_base) {
-  std::vector<Key> keys;
-  for (int j = 0; j < s.num_sink; ++j) keys.push_back({j, true});
-  for (int d = 0; d < s.window_count; ++d)
-    keys.push_back(
-        {ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size), false});
-  return keys;
 }
 
 /// Host inputs of one case: a NaN-poisoned paged cache with random rows at every key's slot,
@@ -262,14 +238,8 @@ std::vector<uint16_t> run_case(const DecodeCase& c, bool through_graph = false,
   DeviceBuffer d_tables(std::max<size_t>(in.tables.size(), 1), 4);
   d_tables.upload(in.tables.data());
   std::vector<DecodeSeq> seqs(n);
-  for (int s = 0; s < n; ++s) {
-    seqs[s].geo.ring_base = in.ring_base[s];
-    seqs[s].geo.ring_size = c.seqs[s].ring_size;
-    seqs[s].geo.block_table = d_tables.as<int32_t>() + in.first_block[s];
-    seqs[s].num_sink = c.seqs[s].num_sink;
-    seqs[s].head_rel = c.seqs[s].head_rel;
-    seqs[s].window_count = c.seqs[s].window_count;
-  }
+  for (int s = 0; s < n; ++s)
+    seqs[s] = decode_seq(c.seqs[s], in.ring_base[s], d_tables.as<int32_t>() + in.first_block[s]);
   DeviceBuffer d_seqs(n, sizeof(DecodeSeq));
   d_seqs.upload(seqs.data());
   DeviceBuffer d_out(static_cast<size_t>(n) * H * D, 2);
@@ -378,7 +348,7 @@ TEST(DecodeAttention, ManySplits) {
 TEST(DecodeAttention, ClusterMergeMatchesWorkspaceMerge) {
   RILL_REQUIRE_GPU();
   for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
-    for (const auto [heads, kv_heads] : {std::pair{8, 2}, std::pair{8, 8}, std::pair{32, 8}})
+    for (const auto& [heads, kv_heads] : {std::pair{8, 2}, std::pair{8, 8}, std::pair{32, 8}})
       for (int splits : {2, 5, 8, 16}) {
         DecodeCase c;
         c.kv = kv;

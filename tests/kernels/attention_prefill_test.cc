@@ -30,7 +30,6 @@ using kernels::KvDType;
 using kernels::PrefillAttentionParams;
 using kernels::PrefillSeq;
 
-constexpr int kLinear = INT_MAX;
 constexpr int kNoWindow = INT_MAX;
 constexpr int kGap = 3;  // rows of qkv / out between two chunks
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

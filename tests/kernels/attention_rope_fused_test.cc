@@ -27,13 +27,6 @@ using kernels::DecodeSeq;
 using kernels::DType;
 using kernels::KvDType;
 
-constexpr int kLinear = INT_MAX;
-
-struct Seq {
-  int num_sink, ring_size, head_rel, window_count;
-  int n_keys() const { return num_sink + window_count; }
-};
-
 struct FusedCase {
   DType dtype = DType::kF16;
   KvDType kv = KvDType::kSame;
@@ -50,7 +43,7 @@ std::string describe(const FusedCase& c) {
 
 // Linear caches, full and wrapped rings, a ring over several splits, and a sequence of three
 // tokens whose newest key is its third sink.
-std::vector<Seq> seqs() {
+std::vector<SeqSpec> seqs() {
   return {{0, kLinear, 16, 17},
           {4, 48, 1000, 48},
           {4, 300, 100000, 300},
@@ -58,18 +51,17 @@ std::vector<Seq> seqs() {
           {0, kLinear, 600, 601}};
 }
 
-// Logical slot of key j of a sequence whose window starts at ring_base.
-int key_slot(const Seq& s, int ring_base, int j) {
-  if (j < s.num_sink) return j;
-  const int d = s.n_keys() - 1 - j;
-  return ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size);
+// Slot of a sequence's newest key: the window's newest, else (no window yet) the last sink.
+int newest_slot(const SeqSpec& q, int ring_base) {
+  const std::vector<Key> keys = keys_of(q, ring_base);
+  return q.window_count > 0 ? keys[q.num_sink].slot : keys.back().slot;
 }
 
 // Host inputs of one case: a paged cache with shuffled blocks, random everywhere (both paths
 // start from the same bytes); raw QKV rows with a padded stride, a bias, positions far into a
 // stream, sink positions and frequencies.
 struct Inputs {
-  std::vector<Seq> sq = seqs();
+  std::vector<SeqSpec> sq = seqs();
   int n = static_cast<int>(sq.size()), bs = 16, qkv_width = 0, stride = 0;
   std::vector<int> ring_base, first_block;
   std::vector<int32_t> tables, new_slot;  // new_slot: physical slot of each newest key
@@ -86,8 +78,7 @@ struct Inputs {
     for (int s = 0; s < n; ++s) {
       ring_base[s] = (sq[s].num_sink + bs - 1) / bs * bs;
       int max_slot = 0;
-      for (int j = 0; j < sq[s].n_keys(); ++j)
-        max_slot = std::max(max_slot, key_slot(sq[s], ring_base[s], j));
+      for (const Key& k : keys_of(sq[s], ring_base[s])) max_slot = std::max(max_slot, k.slot);
       first_block[s] = used;
       used += max_slot / bs + 1;
     }
@@ -101,9 +92,9 @@ struct Inputs {
     qkv = rounded_random(size_t(n) * stride, rng, c.dtype);
     bias = rounded_random(qkv_width, rng, c.dtype, 0.5f);
     for (int s = 0; s < n; ++s) {
-      pos[s] = 1000003ll * (s + 1) + sq[s].n_keys();
+      pos[s] = 1000003ll * (s + 1) + sq[s].num_sink + sq[s].window_count;
       sink_pos[s] = sq[s].num_sink + std::min(sq[s].window_count, 7);
-      const int slot = key_slot(sq[s], ring_base[s], sq[s].n_keys() - 1);
+      const int slot = newest_slot(sq[s], ring_base[s]);
       new_slot[s] = tables[first_block[s] + slot / bs] * bs + slot % bs;
     }
     inv_freq.resize(c.rotary_dim / 2);
@@ -130,14 +121,8 @@ struct SharedInputs {
     freq.upload(in.inv_freq.data());
     bias.upload_floats(in.bias, c.dtype);
     std::vector<DecodeSeq> ds(in.n);
-    for (int s = 0; s < in.n; ++s) {
-      ds[s].geo.ring_base = in.ring_base[s];
-      ds[s].geo.ring_size = in.sq[s].ring_size;
-      ds[s].geo.block_table = tables.as<int32_t>() + in.first_block[s];
-      ds[s].num_sink = in.sq[s].num_sink;
-      ds[s].head_rel = in.sq[s].head_rel;
-      ds[s].window_count = in.sq[s].window_count;
-    }
+    for (int s = 0; s < in.n; ++s)
+      ds[s] = decode_seq(in.sq[s], in.ring_base[s], tables.as<int32_t>() + in.first_block[s]);
     seqs.upload(ds.data());
   }
 };

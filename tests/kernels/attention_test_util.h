@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/fp8.h"
+#include "rill/kernels/attention.h"
 #include "rill/kernels/common.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -21,6 +23,44 @@ inline int ring_offset(long long rel, long long ring) {
   long long r = rel % ring;
   if (r < 0) r += ring;
   return static_cast<int>(r);
+}
+
+inline constexpr int kLinear = INT_MAX;  // SeqSpec::ring_size of a linear (full-policy) cache
+
+/// One decoding sequence: sinks at slots [0, num_sink), the window of window_count tokens ending
+/// at rel index head_rel in a ring of ring_size slots (kLinear: a linear cache).
+struct SeqSpec {
+  int num_sink;
+  int ring_size;
+  int head_rel;
+  int window_count;
+};
+
+/// Key slots of a sequence: sinks first (scored with q_sink), then the window, newest first.
+struct Key {
+  int slot;
+  bool sink;
+};
+inline std::vector<Key> keys_of(const SeqSpec& s, int ring_base) {
+  std::vector<Key> keys;
+  for (int j = 0; j < s.num_sink; ++j) keys.push_back({j, true});
+  for (int d = 0; d < s.window_count; ++d)
+    keys.push_back(
+        {ring_base + ring_offset(static_cast<long long>(s.head_rel) - d, s.ring_size), false});
+  return keys;
+}
+
+/// The kernel's descriptor of a sequence whose window starts at slot ring_base, with its block
+/// table row on the device.
+inline kernels::DecodeSeq decode_seq(const SeqSpec& q, int ring_base, const int32_t* table) {
+  kernels::DecodeSeq d;
+  d.geo.ring_base = ring_base;
+  d.geo.ring_size = q.ring_size;
+  d.geo.block_table = table;
+  d.num_sink = q.num_sink;
+  d.head_rel = q.head_rel;
+  d.window_count = q.window_count;
+  return d;
 }
 
 /// Normalized-error and max-abs tolerances of attention outputs from rounded inputs.
