@@ -228,7 +228,6 @@ struct Variant {
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
-  bool chain = true;           // the decode chain where it applies
 };
 
 // The default, then each configuration the flags ask for at this batch size.
@@ -266,11 +265,6 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
   }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
-  if (args.on("chain-off-too") && batch <= 8) {
-    Variant v{"off: decode chain"};
-    v.chain = false;
-    variants.push_back(v);
-  }
   for (int on : {0, 1}) {
     if (!args.on(on ? "rope-fusion-on-too" : "rope-fusion-off-too")) continue;
     Variant v{on ? "forced: RoPE in attention" : "off: RoPE in attention"};
@@ -291,7 +285,6 @@ void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int
   r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
   r.set_early_kv_loads(v.early_kv);
   r.set_cluster_merge(v.cluster);
-  r.set_decode_chain(v.chain);
   if (v.rope_in_attention < 0) {
     r.reset_rope_in_attention();  // the runner's own rule
   } else {
@@ -442,9 +435,6 @@ void declare_flags(cli::Args& args) {
   args.flag(
       "fusion-off-too",
       "also time batch <= 8 decode with SiLU-and-mul as its own kernel, not in the gate|up GEMV");
-  args.flag("chain-off-too",
-            "also time batch <= 8 decode with each layer's o, norms, MLP and next QKV as their "
-            "own kernels, not one decode chain");
   args.flag("rope-fusion-off-too",
             "also time every decode configuration with RoPE and the K/V write as their own kernel, "
             "not inside decode attention");

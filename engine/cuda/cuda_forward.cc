@@ -7,7 +7,6 @@
 #include "engine/cuda/step_profiler.h"
 #include "engine/error.h"
 #include "rill/kernels/attention.h"
-#include "rill/kernels/decode_chain.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
 #include "rill/kernels/rope.h"
@@ -88,33 +87,21 @@ void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cac
   RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
 }
 
-// QKV projection, attention (enqueue_attention_core), output projection: h_ (normed input) ->
-// o_.
+// QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
+// write, output projection: h_ (normed input) -> o_.
 void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[li];
-  const int T = plan.shape.tokens, H = c.hidden_size;
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
-  });
-  enqueue_attention_core(li, plan);
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
-  });
-}
-
-// RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V write: qkv_ ->
-// attn_.
-void CudaRunner::enqueue_attention_core(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
   const cuda::StepLayout& L = plan.layout;
   const kernels::DType dt = weights_->dtype();
-  const int T = sh.tokens;
+  const int T = sh.tokens, H = c.hidden_size;
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
+  });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
       auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
@@ -144,6 +131,9 @@ void CudaRunner::enqueue_attention_core(int li, const StepPlan& plan) {
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+  });
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
@@ -191,15 +181,14 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
         [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
-void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather,
-                                  float* residual) {
+void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
   const ModelConfig& c = config_;
   p.dtype = weights_->dtype();
   p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
   p.eps = c.norm_eps;
   p.num_tokens = gather ? plan.shape.logit_rows : plan.shape.tokens;
   p.hidden = c.hidden_size;
-  p.residual = residual ? residual : x_.as<float>();
+  p.residual = x_.as<float>();
   p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
   timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
 }
@@ -254,83 +243,6 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   enqueue_add_norm(after, plan, last);
 }
 
-// Whether a step's layers run as decode chains: decode rows only, at most 8 (the GEMV path), a
-// pre-norm layer with a gated MLP whose SiLU-and-mul the GEMV applies, and shapes the kernel
-// takes.
-bool CudaRunner::use_chain(int tokens, bool prefill) const {
-  const ModelConfig& c = config_;
-  if (!decode_chain_ || prefill || tokens < 1 || tokens > 8 || c.parallel_residual ||
-      !c.gated_mlp || !fused_decode_ || !weights_->gate_up_interleaved())
-    return false;
-  const cuda::DeviceLayer& w = weights_->layers()[0];  // the GEMV path: M, K and alignment
-  if (!gemm_->uses_gemv(h_.get(), w.wqkv, tokens, c.hidden_size) ||
-      !gemm_->uses_gemv(attn_.get(), w.wo, tokens, c.q_dim()) ||
-      !gemm_->uses_gemv(act_.get(), w.wdown, tokens, c.intermediate_size))
-    return false;
-  return kernels::decode_chain_supported(weights_->dtype(), tokens, c.hidden_size, c.q_dim(),
-                                         c.intermediate_size, c.qkv_dim());
-}
-
-// Layer li's o projection, MLP and residual adds + norms, and layer li + 1's QKV projection, as
-// one kernel: attn_ -> qkv_ (the last layer: -> m_, residual x2_).
-void CudaRunner::enqueue_chain(int li, const StepPlan& plan) {
-  const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[li];
-  const bool last = li + 1 == c.num_layers;
-  kernels::DecodeChainParams p;
-  p.dtype = weights_->dtype();
-  p.norm = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
-  p.eps = c.norm_eps;
-  p.M = plan.shape.tokens;
-  p.hidden = c.hidden_size;
-  p.q_dim = c.q_dim();
-  p.intermediate = c.intermediate_size;
-  p.qkv_dim = c.qkv_dim();
-  p.attn = attn_.get();
-  p.wo = w.wo;
-  p.o = o_.get();
-  p.residual = x_.as<float>();
-  p.residual_mid = x2_.as<float>();
-  p.bo = w.bo;
-  p.mlp_norm = w.mlp_norm;
-  p.mlp_norm_bias = w.mlp_norm_bias;
-  p.wup = w.wup;
-  p.bup = w.bup;
-  p.act = act_.get();
-  p.wdown = w.wdown;
-  p.m = m_.get();
-  if (!last) {
-    const cuda::DeviceLayer& next = weights_->layers()[li + 1];
-    p.bdown = w.bdown;
-    p.next_norm = next.attn_norm;
-    p.next_norm_bias = next.attn_norm_bias;
-    p.wqkv = next.wqkv;
-    p.qkv = qkv_.get();
-  }
-  p.sync = chain_sync_.as<unsigned>() + 2 * li;
-  timed(Profiler::kGemm, [&] { RILL_CUDA(kernels::launch_decode_chain(p, stream_)); });
-}
-
-void CudaRunner::enqueue_chained_layers(const StepPlan& plan) {
-  const ModelConfig& c = config_;
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), weights_->layers()[0].wqkv, qkv_.get(), plan.shape.tokens, c.qkv_dim(),
-               c.hidden_size, false, deep_gemv(kDeepQkv));
-  });
-  for (int li = 0; li < c.num_layers; ++li) {
-    enqueue_attention_core(li, plan);
-    enqueue_chain(li, plan);
-  }
-  const cuda::DeviceLayer& last = weights_->layers()[c.num_layers - 1];
-  kernels::AddNormParams after;
-  after.delta0 = m_.get();
-  after.bias0 = last.bdown;
-  after.weight0 = weights_->final_norm();
-  after.norm_bias0 = weights_->final_norm_bias();
-  after.out0 = normed_.get();
-  enqueue_add_norm(after, plan, true, x2_.as<float>());
-}
-
 // The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
 void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   const ModelConfig& c = config_;
@@ -372,11 +284,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     first.out1 = h2_.get();
   }
   enqueue_add_norm(first, plan, false);
-  if (use_chain(sh.tokens, sh.prefill > 0)) {
-    enqueue_chained_layers(plan);
-  } else {
-    for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
-  }
+  for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,

@@ -151,11 +151,6 @@ void CudaRunner::set_fused_decode(bool on) {
   drop_graphs();
 }
 
-void CudaRunner::set_decode_chain(bool on) {
-  decode_chain_ = on;
-  drop_graphs();
-}
-
 void CudaRunner::set_programmatic_launch(bool on) {
   kernels::set_programmatic_launch(on);
   drop_graphs();
@@ -166,10 +161,6 @@ void CudaRunner::allocate_buffers() {
   const size_t T = max_tokens_, H = c.hidden_size, R = max_rows_, V = c.vocab_size;
   const size_t up_width = c.gated_mlp ? 2 * size_t(c.intermediate_size) : c.intermediate_size;
   x_ = DeviceMemory(T * H * 4, "residual stream");
-  x2_ = DeviceMemory(8 * H * 4, "residual stream");
-  // The chain's barrier counters must start at zero; every launch leaves them zero again.
-  chain_sync_ = DeviceMemory(size_t(c.num_layers) * 2 * 4, "decode chain counters");
-  RILL_CUDA(cudaMemsetAsync(chain_sync_.get(), 0, chain_sync_.bytes(), stream_));
   h_ = DeviceMemory(T * H * esize(), "activations");
   if (c.parallel_residual) h2_ = DeviceMemory(T * H * esize(), "activations");
   qkv_ = DeviceMemory(T * c.qkv_dim() * esize(), "activations");

@@ -90,12 +90,6 @@ class CudaRunner final : public ModelRunner {
   /// in several splits (docs/performance.md). Re-captures graphs.
   void set_rope_in_attention(bool on);
   void reset_rope_in_attention();  // back to the default rule
-  /// Decode steps of <= 8 tokens run the dense part of each Llama-style layer (o, norm, gate|up,
-  /// down, norm, next QKV) as one persistent kernel (kernels::launch_decode_chain) on/off; same
-  /// bits either way. Re-captures graphs.
-  void set_decode_chain(bool on);
-  /// Whether a decode-only step of `batch` sequences runs the decode chain.
-  bool decode_chain_runs(int batch) const { return use_chain(batch, false); }
   /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
   /// re-captures graphs.
   void set_programmatic_launch(bool on);
@@ -144,20 +138,12 @@ class CudaRunner final : public ModelRunner {
   void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
                     HostBuffers& h);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
-  // The layers of a step the decode chain runs: QKV of layer 0, then per layer attention and
-  // the chain (its dense part and the next layer's QKV); the final norm reads residual x2_.
-  void enqueue_chained_layers(const cuda::StepPlan& plan);
-  void enqueue_chain(int layer, const cuda::StepPlan& plan);
-  bool use_chain(int tokens, bool prefill) const;
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
-  // Between the QKV and o projections: RoPE + KV write, attention, prefill K/V write.
-  void enqueue_attention_core(int layer, const cuda::StepPlan& plan);
   void enqueue_mlp(int layer, const void* in, int num_tokens);
-  void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
-                        float* residual = nullptr);  // null: x_
+  void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
@@ -189,7 +175,6 @@ class CudaRunner final : public ModelRunner {
   int32_t trash_block_ = 0;
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
-  bool decode_chain_ = true;  // see set_decode_chain
   int forced_splits_ = 0;  // see set_decode_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
@@ -212,8 +197,6 @@ class CudaRunner final : public ModelRunner {
 
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream
-  cuda::DeviceMemory x2_;       // [8, H] fp32: the decode chain's residual after attention
-  cuda::DeviceMemory chain_sync_;  // [layers][2] uint32 barrier counters of the decode chain
   cuda::DeviceMemory h_, h2_;   // [T, H] normed inputs (h2: GPT-NeoX's MLP branch)
   cuda::DeviceMemory qkv_;      // [T, qkv_dim]
   cuda::DeviceMemory q_sink_;   // [T, q_dim]

@@ -1,17 +1,91 @@
 // Residual add of one sub-layer fused with the norm (RMS or LayerNorm) of the next.
 //
-// One CTA per token row, computed by norm_row::add_norm_row (add_norm_row.cuh).
+// One CTA per token row. Each thread owns ITEMS chunks of 8 consecutive elements and keeps the
+// updated fp32 residual of its chunks in registers, so the row is read once and the statistics
+// are an exact two-pass computation (mean, then sum of squared deviations) without re-reading.
 #include <algorithm>
 
-#include "add_norm_row.cuh"
 #include "launch.cuh"
+#include "reduce.cuh"
 #include "rill/kernels/elementwise.h"
+#include "vec.cuh"
 
 namespace rill::kernels {
 namespace {
 
-using norm_row::kMaxItems;
-using norm_row::kMaxThreads;
+// 512 threads leave 128 registers per thread for the row held in registers.
+constexpr int kMaxThreads = 512;
+constexpr int kMaxItems = 4;  // hidden <= kMaxThreads * kMaxItems * kVec = 16384
+
+// Loads chunk [base, base + 8) of an optional [hidden] or row-offset operand (0 when null or
+// past the end), scalar when !VEC.
+template <typename T, bool VEC>
+__device__ __forceinline__ void load_chunk(const T* p, int base, int hidden, float (&f)[kVec]) {
+  if constexpr (VEC) {
+    if (base < hidden) {
+      load8(p, f);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) f[e] = base + e < hidden ? to_float<T>(p[e]) : 0.0f;
+}
+
+template <bool VEC>
+__device__ __forceinline__ void load_chunk_f32(const float* p, int base, int hidden,
+                                               float (&f)[kVec]) {
+  if constexpr (VEC) {
+    if (base < hidden) {
+      load8(p, f);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) f[e] = base + e < hidden ? p[e] : 0.0f;
+}
+
+template <bool VEC>
+__device__ __forceinline__ void store_chunk_f32(float* p, int base, int hidden,
+                                                const float (&f)[kVec]) {
+  if (VEC && base < hidden) {
+    store8(p, f);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kVec; ++e)
+    if (base + e < hidden) p[e] = f[e];
+}
+
+// out[base..] = n * weight (+ norm_bias) for the chunk.
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_norm(T* out, const T* weight, const T* norm_bias, int base,
+                                           int hidden, const float (&n)[kVec]) {
+  float w[kVec], b[kVec] = {};
+  load_chunk<T, VEC>(weight + base, base, hidden, w);
+  if (norm_bias) load_chunk<T, VEC>(norm_bias + base, base, hidden, b);
+  float y[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) y[e] = n[e] * w[e] + b[e];
+  if (VEC && base < hidden) {
+    store8(out + base, y);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kVec; ++e)
+    if (base + e < hidden) out[base + e] = from_float<T>(y[e]);
+}
+
+// r += delta[base..] (+ bias[base..]) for an optional delta.
+template <typename T, bool VEC>
+__device__ __forceinline__ void add_delta(const T* delta, const T* bias, int base, int hidden,
+                                          float (&r)[kVec]) {
+  if (!delta) return;
+  float d[kVec], b[kVec] = {};
+  load_chunk<T, VEC>(delta + base, base, hidden, d);
+  if (bias) load_chunk<T, VEC>(bias + base, base, hidden, b);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) r[e] += d[e] + b[e];
+}
 
 // grid (num_tokens), block: a multiple of 32 threads with blockDim * ITEMS * 8 >= hidden.
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
@@ -30,27 +104,60 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   }
   pdl_wait();  // before any dependent read or global write
   __shared__ float scratch[32];
+  const int hidden = p.hidden;
   const int64_t i = blockIdx.x;
   const int64_t row = p.rows ? p.rows[i] : i;
-  const int64_t row_off = row * p.hidden;  // residual and deltas by the gathered row; outputs by i
-  const int64_t off = i * p.hidden;
-  norm_row::Row<T> a;
-  a.residual_in = a.residual_out = p.residual + row_off;                      // [hidden]
-  a.delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + row_off : nullptr;  // [hidden]
-  a.delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + row_off : nullptr;
-  a.bias0 = static_cast<const T*>(p.bias0);
-  a.bias1 = static_cast<const T*>(p.bias1);
-  a.weight0 = static_cast<const T*>(p.weight0);
-  a.norm_bias0 = static_cast<const T*>(p.norm_bias0);
-  a.weight1 = static_cast<const T*>(p.weight1);
-  a.norm_bias1 = static_cast<const T*>(p.norm_bias1);
-  a.out0 = static_cast<T*>(p.out0) + off;
-  a.out1 = p.out1 ? static_cast<T*>(p.out1) + off : nullptr;
-  a.hidden = p.hidden;
-  a.threads = blockDim.x;
-  a.layer = p.type == NormType::kLayer;
-  a.eps = p.eps;
-  norm_row::add_norm_row<T, VEC, ITEMS, false>(a, scratch);
+  float* residual = p.residual + row * hidden;  // [hidden]
+  const int64_t row_off = row * hidden;  // residual and deltas by the gathered row; outputs by i
+  const T* delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + row_off : nullptr;  // [hidden]
+  const T* delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + row_off : nullptr;
+  const T* bias0 = static_cast<const T*>(p.bias0);
+  const T* bias1 = static_cast<const T*>(p.bias1);
+
+  float r[ITEMS][kVec];
+  float sum = 0.0f;
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+    load_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
+    add_delta<T, VEC>(delta0, bias0, base, hidden, r[it]);
+    add_delta<T, VEC>(delta1, bias1, base, hidden, r[it]);
+    if (delta0 || delta1) store_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) sum += r[it][e];  // elements past the end are 0
+  }
+
+  // Statistics in fp32: mean (LayerNorm only), then the mean square about it.
+  const bool layer = p.type == NormType::kLayer;
+  const float mean = layer ? block_sum(sum, scratch) / hidden : 0.0f;
+  float sq = 0.0f;
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float d = base + e < hidden ? r[it][e] - mean : 0.0f;
+      sq += d * d;
+    }
+  }
+  const float inv = 1.0f / sqrtf(block_sum(sq, scratch) / hidden + p.eps);
+
+  const int64_t off = i * hidden;
+  T* out0 = static_cast<T*>(p.out0) + off;
+  T* out1 = p.out1 ? static_cast<T*>(p.out1) + off : nullptr;
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+    if (base >= hidden) break;
+    float n[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) n[e] = (r[it][e] - mean) * inv;
+    store_norm<T, VEC>(out0, static_cast<const T*>(p.weight0), static_cast<const T*>(p.norm_bias0),
+                       base, hidden, n);
+    if (out1)
+      store_norm<T, VEC>(out1, static_cast<const T*>(p.weight1),
+                         static_cast<const T*>(p.norm_bias1), base, hidden, n);
+  }
 }
 
 template <typename T, bool VEC>
@@ -88,7 +195,11 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
                         p.norm_bias0, p.out0,   p.weight1, p.norm_bias1, p.out1};
   const bool vec =
       p.hidden % kVec == 0 && std::all_of(std::begin(ptrs), std::end(ptrs), is_aligned16);
-  const auto [items, threads] = norm_row::row_shape(p.hidden);  // 4096: 1 x 512
+  const int chunks = (p.hidden + kVec - 1) / kVec;
+  const int items = chunks <= kMaxThreads       ? 1
+                    : chunks <= 2 * kMaxThreads ? 2
+                                                : kMaxItems;  // 4096: 1 x 512
+  const int threads = ((chunks + items - 1) / items + 31) / 32 * 32;
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return vec ? launch_items<T, true>(p, items, threads, stream)
                : launch_items<T, false>(p, items, threads, stream);

@@ -52,21 +52,6 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[kVec]) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-/// load8 from L2 (ld.global.cg, never a stale L1 line): for data other CTAs of the running kernel
-/// wrote.
-template <typename T>
-__device__ __forceinline__ void load8_cg(const T* p, float (&f)[kVec]) {
-  const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
-  const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) f[i] = to_float<T>(h[i]);
-}
-__device__ __forceinline__ void load8_cg(const float* p, float (&f)[kVec]) {
-  const float4 a = __ldcg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldcg(reinterpret_cast<const float4*>(p) + 1);
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-
 __device__ __forceinline__ void store8(float* p, const float (&f)[kVec]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <random>
 
 #include "engine/cpu/cpu_runner.h"
@@ -342,79 +341,52 @@ TEST(CudaRunner, FusedDecodeMatchesUnfused) {
   }
 }
 
-// Logits of teacher-forced decode steps (eager launches), then the tokens of greedy steps
-// (CUDA-graph replays), for two sequences with StreamingLLM sinks and rings that wrap, from a
-// runner `configure` has set up.
-std::vector<std::vector<float>> decode_rows(const Model& m, const char* kv,
-                                            const std::function<void(CudaRunner&)>& configure) {
-  const int V = m.config.vocab_size, batch = 2, steps = 10;
-  auto r = cuda_runner(m, true, kv);
-  configure(*r);
-  std::vector<std::vector<float>> rows;
-  std::vector<int32_t> next(batch);
-  for (int k = 0; k < batch; ++k) {
-    r->add_sequence({SeqId(k), CachePolicy::streaming(2, 7), {.temperature = 0.0f}});
-    std::vector<int32_t> prompt(4 + 5 * k);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((k * 31 + i * 17) % V);
-    StepInput in{SeqId(k), prompt, LogitsMode::kLast, true};
-    rows.push_back(r->step(std::span<const StepInput>(&in, 1)).logits);
-  }
-  for (int s = 0; s < 2 * steps; ++s) {
-    const bool forced = s < steps;
-    std::vector<StepInput> in;
-    for (int k = 0; k < batch; ++k) {
-      if (forced) next[k] = (s * 7919 + k * 104729) % V;
-      in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1),
-                    forced ? LogitsMode::kLast : LogitsMode::kNone, true});
-    }
-    const StepOutput o = r->step(in);
-    if (forced) rows.push_back(o.logits);
-    rows.push_back(std::vector<float>(o.sampled.begin(), o.sampled.end()));
-    if (!forced) next = o.sampled;
-  }
-  return rows;
-}
-
-// decode_rows for the default model and every fixture (GQA, RoPE scaling, QKV bias, partial
-// rotary, GPT-NeoX), 16-bit and fp8 caches: every logit and token equal with `on` and `off`.
-void expect_same_decode(const std::function<void(CudaRunner&)>& on,
-                        const std::function<void(CudaRunner&)>& off) {
+// RoPE, the bias and the newest K/V write inside decode attention round exactly as the RoPE +
+// K/V-write kernel does: every logit and token is unchanged, for the default model and every
+// fixture (GQA, RoPE scaling, QKV bias, partial rotary), with StreamingLLM sinks and rings that
+// wrap, 16-bit and fp8 caches. Teacher-forced decode steps return logits (eager launches), then
+// greedy steps replay CUDA graphs.
+TEST(CudaRunner, RopeInAttentionChangesNoBit) {
+  REQUIRE_CUDA();
   std::vector<std::string> models = {"models/rill-shakespeare"};
   for (const std::string& f : testing::fixture_names()) models.push_back("tests/fixtures/" + f);
   for (const std::string& path : models) {
     const Model m = load_model(source_path(path));
+    const int V = m.config.vocab_size, batch = 2, steps = 10;
     for (const char* kv : {"auto", "fp8"}) {
       SCOPED_TRACE(path + " kv " + kv);
-      const auto a = decode_rows(m, kv, on), b = decode_rows(m, kv, off);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "row " << i;
+      auto run = [&](bool fused) {
+        auto r = cuda_runner(m, true, kv);
+        r->set_rope_in_attention(fused);
+        std::vector<std::vector<float>> rows;
+        std::vector<int32_t> next(batch);
+        for (int k = 0; k < batch; ++k) {
+          r->add_sequence({SeqId(k), CachePolicy::streaming(2, 7), {.temperature = 0.0f}});
+          std::vector<int32_t> prompt(4 + 5 * k);
+          for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((k * 31 + i * 17) % V);
+          StepInput in{SeqId(k), prompt, LogitsMode::kLast, true};
+          rows.push_back(r->step(std::span<const StepInput>(&in, 1)).logits);
+        }
+        for (int s = 0; s < 2 * steps; ++s) {
+          const bool forced = s < steps;
+          std::vector<StepInput> in;
+          for (int k = 0; k < batch; ++k) {
+            if (forced) next[k] = (s * 7919 + k * 104729) % V;
+            in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1),
+                          forced ? LogitsMode::kLast : LogitsMode::kNone, true});
+          }
+          const StepOutput o = r->step(in);
+          if (forced) rows.push_back(o.logits);
+          rows.push_back(std::vector<float>(o.sampled.begin(), o.sampled.end()));
+          if (!forced) next = o.sampled;
+        }
+        return rows;
+      };
+      const auto fused = run(true), plain = run(false);
+      ASSERT_EQ(fused.size(), plain.size());
+      for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "row " << i;
     }
   }
-}
-
-// RoPE, the bias and the newest K/V write inside decode attention round exactly as the RoPE +
-// K/V-write kernel does.
-TEST(CudaRunner, RopeInAttentionChangesNoBit) {
-  REQUIRE_CUDA();
-  expect_same_decode([](CudaRunner& r) { r.set_rope_in_attention(true); },
-                     [](CudaRunner& r) { r.set_rope_in_attention(false); });
-}
-
-// The decode chain (o, norm, gate|up, down, norm and the next QKV in one persistent kernel)
-// computes every bit as the kernels it replaces; it runs for Llama-style models at decode batch
-// sizes up to 8.
-TEST(CudaRunner, DecodeChainChangesNoBit) {
-  REQUIRE_CUDA();
-  {
-    const Model m = load_model(source_path("models/rill-shakespeare"));
-    auto r = cuda_runner(m);
-    for (int batch : {1, 2, 8}) EXPECT_TRUE(r->decode_chain_runs(batch)) << batch;
-    EXPECT_FALSE(r->decode_chain_runs(9));
-    r->set_decode_chain(false);
-    EXPECT_FALSE(r->decode_chain_runs(1));
-  }  // one runner at a time: each takes the GPU's free memory for its KV pool
-  expect_same_decode([](CudaRunner& r) { r.set_decode_chain(true); },
-                     [](CudaRunner& r) { r.set_decode_chain(false); });
 }
 
 // Decode attention's split count (automatic: 1 up to 256 keys, then more) only changes the
