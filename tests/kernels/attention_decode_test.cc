@@ -252,13 +252,7 @@ std::vector<uint16_t> run_case(const DecodeCase& c, bool through_graph = false,
   DeviceBuffer& d_ws = workspace ? *workspace : fresh_ws;
   EXPECT_GE(d_ws.bytes(), ws_bytes);
 
-  DecodeAttentionParams p;
-  p.dtype = c.dtype;
-  p.num_seqs = n;
-  p.num_heads = H;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = D;
-  p.scale = static_cast<float>(scale);
+  auto p = attention_params<DecodeAttentionParams>(c.dtype, n, H, c.num_kv_heads, D, static_cast<float>(scale));
   p.q = d_q.get();
   p.q_stride = in.q_stride;
   p.q_sink = d_qs.get();

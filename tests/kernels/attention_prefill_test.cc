@@ -258,13 +258,7 @@ void run_case(const PrefillCase& c) {
   d_seqs.upload(seqs.data());
   DeviceBuffer d_out(static_cast<size_t>(in.total_rows) * H * D, 2);
 
-  PrefillAttentionParams p;
-  p.dtype = c.dtype;
-  p.num_seqs = n;
-  p.num_heads = H;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = D;
-  p.scale = static_cast<float>(scale);
+  auto p = attention_params<PrefillAttentionParams>(c.dtype, n, H, c.num_kv_heads, D, static_cast<float>(scale));
   p.qkv = d_qkv.get();
   p.qkv_stride = in.qkv_stride;
   p.q_sink = d_qs.get();

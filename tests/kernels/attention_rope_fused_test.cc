@@ -146,13 +146,7 @@ void run_path(const FusedCase& c, const Inputs& in, const SharedInputs& d, bool 
   d_qkv.upload_floats(in.qkv, c.dtype);
   CUDA_OK(cudaMemset(d_ws.get(), 0, d_ws.bytes()));
   d_out.poison();
-  DecodeAttentionParams p;
-  p.dtype = c.dtype;
-  p.num_seqs = n;
-  p.num_heads = H;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = D;
-  p.scale = 1.0f / std::sqrt(float(D));
+  auto p = attention_params<DecodeAttentionParams>(c.dtype, n, H, c.num_kv_heads, D, 1.0f / std::sqrt(float(D)));
   p.q = d_qkv.get();
   p.q_stride = in.stride;
   p.seqs = d.seqs.as<DecodeSeq>();

@@ -25,6 +25,21 @@ inline int ring_offset(long long rel, long long ring) {
   return static_cast<int>(r);
 }
 
+/// Decode or prefill attention params with the fields every attention test sets: dtype, sequence
+/// count, head shapes and the score scale.
+template <typename Params>
+Params attention_params(kernels::DType dtype, int num_seqs, int num_heads, int num_kv_heads,
+                        int head_dim, float scale) {
+  Params p;
+  p.dtype = dtype;
+  p.num_seqs = num_seqs;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.scale = scale;
+  return p;
+}
+
 inline constexpr int kLinear = INT_MAX;  // SeqSpec::ring_size of a linear (full-policy) cache
 
 /// One decoding sequence: sinks at slots [0, num_sink), the window of window_count tokens ending
