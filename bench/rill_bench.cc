@@ -10,9 +10,6 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "bench/bench_util.h"
 #include "bench/kernel_trace.h"
@@ -32,20 +29,6 @@ std::vector<int> int_list(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(std::stoi(item));
-  return out;
-}
-
-// "2:4,1:2" -> {{2, 4}, {1, 2}}; a lone "2" is {2, 2}.
-std::vector<std::pair<int, int>> int_pairs(const std::string& s) {
-  std::vector<std::pair<int, int>> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t colon = item.find(':');
-    const int a = std::stoi(item.substr(0, colon));
-    out.emplace_back(a, colon == std::string::npos ? a : std::stoi(item.substr(colon + 1)));
-  }
   return out;
 }
 
@@ -245,7 +228,6 @@ struct Variant {
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
-  int k_splits_o = -1, k_splits_down = -1;  // split-K of the o / down GEMVs (-1: the default)
 };
 
 // The default, then each configuration the flags ask for at this batch size.
@@ -260,12 +242,6 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     for (int config : int_list(args.get("gemv-configs"))) {
       Variant v{"GEMV shape " + kernels::gemv_config_name(config)};
       v.gemv_config = config;
-      variants.push_back(v);
-    }
-    for (const auto& [o, down] : int_pairs(args.get("gemv-k-splits"))) {
-      Variant v{"GEMV K splits o " + std::to_string(o) + " down " + std::to_string(down)};
-      v.k_splits_o = o;
-      v.k_splits_down = down;
       variants.push_back(v);
     }
     for (int mask : int_list(args.get("gemv-deep-masks"))) {
@@ -309,8 +285,6 @@ void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int
   r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
   r.set_early_kv_loads(v.early_kv);
   r.set_cluster_merge(v.cluster);
-  r.set_gemv_k_splits(v.k_splits_o < 0 ? CudaRunner::kDefaultKSplitsO : v.k_splits_o,
-                      v.k_splits_down < 0 ? CudaRunner::kDefaultKSplitsDown : v.k_splits_down);
   if (v.rope_in_attention < 0) {
     r.reset_rope_in_attention();  // the runner's own rule
   } else {
@@ -475,9 +449,6 @@ void declare_flags(cli::Args& args) {
   args.option("gemv-deep-masks", "",
               "also time batch <= 8 decode with each of these masks of GEMVs staging weights "
               "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");
-  args.option("gemv-k-splits", "",
-              "also time batch <= 8 decode with the o and down GEMVs split over K: a list of "
-              "o:down slice counts (a lone n is n:n)");
   args.option("gemv-deep-config", "-1",
               "CTA shape of the GEMVs with a deep prologue (index of rill-gemv-bench's shapes; -1: "
               "the default)");

@@ -87,26 +87,9 @@ void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cac
   RILL_CUDA(kernels::launch_prefill_attention(p, stream_));
 }
 
-CudaRunner::Delta CudaRunner::project_residual(const void* x, const void* w,
-                                               const cuda::DeviceMemory& y,
-                                               const cuda::DeviceMemory& slices, int T, int K,
-                                               int splits, bool deep) {
-  const int H = config_.hidden_size;
-  if (splits <= 1 || !gemm_->uses_gemv(x, w, T, K)) {
-    timed(Profiler::kGemm, [&] { gemm_->run(x, w, y.get(), T, H, K, false, deep); });
-    return {y.get(), 0};
-  }
-  kernels::GemvParams p = kernels::gemv_params(weights_->dtype(), T, H, K, x, w, slices.get());
-  p.y_f32 = true;
-  p.k_splits = splits;
-  p.deep_prologue = deep;
-  timed(Profiler::kGemm, [&] { gemm_->gemv(p); });
-  return {slices.get(), splits};
-}
-
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
-// write, output projection: h_ (normed input) -> o_ (or its split-K slices).
-CudaRunner::Delta CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
+// write, output projection: h_ (normed input) -> o_.
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
@@ -148,12 +131,13 @@ CudaRunner::Delta CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
-  return project_residual(attn_.get(), w.wo, o_, o_slices_, T, c.q_dim(), k_splits_o_,
-                          deep_gemv(kDeepO));
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+  });
 }
 
-// Up (or gate | up) projection, activation, down projection: in -> m_ (or its split-K slices).
-CudaRunner::Delta CudaRunner::enqueue_mlp(int li, const void* in, int T) {
+// Up (or gate | up) projection, activation, down projection: in -> m_.
+void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
@@ -193,8 +177,8 @@ CudaRunner::Delta CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
-  return project_residual(act_.get(), w.wdown, m_, m_slices_, T, I, k_splits_down_,
-                          deep_gemv(kDeepDown));
+  timed(Profiler::kGemm,
+        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -236,31 +220,25 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     }
   }
 
-  after.split_rows = T;
-  const Delta o = enqueue_attention(li, plan);
+  enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    const Delta m = enqueue_mlp(li, h2_.get(), T);
-    after.delta0 = o.data;
-    after.delta0_splits = o.splits;
+    enqueue_mlp(li, h2_.get(), T);
+    after.delta0 = o_.get();
     after.bias0 = w.bo;
-    after.delta1 = m.data;
-    after.delta1_splits = m.splits;
+    after.delta1 = m_.get();
     after.bias1 = w.bdown;
     enqueue_add_norm(after, plan, last);
     return;
   }
   kernels::AddNormParams mid;
-  mid.delta0 = o.data;
-  mid.delta0_splits = o.splits;
-  mid.split_rows = T;
+  mid.delta0 = o_.get();
   mid.bias0 = w.bo;
   mid.weight0 = w.mlp_norm;
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
   enqueue_add_norm(mid, plan, false);
-  const Delta m = enqueue_mlp(li, h_.get(), T);
-  after.delta0 = m.data;
-  after.delta0_splits = m.splits;
+  enqueue_mlp(li, h_.get(), T);
+  after.delta0 = m_.get();
   after.bias0 = w.bdown;
   enqueue_add_norm(after, plan, last);
 }

@@ -146,16 +146,6 @@ void CudaRunner::set_decode_splits(int splits) {
   drop_graphs();
 }
 
-void CudaRunner::set_gemv_k_splits(int o, int down) {
-  for (int splits : {o, down})
-    if (splits < 1 || splits > kMaxKSplits)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "GEMV K splits: 1 .. " + std::to_string(kMaxKSplits));
-  k_splits_o_ = o;
-  k_splits_down_ = down;
-  drop_graphs();
-}
-
 void CudaRunner::set_fused_decode(bool on) {
   fused_decode_ = on;
   drop_graphs();
@@ -181,9 +171,6 @@ void CudaRunner::allocate_buffers() {
   up_ = DeviceMemory(T * up_width * esize(), "activations");
   act_ = DeviceMemory(T * c.intermediate_size * esize(), "activations");
   m_ = DeviceMemory(T * H * esize(), "activations");
-  const size_t slices = size_t(kMaxKSplits) * std::min<size_t>(T, 8) * H * 4;  // GEMV rows <= 8
-  o_slices_ = DeviceMemory(slices, "activations");
-  m_slices_ = DeviceMemory(slices, "activations");
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   sampled_ = DeviceMemory(R * 4, "sampled tokens");

@@ -72,12 +72,6 @@ class CudaRunner final : public ModelRunner {
   static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
   static constexpr int kDeepAll = 31;
   static constexpr int kDeepDefault = kDeepAll;
-  /// Split-K for the decode GEMVs whose output feeds a residual add (o and down): each runs in
-  /// `o` / `down` K slices (1: unsplit) whose fp32 sums add_norm adds (kernels::GemvParams::
-  /// k_splits); 1 .. kMaxKSplits. Re-captures graphs.
-  void set_gemv_k_splits(int o, int down);
-  static constexpr int kMaxKSplits = 8;
-  static constexpr int kDefaultKSplitsO = 1, kDefaultKSplitsDown = 1;
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
@@ -147,18 +141,8 @@ class CudaRunner final : public ModelRunner {
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
-  // A sub-layer's output as add_norm takes it: dtype [T, H], or the fp32 slices of a split-K
-  // GEMV ([splits][T, H]).
-  struct Delta {
-    const void* data = nullptr;
-    int splits = 0;
-  };
-  Delta enqueue_attention(int layer, const cuda::StepPlan& plan);
-  Delta enqueue_mlp(int layer, const void* in, int num_tokens);
-  // The o or down projection x [T, K] -> [T, H]: into y, or split over K into `slices` when the
-  // GEMV runs and `splits` > 1.
-  Delta project_residual(const void* x, const void* w, const cuda::DeviceMemory& y,
-                         const cuda::DeviceMemory& slices, int T, int K, int splits, bool deep);
+  void enqueue_attention(int layer, const cuda::StepPlan& plan);
+  void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
@@ -192,7 +176,6 @@ class CudaRunner final : public ModelRunner {
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
-  int k_splits_o_ = kDefaultKSplitsO, k_splits_down_ = kDefaultKSplitsDown;  // set_gemv_k_splits
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
   bool early_kv_loads_ = true;
@@ -223,7 +206,6 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
-  cuda::DeviceMemory o_slices_, m_slices_;  // [kMaxKSplits][8, H] fp32: split-K o / down
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32

@@ -87,39 +87,6 @@ __device__ __forceinline__ void add_delta(const T* delta, const T* bias, int bas
   for (int e = 0; e < kVec; ++e) r[e] += d[e] + b[e];
 }
 
-// r += dtype(sum of the fp32 slices of a split-K delta, in order) (+ bias[base..]); slice s of
-// the chunk at parts + s * stride.
-template <typename T, bool VEC>
-__device__ __forceinline__ void add_split_delta(const float* parts, int splits, int64_t stride,
-                                                const T* bias, int base, int hidden,
-                                                float (&r)[kVec]) {
-  float d[kVec], b[kVec] = {};
-  load_chunk_f32<VEC>(parts, base, hidden, d);
-  for (int s = 1; s < splits; ++s) {
-    float more[kVec];
-    load_chunk_f32<VEC>(parts + s * stride, base, hidden, more);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) d[e] += more[e];
-  }
-  if (bias) load_chunk<T, VEC>(bias + base, base, hidden, b);
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) r[e] += to_float<T>(from_float<T>(d[e])) + b[e];
-}
-
-// Either form of delta k (0 or 1) of p, for the row at row_off.
-template <typename T, bool VEC>
-__device__ __forceinline__ void add_any_delta(const void* delta, int splits, const T* bias,
-                                              const AddNormParams& p, int64_t row_off, int base,
-                                              float (&r)[kVec]) {
-  if (!delta) return;
-  if (splits > 0) {
-    add_split_delta<T, VEC>(static_cast<const float*>(delta) + row_off + base, splits,
-                            static_cast<int64_t>(p.split_rows) * p.hidden, bias, base, p.hidden, r);
-  } else {
-    add_delta<T, VEC>(static_cast<const T*>(delta) + row_off, bias, base, p.hidden, r);
-  }
-}
-
 // grid (num_tokens), block: a multiple of 32 threads with blockDim * ITEMS * 8 >= hidden.
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
 template <typename T, bool VEC, int ITEMS>
@@ -142,6 +109,8 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   const int64_t row = p.rows ? p.rows[i] : i;
   float* residual = p.residual + row * hidden;  // [hidden]
   const int64_t row_off = row * hidden;  // residual and deltas by the gathered row; outputs by i
+  const T* delta0 = p.delta0 ? static_cast<const T*>(p.delta0) + row_off : nullptr;  // [hidden]
+  const T* delta1 = p.delta1 ? static_cast<const T*>(p.delta1) + row_off : nullptr;
   const T* bias0 = static_cast<const T*>(p.bias0);
   const T* bias1 = static_cast<const T*>(p.bias1);
 
@@ -151,9 +120,9 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   for (int it = 0; it < ITEMS; ++it) {
     const int base = (it * blockDim.x + threadIdx.x) * kVec;
     load_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
-    add_any_delta<T, VEC>(p.delta0, p.delta0_splits, bias0, p, row_off, base, r[it]);
-    add_any_delta<T, VEC>(p.delta1, p.delta1_splits, bias1, p, row_off, base, r[it]);
-    if (p.delta0 || p.delta1) store_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
+    add_delta<T, VEC>(delta0, bias0, base, hidden, r[it]);
+    add_delta<T, VEC>(delta1, bias1, base, hidden, r[it]);
+    if (delta0 || delta1) store_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) sum += r[it][e];  // elements past the end are 0
   }
@@ -222,9 +191,6 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
   if ((p.bias0 && !p.delta0) || (p.bias1 && !p.delta1))
     return invalid_argument("add_norm: a bias without its delta");
   if (p.out1 && !p.weight1) return invalid_argument("add_norm: out1 without weight1");
-  if (p.delta0_splits < 0 || p.delta1_splits < 0 ||
-      ((p.delta0_splits > 0 || p.delta1_splits > 0) && p.split_rows <= 0))
-    return invalid_argument("add_norm: split-K deltas need splits >= 0 and split_rows > 0");
   const void* ptrs[] = {p.residual,   p.delta0, p.bias0,   p.delta1,     p.bias1, p.weight0,
                         p.norm_bias0, p.out0,   p.weight1, p.norm_bias1, p.out1};
   const bool vec =

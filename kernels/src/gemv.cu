@@ -140,33 +140,24 @@ __device__ __forceinline__ void epilogue(const float (&s)[4], void* __restrict__
 /// (g = lane / 4, t = lane % 4) of the CTA owning w rows n0 .. n0 + 15, which reads w rows n0 + g
 /// and n0 + g + 8 and x row g over `steps` steps of 4 16-byte chunks (`chunks` per row). Rows past
 /// N are clamped (loaded, never stored) so that no load needs a row predicate; x rows past M are
-/// zero columns of B (x_live false). Split-K: blockIdx.y is the K slice (`slice` chunks each),
-/// the pointers start at its first chunk and `chunks` counts its own.
+/// zero columns of B (x_live false).
 template <typename T>
 struct LaneTile {
   int warp, g, t, n0, chunks, steps;
   const uint4 *w_lo, *w_hi, *x_row;
   bool x_live;
-  __device__ __forceinline__ LaneTile(const T* x, const T* w, int M, int N, int K, int slice)
+  __device__ __forceinline__ LaneTile(const T* x, const T* w, int M, int N, int K)
       : warp(threadIdx.x >> 5),
         g((threadIdx.x & 31) >> 2),
         t(threadIdx.x & 3),
         n0(blockIdx.x * kRows),
-        chunks(max(0, min(K / kVec - static_cast<int>(blockIdx.y) * slice, slice))),
-        steps((chunks + 3) / 4),
-        w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K) +
-             blockIdx.y * slice),
-        w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K) +
-             blockIdx.y * slice),
-        x_row(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K) +
-              blockIdx.y * slice),
+        chunks(K / kVec),
+        steps((K / kVec + 3) / 4),
+        w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K)),
+        w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K)),
+        x_row(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K)),
         x_live(g < M) {}
 };
-
-/// Where slice blockIdx.y of a split-K GEMV stores its sums: fp32 [gridDim.y][M, N].
-__device__ __forceinline__ void* slice_output(void* y, int M, int N) {
-  return static_cast<float*>(y) + static_cast<int64_t>(blockIdx.y) * M * N;
-}
 
 /// The W warps' accumulators added in warp order through `partial` ([W][4][32] floats of shared
 /// memory), then the epilogue by warp 0. Every thread of the CTA calls it.
@@ -199,10 +190,9 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
                                                       const T* __restrict__ w,  // [N, K]
                                                       void* __restrict__ y,     // see GemvEpilogue
                                                       const T* __restrict__ bias,  // kSiluMul
-                                                      int M, int N, int K, bool y_f32,
-                                                      int slice) {  // split-K: chunks per slice
+                                                      int M, int N, int K, bool y_f32) {
   __shared__ float partial[W][4][32];
-  const LaneTile<T> L(x, w, M, N, K, slice);
+  const LaneTile<T> L(x, w, M, N, K);
   const int warp = L.warp, t = L.t, chunks = L.chunks, steps = L.steps;
   const uint4 *w_lo = L.w_lo, *w_hi = L.w_hi, *x_row = L.x_row;
   const bool x_live = L.x_live;
@@ -232,7 +222,7 @@ __global__ void __launch_bounds__(W * 32) gemv_kernel(const T* __restrict__ x,  
     }
   }
 
-  sum_warps_and_store<T, W, EPI>(acc, partial, slice_output(y, M, N), bias, M, N, y_f32, L.n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
 }
 
 // 16-byte copy of streamed weights into shared memory, L2::256B as load_stream; !valid reads
@@ -274,10 +264,10 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_ring_kernel(const T* __restrict__ x,  // [M, K]
                      const T* __restrict__ w,  // [N, K]
                      void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
-                     bool y_f32, int slice) {
+                     bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * 4 * 32 * sizeof(float), "ring holds the partials");
   extern __shared__ uint4 ring[];
-  const LaneTile<T> L(x, w, M, N, K, slice);
+  const LaneTile<T> L(x, w, M, N, K);
   const int warp = L.warp, t = L.t, chunks = L.chunks, steps = L.steps;
   const uint4 *w_lo = L.w_lo, *w_hi = L.w_hi, *x_row = L.x_row;
   const bool x_live = L.x_live;
@@ -320,21 +310,20 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   attn::cp_async_wait<0>();  // the zero-filled copies past the end
   __syncthreads();
   float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(ring);  // [W][4][32]
-  sum_warps_and_store<T, W, EPI>(acc, partial, slice_output(y, M, N), bias, M, N, y_f32, L.n0);
+  sum_warps_and_store<T, W, EPI>(acc, partial, y, bias, M, N, y_f32, L.n0);
 }
 
 // Launches config C's kernel with epilogue EPI.
 template <typename T, Config C, GemvEpilogue EPI>
 cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
-  const dim3 blocks((p.N + kRows - 1) / kRows, p.k_splits);
-  const int slice = gemv_k_slice_chunks(p.K, p.k_splits);
+  const int blocks = (p.N + kRows - 1) / kRows;
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w);
   const T* bias = static_cast<const T*>(p.bias);
   const bool y_f32 = EPI == GemvEpilogue::kStore && p.y_f32;
   if constexpr (C.stages == 0) {
-    return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, blocks, dim3(C.warps * 32), 0,
-                         stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32, slice);
+    return launch_kernel(gemv_kernel<T, C.warps, C.unroll, EPI>, dim3(blocks), dim3(C.warps * 32),
+                         0, stream, x, w, p.y, bias, p.M, p.N, p.K, y_f32);
   } else {
     const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
@@ -342,8 +331,8 @@ cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
     static const cudaError_t allowed =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (allowed != cudaSuccess) return allowed;
-    return launch_kernel(kernel, blocks, dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias, p.M,
-                         p.N, p.K, y_f32, slice);
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
+                         p.M, p.N, p.K, y_f32);
   }
 }
 
@@ -382,11 +371,6 @@ cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream) {
   } else if (p.bias) {
     return invalid_argument("gemv: kStore takes no bias");
   }
-  if (p.k_splits < 1 || p.k_splits > kGemvMaxKSplits)
-    return invalid_argument("gemv: k_splits=" + std::to_string(p.k_splits) + " out of 1.." +
-                            std::to_string(kGemvMaxKSplits));
-  if (p.k_splits > 1 && (p.epilogue != GemvEpilogue::kStore || !p.y_f32))
-    return invalid_argument("gemv: split-K stores fp32 sums (kStore, y_f32)");
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return invalid_argument("gemv: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))

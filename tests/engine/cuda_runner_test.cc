@@ -465,53 +465,6 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
   EXPECT_THROW(cuda_runner(m)->set_gemv_deep_prologue(CudaRunner::kDeepAll + 1), Error);
 }
 
-// Split-K o and down GEMVs add the same products in another order: logits move by rounding
-// only, on the default model (pre-norm) and a GPT-NeoX fixture (parallel residual, biases), and
-// the same split gives the same bits at batch 1 and batch 2.
-TEST(CudaRunner, GemvSplitKChangesOnlyRounding) {
-  REQUIRE_CUDA();
-  for (const std::string name : {"default_model.json", "gpt_neox.json"}) {
-    SCOPED_TRACE(name);
-    const auto g = load_golden(name);
-    const Model m = load_model(source_path(g.at("model").get<std::string>()));
-    const auto cases = golden_cases(g);
-    const int V = m.config.vocab_size, steps = 60;
-    auto logits = [&](int o, int down, int batch) {
-      auto r = cuda_runner(m);
-      r->set_gemv_k_splits(o, down);
-      for (SeqId id = 1; id <= batch; ++id) {
-        r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
-        StepInput in{id, cases[0].prompt, LogitsMode::kNone, true};
-        r->step(std::span<const StepInput>(&in, 1));
-      }
-      std::vector<float> out;  // sequence 1's rows
-      for (int s = 0; s < steps; ++s) {
-        const int32_t next = (s * 7919 + 13) % V;
-        std::vector<StepInput> d;
-        for (SeqId id = 1; id <= batch; ++id)
-          d.push_back({id, std::span<const int32_t>(&next, 1), LogitsMode::kLast, true});
-        const auto o = r->step(d);
-        out.insert(out.end(), o.logits.begin(), o.logits.begin() + V);
-      }
-      return out;
-    };
-    const auto unsplit = logits(1, 1, 1);
-    ASSERT_EQ(unsplit.size(), size_t(V) * steps);
-    // As check_golden's logits tolerance against transformers, a quarter of it on average.
-    const double tol = cuda_runner(m)->dtype() == kernels::DType::kBF16 ? 4e-2 : 1e-2;
-    for (const auto& [o, down] : {std::pair{2, 2}, {1, 4}, {CudaRunner::kMaxKSplits, 3}}) {
-      const auto split = logits(o, down, 1);
-      const RowErrors e = row_errors(split, unsplit, V);
-      EXPECT_LT(e.worst, tol) << o << ":" << down;
-      EXPECT_LT(e.mean, tol / 4) << o << ":" << down;
-      EXPECT_EQ(logits(o, down, 2), split) << o << ":" << down << " at batch 2";
-    }
-  }
-  EXPECT_THROW(
-      cuda_runner(load_model(source_path("models/rill-shakespeare")))->set_gemv_k_splits(0, 1),
-      Error);
-}
-
 TEST(CudaRunner, SeededSamplingIsReproducible) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));

@@ -107,7 +107,6 @@ struct AddNormCase {
   kernels::NormType type;
   int hidden, num_tokens, deltas;
   bool biases, norm_bias, two_outputs, gather;
-  int splits = 0;  // > 0: the deltas are fp32 split-K slices ([splits][R, H])
 };
 
 std::string describe(const AddNormCase& c, DType dt) {
@@ -115,7 +114,7 @@ std::string describe(const AddNormCase& c, DType dt) {
          " hidden=" + std::to_string(c.hidden) + " T=" + std::to_string(c.num_tokens) +
          " deltas=" + std::to_string(c.deltas) + (c.biases ? " biases" : "") +
          (c.norm_bias ? " norm_bias" : "") + (c.two_outputs ? " out1" : "") +
-         (c.gather ? " rows" : "") + (c.splits ? " splits=" + std::to_string(c.splits) : "");
+         (c.gather ? " rows" : "");
 }
 
 void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
@@ -133,17 +132,9 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
   }
   std::vector<float> residual = random_vector(size_t(R) * H, rng, 2.0f);
   for (int j = 0; j < H; ++j) residual[j] += 0.5f;  // a non-zero mean for LayerNorm
-  std::vector<std::vector<float>> delta(2), bias(2), slices(2);
+  std::vector<std::vector<float>> delta(2), bias(2);
   for (int d = 0; d < c.deltas; ++d) {
-    if (c.splits > 0) {  // delta = dtype(slice 0 + slice 1 + ..., added in order in fp32)
-      slices[d] = random_vector(size_t(c.splits) * R * H, rng, 0.6f);
-      delta[d].assign(slices[d].begin(), slices[d].begin() + size_t(R) * H);
-      for (int s = 1; s < c.splits; ++s)
-        for (size_t j = 0; j < size_t(R) * H; ++j) delta[d][j] += slices[d][s * size_t(R) * H + j];
-      delta[d] = round_to(delta[d], dt);
-    } else {
-      delta[d] = rounded_random(size_t(R) * H, rng, dt);  // indexed by the gathered row
-    }
+    delta[d] = rounded_random(size_t(R) * H, rng, dt);  // indexed by the gathered row
     if (c.biases) bias[d] = rounded_random(H, rng, dt, 0.3f);
   }
   std::vector<std::vector<float>> weight(2), norm_bias(2);
@@ -195,18 +186,9 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
   p.num_tokens = T;
   p.hidden = H;
   p.residual = d_res.as<float>();
-  auto upload_f32 = [&](const std::vector<float>& v) -> const void* {
-    if (v.empty()) return nullptr;
-    owned.push_back(new DeviceBuffer(v.size(), 4));
-    owned.back()->upload_floats(v, dt);
-    return owned.back()->get();
-  };
-  p.delta0 = c.splits ? upload_f32(slices[0]) : upload(delta[0]);
+  p.delta0 = upload(delta[0]);
   p.bias0 = upload(bias[0]);
-  p.delta1 = c.splits ? upload_f32(slices[1]) : upload(delta[1]);
-  p.delta0_splits = p.delta0 ? c.splits : 0;
-  p.delta1_splits = p.delta1 ? c.splits : 0;
-  p.split_rows = R;
+  p.delta1 = upload(delta[1]);
   p.bias1 = upload(bias[1]);
   p.weight0 = upload(weight[0]);
   p.norm_bias0 = upload(norm_bias[0]);
@@ -261,23 +243,6 @@ TEST(AddNorm, RowsGatherUpdatesOnlyTheGatheredResidualRows) {
   }
 }
 
-// Deltas given as the fp32 K slices of a split GEMV: added in order, rounded to the dtype,
-// then exactly as a dtype delta (the residual bit for bit).
-TEST(AddNorm, SplitKDeltasAddTheirSlicesInOrder) {
-  RILL_REQUIRE_GPU();
-  std::mt19937 rng(4);
-  for (DType dt : kDTypes) {
-    for (int splits : {1, 2, 3, 8}) {
-      run_add_norm({kernels::NormType::kRms, 4096, 1, 1, false, false, false, false, splits}, dt,
-                   rng);
-      run_add_norm({kernels::NormType::kRms, 769, 8, 1, true, false, false, false, splits}, dt,
-                   rng);
-      run_add_norm({kernels::NormType::kLayer, 5125, 3, 2, true, true, true, true, splits}, dt,
-                   rng);
-    }
-  }
-}
-
 TEST(AddNorm, RejectsBadArguments) {
   kernels::AddNormParams p;
   p.num_tokens = 1;
@@ -292,13 +257,6 @@ TEST(AddNorm, RejectsBadArguments) {
   EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
   p.hidden = 64;
   p.bias0 = dummy;  // a bias without its delta
-  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
-  p.bias0 = nullptr;
-  p.delta0 = dummy;
-  p.delta0_splits = 2;  // slices without their row count
-  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
-  p.delta0_splits = -1;
-  p.split_rows = 1;
   EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
 }
 

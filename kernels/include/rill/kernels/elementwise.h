@@ -43,12 +43,6 @@ struct AddNormParams {
   const void* weight1 = nullptr; const void* norm_bias1 = nullptr;
   void* out1 = nullptr;                                     // optional
   const int32_t* rows = nullptr;                            // optional [num_tokens] gather of residual rows
-  /// Deltas left as the fp32 slices of a split-K GEMV (GemvParams::k_splits): with
-  /// delta0_splits = S > 0, delta0 is fp32 [S][split_rows, hidden] and the delta added is
-  /// dtype(slice 0 + slice 1 + ... in order), the value an unsplit GEMV would have stored. The
-  /// same for delta1.
-  int delta0_splits = 0, delta1_splits = 0;
-  int split_rows = 0;
 };
 cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream);
 

@@ -36,21 +36,7 @@ struct GemvParams {
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
   /// stage the weights through shared memory, which lets more of them stream before the wait.
   bool deep_prologue = false;
-  /// Split-K (kStore with y_f32 only): the K chunks (8 values each) are cut into k_splits
-  /// slices of gemv_k_slice_chunks(K, k_splits) chunks (the last one shorter or empty), each run
-  /// by its own CTAs, and y is fp32 [k_splits][M, N]: slice s's sums. The caller adds the slices
-  /// (in order, for reproducible results). More and shorter CTAs for the 4096-row projections,
-  /// whose 256 CTAs are otherwise a single wave.
-  int k_splits = 1;
 };
-/// Chunks of 8 values of K in each slice of a split-K GEMV (a multiple of 4: whole 32-value
-/// steps): slice s covers chunks [s * this, min(K / 8, (s + 1) * this)).
-inline int gemv_k_slice_chunks(int K, int k_splits) {
-  const int chunks = K / 8, per = (chunks + k_splits - 1) / k_splits;
-  return (per + 3) / 4 * 4;
-}
-/// Most slices launch_gemv takes.
-inline constexpr int kGemvMaxKSplits = 16;
 /// y = x w^T for M rows of x, weights [N, K]: kStore into the dtype, the default CTA shape.
 inline GemvParams gemv_params(DType dtype, int M, int N, int K, const void* x, const void* w,
                               void* y) {
