@@ -297,27 +297,38 @@ __device__ __forceinline__ void attend_keys(const PagedKv<C>& kv, const WindowGe
   // read only when it falls among them; later steps copy it like any other key. With RoPE fused
   // in it comes from registers wherever it falls (its cache row is written by this kernel).
   if (!fused_rope && j_new >= j_begin && (j_new - j_begin) / kStep >= kStages) j_new = -1;
-  int ps[kU];
-  group_slots<C, kU>(kv, geo, j_begin + grp * kU, j_end, j_new, sinks, active, ps);
-  // Step n's copies into its stage (keys past the range zero-filled), one commit group per step
-  // (empty past the last step, so that group counting stays uniform), then the next slots.
-  const auto issue = [&](int n) {
+  // Step n's copies of the keys at slots `at` into its stage (keys past the range zero-filled),
+  // one commit group per step (empty past the last step, so that group counting stays uniform).
+  const auto copy_step = [&](int n, const int(&at)[kU]) {
     if (n < n_steps) {
       uint4* dst = mine + (n % kStages) * kStageVecs;
 #pragma unroll
       for (int i = 0; i < kU; ++i) {
-        const C* k = ps[i] >= 0 ? kv.k_row_phys(ps[i]) + lane * Shape::kVec : kv.cache;
-        attn::cp_async16(attn::smem_addr(dst + (2 * i) * kDecodeThreads), k, ps[i] >= 0);
+        const C* k = at[i] >= 0 ? kv.k_row_phys(at[i]) + lane * Shape::kVec : kv.cache;
+        attn::cp_async16(attn::smem_addr(dst + (2 * i) * kDecodeThreads), k, at[i] >= 0);
         attn::cp_async16(attn::smem_addr(dst + (2 * i + 1) * kDecodeThreads), k + kv.kv_stride,
-                         ps[i] >= 0);
+                         at[i] >= 0);
       }
-      group_slots<C, kU>(kv, geo, j_begin + (n + 1) * kStep + grp * kU, j_end, j_new, sinks, active,
-                         ps);
     }
     attn::cp_async_commit();
   };
+  const auto slots_of = [&](int n, int(&at)[kU]) {
+    group_slots<C, kU>(kv, geo, j_begin + n * kStep + grp * kU, j_end, j_new, sinks, active, at);
+  };
+  // The slots of the first kStages + 1 steps are looked up together, before the first copy, so
+  // their block-table loads share one round trip instead of one each (the copies' "memory"
+  // clobber would otherwise order every lookup after the copies before it).
+  int first[kStages][kU], ps[kU];
 #pragma unroll
-  for (int n = 0; n < kStages; ++n) issue(n);
+  for (int n = 0; n < kStages; ++n) slots_of(n, first[n]);
+  slots_of(kStages, ps);
+#pragma unroll
+  for (int n = 0; n < kStages; ++n) copy_step(n, first[n]);
+  // Later steps: copy step n, then look up step n + 1's slots.
+  const auto issue = [&](int n) {
+    copy_step(n, ps);
+    if (n < n_steps) slots_of(n + 1, ps);
+  };
   prepare();
   // The newest key's row, when this group holds it: its slot is the sink slot j_new, or the
   // window's newest rel index head_rel; newest(slot, k, v) reads or computes its vectors.

@@ -157,18 +157,31 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int
   for (int i = rank * kDecodeThreads + threadIdx.x; i < nh * D;
        i += kDecodeThreads * a.num_splits) {
     const int h = i / D, d = i % D;
+    // Every split's (m, l, acc) is read before the first is used: one round trip through the
+    // cluster's shared memory instead of one per split.
+    float m[kMaxClusterSplits], l[kMaxClusterSplits], v[kMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      m[s] = -INFINITY;
+      l[s] = v[s] = 0.0f;
+      if (s < a.num_splits) {
+        const float* p = cluster.map_shared_rank(part, s);
+        m[s] = p[GH * D + 2 * h];
+        l[s] = p[GH * D + 2 * h + 1];
+        v[s] = p[h * D + d];
+      }
+    }
     float mx = -INFINITY;
-    for (int s = 0; s < a.num_splits; ++s)
-      mx = fmaxf(mx, cluster.map_shared_rank(part, s)[GH * D + 2 * h]);
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, m[s]);
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
-      for (int s = 0; s < a.num_splits; ++s) {
-        const float* p = cluster.map_shared_rank(part, s);
-        const float m = p[GH * D + 2 * h];
-        if (m != -INFINITY) {  // else an empty split
-          const float w = ex2(m - mx);
-          sum = fmaf(p[GH * D + 2 * h + 1], w, sum);
-          o = fmaf(p[h * D + d], w, o);
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (m[s] != -INFINITY) {  // else an empty split (or past num_splits)
+          const float w = ex2(m[s] - mx);
+          sum = fmaf(l[s], w, sum);
+          o = fmaf(v[s], w, o);
         }
       }
     }
