@@ -10,6 +10,9 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/bench_util.h"
 #include "bench/kernel_trace.h"
@@ -29,6 +32,20 @@ std::vector<int> int_list(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(std::stoi(item));
+  return out;
+}
+
+// "2:4,1:2" -> {{2, 4}, {1, 2}}; a lone "2" is {2, 2}.
+std::vector<std::pair<int, int>> int_pairs(const std::string& s) {
+  std::vector<std::pair<int, int>> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    const int a = std::stoi(item.substr(0, colon));
+    out.emplace_back(a, colon == std::string::npos ? a : std::stoi(item.substr(colon + 1)));
+  }
   return out;
 }
 
@@ -228,6 +245,8 @@ struct Variant {
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
+  // CTA shapes of single GEMVs (set_projection_gemv_config): projection -> shape.
+  std::vector<std::pair<int, int>> projection_configs;
 };
 
 // The default, then each configuration the flags ask for at this batch size.
@@ -242,6 +261,16 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     for (int config : int_list(args.get("gemv-configs"))) {
       Variant v{"GEMV shape " + kernels::gemv_config_name(config)};
       v.gemv_config = config;
+      variants.push_back(v);
+    }
+    std::stringstream list(args.get("projection-gemv-configs"));
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item.empty()) continue;
+      std::replace(item.begin(), item.end(), '+', ',');
+      Variant v{"GEMV shapes"};
+      v.projection_configs = int_pairs(item);
+      for (const auto& [projection, config] : v.projection_configs)
+        v.off += " " + std::to_string(projection) + ":" + kernels::gemv_config_name(config);
       variants.push_back(v);
     }
     for (int mask : int_list(args.get("gemv-deep-masks"))) {
@@ -285,6 +314,10 @@ void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int
   r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
   r.set_early_kv_loads(v.early_kv);
   r.set_cluster_merge(v.cluster);
+  for (int projection = 1; projection <= CudaRunner::kDeepHead; projection *= 2)
+    r.set_projection_gemv_config(projection, -1);
+  for (const auto& [projection, config] : v.projection_configs)
+    r.set_projection_gemv_config(projection, config);
   if (v.rope_in_attention < 0) {
     r.reset_rope_in_attention();  // the runner's own rule
   } else {
@@ -449,6 +482,11 @@ void declare_flags(cli::Args& args) {
   args.option("gemv-deep-masks", "",
               "also time batch <= 8 decode with each of these masks of GEMVs staging weights "
               "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");
+  args.option("projection-gemv-configs", "",
+              "also time batch <= 8 decode with single GEMVs forced to CTA shapes: a list of "
+              "variants, each projection:shape[+projection:shape...] (projection 1 qkv, 2 o, 4 "
+              "gate|up, 8 down, 16 LM head; shape an "
+              "index of rill-gemv-bench's shapes)");
   args.option("gemv-deep-config", "-1",
               "CTA shape of the GEMVs with a deep prologue (index of rill-gemv-bench's shapes; -1: "
               "the default)");

@@ -18,6 +18,13 @@ using cuda::StepPlan;
 
 namespace {
 
+// Ring depth of the decode GEMVs, measured on the H100 (docs/performance.md, eleventh session):
+// with three iterations in flight (a ring of 4) instead of four, the o and gate|up GEMVs, and the
+// qkv GEMV from two tokens on, issue less before their PDL wait, which leaves the memory system to
+// the short kernel they wait for (attention, add + norm); 7B batch 1 @ 515 gained 0.03-0.04 ms,
+// batch 8 0.07-0.11 ms. Depth changes no sum.
+constexpr int kShallowRing = 4, kDeepRing = 5;
+
 // What every kernel that reads or writes one layer's cache takes (RoPE + K/V write, K/V write,
 // decode and prefill attention): the dtype, the head shapes and the layer's cache.
 template <typename Params>
@@ -43,6 +50,18 @@ Params attention_params(kernels::DType dtype, const ModelConfig& c, void* layer_
 }
 
 }  // namespace
+
+int CudaRunner::projection_config(int projection, int N, int K, int T) const {
+  const int forced = projection_config_[std::countr_zero(static_cast<unsigned>(projection))];
+  if (forced >= 0) return forced;
+  const bool shallow =
+      projection == kDeepO || projection == kDeepUp || (projection == kDeepQkv && T > 1);
+  const bool deep = deep_gemv(projection);
+  const int usual = gemm_->gemv_config(N, K, deep);
+  const kernels::GemvConfigInfo u = kernels::gemv_config_info(usual);
+  if (!shallow || !deep || u.stages != kDeepRing || u.unroll != 1) return -1;
+  return kernels::gemv_ring_config(u.warps, kShallowRing);  // same warps: same sums
+}
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
@@ -100,7 +119,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv));
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv),
+               projection_config(kDeepQkv, c.qkv_dim(), H, T));
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
@@ -132,7 +152,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO));
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO),
+               projection_config(kDeepO, H, c.q_dim(), T));
   });
 }
 
@@ -146,7 +167,9 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
                             gemm_->uses_gemv(in, w.wup, T, H);
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
-      gemm_->run(in, w.wup, up_.get(), T, c.gated_mlp ? 2 * I : I, H, false, deep_gemv(kDeepUp));
+      const int N = c.gated_mlp ? 2 * I : I;
+      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kDeepUp),
+                 projection_config(kDeepUp, N, H, T));
       return;
     }
     kernels::GemvParams p;
@@ -159,6 +182,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.epilogue = kernels::GemvEpilogue::kSiluMul;
     p.bias = w.bup;
     p.deep_prologue = deep_gemv(kDeepUp);
+    p.config = projection_config(kDeepUp, p.N, p.K, T);
     gemm_->gemv(p);
   });
   if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
@@ -177,8 +201,10 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
-  timed(Profiler::kGemm,
-        [&] { gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown)); });
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown),
+               projection_config(kDeepDown, H, I, T));
+  });
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -288,7 +314,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
-               c.hidden_size, true, deep_gemv(kDeepHead));
+               c.hidden_size, true, deep_gemv(kDeepHead),
+               projection_config(kDeepHead, c.vocab_size, c.hidden_size, sh.logit_rows));
   });
   if (copy_logits)  // before sampling, which edits the logits in place
     RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,

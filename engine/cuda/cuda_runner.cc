@@ -118,6 +118,14 @@ void CudaRunner::set_gemv_deep_config(int config) {
   drop_graphs();
 }
 
+void CudaRunner::set_projection_gemv_config(int projection, int config) {
+  if (projection <= 0 || projection > kDeepHead || !std::has_single_bit(unsigned(projection)))
+    throw Error(ErrorCode::kInvalidArgument, "GEMV projection: one of kDeepQkv .. kDeepHead");
+  check_gemv_config(config);
+  projection_config_[std::countr_zero(unsigned(projection))] = config;
+  drop_graphs();
+}
+
 void CudaRunner::set_early_kv_loads(bool on) {
   early_kv_loads_ = on;
   drop_graphs();

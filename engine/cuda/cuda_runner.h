@@ -5,6 +5,7 @@
 // device, and only sampled tokens (and logits when asked for) come back.
 #pragma once
 
+#include <bit>
 #include <deque>
 #include <map>
 #include <memory>
@@ -72,6 +73,9 @@ class CudaRunner final : public ModelRunner {
   static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
   static constexpr int kDeepAll = 31;
   static constexpr int kDeepDefault = kDeepAll;
+  /// The CTA shape of one decode GEMV (`projection`: kDeepQkv .. kDeepHead), -1: as the others
+  /// (set_gemv_config, set_gemv_deep_config or the default rule). Re-captures graphs.
+  void set_projection_gemv_config(int projection, int config);
   /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
   /// off runs the activation kernel after the GEMV. Re-captures graphs.
   void set_fused_decode(bool on);
@@ -176,6 +180,10 @@ class CudaRunner final : public ModelRunner {
   bool graphs_enabled_ = true;
   bool fused_decode_ = true;
   int forced_splits_ = 0;  // see set_decode_splits
+  int projection_config_[5] = {-1, -1, -1, -1, -1};  // by bit of kDeepQkv .. kDeepHead
+  // The CTA shape of a decode projection's GEMV over [N, K] weights at T tokens: the one
+  // set_projection_gemv_config forced, else the measured ring depth (-1: Gemm's choice).
+  int projection_config(int projection, int N, int K, int T) const;
   int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
   bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
   bool early_kv_loads_ = true;

@@ -31,7 +31,7 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K
 }
 
 void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
-               bool deep_prologue) {
+               bool deep_prologue, int config) {
   if (M <= 0) return;
   if (!uses_gemv(x, w, M, K)) {
     run_cublas(x, w, y, M, N, K, y_f32);
@@ -40,6 +40,7 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
   kernels::GemvParams p = kernels::gemv_params(dtype_, M, N, K, x, w, y);
   p.y_f32 = y_f32;
   p.deep_prologue = deep_prologue;
+  p.config = config;
   gemv(p);
 }
 
@@ -50,6 +51,11 @@ void Gemm::gemv(kernels::GemvParams p) {
       (p.epilogue != kernels::GemvEpilogue::kSiluMul || kernels::gemv_config_info(forced).silu))
     p.config = forced;
   RILL_CUDA(kernels::launch_gemv(p, stream_));
+}
+
+int Gemm::gemv_config(int N, int K, bool deep_prologue) const {
+  const int forced = deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
+  return forced >= 0 ? forced : kernels::gemv_default_config(N, K, deep_prologue);
 }
 
 }  // namespace rill::cuda

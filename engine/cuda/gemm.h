@@ -20,8 +20,9 @@ class Gemm {
 
   /// Enqueues y = x w^T on the stream. y is dtype, or fp32 when y_f32. deep_prologue: see
   /// kernels::GemvParams (used when the GEMV runs).
+  /// `config`: the GEMV's CTA shape (-1: the forced or default one).
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
-           bool deep_prologue = false);
+           bool deep_prologue = false, int config = -1);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
@@ -31,6 +32,9 @@ class Gemm {
   void set_gemv_config(int config) { gemv_config_ = config; }
   /// The same for the GEMVs with deep_prologue (before set_gemv_config's shape); -1: the default.
   void set_deep_config(int config) { deep_config_ = config; }
+  /// The CTA shape gemv() launches for weights [N, K] when the caller names none (the forced one,
+  /// or the default rule).
+  int gemv_config(int N, int K, bool deep_prologue) const;
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 

@@ -40,10 +40,10 @@ struct Config {
   int warps, unroll, stages;
   bool silu;  // a kSiluMul instance exists
 };
-constexpr Config kConfigs[] = {{16, 2, 0, true}, {32, 2, 0, true},  {8, 4, 0, false},
-                               {4, 4, 0, false}, {16, 4, 0, false}, {8, 2, 0, false},
-                               {16, 1, 6, true}, {8, 1, 8, true},   {16, 1, 4, true},
-                               {16, 1, 5, true}, {32, 1, 3, true},  {32, 1, 2, true}};
+constexpr Config kConfigs[] = {
+    {16, 2, 0, true}, {32, 2, 0, true}, {8, 4, 0, false}, {4, 4, 0, false}, {16, 4, 0, false},
+    {8, 2, 0, false}, {16, 1, 6, true}, {8, 1, 8, true},  {16, 1, 4, true}, {16, 1, 5, true},
+    {32, 1, 3, true}, {32, 1, 2, true}, {16, 1, 3, true}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kDeepConfig = 9;  // 16 warps x 1, cp.async ring of 5: GemvParams::deep_prologue
 constexpr int kDeepWideConfig = 10;  // 32 warps x 1, ring of 3: the same for 32 warps x 2
@@ -389,6 +389,13 @@ int gemv_default_config(int N, int /*K*/, bool deep_prologue) {
   // stages through a cp.async ring: 5 deep for 16 warps, 3 for 32 (same sums).
   if (N >= 65536) return deep_prologue ? kDeepWideConfig : 1;
   return deep_prologue ? kDeepConfig : 0;
+}
+
+int gemv_ring_config(int warps, int stages) {
+  for (int i = 0; i < kNumConfigs; ++i)
+    if (kConfigs[i].warps == warps && kConfigs[i].unroll == 1 && kConfigs[i].stages == stages)
+      return i;
+  return -1;
 }
 
 int gemv_num_configs() {

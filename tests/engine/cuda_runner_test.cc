@@ -19,6 +19,7 @@
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
+#include "rill/kernels/gemv.h"
 #endif
 
 namespace rill {
@@ -429,18 +430,22 @@ TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   EXPECT_LT(e.worst, 1e-2) << "automatic";
 }
 
-// Where the decode GEMVs keep their weights (a shared-memory ring or registers) and the
-// shared-memory carveout change speed only: the logits of two sequences decoding side by side
+// Where the decode GEMVs keep their weights (a shared-memory ring of any depth or registers) and
+// the shared-memory carveout change speed only: the logits of two sequences decoding side by side
 // stay bit-identical.
 TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int V = m.config.vocab_size, steps = 100;
-  auto logits = [&](int deep_mask, int carveout) {
+  // ring_stages > 0: every projection's GEMV forced to a ring of that depth (16 warps, as the
+  // default shapes).
+  auto logits = [&](int deep_mask, int carveout, int ring_stages = 0) {
     kernels::set_smem_carveout(carveout);
     auto r = cuda_runner(m);
     r->set_gemv_deep_prologue(deep_mask);
+    for (int p = CudaRunner::kDeepQkv; ring_stages > 0 && p <= CudaRunner::kDeepDown; p *= 2)
+      r->set_projection_gemv_config(p, kernels::gemv_ring_config(16, ring_stages));
     std::vector<float> out;
     for (SeqId id : {1, 2}) {
       r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
@@ -462,6 +467,11 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
   EXPECT_EQ(logits(0, -1), ring) << "register-buffered GEMVs";
   EXPECT_EQ(logits(CudaRunner::kDeepQkv | CudaRunner::kDeepDown, -1), ring) << "mixed";
   EXPECT_EQ(logits(CudaRunner::kDeepAll, 72), ring) << "carveout 72%";
+  for (int stages : {3, 5, 6}) {
+    ASSERT_GE(kernels::gemv_ring_config(16, stages), 0) << stages;
+    EXPECT_EQ(logits(CudaRunner::kDeepAll, -1, stages), ring) << "rings of " << stages;
+  }
+  EXPECT_THROW(cuda_runner(m)->set_projection_gemv_config(3, 0), Error);  // not one projection
   EXPECT_THROW(cuda_runner(m)->set_gemv_deep_prologue(CudaRunner::kDeepAll + 1), Error);
 }
 

@@ -63,6 +63,9 @@ GemvConfigInfo gemv_config_info(int config);  // config in [0, gemv_num_configs(
 std::string gemv_config_name(int config);
 /// The CTA shape launch_gemv uses for weights [N, K] when config is -1 (see deep_prologue).
 int gemv_default_config(int N, int K, bool deep_prologue = false);
+/// The shape of `warps` warps x 1 step with a shared-memory ring of `stages` iterations (the
+/// same sums as the default shape with those warps, at another depth), or -1 when none exists.
+int gemv_ring_config(int warps, int stages);
 /// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
