@@ -484,9 +484,8 @@ void declare_flags(cli::Args& args) {
               "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");
   args.option("projection-gemv-configs", "",
               "also time batch <= 8 decode with single GEMVs forced to CTA shapes: a list of "
-              "variants, each projection:shape[+projection:shape...] (projection 1 qkv, 2 o, 4 "
-              "gate|up, 8 down, 16 LM head; shape an "
-              "index of rill-gemv-bench's shapes)");
+              "variants, each projection:shape[+projection:shape...] (projection 1 qkv, 2 o, "
+              "4 gate|up, 8 down, 16 LM head; shape an index of rill-gemv-bench's shapes)");
   args.option("gemv-deep-config", "-1",
               "CTA shape of the GEMVs with a deep prologue (index of rill-gemv-bench's shapes; -1: "
               "the default)");

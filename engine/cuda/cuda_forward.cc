@@ -21,8 +21,8 @@ namespace {
 // Ring depth of the decode GEMVs, measured on the H100 (docs/performance.md, eleventh session):
 // with three iterations in flight (a ring of 4) instead of four, the o and gate|up GEMVs, and the
 // qkv GEMV from two tokens on, issue less before their PDL wait, which leaves the memory system to
-// the short kernel they wait for (attention, add + norm); 7B batch 1 @ 515 gained 0.03-0.04 ms,
-// batch 8 0.07-0.11 ms. Depth changes no sum.
+// the short kernel they wait for (attention, add + norm); 7B batch 1 @ 515 gained 0.03-0.05 ms,
+// batch 8 0.12-0.14 ms. Depth changes no sum.
 constexpr int kShallowRing = 4, kDeepRing = 5;
 
 // What every kernel that reads or writes one layer's cache takes (RoPE + K/V write, K/V write,
@@ -56,10 +56,10 @@ int CudaRunner::projection_config(int projection, int N, int K, int T) const {
   if (forced >= 0) return forced;
   const bool shallow =
       projection == kDeepO || projection == kDeepUp || (projection == kDeepQkv && T > 1);
-  const bool deep = deep_gemv(projection);
-  const int usual = gemm_->gemv_config(N, K, deep);
-  const kernels::GemvConfigInfo u = kernels::gemv_config_info(usual);
-  if (!shallow || !deep || u.stages != kDeepRing || u.unroll != 1) return -1;
+  // Only where the shape otherwise used is the usual deep ring (not forced to another one).
+  const kernels::GemvConfigInfo u =
+      kernels::gemv_config_info(gemm_->gemv_config(N, K, deep_gemv(projection)));
+  if (!shallow || u.stages != kDeepRing || u.unroll != 1) return -1;
   return kernels::gemv_ring_config(u.warps, kShallowRing);  // same warps: same sums
 }
 

@@ -46,7 +46,7 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
 
 void Gemm::gemv(kernels::GemvParams p) {
   p.dtype = dtype_;
-  const int forced = p.deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
+  const int forced = forced_config(p.deep_prologue);
   if (p.config < 0 && forced >= 0 &&
       (p.epilogue != kernels::GemvEpilogue::kSiluMul || kernels::gemv_config_info(forced).silu))
     p.config = forced;
@@ -54,7 +54,7 @@ void Gemm::gemv(kernels::GemvParams p) {
 }
 
 int Gemm::gemv_config(int N, int K, bool deep_prologue) const {
-  const int forced = deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
+  const int forced = forced_config(deep_prologue);
   return forced >= 0 ? forced : kernels::gemv_default_config(N, K, deep_prologue);
 }
 

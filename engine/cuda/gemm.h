@@ -39,6 +39,11 @@ class Gemm {
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
 
  private:
+  // The shape set_deep_config / set_gemv_config forced on GEMVs with or without a deep
+  // prologue (-1: none).
+  int forced_config(bool deep_prologue) const {
+    return deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
+  }
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
   kernels::DType dtype_;
   cudaStream_t stream_;
