@@ -18,7 +18,7 @@
 #include "bench/kernel_trace.h"
 #include "engine/cuda/cuda_runner.h"
 #include "engine/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rill/kernels/gemv.h"
 #include "tools/common/engine_flags.h"
 

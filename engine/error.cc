@@ -1,5 +1,7 @@
 #include "engine/error.h"
 
+#include "engine/finish_reason.h"
+
 namespace rill {
 
 const char* error_code_name(ErrorCode code) {
@@ -11,8 +13,21 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kOutOfRange: return "out_of_range";
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kCancelled: return "cancelled";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
   }
   return "unknown";
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kDeadline: return "deadline";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
 }
 
 }  // namespace rill

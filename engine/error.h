@@ -16,6 +16,8 @@ enum class ErrorCode {
   kOutOfRange,         // context limit reached
   kInternal,           // CUDA / cuBLAS failure, broken invariant
   kCancelled,
+  kUnavailable,        // not serving now: loading, draining, stalled
+  kDeadlineExceeded,   // a request's deadline passed
 };
 
 const char* error_code_name(ErrorCode code);

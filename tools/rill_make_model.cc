@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/dtype.h"
+#include "engine/model/dtype.h"
 #include "engine/error.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "tools/common/args.h"
 
 using namespace rill;

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "engine/error.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/runner_factory.h"
+#include "engine/offline/generator.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner_factory.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/common/engine_flags.h"
 

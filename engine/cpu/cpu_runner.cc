@@ -7,8 +7,8 @@
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
-#include "engine/fp8.h"
-#include "engine/step_validation.h"
+#include "engine/model/fp8.h"
+#include "engine/runner/step_validation.h"
 
 namespace rill {
 

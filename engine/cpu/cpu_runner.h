@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "engine/cpu/thread_pool.h"
-#include "engine/dtype.h"
-#include "engine/model.h"
-#include "engine/runner.h"
+#include "engine/model/dtype.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner.h"
 
 namespace rill {
 

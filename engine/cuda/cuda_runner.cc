@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "engine/cuda/step_profiler.h"
-#include "engine/dtype.h"
+#include "engine/model/dtype.h"
 #include "engine/error.h"
-#include "engine/step_validation.h"
+#include "engine/runner/step_validation.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"

@@ -17,9 +17,9 @@
 #include "engine/cuda/cuda_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/step_meta.h"
-#include "engine/model.h"
-#include "engine/runner.h"
-#include "engine/runner_factory.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner.h"
+#include "engine/runner/runner_factory.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/cuda/cuda_util.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rill/kernels/common.h"
 
 namespace rill::cuda {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/runner.h"
+#include "engine/runner/runner.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/sampling.h"
 

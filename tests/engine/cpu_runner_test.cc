@@ -10,7 +10,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
-#include "engine/runner_factory.h"
+#include "engine/runner/runner_factory.h"
 #include "tests/engine/pipelining.h"
 #include "tests/engine/random_model.h"
 

@@ -11,9 +11,9 @@
 
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/runner_factory.h"
+#include "engine/offline/generator.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner_factory.h"
 #include "tests/engine/golden.h"
 #include "tests/engine/pipelining.h"
 

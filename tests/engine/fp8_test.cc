@@ -1,6 +1,6 @@
 // The host e4m3 codec (engine/fp8.h) against hand-checked values and against a brute-force
 // nearest-value encoder over every midpoint and many random floats.
-#include "engine/fp8.h"
+#include "engine/model/fp8.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/engine/golden.h"
 
 namespace rill {

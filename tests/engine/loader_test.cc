@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/model_config.h"
-#include "engine/model_weights.h"
-#include "engine/safetensors.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
+#include "engine/model/safetensors.h"
 
 namespace rill {
 namespace {

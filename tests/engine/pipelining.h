@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/error.h"
-#include "engine/runner.h"
+#include "engine/runner/runner.h"
 
 namespace rill::testing {
 

@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace rill::testing {
 

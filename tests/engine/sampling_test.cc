@@ -6,7 +6,7 @@
 #include <set>
 
 #include "engine/error.h"
-#include "engine/sampling.h"
+#include "engine/runner/sampling.h"
 
 namespace rill {
 namespace {

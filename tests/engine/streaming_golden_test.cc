@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "engine/cpu/cpu_runner.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/perplexity.h"
+#include "engine/offline/generator.h"
+#include "engine/model/model.h"
+#include "engine/offline/perplexity.h"
 #include "tests/engine/golden.h"
 
 namespace rill {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/fp8.h"
+#include "engine/model/fp8.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/common.h"
 #include "tests/kernels/gpu_test_util.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/fp8.h"
+#include "engine/model/fp8.h"
 #include "rill/kernels/elementwise.h"
 #include "tests/kernels/gpu_test_util.h"
 

@@ -2,9 +2,9 @@
 #pragma once
 
 #include "engine/kv/cache_policy.h"
-#include "engine/model.h"
-#include "engine/runner_factory.h"
-#include "engine/sampling.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner_factory.h"
+#include "engine/runner/sampling.h"
 #include "tools/common/args.h"
 
 namespace rill::cli {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/model_config.h"
-#include "engine/sampling.h"
+#include "engine/model/model_config.h"
+#include "engine/runner/sampling.h"
 
 namespace rill {
 
@@ -20,6 +20,27 @@ struct SequenceSpec {
   SeqId id = 0;
   CachePolicy cache;
   SamplingParams sampling;
+  /// Tokens this sequence generated before it was removed (a preempted request recomputed from
+  /// its prompt followed by them). The sampler's draw counter starts at their count and the
+  /// penalties count them as output, so the resumed sequence samples what it would have. Every
+  /// token fed before the sequence's first sample in this runner counts as prompt for the
+  /// repetition penalty (generated ones are counted as output anyway).
+  std::vector<int32_t> generated;
+};
+
+/// Most alternatives a step returns per sampled token (StepInput::logprobs).
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+/// Log-probabilities of one sampled token under the model's distribution (log-softmax of the raw
+/// logits: before penalties, temperature and truncation, as vLLM's default).
+struct SampleLogprobs {
+  float sampled = 0;              // of the sampled token
+  std::vector<TokenLogprob> top;  // the N most likely tokens, most likely first (ties: lower id)
 };
 
 /// One sequence's part of a step: `tokens` are appended to its cache (one for a decode step,
@@ -29,6 +50,9 @@ struct StepInput {
   std::span<const int32_t> tokens;
   LogitsMode logits = LogitsMode::kNone;  // logits copied back to the host
   bool sample = false;                    // sample the next token after the last one
+  /// With `sample`: -1 no log-probabilities; 0 the sampled token's; N in [1, kMaxTopLogprobs]
+  /// also the top N. Computed on the device: the logits stay there.
+  int logprobs = -1;
 };
 
 /// A token id that stands for the token its sequence sampled in the step launched just before
@@ -42,6 +66,7 @@ struct StepOutput {
   std::vector<int32_t> sampled;     // per input: the sampled token, or -1
   std::vector<int64_t> logits_row;  // per input: first row in `logits`, or -1
   std::vector<float> logits;        // [rows, vocab]: kLast gives 1 row, kAll one per token
+  std::vector<SampleLogprobs> logprobs;  // per input (empty unless some input asked for them)
 };
 
 class ModelRunner {

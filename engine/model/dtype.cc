@@ -1,4 +1,4 @@
-#include "engine/dtype.h"
+#include "engine/model/dtype.h"
 
 #include "engine/error.h"
 

@@ -1,4 +1,4 @@
-#include "engine/model_weights.h"
+#include "engine/model/model_weights.h"
 
 #include <cstring>
 

@@ -7,14 +7,13 @@
 #include <functional>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/kv/cache_policy.h"
-#include "engine/runner.h"
-#include "engine/sampling.h"
+#include "engine/runner/runner.h"
+#include "engine/runner/sampling.h"
 
 namespace rill {
 
-enum class FinishReason { kStop, kLength, kCancelled };
-const char* finish_reason_name(FinishReason r);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;          // token ids, BOS included if the model wants one

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "engine/tensor.h"
+#include "engine/model/tensor.h"
 
 namespace rill {
 

@@ -1,9 +1,9 @@
-#include "engine/llama2c.h"
+#include "engine/model/llama2c.h"
 
 #include <cstring>
 
 #include "engine/error.h"
-#include "engine/mapped_file.h"
+#include "engine/model/mapped_file.h"
 
 namespace rill {
 namespace {

@@ -6,8 +6,8 @@
 #include <optional>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/model_weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {

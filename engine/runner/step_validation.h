@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/runner.h"
+#include "engine/runner/runner.h"
 
 namespace rill {
 

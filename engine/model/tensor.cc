@@ -1,4 +1,4 @@
-#include "engine/tensor.h"
+#include "engine/model/tensor.h"
 
 #include <cstring>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/dtype.h"
+#include "engine/model/dtype.h"
 
 namespace rill {
 

@@ -1,4 +1,4 @@
-#include "engine/runner_factory.h"
+#include "engine/runner/runner_factory.h"
 
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"

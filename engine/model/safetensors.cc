@@ -1,11 +1,11 @@
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/mapped_file.h"
+#include "engine/model/mapped_file.h"
 
 namespace rill {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/tensor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tensor.h"
 
 namespace rill {
 

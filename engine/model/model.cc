@@ -1,12 +1,12 @@
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/llama2c.h"
-#include "engine/safetensors.h"
+#include "engine/model/llama2c.h"
+#include "engine/model/safetensors.h"
 
 namespace rill {
 namespace {

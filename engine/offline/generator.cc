@@ -1,4 +1,4 @@
-#include "engine/generator.h"
+#include "engine/offline/generator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,15 +6,6 @@
 #include "engine/error.h"
 
 namespace rill {
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-  }
-  return "?";
-}
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/dtype.h"
+#include "engine/model/dtype.h"
 
 namespace rill {
 

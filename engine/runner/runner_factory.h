@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/model.h"
-#include "engine/runner.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner.h"
 
 namespace rill {
 

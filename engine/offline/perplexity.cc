@@ -1,4 +1,4 @@
-#include "engine/perplexity.h"
+#include "engine/offline/perplexity.h"
 
 #include <algorithm>
 #include <chrono>

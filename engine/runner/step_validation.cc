@@ -1,4 +1,4 @@
-#include "engine/step_validation.h"
+#include "engine/runner/step_validation.h"
 
 #include <string>
 #include <unordered_set>

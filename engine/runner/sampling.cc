@@ -1,4 +1,4 @@
-#include "engine/sampling.h"
+#include "engine/runner/sampling.h"
 
 #include <algorithm>
 #include <cmath>

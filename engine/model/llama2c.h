@@ -3,8 +3,8 @@
 
 #include <filesystem>
 
-#include "engine/model_config.h"
-#include "engine/model_weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_weights.h"
 
 namespace rill {
 

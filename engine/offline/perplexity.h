@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runner.h"
+#include "engine/runner/runner.h"
 
 namespace rill {
 

@@ -1,0 +1,87 @@
+// What a client asks of the serving engine, and what it gets back: a stream of events (token
+// chunks, then exactly one final event). No protocol types: the gRPC and HTTP front ends
+// translate to and from these.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/finish_reason.h"
+#include "engine/kv/cache_policy.h"
+#include "engine/runner/runner.h"
+#include "engine/runner/sampling.h"
+
+namespace rill {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  std::string id;                // client-visible; unique among live requests (empty: assigned)
+  std::vector<int32_t> prompt;   // token ids, BOS included where the model wants one
+  SamplingParams sampling;
+  CachePolicy cache;             // full, or streaming sinks + window
+  int max_tokens = 256;          // generated tokens at most (>= 0)
+  int min_tokens = 0;            // EOS / stop ids / stop strings are ignored before this many
+  std::vector<int32_t> stop_token_ids;  // end generation (not streamed), besides the model's EOS
+  std::vector<std::string> stop;        // stop strings, matched on the detokenized text; the
+                                        // match and what follows are never streamed
+  bool ignore_eos = false;              // the model's EOS does not end generation
+  bool skip_special_tokens = true;      // detokenization
+  int logprobs = -1;                    // -1 none; 0 the sampled token's; N <= 20 also top N
+  int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
+  std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
+  std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+};
+
+/// Generated tokens as they are produced: several ids when the consumer fell behind.
+struct TokenChunk {
+  std::vector<int32_t> ids;
+  std::string text;                      // their text; held back while it may start a stop string
+  std::vector<SampleLogprobs> logprobs;  // one per id when the request asked for them
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;     // tokens streamed (a stop token or stop string not counted)
+  int64_t evicted_tokens = 0;    // dropped from a streaming window during this request
+  int preemptions = 0;           // times recomputed after losing its KV blocks
+};
+
+/// Seconds, measured by the engine from the request's arrival.
+struct RequestTimings {
+  double queue_s = 0;  // arrival -> first scheduled
+  double ttft_s = 0;   // arrival -> first token (0 when none was generated)
+  double tpot_s = 0;   // mean time per output token after the first
+  double e2e_s = 0;    // arrival -> final event
+};
+
+struct FinalEvent {
+  FinishReason reason = FinishReason::kStop;
+  std::string stop_string;             // the stop string that matched, if any
+  std::optional<int32_t> stop_token;   // the EOS / stop id that ended it, if any
+  Usage usage;
+  RequestTimings timings;
+  ErrorCode error_code = ErrorCode::kInternal;  // with kError (and a refusal after admission)
+  std::string error_message;                     // with kError, kDeadline and kCancelled
+};
+
+using RequestEvent = std::variant<TokenChunk, FinalEvent>;
+
+/// A refusal at submit() for lack of room (queue full): kResourceExhausted with a hint.
+class OverloadedError : public Error {
+ public:
+  OverloadedError(const std::string& message, double retry_after_s)
+      : Error(ErrorCode::kResourceExhausted, message), retry_after_s_(retry_after_s) {}
+  /// Seconds after which a retry is likely to be admitted (from the current drain rate).
+  double retry_after_s() const { return retry_after_s_; }
+
+ private:
+  double retry_after_s_;
+};
+
+}  // namespace rill

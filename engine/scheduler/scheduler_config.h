@@ -1,0 +1,31 @@
+// Limits and policies of the serving engine. Defaults follow vLLM's where it has one; the
+// front ends fill this from their configuration file and flags.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace rill {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;             // sequences in one step (decode + prefill)
+  int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
+  int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
+  int64_t max_queued_prompt_tokens = 1 << 20;  // prompt tokens waiting, likewise
+  std::chrono::milliseconds queue_timeout{60'000};  // default longest wait to be scheduled
+  std::chrono::milliseconds stall_timeout{10'000};  // work pending, no step for this long: stalled
+  int max_buffered_chunks = 4096;     // token chunks a consumer may leave untaken before the
+                                      // request is cancelled as a slow reader
+  int max_sink = 64;                  // streaming policy limits a request may ask for
+  int max_window = 1 << 20;
+  /// Priority aging: a waiting request's effective priority is
+  ///   priority - aging_per_s * seconds_waited
+  /// (lower runs first), so a low-priority request waits at most
+  ///   (priority - best_priority) / aging_per_s seconds behind later high-priority arrivals.
+  double aging_per_s = 1.0;
+  /// KV blocks kept free for running `full` sequences to grow into before new ones are admitted
+  /// (a fraction of the pool), so admission does not immediately force preemption.
+  double kv_watermark = 0.01;
+};
+
+}  // namespace rill
