@@ -18,6 +18,7 @@ struct EngineStats {
   int64_t steps = 0;                // total steps run
   double steps_per_s = 0;           // over the last few seconds
   double generation_tokens_per_s = 0;
+  double finished_per_s = 0;        // requests finished per second, over the last few seconds
   double seconds_since_last_step = 0;
   bool stalled = false;             // work pending and no step for SchedulerConfig::stall_timeout
   bool draining = false;            // drain() called: no new requests

@@ -4,10 +4,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 namespace rill {
 
 struct SchedulerConfig {
+  std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence ids (Model::stop_token_ids());
+                                       // empty: the tokenizer's EOS
   int max_num_seqs = 256;             // sequences in one step (decode + prefill)
   int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
   int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
