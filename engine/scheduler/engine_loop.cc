@@ -144,6 +144,7 @@ void EngineLoop::finish_oldest() {
   const auto now = Clock::now();
   last_step_ns_.store(to_ns(now));
   ++steps_;
+  device_busy_s_ += runner_.last_step_device_ms() * 1e-3;
   int sampled = 0;
   for (size_t k = 0; k < f.seqs.size(); ++k) {
     const SequencePtr& s = f.seqs[k];
@@ -205,6 +206,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   stats_.kv_usage = kv.blocks_total ? static_cast<double>(kv.blocks_used) / kv.blocks_total : 0;
   stats_.preemptions = planner_.preemptions();
   stats_.steps = steps_;
+  stats_.device_busy_s = device_busy_s_;
   double span = recent_steps_.empty() ? 0 : seconds(recent_steps_.front().first, now);
   int tokens = 0;
   for (const auto& [t, n] : recent_steps_) tokens += n;

@@ -75,6 +75,7 @@ class EngineLoop {
   std::deque<std::pair<Clock::time_point, int>> recent_steps_;
   std::deque<Clock::time_point> recent_finishes_;
   int64_t steps_ = 0;
+  double device_busy_s_ = 0;
   std::thread thread_;
 };
 
