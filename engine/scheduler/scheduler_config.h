@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace rill {
@@ -30,5 +31,17 @@ struct SchedulerConfig {
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;
 };
+
+/// Defaults for a runner ("cuda" or "cpu"): on the GPU vLLM's (256 sequences, 8192 tokens per
+/// step); on the CPU, where a step's time grows with its tokens, 64 sequences and 512 tokens so
+/// a prefill chunk keeps running streams' inter-token latency bounded.
+inline SchedulerConfig scheduler_defaults(std::string_view runner) {
+  SchedulerConfig c;
+  if (runner == "cpu") {
+    c.max_num_seqs = 64;
+    c.max_num_batched_tokens = 512;
+  }
+  return c;
+}
 
 }  // namespace rill
