@@ -3,8 +3,11 @@
 // reports throughput and the latencies a serving benchmark reports: time to first token, time
 // per output token (after the first), inter-token latency, end to end; mean, median, p90, p99.
 // With --measure-decode it also reports the loop's step interval and the device's idle share
-// while every stream decodes (the CUDA runner's per-step device time).
+// while every stream decodes (the CUDA runner's per-step device time). With --decode-streams K,
+// K long generations start first; once they stream, the N requests arrive, and the report gives
+// the streams' inter-token latency before and while the new prompts are prefilled.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -87,6 +90,9 @@ int main(int argc, char** argv) {
   args.option("max-num-batched-tokens", "8192", "tokens per step (decode + prefill chunks)");
   args.option("temperature", "0", "sampling temperature (0: greedy)");
   args.option("seed", "1", "prompt and sampling seed");
+  args.option("decode-streams", "0", "long generations running before the requests arrive");
+  args.option("decode-prompt-len", "64", "prompt tokens of each decode stream");
+  args.option("decode-len", "100000", "tokens each decode stream may generate (cancelled at the end)");
   args.flag("measure-decode", "report the step interval and device idle share while all requests decode");
   args.parse(argc, argv);
   try {
@@ -100,8 +106,11 @@ int main(int argc, char** argv) {
     const int n = args.get_int("num-requests"), in_len = args.get_int("input-len"),
               out_len = args.get_int("output-len");
     if (n <= 0 || in_len <= 0 || out_len <= 0) args.fail("--num-requests, --input-len, --output-len must be > 0");
-    sc.max_queued_requests = n;
-    sc.max_queued_prompt_tokens = static_cast<int64_t>(n) * in_len;
+    const int k_streams = args.get_int("decode-streams");
+    if (k_streams < 0) args.fail("--decode-streams must be >= 0");
+    const int total = k_streams + n;  // decode streams first, then the measured requests
+    sc.max_queued_requests = total;
+    sc.max_queued_prompt_tokens = static_cast<int64_t>(total) * std::max(in_len, args.get_int("decode-prompt-len"));
     sc.queue_timeout = std::chrono::hours(1);
     std::unique_ptr<ModelRunner> runner = make_runner(model, eo);
 #ifdef RILL_HAVE_CUDA
@@ -112,12 +121,13 @@ int main(int argc, char** argv) {
     ServingEngine engine(std::move(runner), *model.tokenizer, sc, metrics);
 
     std::mt19937_64 rng(static_cast<uint64_t>(args.get_int64("seed")));
-    std::vector<Request> reqs(n);
-    for (int i = 0; i < n; ++i) {
+    std::vector<Request> reqs(total);
+    for (int i = 0; i < total; ++i) {
       Request& r = reqs[i];
-      r.prompt.resize(in_len);
+      const bool stream = i < k_streams;
+      r.prompt.resize(stream ? args.get_int("decode-prompt-len") : in_len);
       for (auto& t : r.prompt) t = static_cast<int32_t>(rng() % model.config.vocab_size);
-      r.max_tokens = out_len;
+      r.max_tokens = stream ? args.get_int("decode-len") : out_len;
       r.ignore_eos = true;
       r.cache = cli::cache_policy(args);
       r.sampling.temperature = static_cast<float>(args.get_double("temperature"));
@@ -127,15 +137,23 @@ int main(int argc, char** argv) {
     const double rate = rate_s == "inf" ? 0 : std::stod(rate_s);
     std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
 
-    std::vector<Trace> traces(n);
-    std::vector<RequestHandle> handles(n);
+    std::vector<Trace> traces(total);
+    std::vector<RequestHandle> handles(total);
     ReadyQueue ready;
     std::mutex handles_mu;
+    std::atomic<int> streams_started{0};
+    std::atomic<int64_t> main_start_ns{0};
     const auto t0 = Clock::now();
     std::thread sender([&] {
       auto next = t0;
-      for (int i = 0; i < n; ++i) {
-        if (rate > 0) {
+      for (int i = 0; i < total; ++i) {
+        if (i == k_streams && k_streams > 0) {  // the streams run steadily for a second first
+          while (streams_started.load() < k_streams) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          next = Clock::now();
+          main_start_ns.store(next.time_since_epoch().count());
+        }
+        if (rate > 0 && i >= k_streams) {
           next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
           std::this_thread::sleep_until(next);
         }
@@ -147,11 +165,11 @@ int main(int argc, char** argv) {
       }
     });
     // Decode window: from all requests streaming to the first one finishing.
-    int started = 0, finished = 0;
+    int started = 0, finished = 0, main_finished = 0;
     EngineStats window_a{}, window_b{};
     Clock::time_point wa{}, wb{};
     std::vector<RequestEvent> events;
-    while (finished < n) {
+    while (main_finished < n) {
       size_t i;
       if (!ready.pop(i)) throw Error(ErrorCode::kInternal, "no events for 600 s");
       events.clear();
@@ -163,14 +181,18 @@ int main(int argc, char** argv) {
       const auto now = Clock::now();
       for (RequestEvent& e : events) {
         if (auto* c = std::get_if<TokenChunk>(&e)) {
-          if (traces[i].token_times.empty() && !c->ids.empty() && ++started == n) {
-            window_a = engine.stats();
-            wa = now;
+          if (traces[i].token_times.empty() && !c->ids.empty()) {
+            if (static_cast<int>(i) < k_streams) ++streams_started;
+            else if (++started == n) {
+              window_a = engine.stats();
+              wa = now;
+            }
           }
           traces[i].token_times.insert(traces[i].token_times.end(), c->ids.size(), now);
         } else {
           traces[i].final = std::get<FinalEvent>(e);
           traces[i].done = true;
+          if (static_cast<int>(i) >= k_streams) ++main_finished;
           if (finished++ == 0 && started == n) {
             window_b = engine.stats();
             wb = now;
@@ -180,10 +202,15 @@ int main(int argc, char** argv) {
     }
     sender.join();
     const auto t1 = Clock::now();
+    {
+      std::lock_guard l(handles_mu);
+      for (int i = 0; i < k_streams; ++i) handles[i].cancel();
+    }
 
     std::vector<double> ttft, tpot, itl, e2e;
     int64_t out_tokens = 0, errors = 0;
-    for (const Trace& t : traces) {
+    for (int i = k_streams; i < total; ++i) {
+      const Trace& t = traces[i];
       if (t.final.reason == FinishReason::kError || t.final.reason == FinishReason::kDeadline) ++errors;
       out_tokens += static_cast<int64_t>(t.token_times.size());
       if (t.token_times.empty()) continue;
@@ -203,6 +230,26 @@ int main(int argc, char** argv) {
     print_row("TPOT", tpot);
     print_row("ITL", itl);
     print_row("E2E", e2e);
+    if (k_streams > 0) {  // the streams' ITL before the requests arrived, and while they ran
+      const Clock::time_point split{Clock::duration(main_start_ns.load())};
+      std::vector<double> before, during;
+      for (int i = 0; i < k_streams; ++i) {
+        const auto& tt = traces[i].token_times;
+        for (size_t k = 1; k < tt.size(); ++k) {
+          if (tt[k] <= split) before.push_back(secs(tt[k - 1], tt[k]));
+          else if (tt[k] <= t1) during.push_back(secs(tt[k - 1], tt[k]));
+        }
+      }
+      std::printf("%d decode streams:\n", k_streams);
+      print_row("ITL-0", before);
+      print_row("ITL-1", during);
+      std::printf("p99 ITL while requests arrive / mean ITL before: %.2fx\n",
+                  percentile(during, 99) / std::max(1e-12, [&] {
+                    double m = 0;
+                    for (double x : before) m += x;
+                    return before.empty() ? 0.0 : m / before.size();
+                  }()));
+    }
     if (args.on("measure-decode") && wb > wa && window_b.steps > window_a.steps) {
       const double span = secs(wa, wb);
       const int64_t steps = window_b.steps - window_a.steps;
