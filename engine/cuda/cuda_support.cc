@@ -26,16 +26,21 @@ std::string list(std::span<const int> v) {
 
 const char* act_name(Activation a) {
   switch (a) {
-    case Activation::kSilu: return "silu";
-    case Activation::kGeluErf: return "gelu";
-    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGeluErf:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
   }
   return "?";
 }
 
 }  // namespace
 
-std::span<const int> cuda_supported_head_dims() { return kHeadDims; }
+std::span<const int> cuda_supported_head_dims() {
+  return kHeadDims;
+}
 
 DType cuda_compute_dtype(const std::string& requested, DType stored) {
   if (requested == "float16" || requested == "fp16" || requested == "half") return DType::kF16;
@@ -54,14 +59,14 @@ std::optional<std::string> cuda_unsupported_reason(const ModelConfig& c, DType c
   if (std::find(std::begin(kHeadDims), std::end(kHeadDims), c.head_dim) == std::end(kHeadDims))
     return "head_dim=" + to_string(c.head_dim) + " (supported: " + list(kHeadDims) + ")";
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
-    return "num_attention_heads=" + to_string(c.num_heads) + ", num_key_value_heads=" +
-           to_string(c.num_kv_heads) + " (supported: whole GQA groups)";
-  if (c.num_heads > kMaxHeads)
     return "num_attention_heads=" + to_string(c.num_heads) +
-           " (supported: up to " + to_string(kMaxHeads) + ")";
+           ", num_key_value_heads=" + to_string(c.num_kv_heads) + " (supported: whole GQA groups)";
+  if (c.num_heads > kMaxHeads)
+    return "num_attention_heads=" + to_string(c.num_heads) + " (supported: up to " +
+           to_string(kMaxHeads) + ")";
   if (c.rope.rotary_dim < 0 || c.rope.rotary_dim % 2 != 0 || c.rope.rotary_dim > c.head_dim)
-    return "rotary_dim=" + to_string(c.rope.rotary_dim) + " (supported: even, 0 .. head_dim=" +
-           to_string(c.head_dim) + ")";
+    return "rotary_dim=" + to_string(c.rope.rotary_dim) +
+           " (supported: even, 0 .. head_dim=" + to_string(c.head_dim) + ")";
   if (c.hidden_size <= 0 || c.hidden_size > kMaxHidden)
     return "hidden_size=" + to_string(c.hidden_size) + " (supported: 1 .. " +
            to_string(kMaxHidden) + ")";

@@ -523,6 +523,27 @@ TEST(CudaRunner, SetTuningEqualsConstructionAndValidates) {
   }
 }
 
+// The runner checks the model itself, before any GPU work (so this runs without a GPU too): a
+// head_dim its kernels do not take is kUnsupported at construction, naming the value and the
+// supported set, never a kernel error at the first request.
+TEST(CudaRunner, RefusesAnUnsupportedHeadDimAtConstruction) {
+  ModelConfig c = testing::tiny_llama_config();  // llama2.c-sized: head_dim 8
+  c.hidden_size = 32;
+  c.num_heads = c.num_kv_heads = 4;
+  c.head_dim = c.rope.rotary_dim = 8;
+  EngineOptions o;
+  o.device = "cuda";
+  try {
+    CudaRunner r(testing::random_model(c), o);
+    ADD_FAILURE() << "a head_dim 8 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim=8 (supported: 64, 80, 96, 128)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // One small random model of every shape class the CUDA runner accepts: head_dim (64, 80, 96, 128)
 // x GQA ratio (1, 2, 4, 8) x dtype (fp16, bf16), with full or partial rotary dims (0.5 or 0.25:
 // Llama-style or GPT-NeoX-style layers), a QKV bias or not, and hidden sizes 136 or 132 spread over
