@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cuda/cuda_support.h"
 #include "engine/cuda/step_profiler.h"
 #include "engine/model/dtype.h"
 #include "engine/error.h"
@@ -36,9 +37,16 @@ size_t esize() {
 }  // namespace
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
-  graphs_enabled_ = o.cuda_graphs;
-  fused_decode_ = o.fused_decode;
-  const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
+  // Everything that can be refused is checked before any GPU work: options, the model's shapes
+  // against what the kernels take, the tuning.
+  const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  if (o.block_size <= 0 || (o.block_size & (o.block_size - 1)))
+    throw Error(ErrorCode::kInvalidArgument, "CUDA block size must be a power of two");
+  if (const auto why = cuda_unsupported_reason(
+          config_, cuda_compute_dtype(o.dtype, config_.stored_dtype), kv_dtype))
+    throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
+  check_tuning(o.cuda_tuning);
+  tuning_ = o.cuda_tuning;
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -49,8 +57,6 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
-  if (o.block_size <= 0 || (o.block_size & (o.block_size - 1)))
-    throw Error(ErrorCode::kInvalidArgument, "CUDA block size must be a power of two");
   max_blocks_ = (config_.max_position_embeddings + o.block_size - 1) / o.block_size + 1;
   layout_.num_kv_heads = config_.num_kv_heads;
   layout_.block_size = o.block_size;
@@ -61,6 +67,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   }
   rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
                                                  layout_.cache_dtype);
+  apply_tuning();
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
   warm_up();
@@ -71,7 +78,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
       dtype == kernels::DType::kF16 ? "fp16" : "bf16", layout_.num_blocks - 1, layout_.block_size,
       cache_.bytes() / 1048576.0,
       layout_.cache_dtype == kernels::KvDType::kFp8E4M3 ? "fp8 e4m3" : "model dtype",
-      graphs_enabled_ ? "on" : "off");
+      tuning_.cuda_graphs ? "on" : "off");
 }
 
 CudaRunner::~CudaRunner() {
@@ -85,82 +92,38 @@ void CudaRunner::drop_graphs() {
   graph_shapes_.clear();
 }
 
-void CudaRunner::set_gemv(bool on) {
-  gemm_->set_gemv_enabled(on);
-  drop_graphs();
-}
-
 namespace {
-void check_gemv_config(int config) {
+void check_gemv_config(int config, const std::string& what) {
   if (config < -1 || config >= kernels::gemv_num_configs())
-    throw Error(ErrorCode::kInvalidArgument,
-                "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+    throw Error(ErrorCode::kInvalidArgument, what + ": -1 (default) .. " +
+                                                 std::to_string(kernels::gemv_num_configs() - 1) +
+                                                 ", got " + std::to_string(config));
 }
 }  // namespace
 
-void CudaRunner::set_gemv_config(int config) {
-  check_gemv_config(config);
-  gemm_->set_gemv_config(config);
-  drop_graphs();
-}
-
-void CudaRunner::set_gemv_deep_prologue(int mask) {
-  if (mask < 0 || mask > kDeepAll)
+void CudaRunner::check_tuning(const CudaTuning& t) {
+  check_gemv_config(t.gemv_config, "GEMV config");
+  check_gemv_config(t.gemv_deep_config, "GEMV deep-prologue config");
+  for (int config : t.projection_gemv_config) check_gemv_config(config, "projection GEMV config");
+  if (t.gemv_deep_mask < 0 || t.gemv_deep_mask > CudaTuning::kAllProjections)
     throw Error(ErrorCode::kInvalidArgument,
-                "GEMV deep-prologue mask: 0 .. " + std::to_string(kDeepAll));
-  gemv_deep_mask_ = mask;
-  drop_graphs();
-}
-
-void CudaRunner::set_gemv_deep_config(int config) {
-  check_gemv_config(config);
-  gemm_->set_deep_config(config);
-  drop_graphs();
-}
-
-void CudaRunner::set_projection_gemv_config(int projection, int config) {
-  if (projection <= 0 || projection > kDeepHead || !std::has_single_bit(unsigned(projection)))
-    throw Error(ErrorCode::kInvalidArgument, "GEMV projection: one of kDeepQkv .. kDeepHead");
-  check_gemv_config(config);
-  projection_config_[std::countr_zero(unsigned(projection))] = config;
-  drop_graphs();
-}
-
-void CudaRunner::set_early_kv_loads(bool on) {
-  early_kv_loads_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_rope_in_attention(bool on) {
-  rope_in_attention_ = on ? 1 : 0;
-  drop_graphs();
-}
-
-void CudaRunner::reset_rope_in_attention() {
-  rope_in_attention_ = -1;
-  drop_graphs();
-}
-
-void CudaRunner::set_cluster_merge(bool on) {
-  cluster_merge_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_decode_splits(int splits) {
-  if (splits < 0 || splits > kMaxSplits)
+                "GEMV deep-prologue mask: 0 .. " + std::to_string(CudaTuning::kAllProjections));
+  if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
-  forced_splits_ = splits;
-  drop_graphs();
 }
 
-void CudaRunner::set_fused_decode(bool on) {
-  fused_decode_ = on;
-  drop_graphs();
+void CudaRunner::apply_tuning() {
+  gemm_->set_gemv_enabled(tuning_.gemv);
+  gemm_->set_gemv_config(tuning_.gemv_config);
+  gemm_->set_deep_config(tuning_.gemv_deep_config);
+  kernels::set_programmatic_launch(tuning_.programmatic_launch);
 }
 
-void CudaRunner::set_programmatic_launch(bool on) {
-  kernels::set_programmatic_launch(on);
+void CudaRunner::set_tuning(const CudaTuning& t) {
+  check_tuning(t);
+  tuning_ = t;
+  apply_tuning();
   drop_graphs();
 }
 
@@ -234,18 +197,18 @@ void CudaRunner::warm_up() {
 }
 
 int CudaRunner::decode_bucket(int batch) const {
-  if (!graphs_enabled_) return 0;
+  if (!tuning_.cuda_graphs) return 0;
   for (int b : kBuckets)
     if (b >= batch && b <= max_batch_) return b;
   return 0;
 }
 
 int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
-  if (forced_splits_ > 0) return forced_splits_;
-  // Measured on H100 at batch 1 (docs/performance.md): up to ~256 keys one CTA per kv head beats
-  // any split (the merge costs more than it saves); beyond, about one split per 64 keys, as many
-  // CTAs as fit four per SM, rounded down to a power of two so that a sequence growing from 256
-  // to 65k keys needs at most 5 graphs per batch bucket.
+  if (tuning_.decode_splits > 0) return tuning_.decode_splits;
+  // Measured on H100 at batch 1 (docs/performance-history.md): up to ~256 keys one CTA per kv
+  // head beats any split (the merge costs more than it saves); beyond, about one split per 64
+  // keys, as many CTAs as fit four per SM, rounded down to a power of two so that a sequence
+  // growing from 256 to 65k keys needs at most 5 graphs per batch bucket.
   if (max_keys <= kOneSplitKeys) return 1;
   const int ctas = std::max(1, decode_seqs * config_.num_kv_heads);
   const int want = std::min(

@@ -10,12 +10,14 @@
 #include <random>
 
 #include "engine/cpu/cpu_runner.h"
+#include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
 #include "engine/offline/generator.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner_factory.h"
 #include "tests/engine/golden.h"
 #include "tests/engine/pipelining.h"
+#include "tests/engine/random_model.h"
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
@@ -35,13 +37,15 @@ using testing::source_path;
 #ifdef RILL_HAVE_CUDA
 
 std::unique_ptr<CudaRunner> cuda_runner(const Model& m, bool graphs = true,
-                                        const std::string& kv_cache_dtype = "auto") {
+                                        const std::string& kv_cache_dtype = "auto",
+                                        CudaTuning tuning = {}) {
   EngineOptions o;
   o.device = "cuda";
   o.max_batch = 16;
   o.max_step_tokens = 2048;
   o.gpu_memory_fraction = 0.3;
-  o.cuda_graphs = graphs;
+  tuning.cuda_graphs = graphs;
+  o.cuda_tuning = tuning;
   o.kv_cache_dtype = kv_cache_dtype;
   return std::make_unique<CudaRunner>(m, o);
 }
@@ -278,8 +282,7 @@ TEST(CudaRunner, LaunchModesChangeNoBit) {
   const Model m = load_model(source_path("models/rill-shakespeare"));
   const auto cases = golden_cases(load_golden("default_model.json"));
   auto logits = [&](bool pdl, bool graphs) {
-    auto r = cuda_runner(m, graphs);
-    r->set_programmatic_launch(pdl);
+    auto r = cuda_runner(m, graphs, "auto", {.programmatic_launch = pdl});
     std::vector<float> out;
     for (size_t k = 0; k < 2; ++k) {  // prompt, then 24 decode steps of batch 2 (GEMV path)
       r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
@@ -313,8 +316,7 @@ TEST(CudaRunner, FusedDecodeMatchesUnfused) {
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int batch = 3, steps = 16, V = m.config.vocab_size;
   auto logits = [&](bool fused) {
-    auto r = cuda_runner(m);
-    r->set_fused_decode(fused);
+    auto r = cuda_runner(m, true, "auto", {.fused_decode = fused});
     std::vector<std::vector<float>> rows;
     for (int k = 0; k < batch; ++k) {  // prompts: GEMM steps, then decode at batch 3 (GEMVs)
       r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
@@ -357,8 +359,9 @@ TEST(CudaRunner, RopeInAttentionChangesNoBit) {
     for (const char* kv : {"auto", "fp8"}) {
       SCOPED_TRACE(path + " kv " + kv);
       auto run = [&](bool fused) {
-        auto r = cuda_runner(m, true, kv);
-        r->set_rope_in_attention(fused);
+        auto r = cuda_runner(
+            m, true, kv,
+            {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff});
         std::vector<std::vector<float>> rows;
         std::vector<int32_t> next(batch);
         for (int k = 0; k < batch; ++k) {
@@ -400,10 +403,8 @@ TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int V = m.config.vocab_size, steps = 300;
   auto logits = [&](int splits, bool early, bool cluster = true) {
-    auto r = cuda_runner(m);
-    r->set_decode_splits(splits);
-    r->set_early_kv_loads(early);
-    r->set_cluster_merge(cluster);
+    auto r = cuda_runner(m, true, "auto",
+                         {.decode_splits = splits, .early_kv_loads = early, .cluster_merge = cluster});
     r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
     StepInput in{1, cases[0].prompt, LogitsMode::kLast, true};
     std::vector<float> out = r->step(std::span<const StepInput>(&in, 1)).logits;
@@ -442,10 +443,10 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
   // default shapes).
   auto logits = [&](int deep_mask, int carveout, int ring_stages = 0) {
     kernels::set_smem_carveout(carveout);
-    auto r = cuda_runner(m);
-    r->set_gemv_deep_prologue(deep_mask);
-    for (int p = CudaRunner::kDeepQkv; ring_stages > 0 && p <= CudaRunner::kDeepDown; p *= 2)
-      r->set_projection_gemv_config(p, kernels::gemv_ring_config(16, ring_stages));
+    CudaTuning t{.gemv_deep_mask = deep_mask};
+    for (int p = CudaTuning::kQkv; ring_stages > 0 && p <= CudaTuning::kDown; p *= 2)
+      t.projection_config(p) = kernels::gemv_ring_config(16, ring_stages);
+    auto r = cuda_runner(m, true, "auto", t);
     std::vector<float> out;
     for (SeqId id : {1, 2}) {
       r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
@@ -462,17 +463,200 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
     kernels::set_smem_carveout(-1);
     return out;
   };
-  const auto ring = logits(CudaRunner::kDeepAll, -1);
+  const auto ring = logits(CudaTuning::kAllProjections, -1);
   ASSERT_EQ(ring.size(), size_t(2) * V * steps);
   EXPECT_EQ(logits(0, -1), ring) << "register-buffered GEMVs";
-  EXPECT_EQ(logits(CudaRunner::kDeepQkv | CudaRunner::kDeepDown, -1), ring) << "mixed";
-  EXPECT_EQ(logits(CudaRunner::kDeepAll, 72), ring) << "carveout 72%";
+  EXPECT_EQ(logits(CudaTuning::kQkv | CudaTuning::kDown, -1), ring) << "mixed";
+  EXPECT_EQ(logits(CudaTuning::kAllProjections, 72), ring) << "carveout 72%";
   for (int stages : {3, 5, 6}) {
     ASSERT_GE(kernels::gemv_ring_config(16, stages), 0) << stages;
-    EXPECT_EQ(logits(CudaRunner::kDeepAll, -1, stages), ring) << "rings of " << stages;
+    EXPECT_EQ(logits(CudaTuning::kAllProjections, -1, stages), ring) << "rings of " << stages;
   }
-  EXPECT_THROW(cuda_runner(m)->set_projection_gemv_config(3, 0), Error);  // not one projection
-  EXPECT_THROW(cuda_runner(m)->set_gemv_deep_prologue(CudaRunner::kDeepAll + 1), Error);
+}
+
+// A tuning given at construction and the same tuning set later (set_tuning drops the graphs
+// captured before) give the same logits; a tuning out of range is refused whole, at construction
+// or by set_tuning, and leaves the runner as it was.
+TEST(CudaRunner, SetTuningEqualsConstructionAndValidates) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const int V = m.config.vocab_size;
+  const CudaTuning other{.fused_decode = false, .decode_splits = 2, .cluster_merge = false};
+  auto run = [&](CudaRunner& r, SeqId id) {  // prompt, then 8 teacher-forced decode steps
+    r.add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
+    StepInput in{id, cases[0].prompt, LogitsMode::kLast, true};
+    std::vector<float> out = r.step(std::span<const StepInput>(&in, 1)).logits;
+    for (int s = 0; s < 8; ++s) {
+      const int32_t next = (s * 7919 + 13) % V;
+      StepInput d{id, std::span<const int32_t>(&next, 1),
+                  s % 2 ? LogitsMode::kLast : LogitsMode::kNone, true};
+      const auto o = r.step(std::span<const StepInput>(&d, 1));
+      out.insert(out.end(), o.logits.begin(), o.logits.end());
+    }
+    r.remove_sequence(id);
+    return out;
+  };
+  const auto want = run(*cuda_runner(m, true, "auto", other), 1);
+  auto r = cuda_runner(m);
+  EXPECT_TRUE(r->tuning() == CudaTuning{});
+  run(*r, 1);  // captures graphs with the default tuning
+  r->set_tuning(other);
+  EXPECT_TRUE(r->tuning() == other);
+  EXPECT_EQ(run(*r, 2), want);
+
+  CudaTuning bad;
+  bad.gemv_deep_mask = CudaTuning::kAllProjections + 1;
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.projection_config(CudaTuning::kO) = kernels::gemv_num_configs();
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.decode_splits = 17;
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  EXPECT_TRUE(r->tuning() == other);
+  try {
+    cuda_runner(m, true, "auto", bad);
+    ADD_FAILURE() << "a runner with 17 decode splits";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+}
+
+// The runner checks the model itself, before any GPU work (so this runs without a GPU too): a
+// head_dim its kernels do not take is kUnsupported at construction, naming the value and the
+// supported set, never a kernel error at the first request.
+TEST(CudaRunner, RefusesAnUnsupportedHeadDimAtConstruction) {
+  ModelConfig c = testing::tiny_llama_config();  // llama2.c-sized: head_dim 8
+  c.hidden_size = 32;
+  c.num_heads = c.num_kv_heads = 4;
+  c.head_dim = c.rope.rotary_dim = 8;
+  EngineOptions o;
+  o.device = "cuda";
+  try {
+    CudaRunner r(testing::random_model(c), o);
+    ADD_FAILURE() << "a head_dim 8 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim=8 (supported: 64, 80, 96, 128)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// One small random model of every shape class the CUDA runner accepts: head_dim (64, 80, 96, 128)
+// x GQA ratio (1, 2, 4, 8) x dtype (fp16, bf16), with full or partial rotary dims (0.5 or 0.25:
+// Llama-style or GPT-NeoX-style layers), a QKV bias or not, and hidden sizes 136 or 132 spread over
+// them, so that each head dim meets each. Weights are representable in the dtype, so the CPU runner computes with exactly
+// the weights the GPU holds.
+struct SweepCase {
+  int head_dim, ratio;
+  DType dtype;
+  double rotary;  // fraction of head_dim
+  bool neox, qkv_bias;
+  int hidden;
+  std::string describe() const {
+    return "head_dim " + std::to_string(head_dim) + " GQA " + std::to_string(ratio) + " " +
+           dtype_name(dtype) + " rotary " + std::to_string(rotary) +
+           (neox ? " GPT-NeoX" : " Llama") + (qkv_bias ? " qkv bias" : "") + " hidden " +
+           std::to_string(hidden);
+  }
+};
+
+std::vector<SweepCase> sweep_cases() {
+  std::vector<SweepCase> v;
+  for (int d : {64, 80, 96, 128})
+    for (int ri = 0; ri < 4; ++ri)
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        const bool bf16 = t == DType::kBF16, partial = ri % 2 == 1;
+        v.push_back({d, 1 << ri, t, partial ? (bf16 ? 0.25 : 0.5) : 1.0, partial && bf16,
+                     (ri / 2 == 0) != bf16, partial ? 132 : 136});
+      }
+  return v;
+}
+
+ModelConfig sweep_config(const SweepCase& k) {
+  ModelConfig c = testing::tiny_llama_config();
+  c.vocab_size = 97;
+  // 136: a multiple of 8, not 16; 132: not of 8 either, so the norms and the embedding take their
+  // scalar paths and GEMMs over the hidden size go to cuBLAS.
+  c.hidden_size = k.hidden;
+  c.intermediate_size = 200;
+  c.num_kv_heads = 2;
+  c.num_heads = 2 * k.ratio;
+  c.head_dim = k.head_dim;
+  c.rope.rotary_dim = static_cast<int>(k.head_dim * k.rotary);
+  c.tie_word_embeddings = false;
+  c.qkv_bias = k.qkv_bias;
+  c.stored_dtype = k.dtype;
+  if (k.neox) {  // LayerNorm, parallel residual, plain GELU MLP with biases
+    c.architecture = "GPTNeoXForCausalLM";
+    c.arch = Arch::kGptNeoX;
+    c.norm = NormKind::kLayerNorm;
+    c.act = Activation::kGeluErf;
+    c.gated_mlp = false;
+    c.parallel_residual = true;
+    c.o_bias = c.mlp_bias = true;
+  }
+  return c;
+}
+
+// Every case loads (no kUnsupported), runs a two-chunk prefill and decode steps (eager with logits,
+// then graph replays) without a kernel error, and its logits follow the CPU runner within
+// check_golden's tolerances. GQA ratios 1 and 8 force RoPE into decode attention where the shape
+// allows it (rotary_dim / 2 a multiple of 8), the others keep the runner's rule.
+TEST(CudaRunner, SupportedShapeSweepMatchesTheCpu) {
+  REQUIRE_CUDA();
+  for (const SweepCase& k : sweep_cases()) {
+    SCOPED_TRACE(k.describe());
+    const ModelConfig c = sweep_config(k);
+    ASSERT_EQ(cuda_unsupported_reason(c, k.dtype), std::nullopt);
+    const Model m = testing::random_model(
+        c, {.seed = static_cast<uint32_t>(k.head_dim + k.ratio), .fan_in_scaled = true,
+            .representable = k.dtype});
+    EngineOptions o;
+    o.device = "cuda";
+    o.max_batch = 4;
+    o.max_step_tokens = 256;
+    o.gpu_memory_fraction = 0.1;
+    o.cuda_tuning.rope_in_attention =
+        k.ratio == 1 || k.ratio == 8 ? RopeInAttention::kOn : RopeInAttention::kAuto;
+    std::unique_ptr<CudaRunner> gpu;
+    ASSERT_NO_THROW(gpu = std::make_unique<CudaRunner>(m, o));
+    CpuRunner cpu(m, {.num_threads = 4});
+    const double tol = k.dtype == DType::kBF16 ? 4e-2 : 1e-2;
+    std::vector<int32_t> tokens(80);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 31 + k.head_dim) % 97);
+    const int V = c.vocab_size;
+    for (ModelRunner* r : {static_cast<ModelRunner*>(gpu.get()), static_cast<ModelRunner*>(&cpu)})
+      r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+    // Prefill in chunks of 64 and 16 (the second attends to the cache), all rows' logits.
+    for (int pos : {0, 64}) {
+      const int n = pos == 0 ? 64 : 16;
+      StepInput in{1, std::span<const int32_t>(tokens.data() + pos, n), LogitsMode::kAll, true};
+      StepOutput got;
+      ASSERT_NO_THROW(got = gpu->step(std::span<const StepInput>(&in, 1)));
+      const StepOutput ref = cpu.step(std::span<const StepInput>(&in, 1));
+      const RowErrors e = row_errors(got.logits, ref.logits, V);
+      EXPECT_LT(e.worst, tol) << "prefill chunk at " << pos;
+    }
+    // Decode steps with logits (eager), then steps replayed from CUDA graphs.
+    for (int s = 0; s < 6; ++s) {
+      const int32_t next = (s * 7919 + k.ratio) % V;
+      const bool logits = s < 3;
+      StepInput in{1, std::span<const int32_t>(&next, 1),
+                   logits ? LogitsMode::kLast : LogitsMode::kNone, true};
+      StepOutput got;
+      ASSERT_NO_THROW(got = gpu->step(std::span<const StepInput>(&in, 1))) << "decode " << s;
+      const StepOutput ref = cpu.step(std::span<const StepInput>(&in, 1));
+      ASSERT_EQ(got.sampled.size(), 1u);
+      EXPECT_GE(got.sampled[0], 0);
+      EXPECT_LT(got.sampled[0], V);
+      if (logits) {
+        EXPECT_LT(row_errors(got.logits, ref.logits, V).worst, tol) << "decode " << s;
+      }
+    }
+  }
 }
 
 TEST(CudaRunner, SeededSamplingIsReproducible) {
