@@ -1,6 +1,6 @@
 #include "engine/chat/jinja_parser.h"
 
-#include <set>
+#include <algorithm>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
@@ -69,13 +69,14 @@ class Parser {
     ++pos_;
   }
 
-  // Parses nodes until a block tag named in `ends` (left unconsumed after its name: `end`).
-  NodeList parse_body(const std::set<std::string>& ends, std::string& end) {
+  // Parses nodes until a block tag named in `ends` (consumed up to its name, stored in `end`);
+  // the last of `ends` is the closing tag an unterminated block is reported as missing.
+  NodeList parse_body(const std::vector<std::string>& ends, std::string& end) {
     NodeList nodes;
     while (true) {
       const Token& t = peek();
       if (t.kind == TokenKind::kEof) {
-        if (!ends.empty()) error("unexpected end of template, expected '" + *ends.begin() + "'");
+        if (!ends.empty()) error("unexpected end of template, expected '" + ends.back() + "'");
         return nodes;
       }
       if (t.kind == TokenKind::kText) {
@@ -97,7 +98,7 @@ class Parser {
         next();  // {%
         const Token& name = peek();
         if (name.kind != TokenKind::kName) error("expected a tag name, got " + describe(name));
-        if (ends.count(name.text)) {
+        if (std::find(ends.begin(), ends.end(), name.text) != ends.end()) {
           end = next().text;
           return nodes;
         }
