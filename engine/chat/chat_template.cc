@@ -56,6 +56,8 @@ ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::strin
   } catch (const jinja::TemplateError& e) {
     throw Error(ErrorCode::kInvalidArgument, "chat template syntax error at line " +
                                                  std::to_string(e.line()) + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("chat template: ") + e.what());
   }
 }
 
@@ -116,6 +118,10 @@ std::string ChatTemplate::render(const ordered_json& messages,
     if (e.raised_by_template()) throw Error(ErrorCode::kInvalidArgument, e.what());
     throw Error(ErrorCode::kInvalidArgument,
                 "chat template line " + std::to_string(e.line()) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kResourceExhausted, "chat template: out of memory while rendering");
+  } catch (const std::exception& e) {  // a library error the interpreter did not anticipate
+    throw Error(ErrorCode::kInvalidArgument, std::string("chat template: ") + e.what());
   }
 }
 

@@ -157,6 +157,13 @@ class Evaluator {
     // The defining scope is held weakly: a macro stored in that scope must not keep it alive.
     std::weak_ptr<Scope> weak = defining_scope;
     return Value::function(n.text, [this, node, weak](CallArgs& a) -> Value {
+      // Python stops runaway recursion with RecursionError; so do we, before the stack does.
+      if (macro_depth_ >= kMaxMacroDepth) fail("maximum recursion depth exceeded");
+      struct DepthGuard {
+        int& depth;
+        explicit DepthGuard(int& d) : depth(++d) {}
+        ~DepthGuard() { --depth; }
+      } guard(macro_depth_);
       auto scope = std::make_shared<Scope>(weak.lock());
       if (a.args.size() > node->params.size())
         fail("macro '" + node->text + "' takes not more than " +
@@ -268,6 +275,9 @@ class Evaluator {
     }
     return binary(e.name, eval(*e.args[0], scope), eval(*e.args[1], scope));
   }
+
+  static constexpr int kMaxMacroDepth = 100;
+  int macro_depth_ = 0;
 };
 
 }  // namespace

@@ -284,6 +284,7 @@ Value f_indent(const Value& v, const CallArgs& a) {
   const Value width = a.get(0, "width", Value(4));
   const bool first = a.get(1, "first", Value(false)).truthy();
   const bool blank = a.get(2, "blank", Value(false)).truthy();
+  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024)) fail("indent width out of range");
   const std::string pad = width.is_string() ? width.as_string()
                                             : std::string(static_cast<size_t>(width.as_int()), ' ');
   std::vector<std::string> lines;  // str.splitlines() of s + "\n"
@@ -334,7 +335,9 @@ Value f_wordcount(const Value& v, const CallArgs&) {
 
 Value f_center(const Value& v, const CallArgs& a) {
   const std::string s = v.str();
-  const auto width = static_cast<size_t>(a.get(0, "width", Value(80)).as_int());
+  const int64_t w = a.get(0, "width", Value(80)).as_int();
+  if (w > 1 << 20) fail("center width too large");
+  const auto width = static_cast<size_t>(std::max<int64_t>(w, 0));
   const size_t len = utf8_chars(s).size();
   if (width <= len) return Value(s);
   const size_t total = width - len;

@@ -116,7 +116,7 @@ std::string py_format(const std::string& s, const CallArgs& a) {
     if (field.empty()) {
       v = a.get(auto_index++, "");
     } else if (std::all_of(field.begin(), field.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-      v = a.get(static_cast<size_t>(std::stoul(field)), "");
+      v = field.size() < 6 ? a.get(static_cast<size_t>(std::stoul(field)), "") : Value();
     } else {
       v = a.get(SIZE_MAX, field);
     }
@@ -269,6 +269,9 @@ std::optional<Value> list_method(const Value& l, const std::string& name) {
   return std::nullopt;
 }
 
+// A sandbox limit, like jinja2's MAX_RANGE (100,000); a template looping further is broken.
+constexpr double kMaxRangeLength = 1e6;
+
 Value g_range(CallArgs& a) {
   int64_t start = 0, stop, step = 1;
   if (a.args.empty() || a.args.size() > 3) fail("range expected 1 to 3 arguments");
@@ -282,9 +285,10 @@ Value g_range(CallArgs& a) {
     if (a.args.size() == 3) step = a.args[2].as_int();
   }
   if (step == 0) fail("range() arg 3 must not be zero");
+  const double count = (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
+  if (count > kMaxRangeLength) fail("range too big (more than 1,000,000 items)");
   ValueList out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
-  if (out.size() > 100000) fail("range too big");
   return Value::list(std::move(out));
 }
 
@@ -339,7 +343,8 @@ Value get_attribute(const Value& obj, const std::string& name) {
       const size_t dot = name.find('.', start);
       const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-      v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_attribute(v, part);
+      v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part))))
+                                     : get_attribute(v, part);
       if (dot == std::string::npos) return v;
       start = dot + 1;
     }

@@ -8,6 +8,9 @@
 namespace rill::jinja {
 namespace {
 
+// A sandbox limit on `'x' * n` (jinja2's sandbox caps it too), so no template exhausts memory.
+constexpr double kMaxRepeat = 16.0 * 1024 * 1024;
+
 // jinja2's object_type_repr: "None", or "dict object".
 std::string object_type_repr(const Value& v) {
   if (v.is_none()) return "None";
@@ -23,6 +26,9 @@ bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
 int64_t integral(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
 
 Value repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().items.size();
+  if (n > 0 && static_cast<double>(unit) * static_cast<double>(n) > kMaxRepeat)
+    fail("sequence repetition too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.as_string();
@@ -53,16 +59,24 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return op == "//" ? Value(q) : Value(x - q * y);
   }
   if (op == "**") {
-    if (ints && integral(b) >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < integral(b); ++i) r *= integral(a);
+    if (ints && integral(b) >= 0) {  // square-and-multiply; Python's ints never overflow, ours do
+      int64_t base = integral(a), r = 1;
+      for (int64_t e = integral(b); e > 0; e >>= 1) {
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) fail("integer overflow");
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow");
+      }
       return Value(r);
     }
     return Value(std::pow(a.to_double(), b.to_double()));
   }
   if (ints) {
     const int64_t x = integral(a), y = integral(b);
-    return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    int64_t r = 0;
+    const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                          : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                      : __builtin_mul_overflow(x, y, &r);
+    if (overflow) fail("integer overflow");
+    return Value(r);
   }
   const double x = a.to_double(), y = b.to_double();
   return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);

@@ -18,6 +18,16 @@ ExprPtr make_expr(Expr::Kind kind, int line, std::string name = {}) {
 }
 
 class Parser {
+  // Bounds the parser's recursion (nested brackets, blocks, unary operators), so that no
+  // template can overflow the stack; evaluation recursion follows the tree's depth.
+  struct DepthGuard {
+    explicit DepthGuard(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxDepth) parser.error("template nested too deeply");
+    }
+    ~DepthGuard() { --parser.depth_; }
+    Parser& parser;
+  };
+
  public:
   explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
 
@@ -108,6 +118,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    const DepthGuard guard(*this);
     const Token& t = next();
     auto n = std::make_unique<Node>();
     n->line = t.line;
@@ -239,6 +250,7 @@ class Parser {
   // ---- expressions (jinja2's precedence, lowest first) ----
 
   ExprPtr parse_expression(bool with_condexpr = true) {
+    const DepthGuard guard(*this);
     ExprPtr e = parse_or();
     if (!with_condexpr) return e;
     while (at_name("if")) {
@@ -280,6 +292,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const DepthGuard guard(*this);
     if (at_name("not")) {
       auto e = make_expr(Expr::Kind::kUnary, next().line, "not");
       e->args.push_back(parse_not());
@@ -355,6 +368,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
+    const DepthGuard guard(*this);
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();
@@ -444,6 +458,7 @@ class Parser {
         if (peek().kind == TokenKind::kInt) {
           auto item = make_expr(Expr::Kind::kItem, line);
           auto index = make_expr(Expr::Kind::kLiteral, line);
+          if (peek().text.size() > 18) error("number out of range: " + peek().text);
           index->literal = Value(static_cast<int64_t>(std::stoll(next().text)));
           item->args.push_back(std::move(e));
           item->args.push_back(std::move(index));
@@ -562,8 +577,10 @@ class Parser {
     }
   }
 
+  static constexpr int kMaxDepth = 200;
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

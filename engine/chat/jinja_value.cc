@@ -76,6 +76,11 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
   }
 }
 
+void Value::wrong_type(const char* expected) const {
+  if (is_undefined() && !undefined_name().empty()) fail(undefined_name());
+  fail(std::string("expected ") + expected + ", got '" + type_name() + "'");
+}
+
 double Value::to_double() const {
   if (is_float()) return as_float();
   if (is_int()) return static_cast<double>(as_int());

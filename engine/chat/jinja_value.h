@@ -92,17 +92,18 @@ class Value {
   bool is_namespace() const { return std::holds_alternative<NamespacePtr>(v_); }
   bool is_callable() const { return std::holds_alternative<CallablePtr>(v_); }
 
-  bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const { return std::get<int64_t>(v_); }
-  double as_float() const { return std::get<double>(v_); }
+  // Accessors; a value of another type throws TemplateError naming both types.
+  bool as_bool() const { return get<bool>("bool"); }
+  int64_t as_int() const { return get<int64_t>("int"); }
+  double as_float() const { return get<double>("float"); }
   /// int, bool or float as a double (Python arithmetic promotion).
   double to_double() const;
-  const std::string& as_string() const { return std::get<std::string>(v_); }
-  const List& as_list() const { return *std::get<ListPtr>(v_); }
-  const Dict& as_dict() const { return *std::get<DictPtr>(v_); }
-  Namespace& as_namespace() const { return *std::get<NamespacePtr>(v_); }
-  const Callable& as_callable() const { return *std::get<CallablePtr>(v_); }
-  const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+  const std::string& as_string() const { return get<std::string>("str"); }
+  const List& as_list() const { return *get<ListPtr>("list"); }
+  const Dict& as_dict() const { return *get<DictPtr>("dict"); }
+  Namespace& as_namespace() const { return *get<NamespacePtr>("Namespace"); }
+  const Callable& as_callable() const { return *get<CallablePtr>("function"); }
+  const std::string& undefined_name() const { return get<Undefined>("Undefined").name; }
 
   /// Python's bool(x); Undefined is falsy.
   bool truthy() const;
@@ -118,6 +119,13 @@ class Value {
   ValueList iterate() const;
 
  private:
+  template <typename T>
+  const T& get(const char* expected) const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    wrong_type(expected);
+  }
+  [[noreturn]] void wrong_type(const char* expected) const;
+
   Storage v_;
 };
 
