@@ -28,8 +28,12 @@ run() {  # run SECTION TIMEOUT_S CMD...
 for section in "$@"; do
   case $section in
     tests)
-      TAIL=15 run tests 150 "$bin/kernel_tests" --gtest_brief=1
-      TAIL=15 run tests 150 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+      TAIL=15 run tests 300 "$bin/kernel_tests" --gtest_brief=1
+      TAIL=15 run tests 300 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+    bench-7b-b1)  # the headline: Llama-2-7B decode at batch 1, 512 cached tokens
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=8 run bench_7b_b1 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 --prefill 0 \
+        --max-batch 8 --steps 128 ;;
     ppl)
       for g in tests/golden/streaming_default.json tests/golden/streaming_gpu_part.json; do
         [ -f "$g" ] && { run ppl 200 "$bin/rill-ppl" --model models/rill-shakespeare --device cuda --golden "$g"; break; }
