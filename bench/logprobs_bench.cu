@@ -19,7 +19,8 @@ __global__ void fill_logits(float* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
-    for (uint32_t j = 0; j < 4; ++j) s += rill::bench::hash_uniform(i, seed + j * 0x9e3779b9u) + 0.5f;
+    for (uint32_t j = 0; j < 4; ++j)
+      s += rill::bench::hash_uniform(i, seed + j * 0x9e3779b9u) + 0.5f;
     p[i] = 3.0f * (s - 2.0f);
   }
 }

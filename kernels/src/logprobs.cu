@@ -83,8 +83,10 @@ __device__ int rank_in_lists(const Cand* lists, int num_lists, int n, int own, i
     int lo = 0, hi = n;
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
-      if (better(list[mid], x)) lo = mid + 1;
-      else hi = mid;
+      if (better(list[mid], x))
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     rank += lo;
   }
@@ -163,12 +165,12 @@ __device__ ThreadScan scan_slice(const float* row, int begin, int end) {
 }
 
 struct Shared {
-  Cand cand[kCap];                             // candidates >= e0, in append order
-  Cand lists[kWarps * kLogprobsMaxTop];        // each warp's top-n thread bests, best first
-  Cand top[kLogprobsMaxTop];                   // this CTA's top n, best first
-  Cand merged[kMaxSplits * kLogprobsMaxTop];   // CTA 0: every CTA's top n
-  MaxSum parts[kMaxSplits];                    // CTA 0: every CTA's (max, sum)
-  MaxSum part;                                 // this CTA's (max, sum)
+  Cand cand[kCap];                            // candidates >= e0, in append order
+  Cand lists[kWarps * kLogprobsMaxTop];       // each warp's top-n thread bests, best first
+  Cand top[kLogprobsMaxTop];                  // this CTA's top n, best first
+  Cand merged[kMaxSplits * kLogprobsMaxTop];  // CTA 0: every CTA's top n
+  MaxSum parts[kMaxSplits];                   // CTA 0: every CTA's (max, sum)
+  MaxSum part;                                // this CTA's (max, sum)
   Cand e0;
   int count;
   MaxSum red[32];
@@ -279,7 +281,8 @@ __global__ void __launch_bounds__(kThreads)
   if (cluster.block_rank() == 0) {
     for (int j = threadIdx.x; j < splits * n; j += kThreads)
       sh.merged[j] = cluster.map_shared_rank(&sh, j / n)->top[j % n];
-    if (threadIdx.x < splits) sh.parts[threadIdx.x] = cluster.map_shared_rank(&sh, threadIdx.x)->part;
+    if (threadIdx.x < splits)
+      sh.parts[threadIdx.x] = cluster.map_shared_rank(&sh, threadIdx.x)->part;
     __syncthreads();
     write_row(p, row, n, splits, logits, sh);
   }
@@ -305,7 +308,9 @@ __global__ void copy_rows_kernel(int vocab, const int32_t* __restrict__ top_n,
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
@@ -324,8 +329,8 @@ cudaError_t launch_logprobs(const LogprobsParams& p, cudaStream_t stream) {
   const int slice = ((p.vocab + splits - 1) / splits + 3) / 4 * 4;
   splits = (p.vocab + slice - 1) / slice;  // no empty CTA
   // Candidates per CTA are at most max_top * (elements per thread).
-  const int per_thread = vec ? (slice + 4 * kThreads - 1) / (4 * kThreads) * 4
-                             : (slice + kThreads - 1) / kThreads;
+  const int per_thread =
+      vec ? (slice + 4 * kThreads - 1) / (4 * kThreads) * 4 : (slice + kThreads - 1) / kThreads;
   if (p.max_top * per_thread > kCap)
     return invalid_argument("logprobs: vocab=" + std::to_string(p.vocab) + " too large for top " +
                             std::to_string(p.max_top));
@@ -338,8 +343,8 @@ cudaError_t launch_logprobs(const LogprobsParams& p, cudaStream_t stream) {
       return invalid_argument("logprobs: clusters of " + std::to_string(splits) +
                               " CTAs do not fit this device");
   }
-  launch_kernel_in_clusters(dim3(splits, 1, 1), kernel, dim3(splits, p.num_rows), dim3(kThreads),
-                            0, stream, p, splits, slice);
+  launch_kernel_in_clusters(dim3(splits, 1, 1), kernel, dim3(splits, p.num_rows), dim3(kThreads), 0,
+                            stream, p, splits, slice);
   return launch_status();
 }
 

@@ -96,7 +96,8 @@ inline SampleLogprobs reference_logprobs(std::span<const float> row, int32_t tok
 /// Log-probabilities within `tol` of `want`, whose top list may hold one more entry than `got`
 /// (it tells whether got's last entry is a near tie). Ids equal except where the reference's
 /// neighbouring logprobs lie within `tol` (a near tie that rounding may order either way).
-inline void expect_logprobs_near(const SampleLogprobs& got, const SampleLogprobs& want, size_t n, double tol) {
+inline void expect_logprobs_near(const SampleLogprobs& got, const SampleLogprobs& want, size_t n,
+                                 double tol) {
   EXPECT_NEAR(got.sampled, want.sampled, tol);
   ASSERT_EQ(got.top.size(), n);
   ASSERT_GE(want.top.size(), n);

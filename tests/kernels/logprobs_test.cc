@@ -51,11 +51,16 @@ RefRow reference(const float* row, int vocab, int token, int n) {
 enum class Fill { kNormal, kTies, kSomeInf, kFewFinite, kConstant };
 const char* fill_name(Fill f) {
   switch (f) {
-    case Fill::kNormal: return "normal";
-    case Fill::kTies: return "ties";
-    case Fill::kSomeInf: return "some -inf";
-    case Fill::kFewFinite: return "3 finite";
-    case Fill::kConstant: return "constant";
+    case Fill::kNormal:
+      return "normal";
+    case Fill::kTies:
+      return "ties";
+    case Fill::kSomeInf:
+      return "some -inf";
+    case Fill::kFewFinite:
+      return "3 finite";
+    case Fill::kConstant:
+      return "constant";
   }
   return "?";
 }
@@ -66,11 +71,21 @@ std::vector<float> make_row(int vocab, Fill fill, std::mt19937& rng) {
   std::vector<float> row(vocab);
   for (float& x : row) {
     switch (fill) {
-      case Fill::kNormal: x = normal(rng); break;
-      case Fill::kTies: x = std::round(normal(rng) * 0.5f); break;  // ~10 distinct values
-      case Fill::kSomeInf: x = u(rng) < 0.4f ? -INFINITY : normal(rng); break;
-      case Fill::kFewFinite: x = -INFINITY; break;
-      case Fill::kConstant: x = 1.5f; break;
+      case Fill::kNormal:
+        x = normal(rng);
+        break;
+      case Fill::kTies:
+        x = std::round(normal(rng) * 0.5f);
+        break;  // ~10 distinct values
+      case Fill::kSomeInf:
+        x = u(rng) < 0.4f ? -INFINITY : normal(rng);
+        break;
+      case Fill::kFewFinite:
+        x = -INFINITY;
+        break;
+      case Fill::kConstant:
+        x = 1.5f;
+        break;
     }
   }
   if (fill == Fill::kFewFinite)
@@ -90,7 +105,7 @@ void check(int vocab, int n, int max_top, uint32_t seed) {
   SCOPED_TRACE("vocab " + std::to_string(vocab) + " n " + std::to_string(n) + " max_top " +
                std::to_string(max_top));
   std::mt19937 rng(seed);
-  const std::vector<Fill> fills = {Fill::kNormal, Fill::kTies,     Fill::kSomeInf,
+  const std::vector<Fill> fills = {Fill::kNormal,    Fill::kTies,     Fill::kSomeInf,
                                    Fill::kFewFinite, Fill::kConstant, Fill::kNormal};
   const int R = static_cast<int>(fills.size()), width = 1 + 2 * max_top;
   std::vector<float> logits;
