@@ -185,6 +185,10 @@ TEST(Logprobs, RejectsBadArguments) {
   p.out = out.as<float>();
   p.max_top = kernels::kLogprobsMaxTop + 1;
   EXPECT_EQ(kernels::launch_logprobs(p, nullptr), cudaErrorInvalidValue);
+  p.max_top = kernels::kLogprobsMaxTop;
+  p.vocab = 1 << 20;  // the candidate bound exceeds shared memory: refused before any launch
+  EXPECT_EQ(kernels::launch_logprobs(p, nullptr), cudaErrorInvalidValue);
+  p.vocab = 64;
   p.max_top = 2;
   p.logits = nullptr;
   EXPECT_EQ(kernels::launch_logprobs(p, nullptr), cudaErrorInvalidValue);
