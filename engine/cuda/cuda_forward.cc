@@ -9,6 +9,7 @@
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -320,6 +321,12 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   if (copy_logits)  // before sampling, which edits the logits in place
     RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,
                               cudaMemcpyDeviceToHost, stream_));
+  if (sh.logprobs)  // so are the raw rows log-probabilities are computed from
+    timed(Profiler::kSampling, [&] {
+      RILL_CUDA(kernels::launch_copy_logprob_rows(
+          sh.sampled, c.vocab_size, reinterpret_cast<const int32_t*>(dmeta() + L.logprobs),
+          logits_.as<float>(), logprob_logits_.as<float>(), stream_));
+    });
   if (sh.sampled == 0) return;
   timed(Profiler::kSampling, [&] {
     kernels::SampleParams s;
@@ -331,6 +338,23 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     s.prompt_mask = prompt_mask_.as<uint8_t>();
     s.out_tokens = sampled_.as<int32_t>();
     RILL_CUDA(kernels::launch_sample(s, stream_));
+  });
+  if (sh.logprobs) enqueue_logprobs(plan);
+}
+
+// Log-probabilities of the sampled tokens from the raw rows kept before sampling: sampled rows
+// with a request -> logprobs_ (downloaded with the sampled tokens).
+void CudaRunner::enqueue_logprobs(const StepPlan& plan) {
+  timed(Profiler::kSampling, [&] {
+    kernels::LogprobsParams p;
+    p.num_rows = plan.shape.sampled;
+    p.vocab = config_.vocab_size;
+    p.max_top = kMaxTopLogprobs;
+    p.logits = logprob_logits_.as<float>();
+    p.tokens = sampled_.as<int32_t>();
+    p.top_n = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.logprobs);
+    p.out = logprobs_.as<float>();
+    RILL_CUDA(kernels::launch_logprobs(p, stream_));
   });
 }
 

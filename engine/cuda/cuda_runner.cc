@@ -14,6 +14,7 @@
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -26,6 +27,8 @@ using cuda::StepPlan;
 int cuda_device_count() { return cuda::cuda_device_count(); }
 
 namespace {
+
+static_assert(kMaxTopLogprobs <= kernels::kLogprobsMaxTop);
 
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -145,6 +148,8 @@ void CudaRunner::allocate_buffers() {
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
+  logprob_logits_ = DeviceMemory(size_t(max_batch_) * V * 4, "logprobs");
+  logprobs_ = DeviceMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
   attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
                           "attention workspace");
   // The split merge's counters must start at zero; every launch leaves them zero again.
@@ -152,13 +157,14 @@ void CudaRunner::allocate_buffers() {
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
-  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_};
+  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_, true};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
   for (HostBuffers& h : host_) {
     h.meta = PinnedMemory(meta_bytes, "step metadata");
     h.sampled = PinnedMemory(R * 4, "sampled tokens");
+    h.logprobs = PinnedMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
   }
 }
 
@@ -219,15 +225,26 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
 }
 
 void CudaRunner::add_sequence(const SequenceSpec& spec) {
-  spec.sampling.validate();
+  validate_sequence(spec, config_.vocab_size);
   if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
   SeqInfo info;
   info.sampling.params = spec.sampling;
+  // A resumed sequence: its draws continue at generated.size(), its generated tokens count as
+  // output (the prefill that recomputes them marks them as prompt too, which changes nothing).
+  info.sampling.step = info.sampling.first_step = spec.generated.size();
   if (spec.sampling.has_penalties()) {
     if (free_state_slots_.empty()) throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
     info.sampling.state_slot = free_state_slots_.back();
     const size_t V = config_.vocab_size;
-    RILL_CUDA(cudaMemsetAsync(output_counts_.as<int32_t>() + info.sampling.state_slot * V, 0, V * 4, stream_));
+    int32_t* counts = output_counts_.as<int32_t>() + info.sampling.state_slot * V;
+    if (spec.generated.empty()) {
+      RILL_CUDA(cudaMemsetAsync(counts, 0, V * 4, stream_));
+    } else {
+      // From pageable memory: the call returns once the host row is staged (resumes are rare).
+      std::vector<int32_t> host(V, 0);
+      for (int32_t t : spec.generated) ++host[t];
+      RILL_CUDA(cudaMemcpyAsync(counts, host.data(), V * 4, cudaMemcpyHostToDevice, stream_));
+    }
     RILL_CUDA(cudaMemsetAsync(prompt_mask_.as<uint8_t>() + info.sampling.state_slot * V, 0, V, stream_));
   }
   kv_->add_sequence(spec.id, spec.cache);  // validates the policy
@@ -252,9 +269,11 @@ void CudaRunner::set_profiling(bool on) {
 }
 
 cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
-  // One graph per batch bucket and attention split count (the grid of decode attention).
+  // One graph per batch bucket, attention split count (the grid of decode attention) and
+  // whether log-probabilities are computed.
   const int key =
-      bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys);
+      (bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys)) * 2 +
+      (plan.shape.logprobs ? 1 : 0);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     if (!(graph_shapes_.at(key) == plan.shape))
@@ -357,10 +376,11 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   if (step_timing_) RILL_CUDA(cudaEventRecord(h.begin.get(), stream_));
   RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), h.meta.get(), plan.layout.bytes,
                             cudaMemcpyHostToDevice, stream_));
-  // Penalised sequences still in their prompt: remember the prompt tokens on the GPU.
+  // Penalised sequences that have not sampled yet in this runner: their tokens are prompt
+  // tokens (a resumed sequence's too); remember them on the GPU.
   for (int k = 0; k < n; ++k) {
     const cuda::SamplingSlot& s = seqs_.at(inputs[k].id).sampling;
-    if (s.state_slot < 0 || s.step > 0 || s.params.repetition_penalty == 1.0f) continue;
+    if (s.state_slot < 0 || s.step > s.first_step || s.params.repetition_penalty == 1.0f) continue;
     const int32_t* toks = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
     RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), config_.vocab_size,
                                           s.state_slot, toks,
@@ -373,6 +393,10 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   }
   if (plan.shape.sampled > 0)
     RILL_CUDA(cudaMemcpyAsync(h.sampled.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
+                              cudaMemcpyDeviceToHost, stream_));
+  if (plan.shape.logprobs)
+    RILL_CUDA(cudaMemcpyAsync(h.logprobs.get(), logprobs_.get(),
+                              size_t(plan.shape.sampled) * kLogprobsWidth * 4,
                               cudaMemcpyDeviceToHost, stream_));
   RILL_CUDA(cudaEventRecord(h.end.get(), stream_));
 }
@@ -393,12 +417,27 @@ StepOutput CudaRunner::finish() {
     profiler_->collect(profile_);
     ++profile_.steps;
   }
-  return collect_outputs(f.plan, h.sampled.as<int32_t>());
+  return collect_outputs(f.plan, h);
 }
 
-StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const int32_t* sampled) const {
+StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const HostBuffers& h) const {
+  const int32_t* sampled = h.sampled.as<int32_t>();
   const int n = static_cast<int>(plan.sampled_index.size());
   StepOutput out;
+  if (plan.shape.logprobs) {  // kernels::LogprobsParams::out rows, by sampled row
+    out.logprobs.resize(n);
+    for (int k = 0; k < n; ++k) {
+      if (plan.logprobs[k] < 0) continue;
+      const float* row = h.logprobs.as<float>() + size_t(plan.sampled_index[k]) * kLogprobsWidth;
+      out.logprobs[k].sampled = row[0];
+      for (int i = 0; i < plan.logprobs[k]; ++i) {
+        int32_t id;
+        std::memcpy(&id, &row[1 + 2 * i], 4);
+        if (id < 0) break;  // fewer tokens than asked for
+        out.logprobs[k].top.push_back({id, row[2 + 2 * i]});
+      }
+    }
+  }
   out.sampled.assign(n, -1);
   out.logits_row.assign(n, -1);
   const float* logits = logits_host_.as<float>();

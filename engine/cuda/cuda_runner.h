@@ -2,7 +2,7 @@
 // gate/up projections, Rill's kernels for everything else, a paged KV pool sized from free GPU
 // memory, sampling on the GPU, and decode steps replayed as CUDA graphs per batch-size bucket.
 // Per step only token ids, positions, cache slots / block tables and sampling rows go to the
-// device, and only sampled tokens (and logits when asked for) come back.
+// device, and only sampled tokens (with log-probabilities and logits when asked for) come back.
 #pragma once
 
 #include <bit>
@@ -92,6 +92,7 @@ class CudaRunner final : public ModelRunner {
   // to be read while the next step downloads its own.
   struct HostBuffers {
     cuda::PinnedMemory meta, sampled;
+    cuda::PinnedMemory logprobs;  // [max_batch, kLogprobsWidth] (logprobs_)
     cuda::Event begin, end;  // around the step's copies and kernels; finish() waits for `end`
   };
   class Profiler;
@@ -104,7 +105,9 @@ class CudaRunner final : public ModelRunner {
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
   // sampling steps of the sequences that sampled).
-  StepOutput collect_outputs(const cuda::StepPlan& plan, const int32_t* sampled) const;
+  StepOutput collect_outputs(const cuda::StepPlan& plan, const HostBuffers& h) const;
+  // Log-probabilities of the sampled rows that asked (rows past the LM head and the sampler).
+  void enqueue_logprobs(const cuda::StepPlan& plan);
   // Validates the step and appends its tokens to the caches; returns each input's first position.
   std::vector<int64_t> admit(std::span<const StepInput> inputs, bool& any_logits);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
@@ -182,6 +185,11 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32
+  // Log-probabilities (StepInput::logprobs): the raw logits of the sampled rows that ask, kept
+  // before the sampler edits logits_ in place, and the kernel's compact output rows.
+  cuda::DeviceMemory logprob_logits_;  // [max_batch, V] fp32
+  cuda::DeviceMemory logprobs_;        // [max_batch, kLogprobsWidth] fp32
+  static constexpr int kLogprobsWidth = 1 + 2 * kMaxTopLogprobs;  // kernels::LogprobsParams::out
   cuda::DeviceMemory attn_ws_;  // decode attention split workspace
   cuda::DeviceMemory
       cache_;  // [layers][blocks + 1][2][kv_heads][block_size][head_dim], fp16/bf16 or e4m3
