@@ -30,6 +30,8 @@ for section in "$@"; do
     tests)
       TAIL=15 run tests 300 "$bin/kernel_tests" --gtest_brief=1
       TAIL=15 run tests 300 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+    logprobs)
+      TAIL=20 run logprobs 60 "$bin/rill-logprobs-bench" ;;
     bench-7b-b1)  # the headline: Llama-2-7B decode at batch 1, 512 cached tokens
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=8 run bench_7b_b1 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 --prefill 0 \
@@ -44,7 +46,8 @@ for section in "$@"; do
     micro)
       TAIL=40 run micro 120 "$bin/rill-gemv-bench"
       TAIL=30 run micro 120 "$bin/rill-attention-bench"
-      TAIL=20 run micro 60 "$bin/rill-sampling-bench" ;;
+      TAIL=20 run micro 60 "$bin/rill-sampling-bench"
+      [ -x "$bin/rill-logprobs-bench" ] && TAIL=20 run micro 60 "$bin/rill-logprobs-bench" ;;
     bench-7b)
       run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
