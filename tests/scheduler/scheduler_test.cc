@@ -59,6 +59,8 @@ TEST(ServingEngine, SixtyFourMixedRequestsEqualTheirRunsAlone) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     Collected c = collect(handles[i]);
     ASSERT_EQ(c.finals, 1) << "request " << i;
+    EXPECT_TRUE(c.final.reason == FinishReason::kStop || c.final.reason == FinishReason::kLength)
+        << "request " << i << ": " << finish_reason_name(c.final.reason) << " " << c.final.error_message;
     EXPECT_EQ(c.ids, reference_tokens(reqs[i])) << "request " << i << " " << reqs[i].cache.to_string();
     EXPECT_EQ(c.final.usage.completion_tokens, static_cast<int>(c.ids.size()));
     EXPECT_EQ(c.final.usage.prompt_tokens, static_cast<int>(reqs[i].prompt.size()));

@@ -24,6 +24,9 @@ inline const Model& default_model() {
 struct EngineFixture {
   explicit EngineFixture(SchedulerConfig config = {}, CpuRunnerOptions options = {.num_threads = 1}) {
     const Model& m = default_model();
+    // Slow machines (sanitizers, a loaded CI) must not turn queueing into queue timeouts; the
+    // queue-timeout test sets its own per request.
+    config.queue_timeout = std::chrono::hours(1);
     const std::vector<int> stops = m.stop_token_ids();
     config.eos_token_ids.assign(stops.begin(), stops.end());
     engine = std::make_unique<ServingEngine>(std::make_unique<CpuRunner>(m, options), *m.tokenizer, config, metrics);
