@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
   args.option("decode-streams", "0", "long generations running before the requests arrive");
   args.option("decode-prompt-len", "64", "prompt tokens of each decode stream");
   args.option("decode-len", "100000", "tokens each decode stream may generate (cancelled at the end)");
+  args.option("decode-window", "0",
+              "decode streams keep a StreamingLLM cache of 4 sinks + this window (constant cost per "
+              "token, so their steady TPOT does not drift with context); 0: the --cache policy");
   args.flag("measure-decode", "report the step interval and device idle share while all requests decode");
   args.parse(argc, argv);
   try {
@@ -129,7 +132,8 @@ int main(int argc, char** argv) {
       for (auto& t : r.prompt) t = static_cast<int32_t>(rng() % model.config.vocab_size);
       r.max_tokens = stream ? args.get_int("decode-len") : out_len;
       r.ignore_eos = true;
-      r.cache = cli::cache_policy(args);
+      r.cache = stream && args.get_int("decode-window") > 0 ? CachePolicy::streaming(4, args.get_int("decode-window"))
+                                                            : cli::cache_policy(args);
       r.sampling.temperature = static_cast<float>(args.get_double("temperature"));
       r.sampling.seed = rng();
     }
