@@ -13,17 +13,12 @@ namespace {
 
 using FilterFn = Value (*)(const Value&, const CallArgs&);
 
-std::string to_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string to_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string to_lower(const std::string& s) { return py_lower(s); }
+std::string to_upper(const std::string& s) { return py_upper(s); }
 
 int64_t length_of(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.as_string()).size());
+  if (v.is_lazy()) fail("object of type '" + v.type_name() + "' has no len()");
   if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
   if (v.is_dict()) return static_cast<int64_t>(v.as_dict().entries.size());
   if (v.is_undefined()) return 0;
@@ -71,27 +66,21 @@ Value f_upper(const Value& v, const CallArgs&) { return Value(to_upper(v.str()))
 Value f_lower(const Value& v, const CallArgs&) { return Value(to_lower(v.str())); }
 
 Value f_capitalize(const Value& v, const CallArgs&) {
-  std::string s = to_lower(v.str());
-  if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-  return Value(std::move(s));
+  const std::vector<std::string> chars = utf8_chars(v.str());
+  std::string out;
+  for (size_t i = 0; i < chars.size(); ++i) out += i == 0 ? to_upper(chars[i]) : to_lower(chars[i]);
+  return Value(std::move(out));
 }
 
 Value f_title(const Value& v, const CallArgs&) {
   // jinja2: split on runs of [-\s({[<], then item[0].upper() + item[1:].lower().
-  const std::string s = v.str();
   std::string out;
   bool word_start = true;
-  for (char c : s) {
-    const bool sep = std::isspace(static_cast<unsigned char>(c)) || c == '-' || c == '(' ||
-                     c == '{' || c == '[' || c == '<';
-    if (sep) {
-      out += c;
-      word_start = true;
-    } else {
-      out += static_cast<char>(word_start ? std::toupper(static_cast<unsigned char>(c))
-                                          : std::tolower(static_cast<unsigned char>(c)));
-      word_start = false;
-    }
+  for (const std::string& c : utf8_chars(v.str())) {
+    const bool sep = c.size() == 1 && (std::isspace(static_cast<unsigned char>(c[0])) ||
+                                       std::string("-({[<").find(c[0]) != std::string::npos);
+    out += sep ? c : word_start ? to_upper(c) : to_lower(c);
+    word_start = sep;
   }
   return Value(std::move(out));
 }
@@ -103,11 +92,11 @@ Value f_replace(const Value& v, const CallArgs& a) {
 }
 
 Value f_items(const Value& v, const CallArgs&) {
-  if (v.is_undefined()) return Value::list({});
-  if (!v.is_dict()) fail("items filter expects a mapping, got " + v.type_name());
+  if (v.is_undefined()) return Value::lazy({});
+  if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
   ValueList out;
   for (const auto& [k, x] : v.as_dict().entries) out.push_back(Value::list({Value(k), x}, true));
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 Value f_list(const Value& v, const CallArgs&) { return Value::list(v.iterate()); }
@@ -118,6 +107,7 @@ Value f_first(const Value& v, const CallArgs&) {
 }
 
 Value f_last(const Value& v, const CallArgs&) {
+  if (v.is_lazy()) fail("'" + v.type_name() + "' object is not reversible");
   const ValueList items = v.iterate();
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
@@ -173,7 +163,7 @@ Value f_round(const Value& v, const CallArgs& a) {
   const int64_t precision = a.get(0, "precision", Value(0)).as_int();
   const std::string method = a.get(1, "method", Value("common")).str();
   if (!v.is_number()) fail("round filter expects a number");
-  if (v.is_int()) return v;  // Python's round(int, n) stays an int
+  if (v.is_int() || v.is_bool()) return Value(v.is_bool() ? int64_t{v.as_bool()} : v.as_int());  // stays an int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.to_double() * scale;
   double r;
@@ -194,7 +184,7 @@ Value f_map(const Value& v, const CallArgs& a) {
       Value x = get_attribute(item, attribute.str());
       out.push_back(x.is_undefined() && !fallback.is_undefined() ? fallback : x);
     }
-    return Value::list(std::move(out));
+    return Value::lazy(std::move(out));
   }
   if (a.args.empty()) fail("map requires a filter name or attribute=");
   const std::string name = a.args[0].str();
@@ -203,7 +193,7 @@ Value f_map(const Value& v, const CallArgs& a) {
   rest.args.assign(a.args.begin() + 1, a.args.end());
   rest.kwargs = a.kwargs;
   for (const Value& item : v.iterate()) out.push_back(apply_filter(name, item, rest));
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 // select / reject / selectattr / rejectattr.
@@ -225,7 +215,7 @@ Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
     const bool pass = test.empty() ? x.truthy() : apply_test(test, x, test_args);
     if (pass == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 Value f_select(const Value& v, const CallArgs& a) { return select_impl(v, a, false, true); }
 Value f_reject(const Value& v, const CallArgs& a) { return select_impl(v, a, false, false); }
@@ -252,7 +242,7 @@ Value f_unique(const Value& v, const CallArgs& a) {
     seen.push_back(k);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 Value f_sort(const Value& v, const CallArgs& a) {
@@ -275,9 +265,12 @@ Value f_reverse(const Value& v, const CallArgs&) {
     for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
     return Value(std::move(out));
   }
+  // jinja2 returns reversed(value): an iterator for a list; a copy for what reversed() rejects.
   ValueList items = v.iterate();
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  const bool reversible = v.is_list() && !v.is_lazy();
+  return reversible ? Value::lazy(std::move(items), kReverseIteratorView)
+                    : Value::list(std::move(items));
 }
 
 Value f_indent(const Value& v, const CallArgs& a) {
@@ -359,7 +352,7 @@ Value f_batch(const Value& v, const CallArgs& a) {
       while (static_cast<int64_t>(row.size()) < size) row.push_back(fill);
     out.push_back(Value::list(std::move(row)));
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 Value f_attr(const Value& v, const CallArgs& a) { return get_attribute(v, a.get(0, "name").str()); }
@@ -385,29 +378,8 @@ Value f_sum(const Value& v, const CallArgs& a) {
   return total;
 }
 
-Value f_format(const Value& v, const CallArgs& a) {
-  // printf-style "%s" / "%d" / "%%" (jinja2's format filter is `s % args`).
-  const std::string s = v.str();
-  std::string out;
-  size_t next = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%' || i + 1 >= s.size()) {
-      out += s[i];
-      continue;
-    }
-    const char spec = s[++i];
-    if (spec == '%') {
-      out += '%';
-    } else if (spec == 's' || spec == 'd' || spec == 'r') {
-      if (next >= a.args.size()) fail("not enough arguments for format string");
-      const Value& x = a.args[next++];
-      out += spec == 'r' ? x.repr() : spec == 'd' ? std::to_string(static_cast<int64_t>(x.to_double())) : x.str();
-    } else {
-      fail(std::string("unsupported format character '") + spec + "'");
-    }
-  }
-  return Value(std::move(out));
-}
+// jinja2's format filter: `value % args`.
+Value f_format(const Value& v, const CallArgs& a) { return Value(percent_format(v.str(), a.args)); }
 
 const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> kFilters = {

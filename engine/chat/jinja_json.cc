@@ -84,7 +84,7 @@ struct JsonWriter {
       out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
     } else if (v.is_string()) {
       string(v.as_string());
-    } else if (v.is_list()) {
+    } else if (v.is_list() && !v.is_lazy()) {
       list(v.as_list().items, level);
     } else if (v.is_dict()) {
       dict(v.as_dict().entries, level);

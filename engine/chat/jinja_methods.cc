@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
+#include <unordered_map>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_ops.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace rill::jinja {
 namespace {
@@ -127,15 +130,15 @@ std::string py_format(const std::string& s, const CallArgs& a) {
   return out;
 }
 
+// Python's str.title(): a cased character after an uncased one is uppercased, others lowered.
 std::string title_case(const std::string& s) {
   std::string out;
   bool prev_cased = false;
-  for (char c : s) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    out += static_cast<char>(alpha ? (prev_cased ? std::tolower(static_cast<unsigned char>(c))
-                                                 : std::toupper(static_cast<unsigned char>(c)))
-                                   : c);
-    prev_cased = alpha;
+  for (const std::string& c : utf8_chars(s)) {
+    const std::string lower = py_lower(c), upper = py_upper(c);
+    const bool cased = lower != upper;
+    out += cased ? (prev_cased ? lower : upper) : c;
+    prev_cased = cased;
   }
   return out;
 }
@@ -228,7 +231,9 @@ std::optional<Value> dict_method(const Value& d, const std::string& name) {
       ValueList out;
       for (const auto& [k, v] : d.as_dict().entries)
         out.push_back(name == "items" ? Value::list({Value(k), v}, true) : name == "keys" ? Value(k) : v);
-      return Value::list(std::move(out));
+      // A Python dict view; it prints as dict_items([...]) but iterates like a list.
+      return Value::list(std::move(out), false,
+                         name == "items" ? "dict_items" : name == "keys" ? "dict_keys" : "dict_values");
     });
   }
   if (name == "get") {
@@ -306,7 +311,45 @@ DictEntries kwargs_with_mapping(CallArgs& a) {
   return entries;
 }
 
+// Uppercase mapping built once by inverting the lowercase tables (first code point wins, so
+// ASCII and the main alphabets map as Python does; multi-character uppercasings like ß -> SS
+// are not applied).
+const std::unordered_map<std::string, std::string>& upper_map() {
+  static const std::unordered_map<std::string, std::string> kMap = [] {
+    std::unordered_map<std::string, std::string> m;
+    for (char32_t cp = 0x80; cp < 0x20000; ++cp) {
+      if (cp >= 0xD800 && cp < 0xE000) continue;
+      std::string upper;
+      utf8::append(upper, cp);
+      const std::string lower = unicode::to_lower(upper);
+      if (lower != upper && utf8_chars(lower).size() == 1) m.emplace(lower, upper);
+    }
+    return m;
+  }();
+  return kMap;
+}
+
 }  // namespace
+
+std::string py_lower(const std::string& s) { return unicode::to_lower(s); }
+
+std::string py_upper(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const std::string& c : utf8_chars(s)) {
+    if (c.size() == 1) {
+      out += static_cast<char>(std::toupper(static_cast<unsigned char>(c[0])));
+      continue;
+    }
+    if (c == "\u00df") {  // ß: the one multi-character uppercasing common in chat text
+      out += "SS";
+      continue;
+    }
+    auto it = upper_map().find(c);
+    out += it == upper_map().end() ? c : it->second;
+  }
+  return out;
+}
 
 std::string strip_chars(const std::string& s, const std::string* chars, bool left, bool right) {
   auto strip = [&](const std::string& c) {

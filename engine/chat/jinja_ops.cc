@@ -138,6 +138,37 @@ int64_t clamp_bound(const Value& v, int64_t length, int64_t step, bool is_start)
 
 }  // namespace
 
+std::string percent_format(const std::string& fmt, const ValueList& args) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) fail("incomplete format");
+    const char spec = fmt[i];
+    if (spec == '%') {
+      out += '%';
+      continue;
+    }
+    if (spec != 's' && spec != 'r' && spec != 'd' && spec != 'i')
+      fail(std::string("unsupported format character '") + spec + "'");
+    if (next >= args.size()) fail("not enough arguments for format string");
+    const Value& x = args[next++];
+    if (spec == 's') {
+      out += x.str();
+    } else if (spec == 'r') {
+      out += x.repr();
+    } else {
+      if (!x.is_number()) fail("%" + std::string(1, spec) + " format: a real number is required, not " + x.type_name());
+      out += std::to_string(x.is_float() ? static_cast<int64_t>(x.as_float()) : integral(x));
+    }
+  }
+  if (next < args.size()) fail("not all arguments converted during string formatting");
+  return out;
+}
+
 void fail_undefined(const Value& undefined) {
   const std::string& hint = undefined.undefined_name();
   fail(hint.empty() ? "value is undefined" : hint);
@@ -159,7 +190,8 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
   if (op == "+") {
     if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.as_list().view &&
+        !b.as_list().view) {
       ValueList items = a.as_list().items;
       for (const auto& x : b.as_list().items) items.push_back(x);
       return Value::list(std::move(items), a.is_tuple());
@@ -172,7 +204,12 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, integral(b));
     if ((b.is_string() || b.is_list()) && is_integral(a)) return repeat(b, integral(a));
+    if (a.is_string() || a.is_list() || b.is_string() || b.is_list())
+      fail("can't multiply sequence by non-int of type '" +
+           (a.is_string() || a.is_list() ? b : a).type_name() + "'");
   }
+  if (op == "%" && a.is_string())
+    return Value(percent_format(a.as_string(), b.is_tuple() ? b.as_list().items : ValueList{b}));
   unsupported(op, a, b);
 }
 
@@ -190,6 +227,8 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 
 Value get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) fail_undefined(obj);
+  if (obj.is_lazy())  // jinja2 turns the TypeError into an undefined value
+    return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
   if ((obj.is_list() || obj.is_string()) && is_integral(key)) {
     const bool is_str = obj.is_string();
     const std::vector<std::string> chars = is_str ? utf8_chars(obj.as_string())
@@ -211,7 +250,8 @@ Value get_item(const Value& obj, const Value& key) {
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step_v) {
   if (obj.is_undefined()) fail_undefined(obj);
-  if (!obj.is_list() && !obj.is_string()) fail("'" + obj.type_name() + "' object is not subscriptable");
+  if (obj.is_lazy() || (!obj.is_list() && !obj.is_string()))  // undefined, as in jinja2
+    return Value::undefined("'" + obj.type_name() + "' object is not subscriptable");
   int64_t step = 1;
   if (!step_v.is_undefined() && !step_v.is_none()) {
     if (!is_integral(step_v)) fail("slice indices must be integers or None");

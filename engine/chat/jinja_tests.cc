@@ -16,12 +16,6 @@ const Value& arg0(const CallArgs& a, const char* test) {
   return a.args[0];
 }
 
-int64_t integer_of(const Value& v, const char* test) {
-  if (v.is_int()) return v.as_int();
-  if (v.is_bool()) return v.as_bool();
-  fail(std::string("test '") + test + "' expects an integer, got " + v.type_name());
-}
-
 bool t_defined(const Value& v, const CallArgs&) { return !v.is_undefined(); }
 bool t_undefined(const Value& v, const CallArgs&) { return v.is_undefined(); }
 bool t_none(const Value& v, const CallArgs&) { return v.is_none(); }
@@ -35,17 +29,16 @@ bool t_iterable(const Value& v, const CallArgs&) {
   return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
 }
 bool t_sequence(const Value& v, const CallArgs&) {
-  return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+  return v.is_string() || (v.is_list() && !v.is_lazy()) || v.is_dict() || v.is_undefined();
 }
 bool t_callable(const Value& v, const CallArgs&) { return v.is_callable(); }
 bool t_true(const Value& v, const CallArgs&) { return v.is_bool() && v.as_bool(); }
 bool t_false(const Value& v, const CallArgs&) { return v.is_bool() && !v.as_bool(); }
-bool t_odd(const Value& v, const CallArgs&) { return integer_of(v, "odd") % 2 != 0; }
-bool t_even(const Value& v, const CallArgs&) { return integer_of(v, "even") % 2 == 0; }
+// jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 (Python's %, floats included).
+bool t_odd(const Value& v, const CallArgs&) { return binary("%", v, Value(2)).equals(Value(1)); }
+bool t_even(const Value& v, const CallArgs&) { return binary("%", v, Value(2)).equals(Value(0)); }
 bool t_divisibleby(const Value& v, const CallArgs& a) {
-  const int64_t d = integer_of(arg0(a, "divisibleby"), "divisibleby");
-  if (d == 0) fail("integer modulo by zero");
-  return integer_of(v, "divisibleby") % d == 0;
+  return binary("%", v, arg0(a, "divisibleby")).equals(Value(0));
 }
 bool t_eq(const Value& v, const CallArgs& a) { return compare("==", v, arg0(a, "eq")); }
 bool t_ne(const Value& v, const CallArgs& a) { return compare("!=", v, arg0(a, "ne")); }

@@ -28,9 +28,9 @@ Value CallArgs::get(size_t index, const std::string& name, Value fallback) const
   return fallback;
 }
 
-Value Value::list(ValueList items, bool is_tuple) {
+Value Value::list(ValueList items, bool is_tuple, const char* view) {
   Value v;
-  v.v_ = std::make_shared<const List>(List{std::move(items), is_tuple});
+  v.v_ = std::make_shared<const List>(List{std::move(items), is_tuple, view});
   return v;
 }
 
@@ -97,7 +97,8 @@ bool Value::truthy() const {
         else if constexpr (std::is_same_v<T, int64_t>) return x != 0;
         else if constexpr (std::is_same_v<T, double>) return x != 0.0;
         else if constexpr (std::is_same_v<T, std::string>) return !x.empty();
-        else if constexpr (std::is_same_v<T, ListPtr>) return !x->items.empty();
+        else if constexpr (std::is_same_v<T, ListPtr>)
+          return x->view == kGeneratorView || x->view == kReverseIteratorView || !x->items.empty();
         else if constexpr (std::is_same_v<T, DictPtr>) return !x->entries.empty();
         else return true;
       },
@@ -191,11 +192,14 @@ std::string Value::repr() const {
         else if constexpr (std::is_same_v<T, double>) return python_float_repr(x);
         else if constexpr (std::is_same_v<T, std::string>) return python_string_repr(x);
         else if constexpr (std::is_same_v<T, ListPtr>) {
+          if (x->view == kGeneratorView || x->view == kReverseIteratorView)
+            return std::string("<") + x->view + " object>";
           std::string out = x->is_tuple ? "(" : "[";
           for (size_t i = 0; i < x->items.size(); ++i)
             out += (i ? ", " : "") + x->items[i].repr();
           if (x->is_tuple && x->items.size() == 1) out += ",";
-          return out + (x->is_tuple ? ")" : "]");
+          out += x->is_tuple ? ")" : "]";
+          return x->view ? std::string(x->view) + "(" + out + ")" : out;
         } else if constexpr (std::is_same_v<T, DictPtr>) {
           std::string out = "{";
           for (size_t i = 0; i < x->entries.size(); ++i)
@@ -216,6 +220,7 @@ std::string Value::type_name() const {
                                        "str",       "list",     "dict",      "Namespace",
                                        "function"};
   if (is_tuple()) return "tuple";
+  if (is_list() && as_list().view) return as_list().view;
   return kNames[v_.index()];
 }
 
@@ -230,9 +235,11 @@ bool Value::equals(const Value& other) const {
   if (is_undefined() || is_none()) return true;
   if (is_string()) return as_string() == other.as_string();
   if (is_list()) {
+    if (is_lazy() || other.is_lazy()) return &as_list() == &other.as_list();
     const List& a = as_list();
     const List& b = other.as_list();
-    if (a.is_tuple != b.is_tuple || a.items.size() != b.items.size()) return false;
+    if (a.is_tuple != b.is_tuple || a.view != b.view || a.items.size() != b.items.size())
+      return false;
     for (size_t i = 0; i < a.items.size(); ++i)
       if (!a.items[i].equals(b.items[i])) return false;
     return true;

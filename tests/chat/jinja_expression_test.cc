@@ -164,5 +164,34 @@ TEST(JinjaMethods, DictsAndGlobals) {
   EXPECT_EQ(render("{{ strftime_now('%Y') | length }}"), "4");
 }
 
+TEST(JinjaFilters, LazyResultsBehaveLikePythonIterators) {
+  // map / select / reject / unique / batch / items and reverse of a list return iterators in
+  // jinja2: always truthy, no len(), not subscriptable.
+  EXPECT_EQ(render("{{ 'T' if [] | select('odd') else 'F' }}{{ 'T' if [] | select('odd') | list else 'F' }}"
+                   "{{ [3, 1] | reverse | join }}{{ [1, 2] | map('string') | first }}"),
+            "TF131");
+  EXPECT_EQ(render_error("{{ [1] | select('odd') | length }}"),
+            "chat template line 1: object of type 'generator' has no len()");
+  EXPECT_EQ(render("[{{ ([1] | map('string'))[0] }}]"), "[]");
+}
+
+TEST(JinjaPrint, DictViewsAndPercentFormatting) {
+  EXPECT_EQ(render("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items() | length }} "
+                   "{{ d.keys() | list }}",
+                   {{"d", {{"a", 1}}}}),
+            "dict_items([('a', 1)]) dict_keys(['a']) dict_values([1]) 1 ['a']");
+  EXPECT_EQ(render("{{ '%s has %d items (%r)' % ('list', 3, 'x') }} {{ '%s' % 5 }} "
+                   "{{ '100%%' % () }} {{ '%s-%s' | format(1, 'a') }}"),
+            "list has 3 items ('x') 5 100% 1-a");
+  EXPECT_EQ(render("{{ 3.0 is odd }} {{ 4.0 is even }} {{ 7.5 is divisibleby 2.5 }} {{ false | round }}"),
+            "True True True 0");
+}
+
+TEST(JinjaFilters, UnicodeCaseMapping) {
+  EXPECT_EQ(render("{{ 'héllo wörld ñ' | upper }} {{ 'ÉCOLE Ω' | lower }} {{ 'élan vital' | title }} "
+                   "{{ 'élan' | capitalize }} {{ 'привет мир'.title() }} {{ 'straße'.upper() }}"),
+            "HÉLLO WÖRLD Ñ école ω Élan Vital Élan Привет Мир STRASSE");
+}
+
 }  // namespace
 }  // namespace rill
