@@ -13,8 +13,12 @@ namespace {
 
 using FilterFn = Value (*)(const Value&, const CallArgs&);
 
-std::string to_lower(const std::string& s) { return py_lower(s); }
-std::string to_upper(const std::string& s) { return py_upper(s); }
+std::string to_lower(const std::string& s) {
+  return py_lower(s);
+}
+std::string to_upper(const std::string& s) {
+  return py_upper(s);
+}
 
 int64_t length_of(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.as_string()).size());
@@ -25,7 +29,9 @@ int64_t length_of(const Value& v) {
   fail("object of type '" + v.type_name() + "' has no len()");
 }
 
-Value f_length(const Value& v, const CallArgs&) { return Value(length_of(v)); }
+Value f_length(const Value& v, const CallArgs&) {
+  return Value(length_of(v));
+}
 
 Value f_trim(const Value& v, const CallArgs& a) {
   const Value chars = a.get(0, "chars");
@@ -62,8 +68,12 @@ Value f_join(const Value& v, const CallArgs& a) {
   return Value(std::move(out));
 }
 
-Value f_upper(const Value& v, const CallArgs&) { return Value(to_upper(v.str())); }
-Value f_lower(const Value& v, const CallArgs&) { return Value(to_lower(v.str())); }
+Value f_upper(const Value& v, const CallArgs&) {
+  return Value(to_upper(v.str()));
+}
+Value f_lower(const Value& v, const CallArgs&) {
+  return Value(to_lower(v.str()));
+}
 
 Value f_capitalize(const Value& v, const CallArgs&) {
   const std::vector<std::string> chars = utf8_chars(v.str());
@@ -99,7 +109,9 @@ Value f_items(const Value& v, const CallArgs&) {
   return Value::lazy(std::move(out));
 }
 
-Value f_list(const Value& v, const CallArgs&) { return Value::list(v.iterate()); }
+Value f_list(const Value& v, const CallArgs&) {
+  return Value::list(v.iterate());
+}
 
 Value f_first(const Value& v, const CallArgs&) {
   const ValueList items = v.iterate();
@@ -118,7 +130,9 @@ Value f_default(const Value& v, const CallArgs& a) {
   return v;
 }
 
-Value f_string(const Value& v, const CallArgs&) { return Value(v.str()); }
+Value f_string(const Value& v, const CallArgs&) {
+  return Value(v.str());
+}
 
 Value f_int(const Value& v, const CallArgs& a) {
   const Value fallback = a.get(0, "default", Value(0));
@@ -163,14 +177,19 @@ Value f_round(const Value& v, const CallArgs& a) {
   const int64_t precision = a.get(0, "precision", Value(0)).as_int();
   const std::string method = a.get(1, "method", Value("common")).str();
   if (!v.is_number()) fail("round filter expects a number");
-  if (v.is_int() || v.is_bool()) return Value(v.is_bool() ? int64_t{v.as_bool()} : v.as_int());  // stays an int
+  if (v.is_int() || v.is_bool())
+    return Value(v.is_bool() ? int64_t{v.as_bool()} : v.as_int());  // stays an int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.to_double() * scale;
   double r;
-  if (method == "common") r = std::nearbyint(x);  // Python's round: half to even
-  else if (method == "ceil") r = std::ceil(x);
-  else if (method == "floor") r = std::floor(x);
-  else fail("method must be common, ceil or floor");
+  if (method == "common")
+    r = std::nearbyint(x);  // Python's round: half to even
+  else if (method == "ceil")
+    r = std::ceil(x);
+  else if (method == "floor")
+    r = std::floor(x);
+  else
+    fail("method must be common, ceil or floor");
   return Value(r / scale);
 }
 
@@ -217,16 +236,23 @@ Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
   }
   return Value::lazy(std::move(out));
 }
-Value f_select(const Value& v, const CallArgs& a) { return select_impl(v, a, false, true); }
-Value f_reject(const Value& v, const CallArgs& a) { return select_impl(v, a, false, false); }
-Value f_selectattr(const Value& v, const CallArgs& a) { return select_impl(v, a, true, true); }
-Value f_rejectattr(const Value& v, const CallArgs& a) { return select_impl(v, a, true, false); }
+Value f_select(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, false, true);
+}
+Value f_reject(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, false, false);
+}
+Value f_selectattr(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, true, true);
+}
+Value f_rejectattr(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, true, false);
+}
 
 // The key unique / sort compare by: an attribute, lowercased strings unless case_sensitive.
 Value sort_key(const Value& item, const Value& attribute, bool case_sensitive) {
-  Value k = attribute.is_none() || attribute.is_undefined()
-                ? item
-                : get_attribute(item, attribute.str());
+  Value k =
+      attribute.is_none() || attribute.is_undefined() ? item : get_attribute(item, attribute.str());
   if (!case_sensitive && k.is_string()) return Value(to_lower(k.as_string()));
   return k;
 }
@@ -277,9 +303,10 @@ Value f_indent(const Value& v, const CallArgs& a) {
   const Value width = a.get(0, "width", Value(4));
   const bool first = a.get(1, "first", Value(false)).truthy();
   const bool blank = a.get(2, "blank", Value(false)).truthy();
-  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024)) fail("indent width out of range");
-  const std::string pad = width.is_string() ? width.as_string()
-                                            : std::string(static_cast<size_t>(width.as_int()), ' ');
+  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024))
+    fail("indent width out of range");
+  const std::string pad =
+      width.is_string() ? width.as_string() : std::string(static_cast<size_t>(width.as_int()), ' ');
   std::vector<std::string> lines;  // str.splitlines() of s + "\n"
   const std::string s = v.str() + "\n";
   size_t start = 0;
@@ -297,18 +324,31 @@ Value f_indent(const Value& v, const CallArgs& a) {
   return Value(first ? pad + out : out);
 }
 
-Value f_safe(const Value& v, const CallArgs&) { return v.is_string() ? v : Value(v.str()); }
+Value f_safe(const Value& v, const CallArgs&) {
+  return v.is_string() ? v : Value(v.str());
+}
 
 Value f_escape(const Value& v, const CallArgs&) {
   std::string out;
   for (char c : v.str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -345,7 +385,8 @@ Value f_batch(const Value& v, const CallArgs& a) {
   ValueList out, row;
   for (const Value& item : v.iterate()) {
     row.push_back(item);
-    if (static_cast<int64_t>(row.size()) == size) out.push_back(Value::list(std::move(row))), row = {};
+    if (static_cast<int64_t>(row.size()) == size)
+      out.push_back(Value::list(std::move(row))), row = {};
   }
   if (!row.empty()) {
     if (!fill.is_none())
@@ -355,20 +396,27 @@ Value f_batch(const Value& v, const CallArgs& a) {
   return Value::lazy(std::move(out));
 }
 
-Value f_attr(const Value& v, const CallArgs& a) { return get_attribute(v, a.get(0, "name").str()); }
+Value f_attr(const Value& v, const CallArgs& a) {
+  return get_attribute(v, a.get(0, "name").str());
+}
 
 Value f_min_max(const Value& v, bool want_max) {
   const ValueList items = v.iterate();
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   Value best = items[0];
   for (const Value& x : items) {
-    const int c = compare_values(sort_key(x, Value(None{}), false), sort_key(best, Value(None{}), false));
+    const int c =
+        compare_values(sort_key(x, Value(None{}), false), sort_key(best, Value(None{}), false));
     if (want_max ? c > 0 : c < 0) best = x;
   }
   return best;
 }
-Value f_min(const Value& v, const CallArgs&) { return f_min_max(v, false); }
-Value f_max(const Value& v, const CallArgs&) { return f_min_max(v, true); }
+Value f_min(const Value& v, const CallArgs&) {
+  return f_min_max(v, false);
+}
+Value f_max(const Value& v, const CallArgs&) {
+  return f_min_max(v, true);
+}
 
 Value f_sum(const Value& v, const CallArgs& a) {
   const Value attribute = a.get(0, "attribute", Value(None{}));
@@ -379,31 +427,62 @@ Value f_sum(const Value& v, const CallArgs& a) {
 }
 
 // jinja2's format filter: `value % args`.
-Value f_format(const Value& v, const CallArgs& a) { return Value(percent_format(v.str(), a.args)); }
+Value f_format(const Value& v, const CallArgs& a) {
+  return Value(percent_format(v.str(), a.args));
+}
 
 const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> kFilters = {
-      {"trim", f_trim},           {"length", f_length},       {"count", f_length},
-      {"tojson", f_tojson},       {"join", f_join},           {"upper", f_upper},
-      {"lower", f_lower},         {"capitalize", f_capitalize}, {"title", f_title},
-      {"replace", f_replace},     {"items", f_items},         {"list", f_list},
-      {"first", f_first},         {"last", f_last},           {"default", f_default},
-      {"d", f_default},           {"string", f_string},       {"int", f_int},
-      {"float", f_float},         {"abs", f_abs},             {"round", f_round},
-      {"map", f_map},             {"select", f_select},       {"reject", f_reject},
-      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"unique", f_unique},
-      {"sort", f_sort},           {"reverse", f_reverse},     {"indent", f_indent},
-      {"safe", f_safe},           {"e", f_escape},            {"escape", f_escape},
-      {"wordcount", f_wordcount}, {"center", f_center},       {"batch", f_batch},
-      {"attr", f_attr},           {"min", f_min},             {"max", f_max},
-      {"sum", f_sum},             {"format", f_format},
+      {"trim", f_trim},
+      {"length", f_length},
+      {"count", f_length},
+      {"tojson", f_tojson},
+      {"join", f_join},
+      {"upper", f_upper},
+      {"lower", f_lower},
+      {"capitalize", f_capitalize},
+      {"title", f_title},
+      {"replace", f_replace},
+      {"items", f_items},
+      {"list", f_list},
+      {"first", f_first},
+      {"last", f_last},
+      {"default", f_default},
+      {"d", f_default},
+      {"string", f_string},
+      {"int", f_int},
+      {"float", f_float},
+      {"abs", f_abs},
+      {"round", f_round},
+      {"map", f_map},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"unique", f_unique},
+      {"sort", f_sort},
+      {"reverse", f_reverse},
+      {"indent", f_indent},
+      {"safe", f_safe},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"wordcount", f_wordcount},
+      {"center", f_center},
+      {"batch", f_batch},
+      {"attr", f_attr},
+      {"min", f_min},
+      {"max", f_max},
+      {"sum", f_sum},
+      {"format", f_format},
   };
   return kFilters;
 }
 
 }  // namespace
 
-bool is_filter(const std::string& name) { return filters().count(name) != 0; }
+bool is_filter(const std::string& name) {
+  return filters().count(name) != 0;
+}
 
 Value apply_filter(const std::string& name, const Value& operand, const CallArgs& args) {
   auto it = filters().find(name);

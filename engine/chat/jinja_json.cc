@@ -38,14 +38,36 @@ struct JsonWriter {
       const char ch = s[i];
       const auto c = static_cast<unsigned char>(ch);
       switch (ch) {
-        case '"': out += "\\\""; ++i; continue;
-        case '\\': out += "\\\\"; ++i; continue;
-        case '\n': out += "\\n"; ++i; continue;
-        case '\r': out += "\\r"; ++i; continue;
-        case '\t': out += "\\t"; ++i; continue;
-        case '\b': out += "\\b"; ++i; continue;
-        case '\f': out += "\\f"; ++i; continue;
-        default: break;
+        case '"':
+          out += "\\\"";
+          ++i;
+          continue;
+        case '\\':
+          out += "\\\\";
+          ++i;
+          continue;
+        case '\n':
+          out += "\\n";
+          ++i;
+          continue;
+        case '\r':
+          out += "\\r";
+          ++i;
+          continue;
+        case '\t':
+          out += "\\t";
+          ++i;
+          continue;
+        case '\b':
+          out += "\\b";
+          ++i;
+          continue;
+        case '\f':
+          out += "\\f";
+          ++i;
+          continue;
+        default:
+          break;
       }
       if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
         escape_unit(out, c);

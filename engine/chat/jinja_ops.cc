@@ -18,12 +18,16 @@ std::string object_type_repr(const Value& v) {
 }
 
 [[noreturn]] void unsupported(const std::string& op, const Value& a, const Value& b) {
-  fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
-       b.type_name() + "'");
+  fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() +
+       "'");
 }
 
-bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
-int64_t integral(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
+bool is_integral(const Value& v) {
+  return v.is_int() || v.is_bool();
+}
+int64_t integral(const Value& v) {
+  return v.is_bool() ? v.as_bool() : v.as_int();
+}
 
 Value repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().items.size();
@@ -47,7 +51,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value(a.to_double() / b.to_double());
   }
   if (op == "//" || op == "%") {
-    if (b.to_double() == 0.0) fail(op == "%" ? "integer modulo by zero" : "integer division by zero");
+    if (b.to_double() == 0.0)
+      fail(op == "%" ? "integer modulo by zero" : "integer division by zero");
     if (ints) {
       const int64_t x = integral(a), y = integral(b);
       int64_t q = x / y;
@@ -88,8 +93,8 @@ int order(const Value& a, const Value& b, const std::string& op) {
     const double x = a.to_double(), y = b.to_double();
     return x < y ? -1 : x > y ? 1 : 0;
   }
-  if (a.is_string() && b.is_string()) return a.as_string().compare(b.as_string()) < 0 ? -1
-                                            : a.as_string() == b.as_string() ? 0 : 1;
+  if (a.is_string() && b.is_string())
+    return a.as_string().compare(b.as_string()) < 0 ? -1 : a.as_string() == b.as_string() ? 0 : 1;
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
@@ -161,7 +166,9 @@ std::string percent_format(const std::string& fmt, const ValueList& args) {
     } else if (spec == 'r') {
       out += x.repr();
     } else {
-      if (!x.is_number()) fail("%" + std::string(1, spec) + " format: a real number is required, not " + x.type_name());
+      if (!x.is_number())
+        fail("%" + std::string(1, spec) + " format: a real number is required, not " +
+             x.type_name());
       out += std::to_string(x.is_float() ? static_cast<int64_t>(x.as_float()) : integral(x));
     }
   }
@@ -196,10 +203,8 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
       for (const auto& x : b.as_list().items) items.push_back(x);
       return Value::list(std::move(items), a.is_tuple());
     }
-    if (a.is_string())
-      fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
-    if (a.is_list())
-      fail("can only concatenate list (not \"" + b.type_name() + "\") to list");
+    if (a.is_string()) fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
+    if (a.is_list()) fail("can only concatenate list (not \"" + b.type_name() + "\") to list");
   }
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, integral(b));
@@ -231,8 +236,8 @@ Value get_item(const Value& obj, const Value& key) {
     return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
   if ((obj.is_list() || obj.is_string()) && is_integral(key)) {
     const bool is_str = obj.is_string();
-    const std::vector<std::string> chars = is_str ? utf8_chars(obj.as_string())
-                                                  : std::vector<std::string>{};
+    const std::vector<std::string> chars =
+        is_str ? utf8_chars(obj.as_string()) : std::vector<std::string>{};
     const auto length = static_cast<int64_t>(is_str ? chars.size() : obj.as_list().items.size());
     int64_t i = integral(key);
     if (i < 0) i += length;
@@ -259,16 +264,18 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     if (step == 0) fail("slice step cannot be zero");
   }
   const bool is_str = obj.is_string();
-  const std::vector<std::string> chars = is_str ? utf8_chars(obj.as_string())
-                                                : std::vector<std::string>{};
+  const std::vector<std::string> chars =
+      is_str ? utf8_chars(obj.as_string()) : std::vector<std::string>{};
   const auto length = static_cast<int64_t>(is_str ? chars.size() : obj.as_list().items.size());
   const int64_t begin = clamp_bound(start, length, step, true);
   const int64_t end = clamp_bound(stop, length, step, false);
   std::string text;
   ValueList items;
   for (int64_t i = begin; step > 0 ? i < end : i > end; i += step) {
-    if (is_str) text += chars[static_cast<size_t>(i)];
-    else items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
+    if (is_str)
+      text += chars[static_cast<size_t>(i)];
+    else
+      items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
   }
   if (is_str) return Value(std::move(text));
   return Value::list(std::move(items), obj.as_list().is_tuple);

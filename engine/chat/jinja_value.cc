@@ -54,13 +54,18 @@ Value Value::function(std::string name, Function fn) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value(None{});
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       for (const auto& e : j) items.push_back(from_json(e));
@@ -72,7 +77,8 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
         entries.emplace_back(it.key(), from_json(it.value()));
       return dict(std::move(entries));
     }
-    default: fail("unsupported JSON value in chat template input");
+    default:
+      fail("unsupported JSON value in chat template input");
   }
 }
 
@@ -92,15 +98,22 @@ bool Value::truthy() const {
   return std::visit(
       [](const auto& x) -> bool {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>) return false;
-        else if constexpr (std::is_same_v<T, bool>) return x;
-        else if constexpr (std::is_same_v<T, int64_t>) return x != 0;
-        else if constexpr (std::is_same_v<T, double>) return x != 0.0;
-        else if constexpr (std::is_same_v<T, std::string>) return !x.empty();
+        if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>)
+          return false;
+        else if constexpr (std::is_same_v<T, bool>)
+          return x;
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return x != 0;
+        else if constexpr (std::is_same_v<T, double>)
+          return x != 0.0;
+        else if constexpr (std::is_same_v<T, std::string>)
+          return !x.empty();
         else if constexpr (std::is_same_v<T, ListPtr>)
           return x->view == kGeneratorView || x->view == kReverseIteratorView || !x->items.empty();
-        else if constexpr (std::is_same_v<T, DictPtr>) return !x->entries.empty();
-        else return true;
+        else if constexpr (std::is_same_v<T, DictPtr>)
+          return !x->entries.empty();
+        else
+          return true;
       },
       v_);
 }
@@ -185,18 +198,23 @@ std::string Value::repr() const {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined>) return "";
-        else if constexpr (std::is_same_v<T, None>) return "None";
-        else if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return python_float_repr(x);
-        else if constexpr (std::is_same_v<T, std::string>) return python_string_repr(x);
+        if constexpr (std::is_same_v<T, Undefined>)
+          return "";
+        else if constexpr (std::is_same_v<T, None>)
+          return "None";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "True" : "False";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return python_float_repr(x);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return python_string_repr(x);
         else if constexpr (std::is_same_v<T, ListPtr>) {
           if (x->view == kGeneratorView || x->view == kReverseIteratorView)
             return std::string("<") + x->view + " object>";
           std::string out = x->is_tuple ? "(" : "[";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + x->items[i].repr();
+          for (size_t i = 0; i < x->items.size(); ++i) out += (i ? ", " : "") + x->items[i].repr();
           if (x->is_tuple && x->items.size() == 1) out += ",";
           out += x->is_tuple ? ")" : "]";
           return x->view ? std::string(x->view) + "(" + out + ")" : out;
@@ -216,9 +234,8 @@ std::string Value::repr() const {
 }
 
 std::string Value::type_name() const {
-  static const char* const kNames[] = {"Undefined", "NoneType", "bool",      "int",     "float",
-                                       "str",       "list",     "dict",      "Namespace",
-                                       "function"};
+  static const char* const kNames[] = {"Undefined", "NoneType", "bool", "int",       "float",
+                                       "str",       "list",     "dict", "Namespace", "function"};
   if (is_tuple()) return "tuple";
   if (is_list() && as_list().view) return as_list().view;
   return kNames[v_.index()];

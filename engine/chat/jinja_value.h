@@ -98,7 +98,8 @@ class Value {
   bool is_tuple() const { return is_list() && as_list().is_tuple; }
   /// A Python iterator (see kGeneratorView): truthy, no len(), not subscriptable.
   bool is_lazy() const {
-    return is_list() && (as_list().view == kGeneratorView || as_list().view == kReverseIteratorView);
+    return is_list() &&
+           (as_list().view == kGeneratorView || as_list().view == kReverseIteratorView);
   }
   /// The same items as a lazy iterator of kind `view`.
   static Value lazy(ValueList items, const char* view = kGeneratorView) {
