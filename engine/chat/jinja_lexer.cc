@@ -1,6 +1,7 @@
 #include "engine/chat/jinja_lexer.h"
 
 #include <cctype>
+#include <cstdint>
 
 #include "engine/chat/jinja_error.h"
 
