@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   args.multi("stop-token-id", "extra token id that ends generation (repeatable)");
   args.flag("ignore-eos", "keep generating past end-of-sequence tokens");
   args.flag("no-bos", "do not add the tokenizer's special tokens (BOS) to the prompt");
-  args.flag("chat", "render the prompt with the model's chat template (--prompt is a user message)");
+  args.flag("chat",
+            "render the prompt with the model's chat template (--prompt is a user message)");
   args.option("messages", "", "with --chat: a JSON file holding the list of messages");
   cli::add_sampling_flags(args);
   cli::add_cache_flags(args);
@@ -63,8 +64,11 @@ int main(int argc, char** argv) {
     // A chat template writes every special token itself (BOS included), so the rendered text
     // is encoded without adding special tokens, as transformers' apply_chat_template(
     // tokenize=True) and vLLM's chat endpoint do; otherwise BOS would appear twice.
-    if (args.on("chat")) req.prompt = model.tokenizer->encode(chat_prompt(args), false);
-    else req.prompt = model.tokenizer->encode(args.get("prompt"), !args.on("no-bos"));
+    if (args.on("chat")) {
+      req.prompt = model.tokenizer->encode(chat_prompt(args), false);
+    } else {
+      req.prompt = model.tokenizer->encode(args.get("prompt"), !args.on("no-bos"));
+    }
     if (req.prompt.empty()) {
       if (!model.bos_token_id()) args.fail("the prompt is empty and the model has no BOS token");
       req.prompt.push_back(*model.bos_token_id());

@@ -54,8 +54,8 @@ ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::strin
   try {
     nodes_ = std::make_shared<const jinja::NodeList>(jinja::parse_template(source_));
   } catch (const jinja::TemplateError& e) {
-    throw Error(ErrorCode::kInvalidArgument, "chat template syntax error at line " +
-                                                 std::to_string(e.line()) + ": " + e.what());
+    throw Error(ErrorCode::kInvalidArgument,
+                "chat template syntax error at line " + std::to_string(e.line()) + ": " + e.what());
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kInvalidArgument, std::string("chat template: ") + e.what());
   }

@@ -32,8 +32,7 @@ class ChatTemplate {
  public:
   /// Parses `source`. Special tokens (bos_token, eos_token, ...) become template variables.
   /// Throws rill::Error(kInvalidArgument) naming the line of a syntax error.
-  explicit ChatTemplate(std::string source, std::string bos_token = {},
-                        std::string eos_token = {},
+  explicit ChatTemplate(std::string source, std::string bos_token = {}, std::string eos_token = {},
                         nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object());
 
   /// The template of a Hugging Face model directory: chat_template.jinja if present, else

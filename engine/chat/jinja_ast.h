@@ -52,13 +52,13 @@ using NodeList = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind {
-    kText,         // text
-    kOutput,       // {{ expr }}
-    kIf,           // branches (cond, body); else_body
-    kFor,          // for targets in expr [if cond]: body; else_body
-    kSet,          // set targets = expr, or set targets[0].attr = expr when attr is not empty
-    kSetBlock,     // set targets[0] %} body {% endset
-    kMacro,        // macro text(params) body
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // branches (cond, body); else_body
+    kFor,       // for targets in expr [if cond]: body; else_body
+    kSet,       // set targets = expr, or set targets[0].attr = expr when attr is not empty
+    kSetBlock,  // set targets[0] %} body {% endset
+    kMacro,     // macro text(params) body
     kBreak,
     kContinue,
     kScope,        // a body rendered in place: {% generation %}

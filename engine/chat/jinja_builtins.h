@@ -40,6 +40,11 @@ int compare_values(const Value& a, const Value& b);
 /// dict keys (dotted paths "a.b" allowed), namespace attributes, methods; else undefined.
 Value get_attribute(const Value& obj, const std::string& name);
 
+/// Python's str.lower() / str.upper() (Unicode case mapping of single code points, from the
+/// tokenizer's Unicode tables).
+std::string py_lower(const std::string& s);
+std::string py_upper(const std::string& s);
+
 /// Python's str.strip()/lstrip()/rstrip() without arguments or with a set of characters.
 std::string strip_chars(const std::string& s, const std::string* chars, bool left, bool right);
 

@@ -22,6 +22,8 @@ class TemplateError : public std::runtime_error {
   bool raised_;
 };
 
-[[noreturn]] inline void fail(const std::string& message) { throw TemplateError(message); }
+[[noreturn]] inline void fail(const std::string& message) {
+  throw TemplateError(message);
+}
 
 }  // namespace rill::jinja

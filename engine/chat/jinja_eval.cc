@@ -49,24 +49,37 @@ class Evaluator {
  private:
   Flow exec_node(const Node& n, const ScopePtr& scope, std::string& out) {
     switch (n.kind) {
-      case Node::Kind::kText: out += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: out += eval(*n.expr, scope).str(); return Flow::kNormal;
+      case Node::Kind::kText:
+        out += n.text;
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        out += eval(*n.expr, scope).str();
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches)
           if (eval(*cond, scope).truthy()) return exec(body, scope, out);
         return exec(n.else_body, scope, out);
-      case Node::Kind::kFor: exec_for(n, scope, out); return Flow::kNormal;
-      case Node::Kind::kSet: exec_set(n, scope); return Flow::kNormal;
+      case Node::Kind::kFor:
+        exec_for(n, scope, out);
+        return Flow::kNormal;
+      case Node::Kind::kSet:
+        exec_set(n, scope);
+        return Flow::kNormal;
       case Node::Kind::kSetBlock: {
         std::string captured;
         exec(n.body, scope, captured);
         scope->set(n.targets[0], Value(std::move(captured)));
         return Flow::kNormal;
       }
-      case Node::Kind::kMacro: scope->set(n.text, make_macro(n, scope)); return Flow::kNormal;
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
-      case Node::Kind::kScope: return exec(n.body, scope, out);
+      case Node::Kind::kMacro:
+        scope->set(n.text, make_macro(n, scope));
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
+      case Node::Kind::kScope:
+        return exec(n.body, scope, out);
       case Node::Kind::kFilterBlock: {
         std::string captured;
         exec(n.body, scope, captured);
@@ -100,8 +113,10 @@ class Evaluator {
     const Value* ns = scope->find(n.targets[0]);
     if (!ns || !ns->is_namespace()) fail("cannot assign attribute on non-namespace object");
     Namespace& space = ns->as_namespace();
-    if (Value* slot = space.find(n.attr)) *slot = std::move(v);
-    else space.attrs.emplace_back(n.attr, std::move(v));
+    if (Value* slot = space.find(n.attr))
+      *slot = std::move(v);
+    else
+      space.attrs.emplace_back(n.attr, std::move(v));
   }
 
   static Value loop_object(const ValueList& items, size_t i, const Value& cycle) {
@@ -118,8 +133,7 @@ class Evaluator {
         {"depth", Value(1)},
         {"depth0", Value(0)},
         {"previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
-        {"nextitem",
-         index + 1 < length ? items[i + 1] : Value::undefined("there is no next item")},
+        {"nextitem", index + 1 < length ? items[i + 1] : Value::undefined("there is no next item")},
         {"cycle", cycle},
     };
     return Value::dict(std::move(loop));
@@ -194,7 +208,8 @@ class Evaluator {
 
   Value eval_expr(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
+      case Expr::Kind::kLiteral:
+        return e.literal;
       case Expr::Kind::kName: {
         const Value* v = scope->find(e.name);
         return v ? *v : Value::undefined("'" + e.name + "' is undefined");
@@ -205,8 +220,10 @@ class Evaluator {
         for (const auto& item : e.args) items.push_back(eval(*item, scope));
         return Value::list(std::move(items), e.kind == Expr::Kind::kTuple);
       }
-      case Expr::Kind::kDict: return eval_dict(e, scope);
-      case Expr::Kind::kAttr: return get_attribute_checked(eval(*e.args[0], scope), e.name);
+      case Expr::Kind::kDict:
+        return eval_dict(e, scope);
+      case Expr::Kind::kAttr:
+        return get_attribute_checked(eval(*e.args[0], scope), e.name);
       case Expr::Kind::kItem:
         return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope));
       case Expr::Kind::kSlice: {
@@ -228,8 +245,10 @@ class Evaluator {
         const Value operand = eval(*e.args[0], scope);
         return Value(apply_test(e.name, operand, eval_args(e, scope, 1)) != e.negated);
       }
-      case Expr::Kind::kUnary: return unary(e.name, eval(*e.args[0], scope));
-      case Expr::Kind::kBinary: return eval_binary(e, scope);
+      case Expr::Kind::kUnary:
+        return unary(e.name, eval(*e.args[0], scope));
+      case Expr::Kind::kBinary:
+        return eval_binary(e, scope);
       case Expr::Kind::kCompare: {
         Value left = eval(*e.args[0], scope);
         for (size_t i = 0; i < e.ops.size(); ++i) {

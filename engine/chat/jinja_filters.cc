@@ -13,24 +13,25 @@ namespace {
 
 using FilterFn = Value (*)(const Value&, const CallArgs&);
 
-std::string to_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+std::string to_lower(const std::string& s) {
+  return py_lower(s);
 }
-std::string to_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+std::string to_upper(const std::string& s) {
+  return py_upper(s);
 }
 
 int64_t length_of(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.as_string()).size());
+  if (v.is_lazy()) fail("object of type '" + v.type_name() + "' has no len()");
   if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
   if (v.is_dict()) return static_cast<int64_t>(v.as_dict().entries.size());
   if (v.is_undefined()) return 0;
   fail("object of type '" + v.type_name() + "' has no len()");
 }
 
-Value f_length(const Value& v, const CallArgs&) { return Value(length_of(v)); }
+Value f_length(const Value& v, const CallArgs&) {
+  return Value(length_of(v));
+}
 
 Value f_trim(const Value& v, const CallArgs& a) {
   const Value chars = a.get(0, "chars");
@@ -67,31 +68,29 @@ Value f_join(const Value& v, const CallArgs& a) {
   return Value(std::move(out));
 }
 
-Value f_upper(const Value& v, const CallArgs&) { return Value(to_upper(v.str())); }
-Value f_lower(const Value& v, const CallArgs&) { return Value(to_lower(v.str())); }
+Value f_upper(const Value& v, const CallArgs&) {
+  return Value(to_upper(v.str()));
+}
+Value f_lower(const Value& v, const CallArgs&) {
+  return Value(to_lower(v.str()));
+}
 
 Value f_capitalize(const Value& v, const CallArgs&) {
-  std::string s = to_lower(v.str());
-  if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-  return Value(std::move(s));
+  const std::vector<std::string> chars = utf8_chars(v.str());
+  std::string out;
+  for (size_t i = 0; i < chars.size(); ++i) out += i == 0 ? to_upper(chars[i]) : to_lower(chars[i]);
+  return Value(std::move(out));
 }
 
 Value f_title(const Value& v, const CallArgs&) {
   // jinja2: split on runs of [-\s({[<], then item[0].upper() + item[1:].lower().
-  const std::string s = v.str();
   std::string out;
   bool word_start = true;
-  for (char c : s) {
-    const bool sep = std::isspace(static_cast<unsigned char>(c)) || c == '-' || c == '(' ||
-                     c == '{' || c == '[' || c == '<';
-    if (sep) {
-      out += c;
-      word_start = true;
-    } else {
-      out += static_cast<char>(word_start ? std::toupper(static_cast<unsigned char>(c))
-                                          : std::tolower(static_cast<unsigned char>(c)));
-      word_start = false;
-    }
+  for (const std::string& c : utf8_chars(v.str())) {
+    const bool sep = c.size() == 1 && (std::isspace(static_cast<unsigned char>(c[0])) ||
+                                       std::string("-({[<").find(c[0]) != std::string::npos);
+    out += sep ? c : word_start ? to_upper(c) : to_lower(c);
+    word_start = sep;
   }
   return Value(std::move(out));
 }
@@ -103,14 +102,16 @@ Value f_replace(const Value& v, const CallArgs& a) {
 }
 
 Value f_items(const Value& v, const CallArgs&) {
-  if (v.is_undefined()) return Value::list({});
-  if (!v.is_dict()) fail("items filter expects a mapping, got " + v.type_name());
+  if (v.is_undefined()) return Value::lazy({});
+  if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
   ValueList out;
   for (const auto& [k, x] : v.as_dict().entries) out.push_back(Value::list({Value(k), x}, true));
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
-Value f_list(const Value& v, const CallArgs&) { return Value::list(v.iterate()); }
+Value f_list(const Value& v, const CallArgs&) {
+  return Value::list(v.iterate());
+}
 
 Value f_first(const Value& v, const CallArgs&) {
   const ValueList items = v.iterate();
@@ -118,6 +119,7 @@ Value f_first(const Value& v, const CallArgs&) {
 }
 
 Value f_last(const Value& v, const CallArgs&) {
+  if (v.is_lazy()) fail("'" + v.type_name() + "' object is not reversible");
   const ValueList items = v.iterate();
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
@@ -128,7 +130,9 @@ Value f_default(const Value& v, const CallArgs& a) {
   return v;
 }
 
-Value f_string(const Value& v, const CallArgs&) { return Value(v.str()); }
+Value f_string(const Value& v, const CallArgs&) {
+  return Value(v.str());
+}
 
 Value f_int(const Value& v, const CallArgs& a) {
   const Value fallback = a.get(0, "default", Value(0));
@@ -173,14 +177,19 @@ Value f_round(const Value& v, const CallArgs& a) {
   const int64_t precision = a.get(0, "precision", Value(0)).as_int();
   const std::string method = a.get(1, "method", Value("common")).str();
   if (!v.is_number()) fail("round filter expects a number");
-  if (v.is_int()) return v;  // Python's round(int, n) stays an int
+  if (v.is_int() || v.is_bool())
+    return Value(v.is_bool() ? int64_t{v.as_bool()} : v.as_int());  // stays an int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.to_double() * scale;
   double r;
-  if (method == "common") r = std::nearbyint(x);  // Python's round: half to even
-  else if (method == "ceil") r = std::ceil(x);
-  else if (method == "floor") r = std::floor(x);
-  else fail("method must be common, ceil or floor");
+  if (method == "common")
+    r = std::nearbyint(x);  // Python's round: half to even
+  else if (method == "ceil")
+    r = std::ceil(x);
+  else if (method == "floor")
+    r = std::floor(x);
+  else
+    fail("method must be common, ceil or floor");
   return Value(r / scale);
 }
 
@@ -194,7 +203,7 @@ Value f_map(const Value& v, const CallArgs& a) {
       Value x = get_attribute(item, attribute.str());
       out.push_back(x.is_undefined() && !fallback.is_undefined() ? fallback : x);
     }
-    return Value::list(std::move(out));
+    return Value::lazy(std::move(out));
   }
   if (a.args.empty()) fail("map requires a filter name or attribute=");
   const std::string name = a.args[0].str();
@@ -203,7 +212,7 @@ Value f_map(const Value& v, const CallArgs& a) {
   rest.args.assign(a.args.begin() + 1, a.args.end());
   rest.kwargs = a.kwargs;
   for (const Value& item : v.iterate()) out.push_back(apply_filter(name, item, rest));
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 // select / reject / selectattr / rejectattr.
@@ -225,18 +234,25 @@ Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
     const bool pass = test.empty() ? x.truthy() : apply_test(test, x, test_args);
     if (pass == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
-Value f_select(const Value& v, const CallArgs& a) { return select_impl(v, a, false, true); }
-Value f_reject(const Value& v, const CallArgs& a) { return select_impl(v, a, false, false); }
-Value f_selectattr(const Value& v, const CallArgs& a) { return select_impl(v, a, true, true); }
-Value f_rejectattr(const Value& v, const CallArgs& a) { return select_impl(v, a, true, false); }
+Value f_select(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, false, true);
+}
+Value f_reject(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, false, false);
+}
+Value f_selectattr(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, true, true);
+}
+Value f_rejectattr(const Value& v, const CallArgs& a) {
+  return select_impl(v, a, true, false);
+}
 
 // The key unique / sort compare by: an attribute, lowercased strings unless case_sensitive.
 Value sort_key(const Value& item, const Value& attribute, bool case_sensitive) {
-  Value k = attribute.is_none() || attribute.is_undefined()
-                ? item
-                : get_attribute(item, attribute.str());
+  Value k =
+      attribute.is_none() || attribute.is_undefined() ? item : get_attribute(item, attribute.str());
   if (!case_sensitive && k.is_string()) return Value(to_lower(k.as_string()));
   return k;
 }
@@ -252,7 +268,7 @@ Value f_unique(const Value& v, const CallArgs& a) {
     seen.push_back(k);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
 Value f_sort(const Value& v, const CallArgs& a) {
@@ -275,18 +291,22 @@ Value f_reverse(const Value& v, const CallArgs&) {
     for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
     return Value(std::move(out));
   }
+  // jinja2 returns reversed(value): an iterator for a list; a copy for what reversed() rejects.
   ValueList items = v.iterate();
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  const bool reversible = v.is_list() && !v.is_lazy();
+  return reversible ? Value::lazy(std::move(items), kReverseIteratorView)
+                    : Value::list(std::move(items));
 }
 
 Value f_indent(const Value& v, const CallArgs& a) {
   const Value width = a.get(0, "width", Value(4));
   const bool first = a.get(1, "first", Value(false)).truthy();
   const bool blank = a.get(2, "blank", Value(false)).truthy();
-  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024)) fail("indent width out of range");
-  const std::string pad = width.is_string() ? width.as_string()
-                                            : std::string(static_cast<size_t>(width.as_int()), ' ');
+  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024))
+    fail("indent width out of range");
+  const std::string pad =
+      width.is_string() ? width.as_string() : std::string(static_cast<size_t>(width.as_int()), ' ');
   std::vector<std::string> lines;  // str.splitlines() of s + "\n"
   const std::string s = v.str() + "\n";
   size_t start = 0;
@@ -304,18 +324,31 @@ Value f_indent(const Value& v, const CallArgs& a) {
   return Value(first ? pad + out : out);
 }
 
-Value f_safe(const Value& v, const CallArgs&) { return v.is_string() ? v : Value(v.str()); }
+Value f_safe(const Value& v, const CallArgs&) {
+  return v.is_string() ? v : Value(v.str());
+}
 
 Value f_escape(const Value& v, const CallArgs&) {
   std::string out;
   for (char c : v.str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -352,30 +385,38 @@ Value f_batch(const Value& v, const CallArgs& a) {
   ValueList out, row;
   for (const Value& item : v.iterate()) {
     row.push_back(item);
-    if (static_cast<int64_t>(row.size()) == size) out.push_back(Value::list(std::move(row))), row = {};
+    if (static_cast<int64_t>(row.size()) == size)
+      out.push_back(Value::list(std::move(row))), row = {};
   }
   if (!row.empty()) {
     if (!fill.is_none())
       while (static_cast<int64_t>(row.size()) < size) row.push_back(fill);
     out.push_back(Value::list(std::move(row)));
   }
-  return Value::list(std::move(out));
+  return Value::lazy(std::move(out));
 }
 
-Value f_attr(const Value& v, const CallArgs& a) { return get_attribute(v, a.get(0, "name").str()); }
+Value f_attr(const Value& v, const CallArgs& a) {
+  return get_attribute(v, a.get(0, "name").str());
+}
 
 Value f_min_max(const Value& v, bool want_max) {
   const ValueList items = v.iterate();
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   Value best = items[0];
   for (const Value& x : items) {
-    const int c = compare_values(sort_key(x, Value(None{}), false), sort_key(best, Value(None{}), false));
+    const int c =
+        compare_values(sort_key(x, Value(None{}), false), sort_key(best, Value(None{}), false));
     if (want_max ? c > 0 : c < 0) best = x;
   }
   return best;
 }
-Value f_min(const Value& v, const CallArgs&) { return f_min_max(v, false); }
-Value f_max(const Value& v, const CallArgs&) { return f_min_max(v, true); }
+Value f_min(const Value& v, const CallArgs&) {
+  return f_min_max(v, false);
+}
+Value f_max(const Value& v, const CallArgs&) {
+  return f_min_max(v, true);
+}
 
 Value f_sum(const Value& v, const CallArgs& a) {
   const Value attribute = a.get(0, "attribute", Value(None{}));
@@ -385,53 +426,63 @@ Value f_sum(const Value& v, const CallArgs& a) {
   return total;
 }
 
+// jinja2's format filter: `value % args`.
 Value f_format(const Value& v, const CallArgs& a) {
-  // printf-style "%s" / "%d" / "%%" (jinja2's format filter is `s % args`).
-  const std::string s = v.str();
-  std::string out;
-  size_t next = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%' || i + 1 >= s.size()) {
-      out += s[i];
-      continue;
-    }
-    const char spec = s[++i];
-    if (spec == '%') {
-      out += '%';
-    } else if (spec == 's' || spec == 'd' || spec == 'r') {
-      if (next >= a.args.size()) fail("not enough arguments for format string");
-      const Value& x = a.args[next++];
-      out += spec == 'r' ? x.repr() : spec == 'd' ? std::to_string(static_cast<int64_t>(x.to_double())) : x.str();
-    } else {
-      fail(std::string("unsupported format character '") + spec + "'");
-    }
-  }
-  return Value(std::move(out));
+  return Value(percent_format(v.str(), a.args));
 }
 
 const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> kFilters = {
-      {"trim", f_trim},           {"length", f_length},       {"count", f_length},
-      {"tojson", f_tojson},       {"join", f_join},           {"upper", f_upper},
-      {"lower", f_lower},         {"capitalize", f_capitalize}, {"title", f_title},
-      {"replace", f_replace},     {"items", f_items},         {"list", f_list},
-      {"first", f_first},         {"last", f_last},           {"default", f_default},
-      {"d", f_default},           {"string", f_string},       {"int", f_int},
-      {"float", f_float},         {"abs", f_abs},             {"round", f_round},
-      {"map", f_map},             {"select", f_select},       {"reject", f_reject},
-      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"unique", f_unique},
-      {"sort", f_sort},           {"reverse", f_reverse},     {"indent", f_indent},
-      {"safe", f_safe},           {"e", f_escape},            {"escape", f_escape},
-      {"wordcount", f_wordcount}, {"center", f_center},       {"batch", f_batch},
-      {"attr", f_attr},           {"min", f_min},             {"max", f_max},
-      {"sum", f_sum},             {"format", f_format},
+      {"trim", f_trim},
+      {"length", f_length},
+      {"count", f_length},
+      {"tojson", f_tojson},
+      {"join", f_join},
+      {"upper", f_upper},
+      {"lower", f_lower},
+      {"capitalize", f_capitalize},
+      {"title", f_title},
+      {"replace", f_replace},
+      {"items", f_items},
+      {"list", f_list},
+      {"first", f_first},
+      {"last", f_last},
+      {"default", f_default},
+      {"d", f_default},
+      {"string", f_string},
+      {"int", f_int},
+      {"float", f_float},
+      {"abs", f_abs},
+      {"round", f_round},
+      {"map", f_map},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"unique", f_unique},
+      {"sort", f_sort},
+      {"reverse", f_reverse},
+      {"indent", f_indent},
+      {"safe", f_safe},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"wordcount", f_wordcount},
+      {"center", f_center},
+      {"batch", f_batch},
+      {"attr", f_attr},
+      {"min", f_min},
+      {"max", f_max},
+      {"sum", f_sum},
+      {"format", f_format},
   };
   return kFilters;
 }
 
 }  // namespace
 
-bool is_filter(const std::string& name) { return filters().count(name) != 0; }
+bool is_filter(const std::string& name) {
+  return filters().count(name) != 0;
+}
 
 Value apply_filter(const std::string& name, const Value& operand, const CallArgs& args) {
   auto it = filters().find(name);

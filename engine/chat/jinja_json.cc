@@ -38,14 +38,36 @@ struct JsonWriter {
       const char ch = s[i];
       const auto c = static_cast<unsigned char>(ch);
       switch (ch) {
-        case '"': out += "\\\""; ++i; continue;
-        case '\\': out += "\\\\"; ++i; continue;
-        case '\n': out += "\\n"; ++i; continue;
-        case '\r': out += "\\r"; ++i; continue;
-        case '\t': out += "\\t"; ++i; continue;
-        case '\b': out += "\\b"; ++i; continue;
-        case '\f': out += "\\f"; ++i; continue;
-        default: break;
+        case '"':
+          out += "\\\"";
+          ++i;
+          continue;
+        case '\\':
+          out += "\\\\";
+          ++i;
+          continue;
+        case '\n':
+          out += "\\n";
+          ++i;
+          continue;
+        case '\r':
+          out += "\\r";
+          ++i;
+          continue;
+        case '\t':
+          out += "\\t";
+          ++i;
+          continue;
+        case '\b':
+          out += "\\b";
+          ++i;
+          continue;
+        case '\f':
+          out += "\\f";
+          ++i;
+          continue;
+        default:
+          break;
       }
       if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
         escape_unit(out, c);
@@ -84,7 +106,7 @@ struct JsonWriter {
       out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
     } else if (v.is_string()) {
       string(v.as_string());
-    } else if (v.is_list()) {
+    } else if (v.is_list() && !v.is_lazy()) {
       list(v.as_list().items, level);
     } else if (v.is_dict()) {
       dict(v.as_dict().entries, level);

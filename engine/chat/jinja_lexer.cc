@@ -8,7 +8,9 @@
 namespace rill::jinja {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string normalize_newlines(const std::string& s) {
   std::string out;
@@ -183,15 +185,15 @@ class Lexer {
   void lex_number() {
     size_t end = pos_;
     auto digits = [&] {
-      while (end < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[end])) ||
-                                   src_[end] == '_'))
+      while (end < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[end])) || src_[end] == '_'))
         ++end;
     };
     digits();
     bool is_float = false;
     // `foo.0.1` is two subscripts, not a float (jinja2's lookbehind for '.').
-    const bool after_dot = !tokens_.empty() && tokens_.back().kind == TokenKind::kOp &&
-                           tokens_.back().text == ".";
+    const bool after_dot =
+        !tokens_.empty() && tokens_.back().kind == TokenKind::kOp && tokens_.back().text == ".";
     if (!after_dot && end + 1 < src_.size() && src_[end] == '.' &&
         std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
       is_float = true;
@@ -237,28 +239,55 @@ class Lexer {
   size_t unescape(size_t i, std::string& out) const {
     const char e = src_[i + 1];
     switch (e) {
-      case 'n': out += '\n'; return i + 2;
-      case 't': out += '\t'; return i + 2;
-      case 'r': out += '\r'; return i + 2;
-      case '\\': out += '\\'; return i + 2;
-      case '\'': out += '\''; return i + 2;
-      case '"': out += '"'; return i + 2;
-      case 'a': out += '\a'; return i + 2;
-      case 'b': out += '\b'; return i + 2;
-      case 'f': out += '\f'; return i + 2;
-      case 'v': out += '\v'; return i + 2;
-      case '0': out += '\0'; return i + 2;
-      case '\n': return i + 2;
-      case 'x': case 'u': case 'U': {
+      case 'n':
+        out += '\n';
+        return i + 2;
+      case 't':
+        out += '\t';
+        return i + 2;
+      case 'r':
+        out += '\r';
+        return i + 2;
+      case '\\':
+        out += '\\';
+        return i + 2;
+      case '\'':
+        out += '\'';
+        return i + 2;
+      case '"':
+        out += '"';
+        return i + 2;
+      case 'a':
+        out += '\a';
+        return i + 2;
+      case 'b':
+        out += '\b';
+        return i + 2;
+      case 'f':
+        out += '\f';
+        return i + 2;
+      case 'v':
+        out += '\v';
+        return i + 2;
+      case '0':
+        out += '\0';
+        return i + 2;
+      case '\n':
+        return i + 2;
+      case 'x':
+      case 'u':
+      case 'U': {
         const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
         if (i + 2 + n > src_.size()) break;
         const std::string hex = src_.substr(i + 2, n);
         for (char h : hex)
-          if (!std::isxdigit(static_cast<unsigned char>(h))) throw TemplateError("bad escape", line_);
+          if (!std::isxdigit(static_cast<unsigned char>(h)))
+            throw TemplateError("bad escape", line_);
         append_utf8(out, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
         return i + 2 + n;
       }
-      default: break;
+      default:
+        break;
     }
     out += '\\';  // unknown escapes keep their backslash, as in Python
     return i + 1;
@@ -272,6 +301,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(const std::string& source) { return Lexer(source).run(); }
+std::vector<Token> tokenize(const std::string& source) {
+  return Lexer(source).run();
+}
 
 }  // namespace rill::jinja

@@ -18,10 +18,10 @@ enum class TokenKind {
   kBlockBegin,  // {%
   kBlockEnd,    // %}
   kName,
-  kString,      // text holds the unescaped value
+  kString,  // text holds the unescaped value
   kInt,
   kFloat,
-  kOp,          // operators and punctuation, text holds it: "==", "(", "|", ...
+  kOp,  // operators and punctuation, text holds it: "==", "(", "|", ...
   kEof,
 };
 

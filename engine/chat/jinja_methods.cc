@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
+#include <unordered_map>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_ops.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace rill::jinja {
 namespace {
@@ -89,7 +92,8 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   auto one = [&](const std::string& a) {
     if (a.size() > s.size()) return false;
-    return prefix ? s.compare(0, a.size(), a) == 0 : s.compare(s.size() - a.size(), a.size(), a) == 0;
+    return prefix ? s.compare(0, a.size(), a) == 0
+                  : s.compare(s.size() - a.size(), a.size(), a) == 0;
   };
   if (affix.is_list()) {
     for (const auto& a : affix.as_list().items)
@@ -105,9 +109,20 @@ std::string py_format(const std::string& s, const CallArgs& a) {
   std::string out;
   size_t auto_index = 0;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '{' && i + 1 < s.size() && s[i + 1] == '{') { out += '{'; ++i; continue; }
-    if (s[i] == '}' && i + 1 < s.size() && s[i + 1] == '}') { out += '}'; ++i; continue; }
-    if (s[i] != '{') { out += s[i]; continue; }
+    if (s[i] == '{' && i + 1 < s.size() && s[i + 1] == '{') {
+      out += '{';
+      ++i;
+      continue;
+    }
+    if (s[i] == '}' && i + 1 < s.size() && s[i + 1] == '}') {
+      out += '}';
+      ++i;
+      continue;
+    }
+    if (s[i] != '{') {
+      out += s[i];
+      continue;
+    }
     const size_t end = s.find('}', i);
     if (end == std::string::npos) fail("Single '{' encountered in format string");
     const std::string field = s.substr(i + 1, end - i - 1);
@@ -115,7 +130,8 @@ std::string py_format(const std::string& s, const CallArgs& a) {
     Value v;
     if (field.empty()) {
       v = a.get(auto_index++, "");
-    } else if (std::all_of(field.begin(), field.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
       v = field.size() < 6 ? a.get(static_cast<size_t>(std::stoul(field)), "") : Value();
     } else {
       v = a.get(SIZE_MAX, field);
@@ -127,22 +143,23 @@ std::string py_format(const std::string& s, const CallArgs& a) {
   return out;
 }
 
+// Python's str.title(): a cased character after an uncased one is uppercased, others lowered.
 std::string title_case(const std::string& s) {
   std::string out;
   bool prev_cased = false;
-  for (char c : s) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    out += static_cast<char>(alpha ? (prev_cased ? std::tolower(static_cast<unsigned char>(c))
-                                                 : std::toupper(static_cast<unsigned char>(c)))
-                                   : c);
-    prev_cased = alpha;
+  for (const std::string& c : utf8_chars(s)) {
+    const std::string lower = py_lower(c), upper = py_upper(c);
+    const bool cased = lower != upper;
+    out += cased ? (prev_cased ? lower : upper) : c;
+    prev_cased = cased;
   }
   return out;
 }
 
 template <typename Pred>
 bool all_chars(const std::string& s, Pred pred) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [&](char c) { return pred(static_cast<unsigned char>(c)); });
 }
 
 std::optional<Value> string_method(const std::string& s, const std::string& name) {
@@ -160,7 +177,8 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
     };
   } else if (name == "split") {
     fn = [s](A& a) {
-      return string_list(split(s, a.get(0, "sep", Value(None{})), a.get(1, "maxsplit", Value(-1)).as_int()));
+      return string_list(
+          split(s, a.get(0, "sep", Value(None{})), a.get(1, "maxsplit", Value(-1)).as_int()));
     };
   } else if (name == "splitlines") {
     fn = [s](A&) {
@@ -196,7 +214,8 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
       std::string out;
       bool first = true;
       for (const Value& v : a.get(0, "iterable").iterate()) {
-        if (!v.is_string()) fail("sequence item: expected str instance, " + v.type_name() + " found");
+        if (!v.is_string())
+          fail("sequence item: expected str instance, " + v.type_name() + " found");
         out += (first ? "" : s) + v.as_string();
         first = false;
       }
@@ -227,8 +246,14 @@ std::optional<Value> dict_method(const Value& d, const std::string& name) {
     return Value::function(name, [d, name](CallArgs&) {
       ValueList out;
       for (const auto& [k, v] : d.as_dict().entries)
-        out.push_back(name == "items" ? Value::list({Value(k), v}, true) : name == "keys" ? Value(k) : v);
-      return Value::list(std::move(out));
+        out.push_back(name == "items"  ? Value::list({Value(k), v}, true)
+                      : name == "keys" ? Value(k)
+                                       : v);
+      // A Python dict view; it prints as dict_items([...]) but iterates like a list.
+      return Value::list(std::move(out), false,
+                         name == "items"  ? "dict_items"
+                         : name == "keys" ? "dict_keys"
+                                          : "dict_values");
     });
   }
   if (name == "get") {
@@ -262,7 +287,7 @@ std::optional<Value> list_method(const Value& l, const std::string& name) {
     });
   }
   if (name == "copy") return Value::function(name, [l](CallArgs&) { return l; });
-  static const char* const kUnsafe[] = {"append", "extend", "insert", "pop",
+  static const char* const kUnsafe[] = {"append", "extend",  "insert", "pop",
                                         "remove", "reverse", "sort",   "clear"};
   for (const char* u : kUnsafe)
     if (name == u) return Value::undefined(unsafe_hint(name, l.type_name()));
@@ -285,7 +310,8 @@ Value g_range(CallArgs& a) {
     if (a.args.size() == 3) step = a.args[2].as_int();
   }
   if (step == 0) fail("range() arg 3 must not be zero");
-  const double count = (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
+  const double count =
+      (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
   if (count > kMaxRangeLength) fail("range too big (more than 1,000,000 items)");
   ValueList out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
@@ -299,14 +325,57 @@ DictEntries kwargs_with_mapping(CallArgs& a) {
     entries = a.args[0].as_dict().entries;
   }
   for (auto& [k, v] : a.kwargs) {
-    auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == k; });
-    if (it != entries.end()) it->second = v;
-    else entries.emplace_back(k, v);
+    auto it =
+        std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == k; });
+    if (it != entries.end())
+      it->second = v;
+    else
+      entries.emplace_back(k, v);
   }
   return entries;
 }
 
+// Uppercase mapping built once by inverting the lowercase tables (first code point wins, so
+// ASCII and the main alphabets map as Python does; multi-character uppercasings like ß -> SS
+// are not applied).
+const std::unordered_map<std::string, std::string>& upper_map() {
+  static const std::unordered_map<std::string, std::string> kMap = [] {
+    std::unordered_map<std::string, std::string> m;
+    for (char32_t cp = 0x80; cp < 0x20000; ++cp) {
+      if (cp >= 0xD800 && cp < 0xE000) continue;
+      std::string upper;
+      utf8::append(upper, cp);
+      const std::string lower = unicode::to_lower(upper);
+      if (lower != upper && utf8_chars(lower).size() == 1) m.emplace(lower, upper);
+    }
+    return m;
+  }();
+  return kMap;
+}
+
 }  // namespace
+
+std::string py_lower(const std::string& s) {
+  return unicode::to_lower(s);
+}
+
+std::string py_upper(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const std::string& c : utf8_chars(s)) {
+    if (c.size() == 1) {
+      out += static_cast<char>(std::toupper(static_cast<unsigned char>(c[0])));
+      continue;
+    }
+    if (c == "\u00df") {  // ß: the one multi-character uppercasing common in chat text
+      out += "SS";
+      continue;
+    }
+    auto it = upper_map().find(c);
+    out += it == upper_map().end() ? c : it->second;
+  }
+  return out;
+}
 
 std::string strip_chars(const std::string& s, const std::string* chars, bool left, bool right) {
   auto strip = [&](const std::string& c) {
@@ -341,7 +410,8 @@ Value get_attribute(const Value& obj, const std::string& name) {
     size_t start = 0;
     while (true) {
       const size_t dot = name.find('.', start);
-      const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      const std::string part =
+          name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
       v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part))))
                                      : get_attribute(v, part);
@@ -378,7 +448,8 @@ DictEntries global_functions() {
                    std::tm tm{};
                    localtime_r(&now, &tm);
                    char buf[256];
-                   const size_t n = std::strftime(buf, sizeof buf, a.get(0, "format").str().c_str(), &tm);
+                   const size_t n =
+                       std::strftime(buf, sizeof buf, a.get(0, "format").str().c_str(), &tm);
                    return Value(std::string(buf, n));
                  }));
   return g;

@@ -18,12 +18,16 @@ std::string object_type_repr(const Value& v) {
 }
 
 [[noreturn]] void unsupported(const std::string& op, const Value& a, const Value& b) {
-  fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
-       b.type_name() + "'");
+  fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() +
+       "'");
 }
 
-bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
-int64_t integral(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
+bool is_integral(const Value& v) {
+  return v.is_int() || v.is_bool();
+}
+int64_t integral(const Value& v) {
+  return v.is_bool() ? v.as_bool() : v.as_int();
+}
 
 Value repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().items.size();
@@ -47,7 +51,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value(a.to_double() / b.to_double());
   }
   if (op == "//" || op == "%") {
-    if (b.to_double() == 0.0) fail(op == "%" ? "integer modulo by zero" : "integer division by zero");
+    if (b.to_double() == 0.0)
+      fail(op == "%" ? "integer modulo by zero" : "integer division by zero");
     if (ints) {
       const int64_t x = integral(a), y = integral(b);
       int64_t q = x / y;
@@ -88,8 +93,8 @@ int order(const Value& a, const Value& b, const std::string& op) {
     const double x = a.to_double(), y = b.to_double();
     return x < y ? -1 : x > y ? 1 : 0;
   }
-  if (a.is_string() && b.is_string()) return a.as_string().compare(b.as_string()) < 0 ? -1
-                                            : a.as_string() == b.as_string() ? 0 : 1;
+  if (a.is_string() && b.is_string())
+    return a.as_string().compare(b.as_string()) < 0 ? -1 : a.as_string() == b.as_string() ? 0 : 1;
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
@@ -138,6 +143,39 @@ int64_t clamp_bound(const Value& v, int64_t length, int64_t step, bool is_start)
 
 }  // namespace
 
+std::string percent_format(const std::string& fmt, const ValueList& args) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) fail("incomplete format");
+    const char spec = fmt[i];
+    if (spec == '%') {
+      out += '%';
+      continue;
+    }
+    if (spec != 's' && spec != 'r' && spec != 'd' && spec != 'i')
+      fail(std::string("unsupported format character '") + spec + "'");
+    if (next >= args.size()) fail("not enough arguments for format string");
+    const Value& x = args[next++];
+    if (spec == 's') {
+      out += x.str();
+    } else if (spec == 'r') {
+      out += x.repr();
+    } else {
+      if (!x.is_number())
+        fail("%" + std::string(1, spec) + " format: a real number is required, not " +
+             x.type_name());
+      out += std::to_string(x.is_float() ? static_cast<int64_t>(x.as_float()) : integral(x));
+    }
+  }
+  if (next < args.size()) fail("not all arguments converted during string formatting");
+  return out;
+}
+
 void fail_undefined(const Value& undefined) {
   const std::string& hint = undefined.undefined_name();
   fail(hint.empty() ? "value is undefined" : hint);
@@ -159,20 +197,24 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
   if (op == "+") {
     if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.as_list().view &&
+        !b.as_list().view) {
       ValueList items = a.as_list().items;
       for (const auto& x : b.as_list().items) items.push_back(x);
       return Value::list(std::move(items), a.is_tuple());
     }
-    if (a.is_string())
-      fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
-    if (a.is_list())
-      fail("can only concatenate list (not \"" + b.type_name() + "\") to list");
+    if (a.is_string()) fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
+    if (a.is_list()) fail("can only concatenate list (not \"" + b.type_name() + "\") to list");
   }
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, integral(b));
     if ((b.is_string() || b.is_list()) && is_integral(a)) return repeat(b, integral(a));
+    if (a.is_string() || a.is_list() || b.is_string() || b.is_list())
+      fail("can't multiply sequence by non-int of type '" +
+           (a.is_string() || a.is_list() ? b : a).type_name() + "'");
   }
+  if (op == "%" && a.is_string())
+    return Value(percent_format(a.as_string(), b.is_tuple() ? b.as_list().items : ValueList{b}));
   unsupported(op, a, b);
 }
 
@@ -190,10 +232,12 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 
 Value get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) fail_undefined(obj);
+  if (obj.is_lazy())  // jinja2 turns the TypeError into an undefined value
+    return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
   if ((obj.is_list() || obj.is_string()) && is_integral(key)) {
     const bool is_str = obj.is_string();
-    const std::vector<std::string> chars = is_str ? utf8_chars(obj.as_string())
-                                                  : std::vector<std::string>{};
+    const std::vector<std::string> chars =
+        is_str ? utf8_chars(obj.as_string()) : std::vector<std::string>{};
     const auto length = static_cast<int64_t>(is_str ? chars.size() : obj.as_list().items.size());
     int64_t i = integral(key);
     if (i < 0) i += length;
@@ -211,7 +255,8 @@ Value get_item(const Value& obj, const Value& key) {
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step_v) {
   if (obj.is_undefined()) fail_undefined(obj);
-  if (!obj.is_list() && !obj.is_string()) fail("'" + obj.type_name() + "' object is not subscriptable");
+  if (obj.is_lazy() || (!obj.is_list() && !obj.is_string()))  // undefined, as in jinja2
+    return Value::undefined("'" + obj.type_name() + "' object is not subscriptable");
   int64_t step = 1;
   if (!step_v.is_undefined() && !step_v.is_none()) {
     if (!is_integral(step_v)) fail("slice indices must be integers or None");
@@ -219,16 +264,18 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     if (step == 0) fail("slice step cannot be zero");
   }
   const bool is_str = obj.is_string();
-  const std::vector<std::string> chars = is_str ? utf8_chars(obj.as_string())
-                                                : std::vector<std::string>{};
+  const std::vector<std::string> chars =
+      is_str ? utf8_chars(obj.as_string()) : std::vector<std::string>{};
   const auto length = static_cast<int64_t>(is_str ? chars.size() : obj.as_list().items.size());
   const int64_t begin = clamp_bound(start, length, step, true);
   const int64_t end = clamp_bound(stop, length, step, false);
   std::string text;
   ValueList items;
   for (int64_t i = begin; step > 0 ? i < end : i > end; i += step) {
-    if (is_str) text += chars[static_cast<size_t>(i)];
-    else items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
+    if (is_str)
+      text += chars[static_cast<size_t>(i)];
+    else
+      items.push_back(obj.as_list().items[static_cast<size_t>(i)]);
   }
   if (is_str) return Value(std::move(text));
   return Value::list(std::move(items), obj.as_list().is_tuple);

@@ -23,6 +23,8 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 Value get_attribute_checked(const Value& obj, const std::string& name);
 /// callee(args): raises when callee is not callable.
 Value call(const Value& callee, CallArgs& args);
+/// Python's `fmt % args` for the conversions templates use: %s %r %d %i %%.
+std::string percent_format(const std::string& fmt, const ValueList& args);
 /// Raises jinja2's UndefinedError for an undefined value.
 [[noreturn]] void fail_undefined(const Value& undefined);
 

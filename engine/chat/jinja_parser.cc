@@ -61,10 +61,14 @@ class Parser {
   }
   std::string describe(const Token& t) const {
     switch (t.kind) {
-      case TokenKind::kEof: return "end of template";
-      case TokenKind::kBlockEnd: return "'%}'";
-      case TokenKind::kVarEnd: return "'}}'";
-      default: return "'" + t.text + "'";
+      case TokenKind::kEof:
+        return "end of template";
+      case TokenKind::kBlockEnd:
+        return "'%}'";
+      case TokenKind::kVarEnd:
+        return "'}}'";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {
@@ -307,9 +311,8 @@ class Parser {
     while (true) {
       std::string op;
       const Token& t = peek();
-      if (t.kind == TokenKind::kOp &&
-          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" ||
-           t.text == ">" || t.text == ">=")) {
+      if (t.kind == TokenKind::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                       t.text == "<=" || t.text == ">" || t.text == ">=")) {
         op = t.text;
         next();
       } else if (at_name("in")) {
@@ -385,10 +388,14 @@ class Parser {
     if (t.kind == TokenKind::kName) {
       next();
       auto lit = make_expr(Expr::Kind::kLiteral, t.line);
-      if (t.text == "true" || t.text == "True") lit->literal = Value(true);
-      else if (t.text == "false" || t.text == "False") lit->literal = Value(false);
-      else if (t.text == "none" || t.text == "None") lit->literal = Value(None{});
-      else return make_expr(Expr::Kind::kName, t.line, t.text);
+      if (t.text == "true" || t.text == "True")
+        lit->literal = Value(true);
+      else if (t.text == "false" || t.text == "False")
+        lit->literal = Value(false);
+      else if (t.text == "none" || t.text == "None")
+        lit->literal = Value(None{});
+      else
+        return make_expr(Expr::Kind::kName, t.line, t.text);
       return lit;
     }
     if (t.kind == TokenKind::kString) {
@@ -585,6 +592,8 @@ class Parser {
 
 }  // namespace
 
-NodeList parse_template(const std::string& source) { return Parser(tokenize(source)).parse(); }
+NodeList parse_template(const std::string& source) {
+  return Parser(tokenize(source)).parse();
+}
 
 }  // namespace rill::jinja

@@ -28,9 +28,9 @@ Value CallArgs::get(size_t index, const std::string& name, Value fallback) const
   return fallback;
 }
 
-Value Value::list(ValueList items, bool is_tuple) {
+Value Value::list(ValueList items, bool is_tuple, const char* view) {
   Value v;
-  v.v_ = std::make_shared<const List>(List{std::move(items), is_tuple});
+  v.v_ = std::make_shared<const List>(List{std::move(items), is_tuple, view});
   return v;
 }
 
@@ -54,13 +54,18 @@ Value Value::function(std::string name, Function fn) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value(None{});
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       for (const auto& e : j) items.push_back(from_json(e));
@@ -72,7 +77,8 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
         entries.emplace_back(it.key(), from_json(it.value()));
       return dict(std::move(entries));
     }
-    default: fail("unsupported JSON value in chat template input");
+    default:
+      fail("unsupported JSON value in chat template input");
   }
 }
 
@@ -92,14 +98,22 @@ bool Value::truthy() const {
   return std::visit(
       [](const auto& x) -> bool {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>) return false;
-        else if constexpr (std::is_same_v<T, bool>) return x;
-        else if constexpr (std::is_same_v<T, int64_t>) return x != 0;
-        else if constexpr (std::is_same_v<T, double>) return x != 0.0;
-        else if constexpr (std::is_same_v<T, std::string>) return !x.empty();
-        else if constexpr (std::is_same_v<T, ListPtr>) return !x->items.empty();
-        else if constexpr (std::is_same_v<T, DictPtr>) return !x->entries.empty();
-        else return true;
+        if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>)
+          return false;
+        else if constexpr (std::is_same_v<T, bool>)
+          return x;
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return x != 0;
+        else if constexpr (std::is_same_v<T, double>)
+          return x != 0.0;
+        else if constexpr (std::is_same_v<T, std::string>)
+          return !x.empty();
+        else if constexpr (std::is_same_v<T, ListPtr>)
+          return x->view == kGeneratorView || x->view == kReverseIteratorView || !x->items.empty();
+        else if constexpr (std::is_same_v<T, DictPtr>)
+          return !x->entries.empty();
+        else
+          return true;
       },
       v_);
 }
@@ -184,18 +198,26 @@ std::string Value::repr() const {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, Undefined>) return "";
-        else if constexpr (std::is_same_v<T, None>) return "None";
-        else if constexpr (std::is_same_v<T, bool>) return x ? "True" : "False";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>) return python_float_repr(x);
-        else if constexpr (std::is_same_v<T, std::string>) return python_string_repr(x);
+        if constexpr (std::is_same_v<T, Undefined>)
+          return "";
+        else if constexpr (std::is_same_v<T, None>)
+          return "None";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "True" : "False";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return python_float_repr(x);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return python_string_repr(x);
         else if constexpr (std::is_same_v<T, ListPtr>) {
+          if (x->view == kGeneratorView || x->view == kReverseIteratorView)
+            return std::string("<") + x->view + " object>";
           std::string out = x->is_tuple ? "(" : "[";
-          for (size_t i = 0; i < x->items.size(); ++i)
-            out += (i ? ", " : "") + x->items[i].repr();
+          for (size_t i = 0; i < x->items.size(); ++i) out += (i ? ", " : "") + x->items[i].repr();
           if (x->is_tuple && x->items.size() == 1) out += ",";
-          return out + (x->is_tuple ? ")" : "]");
+          out += x->is_tuple ? ")" : "]";
+          return x->view ? std::string(x->view) + "(" + out + ")" : out;
         } else if constexpr (std::is_same_v<T, DictPtr>) {
           std::string out = "{";
           for (size_t i = 0; i < x->entries.size(); ++i)
@@ -212,10 +234,10 @@ std::string Value::repr() const {
 }
 
 std::string Value::type_name() const {
-  static const char* const kNames[] = {"Undefined", "NoneType", "bool",      "int",     "float",
-                                       "str",       "list",     "dict",      "Namespace",
-                                       "function"};
+  static const char* const kNames[] = {"Undefined", "NoneType", "bool", "int",       "float",
+                                       "str",       "list",     "dict", "Namespace", "function"};
   if (is_tuple()) return "tuple";
+  if (is_list() && as_list().view) return as_list().view;
   return kNames[v_.index()];
 }
 
@@ -230,9 +252,11 @@ bool Value::equals(const Value& other) const {
   if (is_undefined() || is_none()) return true;
   if (is_string()) return as_string() == other.as_string();
   if (is_list()) {
+    if (is_lazy() || other.is_lazy()) return &as_list() == &other.as_list();
     const List& a = as_list();
     const List& b = other.as_list();
-    if (a.is_tuple != b.is_tuple || a.items.size() != b.items.size()) return false;
+    if (a.is_tuple != b.is_tuple || a.view != b.view || a.items.size() != b.items.size())
+      return false;
     for (size_t i = 0; i < a.items.size(); ++i)
       if (!a.items[i].equals(b.items[i])) return false;
     return true;

@@ -23,6 +23,12 @@ using ValueList = std::vector<Value>;
 /// literals with string keys, namespace() kwargs).
 using DictEntries = std::vector<std::pair<std::string, Value>>;
 
+/// List views that stand for Python iterators: the results of jinja2's lazy filters (map,
+/// select, reject, selectattr, rejectattr, unique, batch, items) and of reverse on a list. Like
+/// the Python objects they are always truthy, have no len(), cannot be indexed or serialized.
+inline constexpr const char kGeneratorView[] = "generator";
+inline constexpr const char kReverseIteratorView[] = "list_reverseiterator";
+
 /// Positional and keyword arguments of a call.
 struct CallArgs;
 
@@ -37,6 +43,8 @@ struct None {};
 struct List {
   ValueList items;
   bool is_tuple = false;
+  /// Set for dict.items() / keys() / values(), which Python prints as dict_items([...]).
+  const char* view = nullptr;
 };
 struct Dict {
   DictEntries entries;
@@ -72,7 +80,7 @@ class Value {
   Value(Undefined u) : v_(std::move(u)) {}
 
   static Value undefined(std::string name = {}) { return Value(Undefined{std::move(name)}); }
-  static Value list(ValueList items, bool is_tuple = false);
+  static Value list(ValueList items, bool is_tuple = false, const char* view = nullptr);
   static Value dict(DictEntries entries);
   static Value make_namespace(DictEntries attrs);
   static Value function(std::string name, Function fn);
@@ -88,6 +96,15 @@ class Value {
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
   bool is_list() const { return std::holds_alternative<ListPtr>(v_); }
   bool is_tuple() const { return is_list() && as_list().is_tuple; }
+  /// A Python iterator (see kGeneratorView): truthy, no len(), not subscriptable.
+  bool is_lazy() const {
+    return is_list() &&
+           (as_list().view == kGeneratorView || as_list().view == kReverseIteratorView);
+  }
+  /// The same items as a lazy iterator of kind `view`.
+  static Value lazy(ValueList items, const char* view = kGeneratorView) {
+    return list(std::move(items), false, view);
+  }
   bool is_dict() const { return std::holds_alternative<DictPtr>(v_); }
   bool is_namespace() const { return std::holds_alternative<NamespacePtr>(v_); }
   bool is_callable() const { return std::holds_alternative<CallablePtr>(v_); }

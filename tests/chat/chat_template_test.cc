@@ -21,7 +21,8 @@ class TempModelDir : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("rill_chat_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("rill_chat_test_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

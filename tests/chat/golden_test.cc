@@ -31,7 +31,9 @@ std::string read(const fs::path& p) {
   return ss.str();
 }
 
-ordered_json read_json(const fs::path& p) { return ordered_json::parse(read(p)); }
+ordered_json read_json(const fs::path& p) {
+  return ordered_json::parse(read(p));
+}
 
 std::string optional_string(const ordered_json& v) {
   return v.is_string() ? v.get<std::string>() : std::string();
@@ -55,8 +57,8 @@ TEST(ChatTemplateGolden, MatchesTransformers) {
   for (const auto& c : golden["cases"]) {
     const std::string tname = c["template"];
     const std::string cname = c["conversation"];
-    SCOPED_TRACE(tname + " / " + cname + " / add_generation_prompt=" +
-                 c["add_generation_prompt"].dump());
+    SCOPED_TRACE(tname + " / " + cname +
+                 " / add_generation_prompt=" + c["add_generation_prompt"].dump());
     ASSERT_TRUE(templates.count(tname)) << "no fixture for template " << tname;
     ASSERT_TRUE(by_name.count(cname)) << "no conversation " << cname;
     const ordered_json& conv = by_name[cname];

@@ -94,13 +94,14 @@ TEST(JinjaFilters, MapAndSelect) {
   const ordered_json ms = {{{"role", "user"}, {"content", "u1"}},
                            {{"role", "assistant"}, {"content", "a1"}},
                            {{"role", "user"}, {"content", "u2"}}};
-  EXPECT_EQ(render("{{ ms | map(attribute='role') | list }} "
-                   "{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join }} "
-                   "{{ ms | rejectattr('role', 'eq', 'user') | list | length }} "
-                   "{{ [1,2,3,4] | select('even') | list }} {{ [1,2,3] | reject('odd') | list }} "
-                   "{{ ['1','2'] | map('int') | sum }} {{ ms | selectattr('missing') | list }}",
-                   {{"ms", ms}}),
-            "['user', 'assistant', 'user'] u1u2 1 [2, 4] [2] 3 []");
+  EXPECT_EQ(
+      render("{{ ms | map(attribute='role') | list }} "
+             "{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join }} "
+             "{{ ms | rejectattr('role', 'eq', 'user') | list | length }} "
+             "{{ [1,2,3,4] | select('even') | list }} {{ [1,2,3] | reject('odd') | list }} "
+             "{{ ['1','2'] | map('int') | sum }} {{ ms | selectattr('missing') | list }}",
+             {{"ms", ms}}),
+      "['user', 'assistant', 'user'] u1u2 1 [2, 4] [2] 3 []");
 }
 
 TEST(JinjaFilters, Numbers) {
@@ -115,42 +116,49 @@ TEST(JinjaFilters, ToJsonIsPythonJsonDumps) {
   d["b"] = {1, 2.0, "é\"\n"};
   d["a"] = ordered_json::object();
   d["c"] = ordered_json::array();
-  EXPECT_EQ(render("{{ d | tojson }}", {{"d", d}}), R"({"b": [1, 2.0, "é\"\n"], "a": {}, "c": []})");
-  EXPECT_EQ(render("{{ d | tojson(indent=2) }}", {{"d", d}}),
-            "{\n  \"b\": [\n    1,\n    2.0,\n    \"é\\\"\\n\"\n  ],\n  \"a\": {},\n  \"c\": []\n}");
+  EXPECT_EQ(render("{{ d | tojson }}", {{"d", d}}),
+            R"({"b": [1, 2.0, "é\"\n"], "a": {}, "c": []})");
+  EXPECT_EQ(
+      render("{{ d | tojson(indent=2) }}", {{"d", d}}),
+      "{\n  \"b\": [\n    1,\n    2.0,\n    \"é\\\"\\n\"\n  ],\n  \"a\": {},\n  \"c\": []\n}");
   ordered_json e = ordered_json::object();
   e["b"] = 1;
   e["a"] = true;
-  EXPECT_EQ(render("{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} "
-                   "{{ 'é' | tojson(ensure_ascii=true) }} {{ none | tojson }} {{ [] | tojson(indent=4) }}",
-                   {{"d", e}}),
-            R"({"a": true, "b": 1} {"b":1,"a":true} "\u00e9" null [])");
+  EXPECT_EQ(
+      render(
+          "{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} "
+          "{{ 'é' | tojson(ensure_ascii=true) }} {{ none | tojson }} {{ [] | tojson(indent=4) }}",
+          {{"d", e}}),
+      R"({"a": true, "b": 1} {"b":1,"a":true} "\u00e9" null [])");
 }
 
 TEST(JinjaFilters, Indent) {
-  EXPECT_EQ(render("{{ 'line1\\nline2\\n\\nline3' | indent(2) }}|{{ 'a\\nb' | indent(2, first=true) }}"),
-            "line1\n  line2\n\n  line3|  a\n  b");
+  EXPECT_EQ(
+      render("{{ 'line1\\nline2\\n\\nline3' | indent(2) }}|{{ 'a\\nb' | indent(2, first=true) }}"),
+      "line1\n  line2\n\n  line3|  a\n  b");
 }
 
 TEST(JinjaTests, AllTheChatTemplateTests) {
-  EXPECT_EQ(render("{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ 'a' is string }}"
-                   "{{ true is boolean }}{{ {} is mapping }}{{ [] is iterable }}"
-                   "{{ 'a' is sequence }}{{ none is none }}{{ true is true }}{{ false is false }}"
-                   "{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(4) }}"
-                   "{{ 'a' is equalto 'a' }}{{ 1 is eq 1 }}{{ 1 is not none }}{{ x is undefined }}"
-                   "{{ true is number }}{{ true is integer }}"),
-            "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse");
+  EXPECT_EQ(
+      render("{{ 1 is number }}{{ 1 is integer }}{{ 1.0 is float }}{{ 'a' is string }}"
+             "{{ true is boolean }}{{ {} is mapping }}{{ [] is iterable }}"
+             "{{ 'a' is sequence }}{{ none is none }}{{ true is true }}{{ false is false }}"
+             "{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(4) }}"
+             "{{ 'a' is equalto 'a' }}{{ 1 is eq 1 }}{{ 1 is not none }}{{ x is undefined }}"
+             "{{ true is number }}{{ true is integer }}"),
+      "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse");
 }
 
 TEST(JinjaMethods, Strings) {
-  EXPECT_EQ(render("{{ 'Hello'.startswith('He') }}{{ 'Hello'.endswith(('x', 'lo')) }}"
-                   "[{{ '  s  '.strip() }}][{{ '  s  '.lstrip() }}][{{ '  s  '.rstrip() }}]"
-                   "{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}"
-                   "{{ 'abc'.upper() }}{{ 'hello world'.title() }}{{ 'aXa'.replace('a', 'b') }}"
-                   "{{ 'héllo'.find('l') }}{{ 'banana'.count('an') }}{{ '{} and {}'.format(1, 'x') }}"
-                   "{{ '-'.join(['a','b']) }}{{ 'x</think>y'.split('</think>')[-1] }}"),
-            "TrueTrue[s][s  ][  s]['a', 'b', '', 'c']['a', 'b']['a', 'b c']ABCHello WorldbXb221 "
-            "and xa-by");
+  EXPECT_EQ(
+      render("{{ 'Hello'.startswith('He') }}{{ 'Hello'.endswith(('x', 'lo')) }}"
+             "[{{ '  s  '.strip() }}][{{ '  s  '.lstrip() }}][{{ '  s  '.rstrip() }}]"
+             "{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}"
+             "{{ 'abc'.upper() }}{{ 'hello world'.title() }}{{ 'aXa'.replace('a', 'b') }}"
+             "{{ 'héllo'.find('l') }}{{ 'banana'.count('an') }}{{ '{} and {}'.format(1, 'x') }}"
+             "{{ '-'.join(['a','b']) }}{{ 'x</think>y'.split('</think>')[-1] }}"),
+      "TrueTrue[s][s  ][  s]['a', 'b', '', 'c']['a', 'b']['a', 'b c']ABCHello WorldbXb221 "
+      "and xa-by");
 }
 
 TEST(JinjaMethods, DictsAndGlobals) {
@@ -162,6 +170,39 @@ TEST(JinjaMethods, DictsAndGlobals) {
                    "{{ namespace(a=1).a }}"),
             "[0, 1, 2][1, 3, 5]{'a': 1, 'b': 'x'}1");
   EXPECT_EQ(render("{{ strftime_now('%Y') | length }}"), "4");
+}
+
+TEST(JinjaFilters, LazyResultsBehaveLikePythonIterators) {
+  // map / select / reject / unique / batch / items and reverse of a list return iterators in
+  // jinja2: always truthy, no len(), not subscriptable.
+  EXPECT_EQ(
+      render(
+          "{{ 'T' if [] | select('odd') else 'F' }}{{ 'T' if [] | select('odd') | list else 'F' }}"
+          "{{ [3, 1] | reverse | join }}{{ [1, 2] | map('string') | first }}"),
+      "TF131");
+  EXPECT_EQ(render_error("{{ [1] | select('odd') | length }}"),
+            "chat template line 1: object of type 'generator' has no len()");
+  EXPECT_EQ(render("[{{ ([1] | map('string'))[0] }}]"), "[]");
+}
+
+TEST(JinjaPrint, DictViewsAndPercentFormatting) {
+  EXPECT_EQ(render("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items() | length }} "
+                   "{{ d.keys() | list }}",
+                   {{"d", {{"a", 1}}}}),
+            "dict_items([('a', 1)]) dict_keys(['a']) dict_values([1]) 1 ['a']");
+  EXPECT_EQ(render("{{ '%s has %d items (%r)' % ('list', 3, 'x') }} {{ '%s' % 5 }} "
+                   "{{ '100%%' % () }} {{ '%s-%s' | format(1, 'a') }}"),
+            "list has 3 items ('x') 5 100% 1-a");
+  EXPECT_EQ(
+      render("{{ 3.0 is odd }} {{ 4.0 is even }} {{ 7.5 is divisibleby 2.5 }} {{ false | round }}"),
+      "True True True 0");
+}
+
+TEST(JinjaFilters, UnicodeCaseMapping) {
+  EXPECT_EQ(
+      render("{{ 'héllo wörld ñ' | upper }} {{ 'ÉCOLE Ω' | lower }} {{ 'élan vital' | title }} "
+             "{{ 'élan' | capitalize }} {{ 'привет мир'.title() }} {{ 'straße'.upper() }}"),
+      "HÉLLO WÖRLD Ñ école ω Élan Vital Élan Привет Мир STRASSE");
 }
 
 }  // namespace

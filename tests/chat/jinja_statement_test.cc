@@ -78,8 +78,9 @@ TEST(JinjaLoop, NestedLoopsHaveTheirOwnLoopObject) {
 }
 
 TEST(JinjaScope, SetInsideAForLoopDoesNotLeakOut) {
-  EXPECT_EQ(render("{% set x = 1 %}{% for i in [1,2] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}"),
-            "23|1");
+  EXPECT_EQ(
+      render("{% set x = 1 %}{% for i in [1,2] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}"),
+      "23|1");
 }
 
 TEST(JinjaScope, NamespaceAttributesDo) {

@@ -53,9 +53,15 @@ TEST(ChatTemplateRobustness, MutatedFixturesFailCleanly) {
       if (a > b) std::swap(a, b);
       std::string mutated;
       switch (i % 3) {
-        case 0: mutated = source.substr(0, a); break;                             // truncate
-        case 1: mutated = source.substr(0, a) + source.substr(b); break;          // delete
-        default: mutated = source.substr(0, b) + source.substr(a); break;         // duplicate
+        case 0:
+          mutated = source.substr(0, a);
+          break;  // truncate
+        case 1:
+          mutated = source.substr(0, a) + source.substr(b);
+          break;  // delete
+        default:
+          mutated = source.substr(0, b) + source.substr(a);
+          break;  // duplicate
       }
       const auto& conv = conversations[static_cast<size_t>(i) % conversations.size()];
       EXPECT_TRUE(renders_or_reports(mutated, conv["messages"]))
@@ -91,10 +97,10 @@ TEST(ChatTemplateRobustness, DeepNestingIsAnError) {
 TEST(ChatTemplateRobustness, HostileValuesAreErrors) {
   for (const char* source :
        {"{{ 'x' * 1000000000 }}", "{{ range(1000000000000) | length }}", "{{ 2 ** 100 }}",
-        "{{ 9223372036854775807 + 1 }}", "{{ 2 ** 1000000000000000000 }}", "{{ 'a' | center(1e9) }}",
-        "{{ [1] | batch('x') }}", "{{ range('a') }}", "{{ 'x'.split(None, 'y') }}",
-        "{{ 'a' | indent(-3) }}", "{{ x.99999999999999999999999 }}", "{{ 1 / 0 }}",
-        "{{ 1 // 0 }}", "{{ 5 % 0 }}", "{{ [1][:] [::0] }}", "{{ 'x' | round }}",
+        "{{ 9223372036854775807 + 1 }}", "{{ 2 ** 1000000000000000000 }}",
+        "{{ 'a' | center(1e9) }}", "{{ [1] | batch('x') }}", "{{ range('a') }}",
+        "{{ 'x'.split(None, 'y') }}", "{{ 'a' | indent(-3) }}", "{{ x.99999999999999999999999 }}",
+        "{{ 1 / 0 }}", "{{ 1 // 0 }}", "{{ 5 % 0 }}", "{{ [1][:] [::0] }}", "{{ 'x' | round }}",
         "{{ none() }}", "{{ {}.pop('a') }}"}) {
     SCOPED_TRACE(source);
     EXPECT_NE(render_error(source), "");

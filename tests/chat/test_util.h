@@ -20,8 +20,8 @@ inline std::string render(const std::string& source,
 }
 
 /// The message of the rill::Error that parsing or rendering `source` throws ("" if none).
-inline std::string render_error(const std::string& source,
-                                const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
+inline std::string render_error(const std::string& source, const nlohmann::ordered_json& vars =
+                                                               nlohmann::ordered_json::object()) {
   try {
     render(source, vars);
   } catch (const Error& e) {
