@@ -16,8 +16,8 @@ namespace rill::server {
 /// A bad value in a named request field (the OpenAI error body's "param").
 class FieldError : public Error {
  public:
-  FieldError(std::string field, const std::string& message)
-      : Error(ErrorCode::kInvalidArgument, message), field_(std::move(field)) {}
+  FieldError(std::string field, const std::string& message, ErrorCode code = ErrorCode::kInvalidArgument)
+      : Error(code, message), field_(std::move(field)) {}
   const std::string& field() const { return field_; }
 
  private:

@@ -169,7 +169,8 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   if (present(b, "model")) {
     if (!b["model"].is_string()) bad("model", "must be a string");
     if (b["model"].get<std::string>() != a.model)
-      throw FieldError("model", "The model '" + b["model"].get<std::string>() + "' does not exist");
+      throw FieldError("model", "The model '" + b["model"].get<std::string>() + "' does not exist",
+                       ErrorCode::kNotFound);
   }
   if (present(b, "n") && get_int(b, "n", 1, 1) != 1) bad("n", "must be 1");
   if (present(b, "best_of") && get_int(b, "best_of", 1, 1) != 1) bad("best_of", "must be 1");

@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/error_mapping.h"
+
 namespace rill::server {
 
 ServingContext::ServingContext(ServerConfig config) : config_(std::move(config)) {
@@ -48,15 +50,15 @@ std::vector<int32_t> ServingContext::encode_prompt(const std::string& text, bool
 }
 
 void ServingContext::check_prompt(const std::vector<int32_t>& ids, const std::string& param) const {
-  if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "'" + param + "': the prompt is empty");
+  if (ids.empty()) throw FieldError(param, "'" + param + "': the prompt is empty");
   const int32_t vocab = require_engine().tokenizer().vocab_size();
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
-      throw Error(ErrorCode::kInvalidArgument, "'" + param + "': token id " + std::to_string(id) +
+      throw FieldError(param, "'" + param + "': token id " + std::to_string(id) +
                                                    " is out of range [0, " + std::to_string(vocab) + ")");
   const int limit = config_.max_prompt_tokens > 0 ? config_.max_prompt_tokens : info_.context_length;
   if (limit > 0 && static_cast<int64_t>(ids.size()) > limit)
-    throw Error(ErrorCode::kInvalidArgument, "'" + param + "': the prompt has " + std::to_string(ids.size()) +
+    throw FieldError(param, "'" + param + "': the prompt has " + std::to_string(ids.size()) +
                                                  " tokens, over the limit of " + std::to_string(limit));
 }
 
