@@ -50,7 +50,7 @@ class GrpcApiTest(unittest.TestCase):
     def setUpClass(cls):
         cls.server = Server()
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}",
-                                            options=[("grpc.keepalive_time_ms", 30000)])
+                                            options=[("grpc.keepalive_time_ms", 30000), ("grpc.enable_http_proxy", 0)])
         cls.stub = Stub(cls.channel)
         cls.baseline = cls.stub.GetLoad(pb.GetLoadRequest(), timeout=10)
 
@@ -153,7 +153,7 @@ class GrpcApiTest(unittest.TestCase):
         self.assert_back_to_baseline()
 
     def test_client_disconnects(self):
-        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}")
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}", options=[("grpc.enable_http_proxy", 0)])
         stream = Stub(channel).Generate(greedy(text="ROMEO:", max_tokens=400, ignore_eos=True), timeout=120)
         next(stream)
         channel.close()

@@ -14,6 +14,8 @@ import urllib.error
 import urllib.request
 
 SOURCE_DIR = os.environ.get("RILL_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
+# Loopback only: never through a proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SERVER = os.environ.get("RILL_SERVER", os.path.join(SOURCE_DIR, "build/server/rill-server"))
 
 
@@ -61,7 +63,7 @@ class Server:
         if data is not None and "Content-Type" not in (headers or {}):
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with _OPENER.open(req, timeout=timeout) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()

@@ -1,5 +1,6 @@
 """GET /metrics passes `promtool check metrics`, and its counters agree with the requests sent
 (requests, prompt and generation tokens, TTFT observations) over HTTP."""
+import http.client
 import json
 import os
 import subprocess
@@ -62,9 +63,12 @@ class MetricsTest(unittest.TestCase):
         self.assertIn('model_name="tiny\\"model"', after)
 
     def test_content_type(self):
-        import urllib.request
-        with urllib.request.urlopen(self.server.base + "/metrics", timeout=30) as r:
-            self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=30)
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        r.read()
+        self.assertTrue(r.getheader("Content-Type").startswith("text/plain; version=0.0.4"))
+        conn.close()
 
 
 if __name__ == "__main__":
