@@ -21,6 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The OpenAI JS client the server's end-to-end tests use (pinned by tests/server/js/package-lock.json).
-if command -v npm >/dev/null && [ ! -d tests/server/js/node_modules/openai ]; then
-  (cd "$(dirname "$0")/../tests/server/js" && npm ci --no-audit --no-fund --loglevel=error)
+js_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/server/js"
+if command -v npm >/dev/null && [ ! -d "$js_dir/node_modules/openai" ]; then
+  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
