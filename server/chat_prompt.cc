@@ -2,7 +2,14 @@
 
 #include <cctype>
 
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
 #include "engine/error.h"
+#if RILL_HAVE_CHAT_TEMPLATE
+#include "engine/chat/chat_template.h"
+#endif
 
 namespace rill::server {
 
@@ -17,7 +24,41 @@ std::string BuiltinChatRenderer::render(const nlohmann::json& messages, bool add
   return out;
 }
 
-std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& /*model*/) {
+#if RILL_HAVE_CHAT_TEMPLATE
+namespace {
+
+// The model's own Jinja template (engine/chat). It writes BOS and the other special tokens
+// itself, as transformers and vLLM render it, so the prompt is encoded without adding them.
+class ModelChatRenderer final : public ChatRenderer {
+ public:
+  explicit ModelChatRenderer(ChatTemplate tmpl) : template_(std::move(tmpl)) {}
+  std::string render(const nlohmann::json& messages, bool add_generation_prompt) const override {
+    ChatTemplateOptions options;
+    options.add_generation_prompt = add_generation_prompt;
+    return template_.render(messages, options);
+  }
+  bool has_special_tokens() const override { return true; }
+  std::string name() const override { return "model"; }
+
+ private:
+  ChatTemplate template_;
+};
+
+}  // namespace
+#endif
+
+std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model) {
+#if RILL_HAVE_CHAT_TEMPLATE
+  if (std::filesystem::is_directory(model.path)) {
+    try {
+      return std::make_unique<ModelChatRenderer>(ChatTemplate::from_model_dir(model.path));
+    } catch (const Error& e) {
+      spdlog::info("chat: {}; using the built-in template", e.what());
+    }
+  }
+#else
+  (void)model;
+#endif
   return std::make_unique<BuiltinChatRenderer>();
 }
 
