@@ -117,7 +117,7 @@ void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
 // wake-up and OnWriteDone pump events under mu_.
 class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
  public:
-  GenerateReactor(ServingContext& ctx, WakeQueue& wakes, grpc::CallbackServerContext* call,
+  GenerateReactor(ServingContext& ctx, const std::shared_ptr<WakeQueue>& wakes, grpc::CallbackServerContext* call,
                   const pb::GenerateRequest* in)
       : ctx_(ctx), call_(call), link_(std::make_shared<Link>()) {
     link_->reactor = this;
@@ -129,7 +129,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
       request_id_ = req.id;
       prompt_tokens_ = static_cast<int>(req.prompt.size());
       std::shared_ptr<Link> link = link_;
-      WakeQueue* wq = &wakes;
+      // The notifier may outlive this reactor and the server: it holds the queue, whose post()
+      // drops wake-ups once the server stopped it.
+      std::shared_ptr<WakeQueue> wq = wakes;
       handle_ = engine.submit(std::move(req), [link, wq] {
         if (link->queued.exchange(true)) return;  // a wake-up is already on its way
         wq->post([link] {
@@ -259,7 +261,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
 
 class RillService final : public pb::Rill::CallbackService {
  public:
-  RillService(ServingContext& ctx, WakeQueue& wakes) : ctx_(ctx), wakes_(wakes) {}
+  RillService(ServingContext& ctx, std::shared_ptr<WakeQueue> wakes) : ctx_(ctx), wakes_(std::move(wakes)) {}
 
   grpc::ServerWriteReactor<pb::GenerateResponse>* Generate(grpc::CallbackServerContext* call,
                                                            const pb::GenerateRequest* in) override {
@@ -354,14 +356,15 @@ class RillService final : public pb::Rill::CallbackService {
   }
 
   ServingContext& ctx_;
-  WakeQueue& wakes_;
+  std::shared_ptr<WakeQueue> wakes_;
 };
 
 }  // namespace
 
 class GrpcServer::Impl {
  public:
-  Impl(ServingContext& ctx, const std::string& host, int port) : ctx_(ctx), service_(ctx, wakes_) {
+  Impl(ServingContext& ctx, const std::string& host, int port)
+      : ctx_(ctx), wakes_(std::make_shared<WakeQueue>()), service_(ctx, wakes_) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder b;
@@ -400,7 +403,7 @@ class GrpcServer::Impl {
 
   int port_ = 0;
   ServingContext& ctx_;
-  WakeQueue wakes_;  // declared before the service and server: destroyed after them
+  std::shared_ptr<WakeQueue> wakes_;  // shared with the engine's notifiers
   RillService service_;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -409,9 +412,10 @@ GrpcServer::GrpcServer(ServingContext& ctx, const std::string& host, int port)
     : impl_(std::make_unique<Impl>(ctx, host, port)) {}
 GrpcServer::~GrpcServer() {
   if (impl_->server_) {
-    impl_->server_->Shutdown(std::chrono::system_clock::now());
+    impl_->server_->Shutdown(std::chrono::system_clock::now());  // cancels what is left
     impl_->server_->Wait();
   }
+  impl_->wakes_->stop();  // notifiers that fire later find it stopped
 }
 int GrpcServer::port() const { return impl_->port_; }
 void GrpcServer::update_health() { impl_->update_health(); }

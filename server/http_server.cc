@@ -2,6 +2,7 @@
 #include "server/http_server.h"
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -43,10 +44,19 @@ struct Registry {
   std::atomic<int> generating{0};
 };
 
+// What the engine's notifiers reach the io_context through. They may fire after the server is
+// gone (a request cancelled at shutdown): the server closes the gate before destroying the
+// io_context, and a closed gate drops the wake-up.
+struct Gate {
+  std::mutex mu;
+  net::io_context* ioc = nullptr;  // null once closed
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg)
-      : stream_(std::move(socket)), ctx_(ctx), metrics_(metrics), reg_(reg) {}
+  Session(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg,
+          std::shared_ptr<Gate> gate)
+      : stream_(std::move(socket)), ctx_(ctx), metrics_(metrics), reg_(reg), gate_(std::move(gate)) {}
 
   ~Session() { release(); }
 
@@ -180,13 +190,16 @@ class Session : public std::enable_shared_from_this<Session> {
     responder_.emplace(api, engine.tokenizer(), api.request.id);
     std::weak_ptr<Session> weak = weak_from_this();
     auto queued = std::make_shared<std::atomic<bool>>(false);
-    auto exec = stream_.get_executor();
-    handle_ = engine.submit(std::move(api.request), [weak, exec, queued] {
-      // On an engine thread: only post a wake-up to this connection's strand.
+    handle_ = engine.submit(std::move(api.request), [weak, gate = gate_, queued] {
+      // On an engine thread: only post a wake-up (then onto this connection's strand).
       if (queued->exchange(true)) return;
-      net::post(exec, [weak, queued] {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      if (!gate->ioc) return;
+      net::post(*gate->ioc, [weak, queued] {
         queued->store(false);
-        if (auto self = weak.lock()) self->on_events();
+        if (auto self = weak.lock()) {
+          net::dispatch(self->stream_.get_executor(), [self] { self->on_events(); });
+        }
       });
     });
     generating_ = true;
@@ -398,6 +411,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ServingContext& ctx_;
   const MetricsRegistry& metrics_;
   Registry& reg_;
+  std::shared_ptr<Gate> gate_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> req_;
@@ -422,7 +436,9 @@ class Session : public std::enable_shared_from_this<Session> {
 class HttpServer::Impl {
  public:
   Impl(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port, int threads)
-      : ctx_(ctx), metrics_(metrics), ioc_(threads), acceptor_(net::make_strand(ioc_)) {
+      : ctx_(ctx), metrics_(metrics), ioc_(threads), acceptor_(net::make_strand(ioc_)),
+        gate_(std::make_shared<Gate>()) {
+    gate_->ioc = &ioc_;
     beast::error_code ec;
     const auto addr = net::ip::make_address(host, ec);
     if (ec) throw Error(ErrorCode::kInvalidArgument, "host: '" + host + "' is not an IP address");
@@ -439,8 +455,13 @@ class HttpServer::Impl {
   }
 
   ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(gate_->mu);
+      gate_->ioc = nullptr;
+    }
     ioc_.stop();
     for (auto& t : threads_) t.join();
+    // The io_context's destructor frees the sessions still queued (their requests cancelled).
   }
 
   void accept() {
@@ -449,7 +470,7 @@ class HttpServer::Impl {
       if (!ec) {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_)->start();
+        std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_)->start();
       } else {
         spdlog::warn("HTTP accept: {}", ec.message());
       }
@@ -468,6 +489,7 @@ class HttpServer::Impl {
   const MetricsRegistry& metrics_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  std::shared_ptr<Gate> gate_;
   Registry reg_;
   int port_ = 0;
   std::vector<std::thread> threads_;

@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
 
   MetricsRegistry metrics({{"model_name", config.served_model_name}});
   ServingContext ctx(config);
-  // Listeners first (health answers 503 "loading" meanwhile); they outlive the engine, whose
-  // notifiers post to their executors.
+  // Listeners first (health answers 503 "loading" meanwhile).
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
   try {
@@ -153,13 +152,14 @@ int main(int argc, char** argv) {
   http->stop_accepting();
   const bool clean = engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
   if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
-  // Let streams send their final events, then close.
+  // Let streams send their final events, then close the front ends (dropping any handle left,
+  // while the engine still runs) before the engine goes.
   http->stop(2.0);
   grpc->shutdown(2.0);
+  http.reset();
+  grpc.reset();
   ctx.clear_engine();
   engine.reset();
-  grpc.reset();
-  http.reset();
   spdlog::info("stopped");
   return 0;
 }

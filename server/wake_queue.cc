@@ -4,13 +4,15 @@ namespace rill::server {
 
 WakeQueue::WakeQueue() : thread_([this] { run(); }) {}
 
-WakeQueue::~WakeQueue() {
+WakeQueue::~WakeQueue() { stop(); }
+
+void WakeQueue::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_one();
-  thread_.join();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 void WakeQueue::post(std::function<void()> f) {

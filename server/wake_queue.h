@@ -14,7 +14,9 @@ namespace rill::server {
 class WakeQueue {
  public:
   WakeQueue();
-  ~WakeQueue();  // runs what is queued, then stops
+  ~WakeQueue();  // stop()
+  /// Runs what is queued, then stops the thread; later posts are dropped. Idempotent.
+  void stop();
   WakeQueue(const WakeQueue&) = delete;
   WakeQueue& operator=(const WakeQueue&) = delete;
 
