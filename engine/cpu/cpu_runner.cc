@@ -8,6 +8,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
 #include "engine/model/fp8.h"
+#include "engine/runner/logprobs.h"
 #include "engine/runner/step_validation.h"
 
 namespace rill {
@@ -86,11 +87,12 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
 CpuRunner::~CpuRunner() = default;
 
 void CpuRunner::add_sequence(const SequenceSpec& spec) {
-  spec.sampling.validate();
+  validate_sequence(spec, config_.vocab_size);
   if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
   kv_->add_sequence(spec.id, spec.cache);
   SeqState s;
   s.sampling = spec.sampling;
+  s.sampler = SamplerState::resumed(spec.generated);
   if (spec.sampling.repetition_penalty != 1.0f) s.sampler.prompt_seen.assign(config_.vocab_size, 0);
   seqs_.emplace(spec.id, std::move(s));
 }
@@ -286,13 +288,19 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
   cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
 
+  const bool any_logprobs = std::any_of(inputs.begin(), inputs.end(),
+                                        [](const StepInput& in) { return in.sample && in.logprobs >= 0; });
+  if (any_logprobs) out.logprobs.resize(inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k) {
     SeqState& s = seqs_.at(inputs[k].id);
-    if (s.sampler.step == 0 && !s.sampler.prompt_seen.empty())
+    if (!s.sampler.sampled() && !s.sampler.prompt_seen.empty())
       for (int32_t tok : inputs[k].tokens) s.sampler.prompt_seen[tok] = 1;
     if (sample_row[k] >= 0) {
-      std::vector<float> row(&logits[sample_row[k] * V], &logits[(sample_row[k] + 1) * V]);
+      // sample_token modifies its row: the log-probabilities read the raw one.
+      const std::span<const float> raw(&logits[sample_row[k] * V], V);
+      std::vector<float> row(raw.begin(), raw.end());
       out.sampled[k] = sample_token(row, s.sampling, s.sampler);
+      if (inputs[k].logprobs >= 0) out.logprobs[k] = compute_logprobs(raw, out.sampled[k], inputs[k].logprobs);
     }
   }
   int64_t kept = 0;

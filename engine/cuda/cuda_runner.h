@@ -107,6 +107,7 @@ class CudaRunner final : public ModelRunner {
   /// stay on); last_step_gpu_ms() is that span, so wall time minus it is time on the host.
   void set_step_timing(bool on) { step_timing_ = on; }
   double last_step_gpu_ms() const { return last_step_gpu_ms_; }
+  double last_step_device_ms() const override { return step_timing_ ? last_step_gpu_ms_ : 0; }
   int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
 
  private:

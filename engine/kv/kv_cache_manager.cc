@@ -118,6 +118,13 @@ void KvCacheManager::check_append(const std::vector<std::pair<SeqId, int64_t>>& 
                                                    ", " + std::to_string(allocator_.num_free()) + " free");
 }
 
+int KvCacheManager::blocks_to_append(SeqId id, int64_t n) const {
+  const KvSequence& s = sequence(id);
+  return blocks_for(s.geometry, s.num_tokens + n) - static_cast<int>(s.block_table.size());
+}
+
+int KvCacheManager::blocks_held(SeqId id) const { return static_cast<int>(sequence(id).block_table.size()); }
+
 void KvCacheManager::remove_sequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;

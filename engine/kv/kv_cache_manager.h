@@ -47,6 +47,11 @@ class KvCacheManager {
   int blocks_needed_now(const CachePolicy& policy, int64_t prompt_tokens) const;
   int blocks_needed_max(const CachePolicy& policy, int64_t prompt_tokens, int64_t max_new_tokens) const;
   int num_free_blocks() const { return allocator_.num_free(); }
+  int num_blocks() const { return allocator_.num_blocks(); }
+  /// Blocks the pool must hand the sequence for `n` more tokens (0 once a ring is full).
+  int blocks_to_append(SeqId id, int64_t n) const;
+  /// Blocks the sequence holds now and the most it will ever hold.
+  int blocks_held(SeqId id) const;
 
   void add_sequence(SeqId id, const CachePolicy& policy);
   /// Makes room for `n` more tokens and advances the stream; returns the first new position.

@@ -90,6 +90,9 @@ class ModelRunner {
   /// step is in flight). Removing a sequence while a step with it is in flight is allowed; its
   /// output slots are still filled.
   virtual StepOutput finish() = 0;
+  /// Device time of the step finish() last returned, from its first copy to its last, when the
+  /// runner measures it (the CUDA runner with step timing on); 0 otherwise.
+  virtual double last_step_device_ms() const { return 0; }
   /// launch() and finish() of one step.
   StepOutput step(std::span<const StepInput> inputs) {
     launch(inputs);

@@ -22,6 +22,13 @@ void SamplingParams::validate() const {
     bad("frequency_penalty must be in [-2, 2]");
 }
 
+SamplerState SamplerState::resumed(std::span<const int32_t> generated) {
+  SamplerState s;
+  s.step = s.first_step = generated.size();
+  for (int32_t t : generated) ++s.output_counts[t];
+  return s;
+}
+
 void apply_penalties(std::span<float> logits, const SamplingParams& p, const SamplerState& s) {
   if (p.repetition_penalty != 1.0f) {
     auto penalise = [&](size_t id) {

@@ -36,8 +36,15 @@ struct SamplingParams {
 /// Per-sequence sampler state: the draw counter and the token histories penalties need.
 struct SamplerState {
   uint64_t step = 0;                                 // draws made so far
+  uint64_t first_step = 0;                           // `step` when this runner took the sequence
   std::vector<uint8_t> prompt_seen;                  // [vocab] 1 where the prompt has the token
   std::unordered_map<int32_t, int32_t> output_counts;  // generated token -> count
+
+  /// State of a sequence resumed after `generated` tokens (SequenceSpec::generated): the draw
+  /// counter starts at their count and they count as output.
+  static SamplerState resumed(std::span<const int32_t> generated);
+  /// False until the first draw in this runner: tokens fed until then are prompt tokens.
+  bool sampled() const { return step > first_step; }
 };
 
 /// Applies the penalties of `p` to `logits` in place.

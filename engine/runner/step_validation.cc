@@ -17,6 +17,9 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(
     if (in.tokens.empty()) throw Error(ErrorCode::kInvalidArgument, "step input without tokens");
     if (!seen.insert(in.id).second)
       throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(in.id) + " twice in one step");
+    if (in.logprobs < -1 || in.logprobs > kMaxTopLogprobs)
+      throw Error(ErrorCode::kInvalidArgument, "logprobs " + std::to_string(in.logprobs) + " outside [-1, " +
+                                                   std::to_string(kMaxTopLogprobs) + "]");
     if (in.tokens.size() == 1 && in.tokens[0] == kLastSampled) {
       if (!sampled_last(in.id))
         throw Error(ErrorCode::kInvalidArgument,
@@ -31,6 +34,14 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(
     appends.emplace_back(in.id, static_cast<int64_t>(in.tokens.size()));
   }
   return appends;
+}
+
+void validate_sequence(const SequenceSpec& spec, int vocab_size) {
+  spec.sampling.validate();
+  for (int32_t t : spec.generated)
+    if (t < 0 || t >= vocab_size)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generated token id " + std::to_string(t) + " outside the vocabulary");
 }
 
 void check_launch_room(int in_flight) {

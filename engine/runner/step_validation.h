@@ -12,11 +12,16 @@ namespace rill {
 
 /// Throws (kNotFound / kInvalidArgument) unless every input names a known sequence once, has
 /// tokens, and every token id is in [0, vocab_size), or is kLastSampled as the only token of a
-/// sequence for which `sampled_last` is true (it sampled in the step launched just before).
+/// sequence for which `sampled_last` is true (it sampled in the step launched just before), and
+/// `logprobs` is in [-1, kMaxTopLogprobs].
 /// Returns (id, token count) per input, as KvCacheManager::check_append takes them.
 std::vector<std::pair<SeqId, int64_t>> validate_step(
     std::span<const StepInput> inputs, int vocab_size, const std::function<bool(SeqId)>& known,
     const std::function<bool(SeqId)>& sampled_last);
+
+/// Throws kInvalidArgument unless the sampling parameters are valid and every generated token id
+/// of `spec` is in [0, vocab_size).
+void validate_sequence(const SequenceSpec& spec, int vocab_size);
 
 /// Throws kInvalidArgument when `in_flight` steps are already launched and not finished.
 void check_launch_room(int in_flight);

@@ -16,8 +16,10 @@ struct EngineStats {
   int64_t evicted_tokens = 0;       // total, from streaming windows
   int64_t preemptions = 0;          // total
   int64_t steps = 0;                // total steps run
+  double device_busy_s = 0;         // summed device time of the steps, where the runner measures it
   double steps_per_s = 0;           // over the last few seconds
   double generation_tokens_per_s = 0;
+  double finished_per_s = 0;        // requests finished per second, over the last few seconds
   double seconds_since_last_step = 0;
   bool stalled = false;             // work pending and no step for SchedulerConfig::stall_timeout
   bool draining = false;            // drain() called: no new requests

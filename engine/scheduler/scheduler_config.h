@@ -4,10 +4,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 namespace rill {
 
 struct SchedulerConfig {
+  std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence ids (Model::stop_token_ids());
+                                       // empty: the tokenizer's EOS
   int max_num_seqs = 256;             // sequences in one step (decode + prefill)
   int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
   int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
@@ -27,5 +31,17 @@ struct SchedulerConfig {
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;
 };
+
+/// Defaults for a runner ("cuda" or "cpu"): on the GPU vLLM's (256 sequences, 8192 tokens per
+/// step); on the CPU, where a step's time grows with its tokens, 64 sequences and 512 tokens so
+/// a prefill chunk keeps running streams' inter-token latency bounded.
+inline SchedulerConfig scheduler_defaults(std::string_view runner) {
+  SchedulerConfig c;
+  if (runner == "cpu") {
+    c.max_num_seqs = 64;
+    c.max_num_batched_tokens = 512;
+  }
+  return c;
+}
 
 }  // namespace rill

@@ -5,6 +5,9 @@
 # bench-small (default model), micro (kernel benchmarks), bench-7b / bench-8b (Llama-2-7B and
 # Llama-3-8B shapes from rill-make-model), bench-7b-quick / bench-8b-quick (batch 1 with each
 # optimisation off in turn), bench-7b-streaming, long-small / long-7b (long StreamingLLM runs).
+# serve-7b / serve-8b / serve-mix-7b drive the serving engine (rill-serve-bench): 64 decode
+# streams of the 7B shape against rill-bench's pipelined step; 1,000 requests of 256 + 256
+# tokens on the 8B shape; 32 decode streams while 2,048-token prompts arrive.
 # bench-7b and bench-8b end with a kernel timeline of the batch-1 step (rill-bench --trace).
 # Logs go to $OUT/gpu_<section>.txt.
 set -u
@@ -63,6 +66,21 @@ for section in "$@"; do
             --prefill 0 --cache streaming --sink 4 --window $w --max-batch 8 --steps 64 --kv-cache-dtype $kv
         done
       done ;;
+    serve-7b)  # loop step of 64 decode streams (context 512 -> 1024) vs rill-bench piped at 768
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=12 run serve_7b 300 "$bin/rill-serve-bench" --model /tmp/llama2-7b --num-requests 64 --input-len 512 \
+        --output-len 512 --max-num-seqs 64 --max-num-batched-tokens 8192 --measure-decode
+      TAIL=12 run serve_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 64 --context 768 --prefill 0 \
+        --max-batch 64 --max-step-tokens 8192 ;;
+    serve-8b)  # offline throughput: 1,000 requests of 256 prompt + 256 output tokens, bf16
+      [ -d /tmp/llama3-8b ] || run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
+      TAIL=12 run serve_8b 400 "$bin/rill-serve-bench" --model /tmp/llama3-8b --dtype bfloat16 --num-requests 1000 \
+        --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
+    serve-mix-7b)  # 32 decode streams; 2,048-token prompts arrive at 2/s, prefilled in 192-token chunks
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=16 run serve_mix_7b 300 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 \
+        --decode-prompt-len 128 --num-requests 16 --input-len 2048 --output-len 32 --rate 2 --max-num-seqs 64 \
+        --max-num-batched-tokens 224 ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
         --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;

@@ -1,7 +1,8 @@
 // CPU reference runner: chunked prefill equals token-by-token feeding, the StreamingLLM cache
 // equals the paper's literal method (pre-RoPE keys re-positioned within the cache every step),
-// batching does not change results, seeded sampling is reproducible, and the fp8 KV-cache
-// emulation stays close to the fp32 cache.
+// batching does not change results, seeded sampling is reproducible, the fp8 KV-cache
+// emulation stays close to the fp32 cache, log-probabilities are those of the raw logits, and a
+// resumed (preempted) sequence samples what it would have.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "engine/runner/runner_factory.h"
 #include "tests/engine/pipelining.h"
 #include "tests/engine/random_model.h"
+#include "tests/engine/resume_logprobs.h"
 
 namespace rill {
 namespace {
@@ -315,6 +317,94 @@ TEST(CpuRunner, StepsInFlightFollowTheRules) {
   const Model m = random_model(tiny_llama_config());
   CpuRunner r(m, {.num_threads = 1});
   testing::expect_launch_rules(r);
+}
+
+// Penalised seeded sampling: what the sampler sees differs from the raw logits, which the
+// log-probabilities must describe.
+SamplingParams penalised_sampling() {
+  return {.temperature = 0.8f,
+          .top_p = 0.9f,
+          .repetition_penalty = 1.3f,
+          .presence_penalty = 0.4f,
+          .frequency_penalty = 0.5f,
+          .seed = 21};
+}
+
+TEST(CpuRunner, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  const Model m = random_model(tiny_llama_config());
+  CpuRunner r(m, {.num_threads = 2});
+  const int V = m.config.vocab_size;
+  const std::vector<int> asks = {-1, 0, 5, 20, 3};
+  const int n = static_cast<int>(asks.size());
+  std::vector<std::vector<int32_t>> feed(n);
+  for (int k = 0; k < n; ++k) {
+    r.add_sequence({SeqId(k), CachePolicy::full(), penalised_sampling()});
+    feed[k] = token_stream(4 + 3 * k, V, 10 + k);
+  }
+  for (int step = 0; step < 6; ++step) {
+    std::vector<StepInput> in;
+    for (int k = 0; k < n; ++k) in.push_back({SeqId(k), feed[k], LogitsMode::kLast, true, asks[k]});
+    const StepOutput o = r.step(in);
+    ASSERT_EQ(o.logprobs.size(), size_t(n));
+    for (int k = 0; k < n; ++k) {
+      SCOPED_TRACE("step " + std::to_string(step) + " logprobs " + std::to_string(asks[k]));
+      ASSERT_GE(o.sampled[k], 0);
+      if (asks[k] < 0) {
+        EXPECT_TRUE(o.logprobs[k].top.empty());
+      } else {
+        const std::span<const float> row(&o.logits[o.logits_row[k] * V], V);
+        const auto want = testing::reference_logprobs(row, o.sampled[k], asks[k] + 1);
+        testing::expect_logprobs_near(o.logprobs[k], want, asks[k], 1e-5);
+      }
+      feed[k] = {o.sampled[k]};
+    }
+  }
+  // Nobody asks (or only inputs that do not sample): no log-probabilities at all.
+  std::vector<StepInput> in = {{0, feed[0], LogitsMode::kNone, true}, {1, feed[1], LogitsMode::kNone, false, 5}};
+  EXPECT_TRUE(r.step(in).logprobs.empty());
+}
+
+TEST(CpuRunner, BadLogprobsAndGeneratedTokensAreRejected) {
+  const Model m = random_model(tiny_llama_config());
+  CpuRunner r(m, {.num_threads = 1});
+  r.add_sequence({1, CachePolicy::full(), {}});
+  const int32_t tok = 3;
+  for (int bad : {-2, kMaxTopLogprobs + 1}) {
+    StepInput in{1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, true, bad};
+    try {
+      r.step(std::span<const StepInput>(&in, 1));
+      ADD_FAILURE() << "logprobs " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    }
+    EXPECT_EQ(r.kv().sequence(1).num_tokens, 0);
+  }
+  try {
+    r.add_sequence({2, CachePolicy::full(), {}, {4, m.config.vocab_size}});
+    ADD_FAILURE() << "generated token outside the vocabulary accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  EXPECT_FALSE(r.kv().has_sequence(2));
+}
+
+TEST(CpuRunner, ResumedSequenceSamplesTheUninterruptedTokens) {
+  const Model m = random_model(tiny_llama_config());
+  CpuRunner r(m, {.num_threads = 2});
+  const auto prompt = token_stream(9, m.config.vocab_size, 5);
+  {
+    SCOPED_TRACE("greedy");
+    testing::expect_resume_equals_uninterrupted(r, prompt, {.temperature = 0.0f}, 14);
+  }
+  {
+    SCOPED_TRACE("greedy with penalties");
+    testing::expect_resume_equals_uninterrupted(
+        r, prompt, {.temperature = 0.0f, .repetition_penalty = 1.5f, .frequency_penalty = 0.7f}, 14);
+  }
+  {
+    SCOPED_TRACE("seeded with penalties");
+    testing::expect_resume_equals_uninterrupted(r, prompt, penalised_sampling(), 14);
+  }
 }
 
 }  // namespace

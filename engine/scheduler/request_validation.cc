@@ -1,0 +1,82 @@
+#include "engine/scheduler/request_validation.h"
+
+#include <string>
+
+#include "engine/error.h"
+
+namespace rill {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopStringBytes = 256;
+
+void validate_cache(const Request& r, const KvCacheManager& kv, int kv_blocks_total, const SchedulerConfig& c) {
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (r.cache.is_streaming()) {
+    if (r.cache.n_sink > c.max_sink)
+      bad("cache n_sink " + std::to_string(r.cache.n_sink) + " exceeds the server limit " + std::to_string(c.max_sink));
+    if (r.cache.window > c.max_window)
+      bad("cache window " + std::to_string(r.cache.window) + " exceeds the server limit " +
+          std::to_string(c.max_window));
+    kv.geometry_for(r.cache);  // n_sink >= 0, window > 0, n_sink + window within the context
+    const int need = kv.blocks_needed_max(r.cache, prompt, int64_t{1} << 40);
+    if (need > kv_blocks_total)
+      bad("streaming cache of " + std::to_string(r.cache.n_sink) + " + " + std::to_string(r.cache.window) +
+          " tokens needs " + std::to_string(need) + " KV blocks; the pool has " + std::to_string(kv_blocks_total));
+    return;
+  }
+  if (prompt > kv.max_context())
+    bad("prompt of " + std::to_string(prompt) + " tokens exceeds the model's context of " +
+        std::to_string(kv.max_context()) + " tokens (cache policy full; a streaming cache has no such limit)");
+  const int need = kv.blocks_needed_now(r.cache, std::min<int64_t>(prompt + 1, kv.max_context()));
+  if (need > kv_blocks_total)
+    bad("prompt of " + std::to_string(prompt) + " tokens needs " + std::to_string(need) +
+        " KV blocks; the pool has " + std::to_string(kv_blocks_total));
+}
+
+}  // namespace
+
+void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv, int kv_blocks_total,
+                      const SchedulerConfig& config) {
+  if (r.prompt.empty()) bad("prompt is empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= model.vocab_size)
+      bad("prompt token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
+          " is out of range [0, " + std::to_string(model.vocab_size) + ")");
+  r.sampling.validate();
+  if (r.max_tokens < 0) bad("max_tokens must be >= 0 (got " + std::to_string(r.max_tokens) + ")");
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    bad("min_tokens must be in [0, max_tokens] (got " + std::to_string(r.min_tokens) + ")");
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
+    bad("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (got " + std::to_string(r.logprobs) + ")");
+  for (int32_t id : r.stop_token_ids)
+    if (id < 0 || id >= model.vocab_size)
+      bad("stop token id " + std::to_string(id) + " is out of range [0, " + std::to_string(model.vocab_size) + ")");
+  if (r.stop.size() > kMaxStopStrings) bad("at most " + std::to_string(kMaxStopStrings) + " stop strings");
+  for (const std::string& s : r.stop)
+    if (s.empty() || s.size() > kMaxStopStringBytes)
+      bad("stop strings must have 1 to " + std::to_string(kMaxStopStringBytes) + " bytes");
+  validate_cache(r, kv, kv_blocks_total, config);
+}
+
+void validate_scheduler_config(const SchedulerConfig& c) {
+  auto need = [](bool ok, const char* what) {
+    if (!ok) bad(std::string("scheduler: ") + what);
+  };
+  need(c.max_num_seqs > 0, "max_num_seqs must be > 0");
+  need(c.max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
+  need(c.max_queued_requests >= 0, "max_queued_requests must be >= 0");
+  need(c.max_queued_prompt_tokens >= 0, "max_queued_prompt_tokens must be >= 0");
+  need(c.queue_timeout.count() > 0, "queue_timeout must be > 0");
+  need(c.stall_timeout.count() > 0, "stall_timeout must be > 0");
+  need(c.max_buffered_chunks > 0, "max_buffered_chunks must be > 0");
+  need(c.max_sink >= 0, "max_sink must be >= 0");
+  need(c.max_window > 0, "max_window must be > 0");
+  need(c.aging_per_s >= 0, "aging_per_s must be >= 0");
+  need(c.kv_watermark >= 0 && c.kv_watermark < 1, "kv_watermark must be in [0, 1)");
+}
+
+}  // namespace rill

@@ -1,0 +1,64 @@
+// The engine-side state of one request: what the loop thread schedules. A request's life is one
+// state machine, with its transitions in EngineLoop (engine_loop.cc):
+//
+//   waiting --admit--> running --(prompt fed)--> decoding --finish--> finished
+//      ^                  |
+//      +----preempt-------+   (KV blocks freed; recomputed from prompt + generated later)
+//
+// The request (prompt, parameters) and its tokens live here; a runner sequence is one
+// *incarnation* (runner_id) of it, so a preempted request comes back under a new id and stale
+// outputs of steps still in flight are recognised and dropped. The loop thread owns every field
+// below `loop-owned`; the output thread reads only the immutable part.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/runner/runner.h"
+#include "engine/scheduler/request.h"
+#include "engine/scheduler/request_channel.h"
+
+namespace rill {
+
+enum class SeqPhase { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  // Immutable after submit.
+  Request request;
+  std::shared_ptr<RequestChannel> channel;
+  uint64_t order = 0;  // arrival number: FCFS among equal priorities, "newest" for preemption
+  Clock::time_point arrival;
+  Clock::time_point queue_deadline;  // arrival + queue timeout
+  std::vector<int32_t> eos_ids;      // the model's EOS ids (empty with ignore_eos)
+  KvGeometry geometry;               // of its cache policy (evicted-token accounting)
+
+  // Written by the loop, read by the output thread.
+  std::atomic<int> preemptions{0};
+  std::atomic<double> queue_s{-1};   // arrival -> first scheduled; -1 until then
+  // Set by the output thread once the final event is out (a stop string can end a request
+  // before the loop knows).
+  std::atomic<bool> finalized{false};
+
+  // Loop-owned.
+  SeqPhase phase = SeqPhase::kWaiting;
+  SeqId runner_id = -1;              // current incarnation; -1 while not in the runner
+  std::vector<int32_t> generated;    // sampled tokens known on the host, in order
+  std::vector<int32_t> prefix;       // this incarnation's prefill: prompt, then generated ones
+  int64_t fed = 0;                   // tokens of `prefix` fed so far (prefill progress)
+  int samples_in_flight = 0;         // launched, unfinished steps that sample this sequence
+  bool sampled_in_last_launch = false;  // its next input may be kLastSampled
+  bool at_context_limit = false;     // `full` cache cannot take another token
+  int step_blocks = 0;               // blocks the step being planned will take for it
+  bool counted = false;              // queue time and prompt tokens recorded (first schedule)
+
+  bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
+  /// Samples made or under way: the generation length once every step in flight finishes.
+  int64_t samples_committed() const { return static_cast<int64_t>(generated.size()) + samples_in_flight; }
+};
+
+using SequencePtr = std::shared_ptr<Sequence>;
+
+}  // namespace rill

@@ -1,0 +1,152 @@
+#include "engine/scheduler/serving_engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/scheduler/engine_loop.h"
+#include "engine/scheduler/engine_metrics.h"
+#include "engine/scheduler/output_processor.h"
+#include "engine/scheduler/request_validation.h"
+
+namespace rill {
+
+class ServingEngine::Impl {
+ public:
+  Impl(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config, MetricsRegistry& registry)
+      : runner_(std::move(runner)), tokenizer_(std::move(tokenizer)), config_(std::move(config)), metrics_(registry),
+        kv_blocks_total_(runner_->kv().num_blocks()) {
+    validate_scheduler_config(config_);
+    eos_ids_ = config_.eos_token_ids;
+    if (eos_ids_.empty() && tokenizer_.eos_id()) eos_ids_.push_back(*tokenizer_.eos_id());
+    output_ = std::make_unique<OutputProcessor>(
+        tokenizer_, metrics_, [this](const SequencePtr& s) { loop_->stop_string_matched(s); },
+        [this](const SequencePtr& s) { forget(s->request.id); });
+    loop_ = std::make_unique<EngineLoop>(*runner_, config_, metrics_, *output_);
+  }
+
+  ~Impl() {
+    loop_->stop("server shutting down");  // final events of everything left go to the output thread
+    loop_.reset();
+    output_.reset();                      // delivers them, then stops
+  }
+
+  RequestHandle submit(Request r, EventNotifier notify) {
+    if (draining_.load()) {
+      metrics_.requests_rejected("draining").add();
+      throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new requests");
+    }
+    try {
+      validate_request(r, runner_->config(), runner_->kv(), kv_blocks_total_, config_);
+    } catch (const Error&) {
+      metrics_.requests_rejected("invalid").add();
+      throw;
+    }
+    const EngineStats st = loop_->stats();
+    const int64_t queued = loop_->pending() - st.running;
+    if (queued >= config_.max_queued_requests ||
+        st.waiting_prompt_tokens + static_cast<int64_t>(r.prompt.size()) > config_.max_queued_prompt_tokens) {
+      metrics_.requests_rejected("queue_full").add();
+      const double retry = std::clamp(std::ceil((queued + 1) / std::max(st.finished_per_s, 0.1)), 1.0, 60.0);
+      throw OverloadedError("server overloaded: " + std::to_string(queued) + " requests waiting (limit " +
+                                std::to_string(config_.max_queued_requests) + ")",
+                            retry);
+    }
+    auto seq = std::make_shared<Sequence>();
+    const auto now = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      if (r.id.empty()) r.id = "req-" + std::to_string(++next_id_);
+      if (live_.count(r.id)) throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
+      seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
+      live_.emplace(r.id, seq->channel);
+      seq->order = next_order_++;
+    }
+    seq->arrival = now;
+    seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
+    if (!r.ignore_eos) seq->eos_ids = eos_ids_;
+    seq->geometry = runner_->kv().geometry_for(r.cache);
+    seq->request = std::move(r);
+    RequestHandle handle(seq->channel);
+    loop_->enqueue(std::move(seq));
+    return handle;
+  }
+
+  bool cancel(const std::string& id) {
+    std::shared_ptr<RequestChannel> ch;
+    {
+      std::lock_guard lock(mu_);
+      auto it = live_.find(id);
+      if (it == live_.end()) return false;
+      ch = it->second;
+    }
+    ch->cancel("cancelled by the client");
+    loop_->wake();
+    return true;
+  }
+
+  EngineStats stats() const {
+    EngineStats s = loop_->stats();
+    s.draining = draining_.load();
+    return s;
+  }
+
+  bool drain(std::chrono::milliseconds timeout) {
+    draining_.store(true);
+    const auto until = Clock::now() + timeout;
+    while (loop_->pending() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (loop_->pending() == 0) return true;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [id, ch] : live_) ch->cancel("server shutting down: drain timeout");
+    }
+    loop_->wake();
+    const auto grace = Clock::now() + std::chrono::seconds(10);
+    while (loop_->pending() > 0 && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return false;
+  }
+
+  std::unique_ptr<ModelRunner> runner_;
+  Tokenizer tokenizer_;
+  SchedulerConfig config_;
+
+ private:
+  void forget(const std::string& id) {
+    std::lock_guard lock(mu_);
+    live_.erase(id);
+  }
+
+  EngineMetrics metrics_;
+  int kv_blocks_total_;
+  std::vector<int32_t> eos_ids_;
+  std::unique_ptr<OutputProcessor> output_;
+  std::unique_ptr<EngineLoop> loop_;
+  std::atomic<bool> draining_{false};
+  std::mutex mu_;  // live_, ids
+  std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;
+  uint64_t next_id_ = 0, next_order_ = 0;
+};
+
+ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config,
+                             MetricsRegistry& metrics)
+    : impl_(std::make_unique<Impl>(std::move(runner), std::move(tokenizer), std::move(config), metrics)) {}
+
+ServingEngine::~ServingEngine() = default;
+
+RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
+  return impl_->submit(std::move(request), std::move(notify));
+}
+bool ServingEngine::cancel(const std::string& id) { return impl_->cancel(id); }
+EngineStats ServingEngine::stats() const { return impl_->stats(); }
+bool ServingEngine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
+const ModelConfig& ServingEngine::model_config() const { return impl_->runner_->config(); }
+const Tokenizer& ServingEngine::tokenizer() const { return impl_->tokenizer_; }
+const SchedulerConfig& ServingEngine::config() const { return impl_->config_; }
+std::string ServingEngine::runner_name() const { return impl_->runner_->name(); }
+int ServingEngine::kv_block_size() const { return impl_->runner_->kv().block_size(); }
+int ServingEngine::kv_blocks_total() const { return impl_->runner_->kv().num_blocks(); }
+
+}  // namespace rill

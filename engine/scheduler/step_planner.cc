@@ -1,0 +1,209 @@
+#include "engine/scheduler/step_planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rill {
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+bool by_priority(const SequencePtr& a, const SequencePtr& b) {
+  if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
+  return a->order < b->order;
+}
+
+bool contains(const std::vector<SequencePtr>& v, const SequencePtr& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+}  // namespace
+
+void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now) {
+  auto effective = [&](const Sequence& s) { return s.request.priority - aging_per_s * seconds(s.arrival, now); };
+  std::stable_sort(waiting.begin(), waiting.end(), [&](const SequencePtr& a, const SequencePtr& b) {
+    const double ea = effective(*a), eb = effective(*b);
+    if (ea != eb) return ea < eb;
+    return a->order < b->order;
+  });
+}
+
+StepPlanner::StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
+                         std::function<void(const SequencePtr&, const Error&)> fail)
+    : runner_(runner), config_(config), fail_(std::move(fail)) {}
+
+// Free blocks minus those still owed to admitted streaming sequences (their whole life's worth)
+// and those the step being planned already takes (appended only at launch).
+int StepPlanner::free_blocks_for_growth(const std::vector<SequencePtr>& running) const {
+  const KvCacheManager& kv = runner_.kv();
+  int free = kv.num_free_blocks() - promised_;
+  for (const SequencePtr& s : running)
+    if (s->request.cache.is_streaming()) free -= kv.sequence(s->runner_id).max_blocks - kv.blocks_held(s->runner_id);
+  return free;
+}
+
+// Blocks running `full` sequences still need to finish feeding their prefill (beyond this step).
+int StepPlanner::owed_prefill_blocks(const std::vector<SequencePtr>& running) const {
+  const KvCacheManager& kv = runner_.kv();
+  int owed = 0;
+  for (const SequencePtr& p : running)
+    if (!p->request.cache.is_streaming())
+      owed += std::max(0, kv.blocks_needed_now(p->request.cache, static_cast<int64_t>(p->prefix.size())) -
+                              kv.blocks_held(p->runner_id) - p->step_blocks);
+  return owed;
+}
+
+void StepPlanner::preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting) {
+  runner_.remove_sequence(s->runner_id);
+  s->runner_id = -1;
+  s->phase = SeqPhase::kWaiting;
+  s->prefix.clear();
+  s->fed = 0;
+  s->samples_in_flight = 0;  // their outputs are dropped: the runner id no longer matches
+  s->sampled_in_last_launch = false;
+  s->at_context_limit = false;
+  s->preemptions.fetch_add(1);
+  ++preemptions_;
+  waiting.push_back(s);
+}
+
+// Frees blocks for `s` by preempting lower-priority `full` sequences not in this step.
+bool StepPlanner::ensure_blocks(const SequencePtr& s, int blocks, std::vector<SequencePtr>& running,
+                                std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled) {
+  const KvCacheManager& kv = runner_.kv();
+  while (free_blocks_for_growth(running) < blocks) {
+    auto victim = running.end();
+    for (auto it = running.end(); it != running.begin();) {
+      --it;
+      if (*it == s) break;  // only lower priorities (later in order) than s
+      const Sequence& v = **it;
+      if (v.request.cache.is_streaming() || contains(scheduled, *it) || kv.remaining_capacity(v.runner_id) < 1) continue;
+      victim = it;
+      break;
+    }
+    if (victim == running.end()) return false;
+    const SequencePtr v = *victim;
+    running.erase(victim);
+    preempt(v, waiting);
+  }
+  return true;
+}
+
+int64_t StepPlanner::chunk_that_fits(const Sequence& s, int64_t want, int free_blocks) const {
+  const KvCacheManager& kv = runner_.kv();
+  if (kv.blocks_to_append(s.runner_id, want) <= free_blocks) return want;
+  int64_t lo = 0, hi = want;  // blocks_to_append(lo) fits, (hi) does not
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (kv.blocks_to_append(s.runner_id, mid) <= free_blocks ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+// Admits `s` into the runner when its blocks are free beside what running sequences are owed.
+bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now) {
+  const KvCacheManager& kv = runner_.kv();
+  const Request& r = s->request;
+  const int64_t len = static_cast<int64_t>(r.prompt.size() + s->generated.size());
+  const int room = free_blocks_for_growth(running) - owed_prefill_blocks(running);
+  const bool streaming = r.cache.is_streaming();
+  const int need = streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
+                             : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()));
+  const int watermark = running.empty() || streaming
+                            ? 0 : static_cast<int>(std::ceil(config_.kv_watermark * kv.num_blocks()));
+  if (need + watermark > room) return false;
+  const SeqId id = next_runner_id_++;
+  try {
+    runner_.add_sequence({id, r.cache, r.sampling, s->generated});
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kResourceExhausted) return false;  // e.g. penalty state slots: later
+    fail_(s, e);
+    return false;
+  }
+  s->runner_id = id;
+  s->step_blocks = 0;
+  s->phase = SeqPhase::kRunning;
+  s->prefix = r.prompt;
+  s->prefix.insert(s->prefix.end(), s->generated.begin(), s->generated.end());
+  s->fed = 0;
+  if (s->queue_s.load() < 0) s->queue_s.store(seconds(s->arrival, now));
+  return true;
+}
+
+void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample) {
+  if (!s->request.cache.is_streaming()) {
+    s->step_blocks = runner_.kv().blocks_to_append(s->runner_id, static_cast<int64_t>(tokens.size()));
+    promised_ += s->step_blocks;
+  }
+  step.inputs.push_back({s->runner_id, tokens, LogitsMode::kNone, sample, sample ? s->request.logprobs : -1});
+  step.seqs.push_back(s);
+}
+
+PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting,
+                              Clock::time_point now) {
+  PlannedStep step;
+  decode_tokens_.clear();
+  decode_tokens_.reserve(static_cast<size_t>(config_.max_num_seqs));  // spans into it stay valid
+  const KvCacheManager& kv = runner_.kv();
+  Budget b{config_.max_num_batched_tokens, config_.max_num_seqs};
+  std::stable_sort(running.begin(), running.end(), by_priority);
+  promised_ = 0;
+  for (const SequencePtr& s : running) s->step_blocks = 0;
+  std::vector<SequencePtr> scheduled;
+
+  // 1. Decode: one token for every running sequence whose prompt is fed.
+  for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0;) {
+    const SequencePtr s = running[i];
+    if (s->prefilling() || s->at_context_limit || s->samples_committed() >= s->request.max_tokens) { ++i; continue; }
+    if (!s->request.cache.is_streaming()) {
+      if (kv.remaining_capacity(s->runner_id) < 1) { s->at_context_limit = true; ++i; continue; }
+      const int need = kv.blocks_to_append(s->runner_id, 1);
+      if (need > 0 && !ensure_blocks(s, need, running, waiting, scheduled)) {
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));  // nothing lower to preempt: itself
+        preempt(s, waiting);
+        continue;
+      }
+    }
+    decode_tokens_.push_back(s->sampled_in_last_launch ? kLastSampled : s->generated.back());
+    add_input(step, s, std::span<const int32_t>(&decode_tokens_.back(), 1), true);
+    scheduled.push_back(s);
+    --b.tokens, --b.seqs, ++i;
+  }
+  // 2. Prefill chunks of admitted sequences, highest priority first.
+  for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0; ++i) {
+    const SequencePtr s = running[i];
+    if (!s->prefilling()) continue;
+    int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()) - s->fed, b.tokens);
+    if (!s->request.cache.is_streaming()) {
+      n = chunk_that_fits(*s, n, free_blocks_for_growth(running));
+      if (n == 0) {
+        if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled)) continue;
+        n = chunk_that_fits(*s, std::min<int64_t>(static_cast<int64_t>(s->prefix.size()) - s->fed, b.tokens),
+                            free_blocks_for_growth(running));
+        if (n == 0) continue;
+      }
+    }
+    const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
+    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
+    s->fed += n;
+    scheduled.push_back(s);
+    b.tokens -= static_cast<int>(n), --b.seqs;
+  }
+  // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
+  //    ahead: a large request is never starved by smaller ones behind it).
+  while (!waiting.empty() && b.tokens > 0 && b.seqs > 0 && static_cast<int>(running.size()) < config_.max_num_seqs) {
+    const SequencePtr s = waiting.front();
+    if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
+    if (!admit(s, running, now)) break;
+    waiting.erase(waiting.begin());
+    running.push_back(s);
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()), b.tokens);
+    const bool last = n == static_cast<int64_t>(s->prefix.size());
+    add_input(step, s, std::span<const int32_t>(s->prefix.data(), static_cast<size_t>(n)), last);
+    s->fed = n;
+    scheduled.push_back(s);
+    b.tokens -= static_cast<int>(n), --b.seqs;
+  }
+  return step;
+}
+
+}  // namespace rill

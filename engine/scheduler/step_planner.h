@@ -1,0 +1,70 @@
+// Composes one engine step (iteration-level scheduling): the decode token of every running
+// sequence, then prefill chunks of partly prefilled ones, then new admissions from the waiting
+// queue, within max_num_seqs, max_num_batched_tokens and the KV pool.
+//
+// KV budget. A `streaming` sequence needs a constant number of blocks for its whole life: it is
+// admitted only when they are all free, and they stay reserved for it (never preempted for
+// growth). A `full` sequence is admitted when its whole prefill fits beside the reservations,
+// the unfinished prefills of running sequences and a small watermark; when running `full`
+// sequences then run out of blocks, the lowest-priority, newest one not yet in this step is
+// preempted (its blocks freed; it is recomputed later from prompt + generated tokens, with the
+// same sampler state, so its output does not change).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/runner/runner.h"
+#include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/sequence.h"
+
+namespace rill {
+
+struct PlannedStep {
+  std::vector<StepInput> inputs;
+  std::vector<SequencePtr> seqs;  // parallel to inputs
+  bool empty() const { return inputs.empty(); }
+};
+
+class StepPlanner {
+ public:
+  /// `fail(seq, error)`: a sequence the runner refused at admission (the loop finishes it).
+  StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
+              std::function<void(const SequencePtr&, const Error&)> fail);
+
+  /// Moves sequences between `running` and `waiting` (admission, preemption) and returns the
+  /// step. `waiting` must be in scheduling order (WaitingOrder). Token spans point into the
+  /// sequences and into this planner: valid until the next plan().
+  PlannedStep plan(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting, Clock::time_point now);
+
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  struct Budget {
+    int tokens;
+    int seqs;
+  };
+  int free_blocks_for_growth(const std::vector<SequencePtr>& running) const;
+  int owed_prefill_blocks(const std::vector<SequencePtr>& running) const;
+  bool ensure_blocks(const SequencePtr& s, int blocks, std::vector<SequencePtr>& running,
+                     std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled);
+  void preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting);
+  int64_t chunk_that_fits(const Sequence& s, int64_t want, int free_blocks) const;
+  bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now);
+  void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
+
+  ModelRunner& runner_;
+  const SchedulerConfig& config_;
+  std::function<void(const SequencePtr&, const Error&)> fail_;
+  SeqId next_runner_id_ = 1;
+  int64_t preemptions_ = 0;
+  std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)
+  int promised_ = 0;                     // blocks the step being planned takes for `full` sequences
+};
+
+/// Orders `waiting` for scheduling: effective priority (priority - aging_per_s * seconds
+/// waited; lower first), then arrival.
+void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now);
+
+}  // namespace rill

@@ -1,0 +1,93 @@
+// Shared by the scheduler tests: the default model on the CPU runner behind a ServingEngine,
+// collecting a request's events, and the offline generator as the independent reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_runner.h"
+#include "engine/model/model.h"
+#include "engine/offline/generator.h"
+#include "engine/scheduler/serving_engine.h"
+
+namespace rill::testing {
+
+inline const Model& default_model() {
+  static const Model m = load_model(std::string(RILL_SOURCE_DIR) + "/models/rill-shakespeare");
+  return m;
+}
+
+struct EngineFixture {
+  explicit EngineFixture(SchedulerConfig config = {}, CpuRunnerOptions options = {.num_threads = 1}) {
+    const Model& m = default_model();
+    const std::vector<int> stops = m.stop_token_ids();
+    config.eos_token_ids.assign(stops.begin(), stops.end());
+    engine = std::make_unique<ServingEngine>(std::make_unique<CpuRunner>(m, options), *m.tokenizer, config, metrics);
+  }
+  MetricsRegistry metrics{MetricLabels{{"model_name", "rill-shakespeare"}}};
+  std::unique_ptr<ServingEngine> engine;
+};
+
+/// Everything one request produced.
+struct Collected {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<SampleLogprobs> logprobs;
+  std::vector<std::string> chunk_texts;
+  FinalEvent final;
+  int finals = 0;
+  bool timed_out = false;
+};
+
+inline Collected collect(RequestHandle& h, std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+  Collected c;
+  for (;;) {
+    auto e = h.next(timeout);
+    if (!e) {
+      c.timed_out = c.finals == 0;
+      return c;
+    }
+    if (auto* chunk = std::get_if<TokenChunk>(&*e)) {
+      EXPECT_EQ(c.finals, 0) << "a chunk after the final event";
+      c.ids.insert(c.ids.end(), chunk->ids.begin(), chunk->ids.end());
+      c.text += chunk->text;
+      c.chunk_texts.push_back(chunk->text);
+      c.logprobs.insert(c.logprobs.end(), chunk->logprobs.begin(), chunk->logprobs.end());
+    } else {
+      c.final = std::get<FinalEvent>(*e);
+      ++c.finals;
+    }
+  }
+}
+
+inline std::vector<int32_t> random_prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int vocab = default_model().config.vocab_size;
+  std::vector<int32_t> p(n);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+/// The request run alone through the offline generator on its own runner: the reference.
+/// Returns the streamed tokens (a final stop token removed).
+inline std::vector<int32_t> reference_tokens(const Request& r) {
+  const Model& m = default_model();
+  static CpuRunner runner(m, {.num_threads = 1});  // one conversion of the weights for every test
+  GenerationRequest g;
+  g.prompt = r.prompt;
+  g.sampling = r.sampling;
+  g.cache = r.cache;
+  g.max_tokens = r.max_tokens;
+  const std::vector<int> stops = m.stop_token_ids();
+  if (!r.ignore_eos) g.stop_token_ids.assign(stops.begin(), stops.end());
+  g.stop_token_ids.insert(g.stop_token_ids.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+  GenerationResult res = generate(runner, 1, g, {});
+  if (res.finish == FinishReason::kStop) res.tokens.pop_back();
+  return res.tokens;
+}
+
+}  // namespace rill::testing
