@@ -88,6 +88,16 @@ class OverloadTest(unittest.TestCase):
             self.assertEqual(r.status, 503)
             self.assertGreaterEqual(int(r.getheader("Retry-After")), 1)
             conn.close()
+            # gRPC: RESOURCE_EXHAUSTED with the retry hint in the trailing metadata.
+            import grpc
+            from grpc_api_test import Stub, greedy
+            with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}",
+                                       options=[("grpc.enable_http_proxy", 0)]) as channel:
+                with self.assertRaises(grpc.RpcError) as e:
+                    list(Stub(channel).Generate(greedy(text="x", max_tokens=1), timeout=30))
+                self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+                trailers = dict(e.exception.trailing_metadata())
+                self.assertGreater(int(trailers["retry-after-ms"]), 0)
             for c, _ in (running, queued):
                 c.close()
         finally:
