@@ -1,6 +1,7 @@
 // Boost.Beast lives in this translation unit only (compile time).
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <chrono>
@@ -205,6 +206,13 @@ class Session : public std::enable_shared_from_this<Session> {
     generating_ = true;
     reg_.generating.fetch_add(1);
     stream_.expires_never();
+    if (stream_mode_) {
+      // The kernel's send buffer is part of what a slow reader may leave unsent: bound it by the
+      // same setting, so the whole backlog stays within about twice max_stream_buffer_bytes.
+      beast::error_code ignored;
+      const int64_t bytes = std::clamp<int64_t>(ctx_.config().max_stream_buffer_bytes, 4096, 4 << 20);
+      stream_.socket().set_option(net::socket_base::send_buffer_size(static_cast<int>(bytes)), ignored);
+    }
     watch_disconnect();
     on_events();
   }
@@ -360,6 +368,7 @@ class Session : public std::enable_shared_from_this<Session> {
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec || !res->keep_alive()) {
         if (self->generating_) self->log_access();
+        if (!ec && !self->generating_) return self->linger_close();
         return self->close();
       }
       self->reset_for_next();
@@ -387,6 +396,22 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     ctx_.access_log(AccessRecord{"http", method_line_, request_id_, status_, finish_reason_, prompt_tokens_,
                                  completion_tokens_, timings_});
+  }
+
+  // Half-closes, then reads and discards what the client still sends (e.g. the rest of an
+  // oversized body) for up to 5 s, so that it reads our answer instead of a connection reset.
+  void linger_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(5));
+    discard();
+  }
+
+  void discard() {
+    stream_.async_read_some(net::buffer(probe_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->discard();
+    });
   }
 
   // Counts this session out of the generating ones (once).

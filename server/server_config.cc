@@ -203,6 +203,7 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
     else if (a.starts_with("--config=")) config = load_config_file(a.substr(9));
   }
   CLI::App app{"rill-server: streaming LLM inference over gRPC and an OpenAI-compatible HTTP API"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last flag wins
   std::string config_path;
   app.add_option("--config", config_path, "JSON configuration file (configs/); flags override it");
   for (const Field& f : fields(config)) {
