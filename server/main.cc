@@ -129,8 +129,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<ServingEngine> engine;
   try {
     model = std::make_unique<Model>(load_model(config.model));
-    engine = std::make_unique<ServingEngine>(make_runner(*model, config.engine), *model->tokenizer, config.scheduler,
-                                             metrics);
+    std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
+    apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
+    engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler, metrics);
   } catch (const std::exception& e) {
     spdlog::error("cannot load {}: {}", config.model, e.what());
     return 1;

@@ -141,6 +141,7 @@ ServerConfig load_config_file(const std::string& path) {
         const Field* f = find(key + "." + k2);
         if (!f) bad(key + "." + k2, "unknown field");
         set_from_json(*f, v2);
+        c.explicit_fields.insert(f->path);
       }
       continue;
     }
@@ -148,6 +149,7 @@ ServerConfig load_config_file(const std::string& path) {
     const Field* f = find(key);
     if (!f) bad(key, "unknown field");
     set_from_json(*f, value);
+    c.explicit_fields.insert(f->path);
   }
   return c;
 }
@@ -202,11 +204,12 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
     if (a == "--config" && i + 1 < argc) config = load_config_file(argv[i + 1]);
     else if (a.starts_with("--config=")) config = load_config_file(a.substr(9));
   }
+  const std::vector<Field> fs = fields(config);
   CLI::App app{"rill-server: streaming LLM inference over gRPC and an OpenAI-compatible HTTP API"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last flag wins
   std::string config_path;
   app.add_option("--config", config_path, "JSON configuration file (configs/); flags override it");
-  for (const Field& f : fields(config)) {
+  for (const Field& f : fs) {
     std::visit([&](auto* p) {
       using T = std::remove_pointer_t<decltype(p)>;
       if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
@@ -227,7 +230,19 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
   } catch (const CLI::ParseError& e) {
     throw Error(ErrorCode::kInvalidArgument, e.what());
   }
+  for (const Field& f : fs)
+    if (app.get_option(f.flag)->count() > 0) config.explicit_fields.insert(f.path);
   return true;
+}
+
+void apply_scheduler_defaults(ServerConfig& config, const SchedulerConfig& defaults) {
+  ServerConfig d;
+  d.scheduler = defaults;
+  const std::vector<Field> to = fields(config), from = fields(d);
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (!to[i].path.starts_with("scheduler.") || config.explicit_fields.count(to[i].path)) continue;
+    std::visit([&](auto* dst) { *dst = *std::get<decltype(dst)>(from[i].target); }, to[i].target);
+  }
 }
 
 std::string config_to_json(const ServerConfig& config) {

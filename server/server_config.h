@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "engine/runner/runner_factory.h"
@@ -26,7 +27,12 @@ struct ServerConfig {
   bool access_log = true;
   EngineOptions engine;
   SchedulerConfig scheduler;
+  std::set<std::string> explicit_fields;           // paths set by the file or a flag
 };
+
+/// Takes the runner's scheduler defaults (scheduler_defaults("cpu" | "cuda")) for every
+/// scheduler field the file and flags left unset.
+void apply_scheduler_defaults(ServerConfig& config, const SchedulerConfig& defaults);
 
 /// Reads a configuration file (throws kInvalidArgument naming the field or the JSON error).
 ServerConfig load_config_file(const std::string& path);

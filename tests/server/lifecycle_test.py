@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -13,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import SERVER, SOURCE_DIR, Server, wait_until  # noqa: E402
+from harness import SERVER, SOURCE_DIR, Server, metric_value, wait_until  # noqa: E402
 
 STREAMING = {"policy": "streaming", "n_sink": 4, "window": 64}
 
@@ -24,6 +25,15 @@ def open_stream(port, body):
     conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}),
                  headers={"Content-Type": "application/json"})
     return conn, conn.getresponse()
+
+
+def send_only(port, body):
+    """Sends a completion request without waiting for any answer; returns the socket."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
 
 
 def read_events(resp):
@@ -77,8 +87,10 @@ class OverloadTest(unittest.TestCase):
         server = Server("--max-num-seqs", "1", "--max-queued-requests", "1")
         try:
             body = {"prompt": "ROMEO:", "max_tokens": 100000, "ignore_eos": True, "cache": STREAMING}
-            running = open_stream(server.http_port, body)
-            queued = open_stream(server.http_port, body)
+            running = send_only(server.http_port, body)
+            self.assertTrue(wait_until(lambda: metric_value(server.metrics(), "rill_requests_running") == 1))
+            queued = send_only(server.http_port, body)
+            self.assertTrue(wait_until(lambda: metric_value(server.metrics(), "rill_requests_waiting") == 1))
             status, raw = server.post("/v1/completions", {"prompt": "x", "max_tokens": 1})
             self.assertEqual(status, 503, raw)
             self.assertEqual(json.loads(raw)["error"]["type"], "overloaded_error")
@@ -98,7 +110,7 @@ class OverloadTest(unittest.TestCase):
                 self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
                 trailers = dict(e.exception.trailing_metadata())
                 self.assertGreater(int(trailers["retry-after-ms"]), 0)
-            for c, _ in (running, queued):
+            for c in (running, queued):
                 c.close()
         finally:
             self.assertEqual(server.stop(), 0)

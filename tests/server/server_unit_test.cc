@@ -184,6 +184,13 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_EQ(c.scheduler.max_num_seqs, 7);
   EXPECT_EQ(c.scheduler.queue_timeout.count(), 9);
   EXPECT_FALSE(c.engine.cuda_graphs);
+  // Scheduler fields left unset take the runner's defaults; those given stay.
+  SchedulerConfig defaults;
+  defaults.max_num_seqs = 64;
+  defaults.max_num_batched_tokens = 512;
+  apply_scheduler_defaults(c, defaults);
+  EXPECT_EQ(c.scheduler.max_num_seqs, 7);
+  EXPECT_EQ(c.scheduler.max_num_batched_tokens, 512);
   std::vector<std::string> bad = {"rill-server", "--http-port", "abc"};
   std::vector<char*> bargv;
   for (auto& a : bad) bargv.push_back(a.data());
