@@ -3,6 +3,7 @@
 // cuBLAS GEMM rate for prefill), plus a per-category breakdown of one decode step.
 //   rill-bench --model DIR --batch 1,64 --context 512,1024 [--cache streaming --sink 4 --window 252]
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -245,7 +246,7 @@ struct Variant {
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
-  // CTA shapes of single GEMVs (set_projection_gemv_config): projection -> shape.
+  // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
 };
 
@@ -303,26 +304,29 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
   return variants;
 }
 
-// Sets the runner up as v says; deep_mask and eo are the run's own settings.
-void apply_variant(CudaRunner& r, const Variant& v, const EngineOptions& eo, int deep_mask) {
-  r.set_cuda_graphs(v.graphs && eo.cuda_graphs);
-  r.set_gemv(v.gemv);
-  r.set_programmatic_launch(v.pdl);
-  r.set_fused_decode(v.fused && eo.fused_decode);
-  r.set_decode_splits(v.splits);
-  r.set_gemv_config(v.gemv_config);
-  r.set_gemv_deep_prologue(v.gemv_deep < 0 ? deep_mask : v.gemv_deep);
-  r.set_early_kv_loads(v.early_kv);
-  r.set_cluster_merge(v.cluster);
-  for (int projection = 1; projection <= CudaRunner::kDeepHead; projection *= 2)
-    r.set_projection_gemv_config(projection, -1);
-  for (const auto& [projection, config] : v.projection_configs)
-    r.set_projection_gemv_config(projection, config);
-  if (v.rope_in_attention < 0) {
-    r.reset_rope_in_attention();  // the runner's own rule
-  } else {
-    r.set_rope_in_attention(v.rope_in_attention == 1);
+// The tuning of variant v: the run's own (`base`, from the engine flags and --gemv-deep-*) with
+// what v changes.
+CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
+  CudaTuning t = base;
+  t.cuda_graphs = v.graphs && base.cuda_graphs;
+  t.gemv = v.gemv;
+  t.programmatic_launch = v.pdl;
+  t.fused_decode = v.fused && base.fused_decode;
+  t.decode_splits = v.splits;
+  t.gemv_config = v.gemv_config;
+  if (v.gemv_deep >= 0) t.gemv_deep_mask = v.gemv_deep;
+  t.early_kv_loads = v.early_kv;
+  t.cluster_merge = v.cluster;
+  for (const auto& [projection, config] : v.projection_configs) {
+    if (projection <= 0 || projection > CudaTuning::kHead ||
+        !std::has_single_bit(unsigned(projection)))
+      throw Error(ErrorCode::kInvalidArgument, "GEMV projection: 1, 2, 4, 8 or 16, got " +
+                                                   std::to_string(projection));
+    t.projection_config(projection) = config;
   }
+  if (v.rope_in_attention >= 0)
+    t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
+  return t;
 }
 
 void decode_table(Bench& b) {
@@ -330,7 +334,7 @@ void decode_table(Bench& b) {
   const EngineOptions& eo = b.eo;
   const CachePolicy& policy = b.policy;
   std::mt19937& rng = b.rng;
-  const int deep_mask = r.gemv_deep_prologue();  // the run's, restored at the end
+  const CudaTuning base = r.tuning();  // the run's, restored at the end
   // Untimed decode for about a second first, so the GPU's clocks have ramped up before the first
   // configuration is timed (the first one otherwise read up to 3% slow).
   for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(1);)
@@ -345,7 +349,7 @@ void decode_table(Bench& b) {
     for (int ctx : int_list(b.args.get("context"))) {
       if (ctx > b.c.max_position_embeddings && !policy.is_streaming()) continue;
       for (const Variant& v : decode_variants(b.args, batch)) {
-        apply_variant(r, v, eo, deep_mask);
+        r.set_tuning(variant_tuning(v, base));
         const DecodeResult d = time_decode(r, batch, ctx, policy, b.steps, rng, eo.max_step_tokens);
         const DecodeResult piped = time_decode(r, batch, ctx, policy, b.steps, rng,
                                                eo.max_step_tokens, DecodeTiming::kPipelined);
@@ -357,7 +361,7 @@ void decode_table(Bench& b) {
       }
     }
   }
-  apply_variant(r, Variant{}, eo, deep_mask);
+  r.set_tuning(base);
 }
 
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
@@ -404,18 +408,18 @@ void trace_table(Bench& b) {
     std::printf("\nkernel trace: this build has no CUPTI\n");
     return;
   }
-  const int deep_mask = b.r.gemv_deep_prologue();
+  const CudaTuning base = b.r.tuning();
   for (int batch : int_list(b.args.get("batch"))) {
     for (int ctx : int_list(b.args.get("context"))) {
       for (const Variant& v : decode_variants(b.args, batch)) {
-        apply_variant(b.r, v, b.eo, deep_mask);
+        b.r.set_tuning(variant_tuning(v, base));
         const DecodeResult d = time_decode(b.r, batch, ctx, b.policy, b.steps, b.rng,
                                            b.eo.max_step_tokens, DecodeTiming::kTrace);
         print_trace(b, batch, v, d);
       }
     }
   }
-  apply_variant(b.r, Variant{}, b.eo, deep_mask);
+  b.r.set_tuning(base);
 }
 
 // One traced configuration's table: each kernel's share of the critical path.
@@ -424,7 +428,8 @@ void print_trace(Bench& b, int batch, const Variant& v, const DecodeResult& d) {
   std::printf(
       "\nkernel timeline of a decode step (batch %d, %d cached, %s%s%s, %d steps traced): "
       "step %.3f ms while traced, kernels span %.3f ms\n",
-      batch, d.cached, b.eo.cuda_graphs ? "CUDA graph" : "eager", v.off.empty() ? "" : ", ",
+      batch, d.cached, b.eo.cuda_tuning.cuda_graphs ? "CUDA graph" : "eager",
+      v.off.empty() ? "" : ", ",
       v.off.c_str(), a.steps, d.step_ms, a.span_ms);
   std::printf("  %-64s %9s %12s %7s %12s\n", "kernel [CTAs] after the kernel launched before it",
               "per step", "critical ms", "share", "resident us");
@@ -519,11 +524,11 @@ int main(int argc, char** argv) {
     eo.max_batch = args.get_int("max-batch");
     const Model model = load_model(args.get("model"));
     kernels::set_smem_carveout(args.get_int("carveout"));
+    eo.cuda_tuning.gemv_deep_config = args.get_int("gemv-deep-config");
+    if (args.get_int("gemv-deep-mask") >= 0)
+      eo.cuda_tuning.gemv_deep_mask = args.get_int("gemv-deep-mask");
     const auto t_load = Clock::now();
     CudaRunner r(model, eo);
-    r.set_gemv_deep_config(args.get_int("gemv-deep-config"));
-    if (args.get_int("gemv-deep-mask") >= 0)
-      r.set_gemv_deep_prologue(args.get_int("gemv-deep-mask"));
     const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
     cudaStream_t s;
     BENCH_CUDA(cudaStreamCreate(&s));

@@ -3,6 +3,8 @@
 
   python3 tools/make_golden.py --model models/rill-shakespeare --text ../shared/data/tinyshakespeare.txt \
       --fixtures tests/fixtures --golden tests/golden
+  python3 tools/make_golden.py --text ../shared/data/tinyshakespeare.txt \
+      --fixtures tests/fixtures --golden tests/golden --only gpt_neox_hd80,llama_hd96
 
 Produces
   tests/fixtures/<name>/          tiny random-initialised checkpoints (fixed seeds), one per
@@ -120,7 +122,7 @@ def fixture_specs():
     common = dict(vocab_size=v, bos_token_id=0, eos_token_id=0, max_position_embeddings=256)
     return [
         # name, model class, config, storage dtype, save kwargs
-        # head_dim 64 throughout: the dimension the CUDA kernels are tuned for (64 and 128).
+        # head_dim 64 up to the last two: the dimension the CUDA kernels are tuned for (64, 128).
         ("llama_gqa_tied", LlamaForCausalLM, LlamaConfig(
             hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1, head_dim=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
@@ -149,6 +151,16 @@ def fixture_specs():
             hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
             hidden_act="gelu_new", layer_norm_eps=1e-5, use_parallel_residual=False, tie_word_embeddings=False,
             **rope_kwargs(GPTNeoXConfig, 10000.0, partial_rotary_factor=0.5), **common), torch.bfloat16, {}),
+        # The CUDA kernels' other head dims. 80 (Pythia-2.8B's shape: 25% rotary, 20 dims, which
+        # RoPE cannot fuse into decode attention) and 96 (Phi-3-mini's head_dim, with GQA).
+        ("gpt_neox_hd80", GPTNeoXForCausalLM, GPTNeoXConfig(
+            hidden_size=160, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            hidden_act="gelu", layer_norm_eps=1e-5, use_parallel_residual=True, tie_word_embeddings=False,
+            **rope_kwargs(GPTNeoXConfig, 10000.0, partial_rotary_factor=0.25), **common), torch.float16, {}),
+        ("llama_hd96", LlamaForCausalLM, LlamaConfig(
+            hidden_size=192, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=96, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            **rope_kwargs(LlamaConfig, 10000.0), **common), torch.bfloat16, {}),
     ]
 
 
@@ -242,11 +254,19 @@ def write_llama2c(hf_dir, ref_model, out_dir, tok):
             f.write(b)
 
 
-def make_fixtures(text, fixtures_dir, golden_dir, tmp_dir):
+def make_fixtures(text, fixtures_dir, golden_dir, tmp_dir, only=None):
+    """All fixtures, or those named in `only` (llama2c comes with llama_gqa_tied)."""
+    specs = fixture_specs()
+    if only:
+        unknown = set(only) - {spec[0] for spec in specs}
+        if unknown:
+            raise SystemExit(f"--only: unknown fixtures {sorted(unknown)} "
+                             f"(known: {', '.join(spec[0] for spec in specs)})")
+        specs = [spec for spec in specs if spec[0] in only]
     tok_dir = os.path.join(tmp_dir, "fixture_tokenizer")
     os.makedirs(tok_dir, exist_ok=True)
     tok = fixture_tokenizer(text, tok_dir)
-    for name, cls, cfg, dtype, save_kw in fixture_specs():
+    for name, cls, cfg, dtype, save_kw in specs:
         path, ref, cases, seed = make_fixture(name, cls, cfg, dtype, save_kw, tok_dir, fixtures_dir, tok)
         save_json(os.path.join(golden_dir, f"{name}.json"), {
             "model": f"tests/fixtures/{name}",
@@ -306,6 +326,9 @@ def main():
     ap.add_argument("--text", required=True, help="tinyshakespeare.txt (trains the fixture tokenizer)")
     ap.add_argument("--fixtures", help="fixture directory (fixtures skipped when absent)")
     ap.add_argument("--golden", required=True)
+    ap.add_argument("--only", help="comma-separated fixture names: write only these fixtures and "
+                    "their goldens (e.g. gpt_neox_hd80,llama_hd96); the default model is still written "
+                    "when --model is given")
     ap.add_argument("--tmp", default="/tmp/rill_golden")
     ap.add_argument("--eval-tokens", type=int, default=10240, help="held-out tokens for the streaming reference")
     args = ap.parse_args()
@@ -314,7 +337,8 @@ def main():
     if args.fixtures:
         os.makedirs(args.fixtures, exist_ok=True)
         text = open(args.text, encoding="utf-8").read()
-        make_fixtures(text, args.fixtures, args.golden, args.tmp)
+        make_fixtures(text, args.fixtures, args.golden, args.tmp,
+                      [n for n in args.only.split(",") if n] if args.only else None)
     if args.model:
         make_default(args.model, args.golden)
         write_eval_ids(args.model, open(args.text, encoding="utf-8").read(),

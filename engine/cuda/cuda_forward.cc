@@ -9,6 +9,7 @@
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -18,11 +19,11 @@ using cuda::StepPlan;
 
 namespace {
 
-// Ring depth of the decode GEMVs, measured on the H100 (docs/performance.md, eleventh session):
-// with three iterations in flight (a ring of 4) instead of four, the o and gate|up GEMVs, and the
-// qkv GEMV from two tokens on, issue less before their PDL wait, which leaves the memory system to
-// the short kernel they wait for (attention, add + norm); 7B batch 1 @ 515 gained 0.03-0.05 ms,
-// batch 8 0.12-0.14 ms. Depth changes no sum.
+// Ring depth of the decode GEMVs, measured on the H100 (docs/performance-history.md, eleventh
+// session): with three iterations in flight (a ring of 4) instead of four, the o and gate|up
+// GEMVs, and the qkv GEMV from two tokens on, issue less before their PDL wait, which leaves the
+// memory system to the short kernel they wait for (attention, add + norm); 7B batch 1 @ 515
+// gained 0.03-0.05 ms, batch 8 0.12-0.14 ms. Depth changes no sum.
 constexpr int kShallowRing = 4, kDeepRing = 5;
 
 // What every kernel that reads or writes one layer's cache takes (RoPE + K/V write, K/V write,
@@ -52,10 +53,10 @@ Params attention_params(kernels::DType dtype, const ModelConfig& c, void* layer_
 }  // namespace
 
 int CudaRunner::projection_config(int projection, int N, int K, int T) const {
-  const int forced = projection_config_[std::countr_zero(static_cast<unsigned>(projection))];
+  const int forced = tuning_.projection_config(projection);
   if (forced >= 0) return forced;
   const bool shallow =
-      projection == kDeepO || projection == kDeepUp || (projection == kDeepQkv && T > 1);
+      projection == kO || projection == kUp || (projection == kQkv && T > 1);
   // Only where the shape otherwise used is the usual deep ring (not forced to another one).
   const kernels::GemvConfigInfo u =
       kernels::gemv_config_info(gemm_->gemv_config(N, K, deep_gemv(projection)));
@@ -80,8 +81,8 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
   p.out = attn_.get();
   p.num_splits = attention_splits(sh.decode, plan.max_decode_keys);
   p.min_keys_per_split = kMinKeysPerSplit;
-  p.early_kv_loads = early_kv_loads_;
-  p.cluster_merge = cluster_merge_;
+  p.early_kv_loads = tuning_.early_kv_loads;
+  p.cluster_merge = tuning_.cluster_merge;
   p.workspace = attn_ws_.get();
   if (rope_in_attention(plan)) {  // raw QKV rows; rope_table_ filled at the start of the step
     p.rope.table = rope_table_.as<float>();
@@ -119,8 +120,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kDeepQkv),
-               projection_config(kDeepQkv, c.qkv_dim(), H, T));
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv),
+               projection_config(kQkv, c.qkv_dim(), H, T));
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
@@ -152,8 +153,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kDeepO),
-               projection_config(kDeepO, H, c.q_dim(), T));
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO),
+               projection_config(kO, H, c.q_dim(), T));
   });
 }
 
@@ -163,13 +164,13 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
   // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
-  const bool silu_in_gemv = fused_decode_ && c.gated_mlp && weights_->gate_up_interleaved() &&
-                            gemm_->uses_gemv(in, w.wup, T, H);
+  const bool silu_in_gemv = tuning_.fused_decode && c.gated_mlp &&
+                            weights_->gate_up_interleaved() && gemm_->uses_gemv(in, w.wup, T, H);
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
       const int N = c.gated_mlp ? 2 * I : I;
-      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kDeepUp),
-                 projection_config(kDeepUp, N, H, T));
+      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp),
+                 projection_config(kUp, N, H, T));
       return;
     }
     kernels::GemvParams p;
@@ -181,8 +182,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     p.y = act_.get();
     p.epilogue = kernels::GemvEpilogue::kSiluMul;
     p.bias = w.bup;
-    p.deep_prologue = deep_gemv(kDeepUp);
-    p.config = projection_config(kDeepUp, p.N, p.K, T);
+    p.deep_prologue = deep_gemv(kUp);
+    p.config = projection_config(kUp, p.N, p.K, T);
     gemm_->gemv(p);
   });
   if (!silu_in_gemv) timed(Profiler::kNorm, [&] {
@@ -202,8 +203,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
   timed(Profiler::kGemm, [&] {
-    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDeepDown),
-               projection_config(kDeepDown, H, I, T));
+    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown),
+               projection_config(kDown, H, I, T));
   });
 }
 
@@ -314,12 +315,18 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   if (sh.logit_rows == 0) return;
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
-               c.hidden_size, true, deep_gemv(kDeepHead),
-               projection_config(kDeepHead, c.vocab_size, c.hidden_size, sh.logit_rows));
+               c.hidden_size, true, deep_gemv(kHead),
+               projection_config(kHead, c.vocab_size, c.hidden_size, sh.logit_rows));
   });
   if (copy_logits)  // before sampling, which edits the logits in place
     RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,
                               cudaMemcpyDeviceToHost, stream_));
+  if (sh.logprobs)  // so are the raw rows log-probabilities are computed from
+    timed(Profiler::kSampling, [&] {
+      RILL_CUDA(kernels::launch_copy_logprob_rows(
+          sh.sampled, c.vocab_size, reinterpret_cast<const int32_t*>(dmeta() + L.logprobs),
+          logits_.as<float>(), logprob_logits_.as<float>(), stream_));
+    });
   if (sh.sampled == 0) return;
   timed(Profiler::kSampling, [&] {
     kernels::SampleParams s;
@@ -331,6 +338,23 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     s.prompt_mask = prompt_mask_.as<uint8_t>();
     s.out_tokens = sampled_.as<int32_t>();
     RILL_CUDA(kernels::launch_sample(s, stream_));
+  });
+  if (sh.logprobs) enqueue_logprobs(plan);
+}
+
+// Log-probabilities of the sampled tokens from the raw rows kept before sampling: sampled rows
+// with a request -> logprobs_ (downloaded with the sampled tokens).
+void CudaRunner::enqueue_logprobs(const StepPlan& plan) {
+  timed(Profiler::kSampling, [&] {
+    kernels::LogprobsParams p;
+    p.num_rows = plan.shape.sampled;
+    p.vocab = config_.vocab_size;
+    p.max_top = kMaxTopLogprobs;
+    p.logits = logprob_logits_.as<float>();
+    p.tokens = sampled_.as<int32_t>();
+    p.top_n = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.logprobs);
+    p.out = logprobs_.as<float>();
+    RILL_CUDA(kernels::launch_logprobs(p, stream_));
   });
 }
 

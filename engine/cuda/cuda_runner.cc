@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/cuda/cuda_support.h"
 #include "engine/cuda/step_profiler.h"
 #include "engine/model/dtype.h"
 #include "engine/error.h"
@@ -13,6 +14,7 @@
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -26,6 +28,8 @@ int cuda_device_count() { return cuda::cuda_device_count(); }
 
 namespace {
 
+static_assert(kMaxTopLogprobs <= kernels::kLogprobsMaxTop);
+
 constexpr int kExtraLogitRows = 512;  // logits rows beyond one per sequence (kAll requests)
 const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
@@ -36,9 +40,16 @@ size_t esize() {
 }  // namespace
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
-  graphs_enabled_ = o.cuda_graphs;
-  fused_decode_ = o.fused_decode;
-  const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);  // before any GPU work
+  // Everything that can be refused is checked before any GPU work: options, the model's shapes
+  // against what the kernels take, the tuning.
+  const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  if (o.block_size <= 0 || (o.block_size & (o.block_size - 1)))
+    throw Error(ErrorCode::kInvalidArgument, "CUDA block size must be a power of two");
+  if (const auto why = cuda_unsupported_reason(
+          config_, cuda_compute_dtype(o.dtype, config_.stored_dtype), kv_dtype))
+    throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
+  check_tuning(o.cuda_tuning);
+  tuning_ = o.cuda_tuning;
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -49,8 +60,6 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
-  if (o.block_size <= 0 || (o.block_size & (o.block_size - 1)))
-    throw Error(ErrorCode::kInvalidArgument, "CUDA block size must be a power of two");
   max_blocks_ = (config_.max_position_embeddings + o.block_size - 1) / o.block_size + 1;
   layout_.num_kv_heads = config_.num_kv_heads;
   layout_.block_size = o.block_size;
@@ -61,6 +70,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   }
   rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
                                                  layout_.cache_dtype);
+  apply_tuning();
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
   warm_up();
@@ -71,7 +81,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
       dtype == kernels::DType::kF16 ? "fp16" : "bf16", layout_.num_blocks - 1, layout_.block_size,
       cache_.bytes() / 1048576.0,
       layout_.cache_dtype == kernels::KvDType::kFp8E4M3 ? "fp8 e4m3" : "model dtype",
-      graphs_enabled_ ? "on" : "off");
+      tuning_.cuda_graphs ? "on" : "off");
 }
 
 CudaRunner::~CudaRunner() {
@@ -85,82 +95,38 @@ void CudaRunner::drop_graphs() {
   graph_shapes_.clear();
 }
 
-void CudaRunner::set_gemv(bool on) {
-  gemm_->set_gemv_enabled(on);
-  drop_graphs();
-}
-
 namespace {
-void check_gemv_config(int config) {
+void check_gemv_config(int config, const std::string& what) {
   if (config < -1 || config >= kernels::gemv_num_configs())
-    throw Error(ErrorCode::kInvalidArgument,
-                "GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_num_configs() - 1));
+    throw Error(ErrorCode::kInvalidArgument, what + ": -1 (default) .. " +
+                                                 std::to_string(kernels::gemv_num_configs() - 1) +
+                                                 ", got " + std::to_string(config));
 }
 }  // namespace
 
-void CudaRunner::set_gemv_config(int config) {
-  check_gemv_config(config);
-  gemm_->set_gemv_config(config);
-  drop_graphs();
-}
-
-void CudaRunner::set_gemv_deep_prologue(int mask) {
-  if (mask < 0 || mask > kDeepAll)
+void CudaRunner::check_tuning(const CudaTuning& t) {
+  check_gemv_config(t.gemv_config, "GEMV config");
+  check_gemv_config(t.gemv_deep_config, "GEMV deep-prologue config");
+  for (int config : t.projection_gemv_config) check_gemv_config(config, "projection GEMV config");
+  if (t.gemv_deep_mask < 0 || t.gemv_deep_mask > CudaTuning::kAllProjections)
     throw Error(ErrorCode::kInvalidArgument,
-                "GEMV deep-prologue mask: 0 .. " + std::to_string(kDeepAll));
-  gemv_deep_mask_ = mask;
-  drop_graphs();
-}
-
-void CudaRunner::set_gemv_deep_config(int config) {
-  check_gemv_config(config);
-  gemm_->set_deep_config(config);
-  drop_graphs();
-}
-
-void CudaRunner::set_projection_gemv_config(int projection, int config) {
-  if (projection <= 0 || projection > kDeepHead || !std::has_single_bit(unsigned(projection)))
-    throw Error(ErrorCode::kInvalidArgument, "GEMV projection: one of kDeepQkv .. kDeepHead");
-  check_gemv_config(config);
-  projection_config_[std::countr_zero(unsigned(projection))] = config;
-  drop_graphs();
-}
-
-void CudaRunner::set_early_kv_loads(bool on) {
-  early_kv_loads_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_rope_in_attention(bool on) {
-  rope_in_attention_ = on ? 1 : 0;
-  drop_graphs();
-}
-
-void CudaRunner::reset_rope_in_attention() {
-  rope_in_attention_ = -1;
-  drop_graphs();
-}
-
-void CudaRunner::set_cluster_merge(bool on) {
-  cluster_merge_ = on;
-  drop_graphs();
-}
-
-void CudaRunner::set_decode_splits(int splits) {
-  if (splits < 0 || splits > kMaxSplits)
+                "GEMV deep-prologue mask: 0 .. " + std::to_string(CudaTuning::kAllProjections));
+  if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
-  forced_splits_ = splits;
-  drop_graphs();
 }
 
-void CudaRunner::set_fused_decode(bool on) {
-  fused_decode_ = on;
-  drop_graphs();
+void CudaRunner::apply_tuning() {
+  gemm_->set_gemv_enabled(tuning_.gemv);
+  gemm_->set_gemv_config(tuning_.gemv_config);
+  gemm_->set_deep_config(tuning_.gemv_deep_config);
+  kernels::set_programmatic_launch(tuning_.programmatic_launch);
 }
 
-void CudaRunner::set_programmatic_launch(bool on) {
-  kernels::set_programmatic_launch(on);
+void CudaRunner::set_tuning(const CudaTuning& t) {
+  check_tuning(t);
+  tuning_ = t;
+  apply_tuning();
   drop_graphs();
 }
 
@@ -182,6 +148,8 @@ void CudaRunner::allocate_buffers() {
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
+  logprob_logits_ = DeviceMemory(size_t(max_batch_) * V * 4, "logprobs");
+  logprobs_ = DeviceMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
   attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
                           "attention workspace");
   // The split merge's counters must start at zero; every launch leaves them zero again.
@@ -189,13 +157,14 @@ void CudaRunner::allocate_buffers() {
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
-  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_};
+  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_, true};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
   for (HostBuffers& h : host_) {
     h.meta = PinnedMemory(meta_bytes, "step metadata");
     h.sampled = PinnedMemory(R * 4, "sampled tokens");
+    h.logprobs = PinnedMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
   }
 }
 
@@ -234,18 +203,18 @@ void CudaRunner::warm_up() {
 }
 
 int CudaRunner::decode_bucket(int batch) const {
-  if (!graphs_enabled_) return 0;
+  if (!tuning_.cuda_graphs) return 0;
   for (int b : kBuckets)
     if (b >= batch && b <= max_batch_) return b;
   return 0;
 }
 
 int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
-  if (forced_splits_ > 0) return forced_splits_;
-  // Measured on H100 at batch 1 (docs/performance.md): up to ~256 keys one CTA per kv head beats
-  // any split (the merge costs more than it saves); beyond, about one split per 64 keys, as many
-  // CTAs as fit four per SM, rounded down to a power of two so that a sequence growing from 256
-  // to 65k keys needs at most 5 graphs per batch bucket.
+  if (tuning_.decode_splits > 0) return tuning_.decode_splits;
+  // Measured on H100 at batch 1 (docs/performance-history.md): up to ~256 keys one CTA per kv
+  // head beats any split (the merge costs more than it saves); beyond, about one split per 64
+  // keys, as many CTAs as fit four per SM, rounded down to a power of two so that a sequence
+  // growing from 256 to 65k keys needs at most 5 graphs per batch bucket.
   if (max_keys <= kOneSplitKeys) return 1;
   const int ctas = std::max(1, decode_seqs * config_.num_kv_heads);
   const int want = std::min(
@@ -256,15 +225,26 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
 }
 
 void CudaRunner::add_sequence(const SequenceSpec& spec) {
-  spec.sampling.validate();
+  validate_sequence(spec, config_.vocab_size);
   if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
   SeqInfo info;
   info.sampling.params = spec.sampling;
+  // A resumed sequence: its draws continue at generated.size(), its generated tokens count as
+  // output (the prefill that recomputes them marks them as prompt too, which changes nothing).
+  info.sampling.step = info.sampling.first_step = spec.generated.size();
   if (spec.sampling.has_penalties()) {
     if (free_state_slots_.empty()) throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
     info.sampling.state_slot = free_state_slots_.back();
     const size_t V = config_.vocab_size;
-    RILL_CUDA(cudaMemsetAsync(output_counts_.as<int32_t>() + info.sampling.state_slot * V, 0, V * 4, stream_));
+    int32_t* counts = output_counts_.as<int32_t>() + info.sampling.state_slot * V;
+    if (spec.generated.empty()) {
+      RILL_CUDA(cudaMemsetAsync(counts, 0, V * 4, stream_));
+    } else {
+      // From pageable memory: the call returns once the host row is staged (resumes are rare).
+      std::vector<int32_t> host(V, 0);
+      for (int32_t t : spec.generated) ++host[t];
+      RILL_CUDA(cudaMemcpyAsync(counts, host.data(), V * 4, cudaMemcpyHostToDevice, stream_));
+    }
     RILL_CUDA(cudaMemsetAsync(prompt_mask_.as<uint8_t>() + info.sampling.state_slot * V, 0, V, stream_));
   }
   kv_->add_sequence(spec.id, spec.cache);  // validates the policy
@@ -289,9 +269,11 @@ void CudaRunner::set_profiling(bool on) {
 }
 
 cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
-  // One graph per batch bucket and attention split count (the grid of decode attention).
+  // One graph per batch bucket, attention split count (the grid of decode attention) and
+  // whether log-probabilities are computed.
   const int key =
-      bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys);
+      (bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys)) * 2 +
+      (plan.shape.logprobs ? 1 : 0);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     if (!(graph_shapes_.at(key) == plan.shape))
@@ -394,10 +376,11 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   if (step_timing_) RILL_CUDA(cudaEventRecord(h.begin.get(), stream_));
   RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), h.meta.get(), plan.layout.bytes,
                             cudaMemcpyHostToDevice, stream_));
-  // Penalised sequences still in their prompt: remember the prompt tokens on the GPU.
+  // Penalised sequences that have not sampled yet in this runner: their tokens are prompt
+  // tokens (a resumed sequence's too); remember them on the GPU.
   for (int k = 0; k < n; ++k) {
     const cuda::SamplingSlot& s = seqs_.at(inputs[k].id).sampling;
-    if (s.state_slot < 0 || s.step > 0 || s.params.repetition_penalty == 1.0f) continue;
+    if (s.state_slot < 0 || s.step > s.first_step || s.params.repetition_penalty == 1.0f) continue;
     const int32_t* toks = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
     RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), config_.vocab_size,
                                           s.state_slot, toks,
@@ -410,6 +393,10 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   }
   if (plan.shape.sampled > 0)
     RILL_CUDA(cudaMemcpyAsync(h.sampled.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
+                              cudaMemcpyDeviceToHost, stream_));
+  if (plan.shape.logprobs)
+    RILL_CUDA(cudaMemcpyAsync(h.logprobs.get(), logprobs_.get(),
+                              size_t(plan.shape.sampled) * kLogprobsWidth * 4,
                               cudaMemcpyDeviceToHost, stream_));
   RILL_CUDA(cudaEventRecord(h.end.get(), stream_));
 }
@@ -430,12 +417,27 @@ StepOutput CudaRunner::finish() {
     profiler_->collect(profile_);
     ++profile_.steps;
   }
-  return collect_outputs(f.plan, h.sampled.as<int32_t>());
+  return collect_outputs(f.plan, h);
 }
 
-StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const int32_t* sampled) const {
+StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const HostBuffers& h) const {
+  const int32_t* sampled = h.sampled.as<int32_t>();
   const int n = static_cast<int>(plan.sampled_index.size());
   StepOutput out;
+  if (plan.shape.logprobs) {  // kernels::LogprobsParams::out rows, by sampled row
+    out.logprobs.resize(n);
+    for (int k = 0; k < n; ++k) {
+      if (plan.logprobs[k] < 0) continue;
+      const float* row = h.logprobs.as<float>() + size_t(plan.sampled_index[k]) * kLogprobsWidth;
+      out.logprobs[k].sampled = row[0];
+      for (int i = 0; i < plan.logprobs[k]; ++i) {
+        int32_t id;
+        std::memcpy(&id, &row[1 + 2 * i], 4);
+        if (id < 0) break;  // fewer tokens than asked for
+        out.logprobs[k].top.push_back({id, row[2 + 2 * i]});
+      }
+    }
+  }
   out.sampled.assign(n, -1);
   out.logits_row.assign(n, -1);
   const float* logits = logits_host_.as<float>();

@@ -2,7 +2,7 @@
 // gate/up projections, Rill's kernels for everything else, a paged KV pool sized from free GPU
 // memory, sampling on the GPU, and decode steps replayed as CUDA graphs per batch-size bucket.
 // Per step only token ids, positions, cache slots / block tables and sampling rows go to the
-// device, and only sampled tokens (and logits when asked for) come back.
+// device, and only sampled tokens (with log-probabilities and logits when asked for) come back.
 #pragma once
 
 #include <bit>
@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cuda/cuda_tuning.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/cuda/cuda_weights.h"
 #include "engine/cuda/gemm.h"
@@ -57,46 +58,11 @@ class CudaRunner final : public ModelRunner {
   size_t kv_pool_bytes() const { return cache_.bytes(); }
   /// Bytes of one cached K or V element: 2 (the model's dtype), or 1 with an fp8 cache.
   int kv_element_bytes() const { return static_cast<int>(layout_.element_bytes()); }
-  void set_cuda_graphs(bool on) { graphs_enabled_ = on; }
-  /// GEMV kernel for small batches on/off (off: cuBLAS for every GEMM); re-captures graphs.
-  void set_gemv(bool on);
-  /// Every GEMV forced to CTA shape `config` (-1: kernels::gemv_default_config per shape). For
-  /// rill-bench; re-captures graphs.
-  void set_gemv_config(int config);
-  /// Which decode GEMVs stage their weights through shared memory (kernels::GemvParams::
-  /// deep_prologue): a mask of kDeepQkv, kDeepO, kDeepUp, kDeepDown, kDeepHead. For rill-bench;
-  /// re-captures graphs.
-  void set_gemv_deep_prologue(int mask);
-  int gemv_deep_prologue() const { return gemv_deep_mask_; }
-  /// The CTA shape of the GEMVs with a deep prologue (-1: the default rule). For rill-bench.
-  void set_gemv_deep_config(int config);
-  static constexpr int kDeepQkv = 1, kDeepO = 2, kDeepUp = 4, kDeepDown = 8, kDeepHead = 16;
-  static constexpr int kDeepAll = 31;
-  static constexpr int kDeepDefault = kDeepAll;
-  /// The CTA shape of one decode GEMV (`projection`: kDeepQkv .. kDeepHead), -1: as the others
-  /// (set_gemv_config, set_gemv_deep_config or the default rule). Re-captures graphs.
-  void set_projection_gemv_config(int projection, int config);
-  /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (GemvEpilogue::kSiluMul) on/off;
-  /// off runs the activation kernel after the GEMV. Re-captures graphs.
-  void set_fused_decode(bool on);
-  /// Decode attention's split count forced to `splits` (0: the automatic policy). For
-  /// rill-bench; re-captures graphs.
-  void set_decode_splits(int splits);
-  /// Decode attention issues its first K/V loads before waiting for the previous kernel
-  /// (kernels::DecodeAttentionParams::early_kv_loads) on/off; re-captures graphs.
-  void set_early_kv_loads(bool on);
-  /// Decode attention merges its splits inside a thread-block cluster
-  /// (kernels::DecodeAttentionParams::cluster_merge) on/off; re-captures graphs.
-  void set_cluster_merge(bool on);
-  /// Decode-only steps rotate q and the newest key and write the newest K/V inside decode
-  /// attention (kernels::DecodeRope): forced on or off (off runs the RoPE + K/V-write kernel
-  /// before it). By default it is on where it was measured to pay: models without GQA, attention
-  /// in several splits (docs/performance.md). Re-captures graphs.
-  void set_rope_in_attention(bool on);
-  void reset_rope_in_attention();  // back to the default rule
-  /// Programmatic dependent launch on/off (kernels::set_programmatic_launch, process-wide);
-  /// re-captures graphs.
-  void set_programmatic_launch(bool on);
+  /// The tuning in effect (EngineOptions::cuda_tuning at construction).
+  const CudaTuning& tuning() const { return tuning_; }
+  /// Replaces the whole tuning (validated first: kInvalidArgument leaves the runner as it was)
+  /// and drops the captured CUDA graphs, so later steps launch what it says.
+  void set_tuning(const CudaTuning& tuning);
   /// While enabled, eager steps record CUDA events per op category into `profile()`
   /// (graph replays are not broken down).
   void set_profiling(bool on);
@@ -126,17 +92,22 @@ class CudaRunner final : public ModelRunner {
   // to be read while the next step downloads its own.
   struct HostBuffers {
     cuda::PinnedMemory meta, sampled;
+    cuda::PinnedMemory logprobs;  // [max_batch, kLogprobsWidth] (logprobs_)
     cuda::Event begin, end;  // around the step's copies and kernels; finish() waits for `end`
   };
   class Profiler;
 
+  static void check_tuning(const CudaTuning& t);  // throws kInvalidArgument
+  void apply_tuning();  // tuning_'s settings that live outside the runner (Gemm, kernels)
   void allocate_buffers();
   void size_kv_pool(double memory_fraction);
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
   // sampling steps of the sequences that sampled).
-  StepOutput collect_outputs(const cuda::StepPlan& plan, const int32_t* sampled) const;
+  StepOutput collect_outputs(const cuda::StepPlan& plan, const HostBuffers& h) const;
+  // Log-probabilities of the sampled rows that asked (rows past the LM head and the sampler).
+  void enqueue_logprobs(const cuda::StepPlan& plan);
   // Validates the step and appends its tokens to the caches; returns each input's first position.
   std::vector<int64_t> admit(std::span<const StepInput> inputs, bool& any_logits);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
@@ -178,28 +149,24 @@ class CudaRunner final : public ModelRunner {
   int num_sms_ = 0;
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
   int32_t trash_block_ = 0;
-  bool graphs_enabled_ = true;
-  bool fused_decode_ = true;
-  int forced_splits_ = 0;  // see set_decode_splits
-  int projection_config_[5] = {-1, -1, -1, -1, -1};  // by bit of kDeepQkv .. kDeepHead
+  CudaTuning tuning_;  // see set_tuning
+  static constexpr int kQkv = CudaTuning::kQkv, kO = CudaTuning::kO, kUp = CudaTuning::kUp,
+                       kDown = CudaTuning::kDown, kHead = CudaTuning::kHead;
   // The CTA shape of a decode projection's GEMV over [N, K] weights at T tokens: the one
-  // set_projection_gemv_config forced, else the measured ring depth (-1: Gemm's choice).
+  // CudaTuning::projection_gemv_config forces, else the measured ring depth (-1: Gemm's choice).
   int projection_config(int projection, int N, int K, int T) const;
-  int gemv_deep_mask_ = kDeepDefault;  // see set_gemv_deep_prologue
-  bool deep_gemv(int projection) const { return (gemv_deep_mask_ & projection) != 0; }
-  bool early_kv_loads_ = true;
-  bool cluster_merge_ = true;
-  // RoPE inside decode attention: -1 the default rule, else forced off (0) / on (1). The rule,
-  // from H100 measurements (docs/performance.md, ninth session): on for models without GQA when
+  bool deep_gemv(int projection) const { return (tuning_.gemv_deep_mask & projection) != 0; }
+  // RoPE inside decode attention (CudaTuning::rope_in_attention). The kAuto rule, from H100
+  // measurements (docs/performance-history.md, ninth session): on for models without GQA when
   // attention runs in several splits (Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms, batch 8
   // 0.05-0.07 ms); off with one split, where the rotation lengthens each CTA's long critical path
   // (7B fp8 4 + 252: 0.05 ms lost), and for GQA (Llama-3-8B lost 0.04-0.16 ms).
-  int rope_in_attention_ = -1;
   bool rope_fusable_ = false;  // the kernel takes this model's shapes (set at construction)
   // RoPE inside decode attention this step: decode rows only.
   bool rope_in_attention(const cuda::StepPlan& plan) const {
     if (!rope_fusable_ || plan.shape.prefill > 0) return false;
-    if (rope_in_attention_ >= 0) return rope_in_attention_ == 1;
+    if (tuning_.rope_in_attention != RopeInAttention::kAuto)
+      return tuning_.rope_in_attention == RopeInAttention::kOn;
     return config_.num_kv_heads == config_.num_heads &&
            attention_splits(plan.shape.decode, plan.max_decode_keys) > 1;
   }
@@ -218,6 +185,11 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory sampled_;  // [R] int32
+  // Log-probabilities (StepInput::logprobs): the raw logits of the sampled rows that ask, kept
+  // before the sampler edits logits_ in place, and the kernel's compact output rows.
+  cuda::DeviceMemory logprob_logits_;  // [max_batch, V] fp32
+  cuda::DeviceMemory logprobs_;        // [max_batch, kLogprobsWidth] fp32
+  static constexpr int kLogprobsWidth = 1 + 2 * kMaxTopLogprobs;  // kernels::LogprobsParams::out
   cuda::DeviceMemory attn_ws_;  // decode attention split workspace
   cuda::DeviceMemory
       cache_;  // [layers][blocks + 1][2][kv_heads][block_size][head_dim], fp16/bf16 or e4m3

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cuda/cuda_support.h"
+
 namespace rill::cuda {
 namespace {
 
@@ -91,11 +93,8 @@ class Uploader {
 }  // namespace
 
 kernels::DType resolve_dtype(const std::string& requested, DType stored) {
-  if (requested == "float16" || requested == "fp16" || requested == "half") return kernels::DType::kF16;
-  if (requested == "bfloat16" || requested == "bf16") return kernels::DType::kBF16;
-  if (requested != "auto")
-    throw Error(ErrorCode::kInvalidArgument, "unsupported CUDA dtype '" + requested + "' (auto, float16, bfloat16)");
-  return stored == DType::kBF16 ? kernels::DType::kBF16 : kernels::DType::kF16;
+  return cuda_compute_dtype(requested, stored) == DType::kBF16 ? kernels::DType::kBF16
+                                                               : kernels::DType::kF16;
 }
 
 DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype) : dtype_(dtype) {

@@ -1,6 +1,6 @@
 // y[M, N] = x[M, K] * w[N, K]^T for the CUDA runner: Rill's GEMV kernel for M <= 8 (decode;
-// faster than cuBLAS at every Llama shape and M <= 8 on H100, docs/performance.md) and cuBLAS
-// (tensor cores, fp32 accumulation) otherwise. The choice depends only on the operands, never
+// faster than cuBLAS at every Llama shape and M <= 8 on H100, docs/performance-history.md) and
+// cuBLAS (tensor cores, fp32 accumulation) otherwise. The choice depends only on the operands, never
 // on timings, so every run computes bit-identical results. Safe inside CUDA-graph capture
 // (fixed cuBLAS workspace).
 #pragma once

@@ -96,6 +96,7 @@ StepLayout StepLayout::make(const StepShape& s) {
   L.tables = take(size_t(s.decode + s.prefill) * s.max_blocks * 4);
   L.rows = take(size_t(s.logit_rows) * 4);
   L.sampling = take(size_t(s.sampled) * sizeof(kernels::SamplingRow));
+  L.logprobs = take(s.logprobs ? size_t(s.sampled) * 4 : 0);  // nothing when nobody asks
   L.bytes = off;
   return L;
 }
@@ -146,6 +147,12 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
       }
   }
   sh.sampled = static_cast<int>(rows.size());
+  plan.logprobs.assign(n, -1);
+  for (int k = 0; k < n; ++k)
+    if (plan.sampled_index[k] >= 0 && inputs[k].logprobs >= 0) {
+      plan.logprobs[k] = inputs[k].logprobs;
+      sh.logprobs = true;
+    }
   for (int k = 0; k < n; ++k) {
     const int len = static_cast<int>(inputs[k].tokens.size());
     if (inputs[k].logits == LogitsMode::kNone) continue;
@@ -228,6 +235,12 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
   }
   std::copy(rows.begin(), rows.end(), w.at<int32_t>(L.rows));
   for (int i = 0; i < sh.sampled; ++i) w.at<kernels::SamplingRow>(L.sampling)[i] = sampling_row(sample_slots[i]);
+  if (sh.logprobs) {
+    int32_t* top_n = w.at<int32_t>(L.logprobs);
+    std::fill(top_n, top_n + sh.sampled, -1);
+    for (int k = 0; k < n; ++k)
+      if (plan.logprobs[k] >= 0) top_n[plan.sampled_index[k]] = plan.logprobs[k];
+  }
   return plan;
 }
 

@@ -24,11 +24,13 @@ struct StepShape {
   int logit_rows = 0;   // R: rows sent through the LM head (sampled rows first)
   int sampled = 0;      // NS: rows sampled on the GPU
   int max_blocks = 0;   // MB: block-table row width
+  bool logprobs = false;  // some sampled row asks for log-probabilities (StepLayout::logprobs)
   bool operator==(const StepShape&) const = default;
 };
 
 struct StepLayout {
-  size_t tokens, positions, sink_positions, rope_slot, late_slot, decode, prefill, tables, rows, sampling, bytes;
+  size_t tokens, positions, sink_positions, rope_slot, late_slot, decode, prefill, tables, rows, sampling,
+      logprobs, bytes;  // logprobs: [NS] int32 alternatives per sampled row (-1: none), if asked
   static StepLayout make(const StepShape& s);
 };
 
@@ -42,6 +44,7 @@ struct StepPlan {
   std::vector<int> sampled_index;      // per input: index among sampled rows, or -1
   std::vector<int> logits_first;       // per input: first logits row (within R), or -1
   std::vector<int> logits_count;       // per input: rows of logits returned
+  std::vector<int> logprobs;           // per input: StepInput::logprobs if it samples, else -1
   bool any_logits = false;
 };
 
@@ -49,6 +52,7 @@ struct StepPlan {
 struct SamplingSlot {
   SamplingParams params;
   uint64_t step = 0;        // draws so far
+  uint64_t first_step = 0;  // `step` when this runner took the sequence (resumed: generated tokens)
   int32_t state_slot = -1;  // row of the GPU penalty state, -1 without penalties
 };
 

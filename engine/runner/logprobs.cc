@@ -15,7 +15,9 @@ SampleLogprobs compute_logprobs(std::span<const float> logits, int32_t token, in
   double sum = 0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
   const double lse = mx + std::log(sum);
-  auto logprob = [&](size_t id) { return static_cast<float>(static_cast<double>(logits[id]) - lse); };
+  auto logprob = [&](size_t id) {
+    return static_cast<float>(static_cast<double>(logits[id]) - lse);
+  };
 
   SampleLogprobs out;
   out.sampled = token >= 0 && static_cast<size_t>(token) < V ? logprob(token) : 0.0f;

@@ -1,6 +1,9 @@
 #include "engine/runner/runner_factory.h"
 
+#include <spdlog/spdlog.h>
+
 #include "engine/cpu/cpu_runner.h"
+#include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
@@ -16,18 +19,36 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o) {
+DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& o, bool cuda_present) {
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     throw Error(ErrorCode::kInvalidArgument, "unknown device '" + o.device + "' (auto, cpu, cuda)");
-  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
-  if (use_cuda) {
+  if (o.device == "cpu" || (o.device == "auto" && !cuda_present)) return {};
+  if (!cuda_present) {
 #ifdef RILL_HAVE_CUDA
-    if (!cuda_available()) throw Error(ErrorCode::kUnsupported, "no CUDA device is visible");
-    return std::make_unique<CudaRunner>(model, o);
+    throw Error(ErrorCode::kUnsupported, "no CUDA device is visible");
 #else
-    throw Error(ErrorCode::kUnsupported, "this build of Rill has no CUDA support (rebuild with nvcc present)");
+    throw Error(ErrorCode::kUnsupported,
+                "this build of Rill has no CUDA support (rebuild with nvcc present)");
 #endif
   }
+  const auto why = cuda_unsupported_reason(c, cuda_compute_dtype(o.dtype, c.stored_dtype),
+                                           parse_kv_cache_dtype(o.kv_cache_dtype));
+  if (!why) return {.cuda = true};
+  if (o.device == "cuda")
+    throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
+  return {.cuda = false, .fallback_reason = *why};
+}
+
+std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o) {
+  const DeviceChoice choice = choose_device(model.config, o, cuda_available());
+  if (choice.cuda) {
+#ifdef RILL_HAVE_CUDA
+    return std::make_unique<CudaRunner>(model, o);
+#endif
+  }
+  if (!choice.fallback_reason.empty())
+    spdlog::warn("--device auto: running {} on the CPU: the CUDA runner cannot run it: {}",
+                 model.config.architecture, choice.fallback_reason);
   CpuRunnerOptions c;
   c.num_threads = o.cpu_threads;
   c.block_size = o.block_size;

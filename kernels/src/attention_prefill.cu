@@ -17,7 +17,8 @@
 // scale * log2(e), masked only where the tile is not entirely visible, online softmax on the
 // accumulator fragments (row max over the 4 lanes of a quad), P re-packed in registers as the A
 // operand of O += P V (V through ldmatrix.trans). Shared memory: Q + 2 x (K, V) tiles, 87 KB for
-// head_dim 128 (two CTAs per SM).
+// head_dim 128 (two CTAs per SM). Head dims 64, 80, 96 and 128; 80 and 96 (Phi-2, Pythia-2.8B,
+// Phi-3-mini) copy their rows' 10 or 12 chunks with 16 threads per row (PrefillShape::kLanes).
 //
 // fp8 (e4m3) cache: cache rows are copied as raw bytes into a staging tile (16 KB more at head_dim
 // 128) and converted to the activation type (x * scale, one rounding) by the thread that copied
@@ -63,14 +64,22 @@ struct PrefillArgs {
 
 template <int D>
 struct PrefillShape {
-  // Shared-memory row pitch in elements: a 16-byte pad keeps ldmatrix conflict-free.
+  // Shared-memory row pitch in elements: a 16-byte pad keeps ldmatrix conflict-free (also at
+  // head_dim 80 and 96: rows 176 and 208 bytes apart start in 8 distinct 16-byte bank groups).
   static constexpr int kPitch = D + 8;
   static constexpr int kTileElems = kTile * kPitch;
   static constexpr int kSmemBytes = 5 * kTileElems * 2;  // Q, 2 x K, 2 x V
   static constexpr int kChunks = D / 8;                  // 16-byte chunks per row
-  static constexpr int kRowsPerPass = kPrefillThreads / kChunks;
+  // Threads copying one row: kChunks rounded up to a power of two, so that a pass covers whole
+  // rows. head_dim 64 and 128: all of them copy; 80 and 96 (10 and 12 chunks on 16 lanes): the
+  // top lanes of each row stay idle in the tile loads (kIdleLanes), the MMAs are unchanged.
+  static constexpr int kLanes = kChunks <= 8 ? 8 : 16;
+  static constexpr bool kIdleLanes = kLanes != kChunks;
+  static constexpr int kRowsPerPass = kPrefillThreads / kLanes;
   static constexpr int kPasses = kTile / kRowsPerPass;
-  static_assert(D % 16 == 0 && kTile % kRowsPerPass == 0, "unsupported head_dim");
+  static_assert(D % 16 == 0 && kChunks <= 16 && kTile % kRowsPerPass == 0, "unsupported head_dim");
+  /// True for the threads that copy nothing (a chunk past the row).
+  static __device__ __forceinline__ bool idle(int chunk) { return kIdleLanes && chunk >= kChunks; }
 };
 
 /// One CTA's view of its sequence and head (C: the cache element type, T or Fp8).
@@ -123,10 +132,11 @@ template <typename T, int D, typename C>
 __device__ __forceinline__ void load_q_tile(const PrefillCtx<T, C>& c, const T* q_base,
                                             int64_t q_stride, T* sq) {
   using Sh = PrefillShape<D>;
-  const int chunk = threadIdx.x % Sh::kChunks;
+  const int chunk = threadIdx.x % Sh::kLanes;
+  if (Sh::idle(chunk)) return;
 #pragma unroll
   for (int pass = 0; pass < Sh::kPasses; ++pass) {
-    const int r = threadIdx.x / Sh::kChunks + pass * Sh::kRowsPerPass;
+    const int r = threadIdx.x / Sh::kLanes + pass * Sh::kRowsPerPass;
     const bool valid = c.q0 + r < c.n_tok;
     const T* src = valid ? q_base + static_cast<int64_t>(c.q_offset + c.q0 + r) * q_stride : q_base;
     attn::cp_async16(attn::smem_addr(sq + r * Sh::kPitch + chunk * 8), src + chunk * 8, valid);
@@ -139,8 +149,9 @@ template <typename T, int D, bool kSink>
 __device__ __forceinline__ void load_kv_tile(const PrefillCtx<T>& c, int k0, int kk_lo, T* sk,
                                              T* sv) {
   using Sh = PrefillShape<D>;
-  const int chunk = threadIdx.x % Sh::kChunks;
-  const int row0 = threadIdx.x / Sh::kChunks;
+  const int chunk = threadIdx.x % Sh::kLanes;
+  const int row0 = threadIdx.x / Sh::kLanes;
+  if (Sh::idle(chunk)) return;
   // Old window keys are consecutive in the ring: one division per tile, then wrap-around adds.
   unsigned off = 0;
   if (!kSink && k0 < 0) off = attn::ring_offset(c.old_head_rel + 1 + k0 + row0, c.ring);
@@ -179,8 +190,9 @@ __device__ __forceinline__ uint32_t load_kv_tile_fp8(const PrefillCtx<T, Fp8>& c
                                                      T* sk, T* sv, unsigned char* rk,
                                                      unsigned char* rv) {
   using Sh = PrefillShape<D>;
-  const int chunk = threadIdx.x % Sh::kChunks;
-  const int row0 = threadIdx.x / Sh::kChunks;
+  const int chunk = threadIdx.x % Sh::kLanes;
+  const int row0 = threadIdx.x / Sh::kLanes;
+  if (Sh::idle(chunk)) return 0;
   unsigned off = 0;
   if (!kSink && k0 < 0) off = attn::ring_offset(c.old_head_rel + 1 + k0 + row0, c.ring);
   uint32_t from_cache = 0;
@@ -244,8 +256,8 @@ __device__ __forceinline__ void convert_kv_tile(uint32_t from_cache, const unsig
                                                 const unsigned char* rv, T* sk, T* sv,
                                                 float k_scale, float v_scale) {
   using Sh = PrefillShape<D>;
-  const int chunk = threadIdx.x % Sh::kChunks;
-  const int row0 = threadIdx.x / Sh::kChunks;
+  const int chunk = threadIdx.x % Sh::kLanes;  // idle lanes copied nothing: from_cache is 0
+  const int row0 = threadIdx.x / Sh::kLanes;
 #pragma unroll
   for (int pass = 0; pass < Sh::kPasses; ++pass) {
     if (!((from_cache >> pass) & 1u)) continue;
@@ -549,10 +561,27 @@ cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int nu
   return launch_status();
 }
 
+/// Calls body.template operator()<D>() for the supported prefill head dims: 64 and 128 (Llama,
+/// Mistral, Qwen), 80 (Phi-2, Pythia-2.8B) and 96 (Phi-3-mini).
+template <typename Body>
+cudaError_t dispatch_prefill_head_dim(int head_dim, Body&& body) {
+  switch (head_dim) {
+    case 64:
+      return body.template operator()<64>();
+    case 80:
+      return body.template operator()<80>();
+    case 96:
+      return body.template operator()<96>();
+    case 128:
+      return body.template operator()<128>();
+  }
+  return invalid_argument("unsupported head_dim=" + std::to_string(head_dim));
+}
+
 }  // namespace
 
 cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim != 64 && p.head_dim != 128)
+  if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 && p.head_dim != 128)
     return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
   if (const std::string why =
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
@@ -591,9 +620,9 @@ cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream
   args.v_scale = p.layout.v_scale;
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
-      return p.head_dim == 64
-                 ? launch_prefill_typed<T, C, 64>(args, p.max_tokens, p.num_seqs, stream)
-                 : launch_prefill_typed<T, C, 128>(args, p.max_tokens, p.num_seqs, stream);
+      return dispatch_prefill_head_dim(p.head_dim, [&]<int D>() {
+        return launch_prefill_typed<T, C, D>(args, p.max_tokens, p.num_seqs, stream);
+      });
     });
   });
 }

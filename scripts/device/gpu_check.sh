@@ -28,8 +28,14 @@ run() {  # run SECTION TIMEOUT_S CMD...
 for section in "$@"; do
   case $section in
     tests)
-      TAIL=15 run tests 150 "$bin/kernel_tests" --gtest_brief=1
-      TAIL=15 run tests 150 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+      TAIL=15 run tests 300 "$bin/kernel_tests" --gtest_brief=1
+      TAIL=15 run tests 300 "$bin/cuda_engine_tests" --gtest_brief=1 ;;
+    logprobs)
+      TAIL=20 run logprobs 60 "$bin/rill-logprobs-bench" ;;
+    bench-7b-b1)  # the headline: Llama-2-7B decode at batch 1, 512 cached tokens
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=8 run bench_7b_b1 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 --prefill 0 \
+        --max-batch 8 --steps 128 ;;
     ppl)
       for g in tests/golden/streaming_default.json tests/golden/streaming_gpu_part.json; do
         [ -f "$g" ] && { run ppl 200 "$bin/rill-ppl" --model models/rill-shakespeare --device cuda --golden "$g"; break; }
@@ -40,7 +46,8 @@ for section in "$@"; do
     micro)
       TAIL=40 run micro 120 "$bin/rill-gemv-bench"
       TAIL=30 run micro 120 "$bin/rill-attention-bench"
-      TAIL=20 run micro 60 "$bin/rill-sampling-bench" ;;
+      TAIL=20 run micro 60 "$bin/rill-sampling-bench"
+      [ -x "$bin/rill-logprobs-bench" ] && TAIL=20 run micro 60 "$bin/rill-logprobs-bench" ;;
     bench-7b)
       run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=40 run bench_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1,64 --context 512,1024 \
@@ -76,11 +83,11 @@ for section in "$@"; do
       [ -d /tmp/llama3-8b ] || run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
       TAIL=12 run serve_8b 400 "$bin/rill-serve-bench" --model /tmp/llama3-8b --dtype bfloat16 --num-requests 1000 \
         --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
-    serve-mix-7b)  # 32 decode streams; 2,048-token prompts arrive at 2/s, prefilled in 192-token chunks
+    serve-mix-7b)  # 32 decode streams; 2,048-token prompts arrive at 2/s, prefilled in 128-token chunks
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=16 run serve_mix_7b 300 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 \
         --decode-prompt-len 128 --num-requests 16 --input-len 2048 --output-len 32 --rate 2 --max-num-seqs 64 \
-        --max-num-batched-tokens 224 ;;
+        --max-num-batched-tokens 160 ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
         --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;

@@ -392,18 +392,11 @@ TEST(CpuRunner, ResumedSequenceSamplesTheUninterruptedTokens) {
   const Model m = random_model(tiny_llama_config());
   CpuRunner r(m, {.num_threads = 2});
   const auto prompt = token_stream(9, m.config.vocab_size, 5);
-  {
-    SCOPED_TRACE("greedy");
-    testing::expect_resume_equals_uninterrupted(r, prompt, {.temperature = 0.0f}, 14);
-  }
-  {
-    SCOPED_TRACE("greedy with penalties");
-    testing::expect_resume_equals_uninterrupted(
-        r, prompt, {.temperature = 0.0f, .repetition_penalty = 1.5f, .frequency_penalty = 0.7f}, 14);
-  }
-  {
-    SCOPED_TRACE("seeded with penalties");
-    testing::expect_resume_equals_uninterrupted(r, prompt, penalised_sampling(), 14);
+  using testing::Refeed;
+  const SamplingParams greedy_penalised{.temperature = 0.0f, .repetition_penalty = 1.5f, .frequency_penalty = 0.7f};
+  for (const SamplingParams& sp : {SamplingParams{.temperature = 0.0f}, greedy_penalised, penalised_sampling()}) {
+    SCOPED_TRACE(sp.greedy() ? (sp.has_penalties() ? "greedy with penalties" : "greedy") : "seeded with penalties");
+    testing::expect_resume_equals_uninterrupted(r, prompt, sp, 14, {Refeed::kWhole, Refeed::kChunks, Refeed::kReplay});
   }
 }
 

@@ -1,7 +1,8 @@
 // The CUDA runner against transformers' golden outputs and against the CPU reference runner:
 // greedy tokens and logits for every architecture fixture and the default model (fp16/bf16
 // tolerances), StreamingLLM caches, chunked prefill, mixed decode + prefill steps, CUDA graphs,
-// and the fp8 KV cache against the CPU runner's emulation of it.
+// the fp8 KV cache against the CPU runner's emulation of it, log-probabilities and resumed
+// (preempted) sequences.
 // GPU tests: they skip visibly where no GPU exists and run on the GPU machine before changes land.
 #include <gtest/gtest.h>
 
@@ -10,12 +11,15 @@
 #include <random>
 
 #include "engine/cpu/cpu_runner.h"
+#include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
 #include "engine/offline/generator.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner_factory.h"
 #include "tests/engine/golden.h"
 #include "tests/engine/pipelining.h"
+#include "tests/engine/random_model.h"
+#include "tests/engine/resume_logprobs.h"
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
@@ -35,13 +39,15 @@ using testing::source_path;
 #ifdef RILL_HAVE_CUDA
 
 std::unique_ptr<CudaRunner> cuda_runner(const Model& m, bool graphs = true,
-                                        const std::string& kv_cache_dtype = "auto") {
+                                        const std::string& kv_cache_dtype = "auto",
+                                        CudaTuning tuning = {}) {
   EngineOptions o;
   o.device = "cuda";
   o.max_batch = 16;
   o.max_step_tokens = 2048;
   o.gpu_memory_fraction = 0.3;
-  o.cuda_graphs = graphs;
+  tuning.cuda_graphs = graphs;
+  o.cuda_tuning = tuning;
   o.kv_cache_dtype = kv_cache_dtype;
   return std::make_unique<CudaRunner>(m, o);
 }
@@ -278,8 +284,7 @@ TEST(CudaRunner, LaunchModesChangeNoBit) {
   const Model m = load_model(source_path("models/rill-shakespeare"));
   const auto cases = golden_cases(load_golden("default_model.json"));
   auto logits = [&](bool pdl, bool graphs) {
-    auto r = cuda_runner(m, graphs);
-    r->set_programmatic_launch(pdl);
+    auto r = cuda_runner(m, graphs, "auto", {.programmatic_launch = pdl});
     std::vector<float> out;
     for (size_t k = 0; k < 2; ++k) {  // prompt, then 24 decode steps of batch 2 (GEMV path)
       r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
@@ -313,8 +318,7 @@ TEST(CudaRunner, FusedDecodeMatchesUnfused) {
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int batch = 3, steps = 16, V = m.config.vocab_size;
   auto logits = [&](bool fused) {
-    auto r = cuda_runner(m);
-    r->set_fused_decode(fused);
+    auto r = cuda_runner(m, true, "auto", {.fused_decode = fused});
     std::vector<std::vector<float>> rows;
     for (int k = 0; k < batch; ++k) {  // prompts: GEMM steps, then decode at batch 3 (GEMVs)
       r->add_sequence({SeqId(k), CachePolicy::full(), {.temperature = 0.0f}});
@@ -357,8 +361,9 @@ TEST(CudaRunner, RopeInAttentionChangesNoBit) {
     for (const char* kv : {"auto", "fp8"}) {
       SCOPED_TRACE(path + " kv " + kv);
       auto run = [&](bool fused) {
-        auto r = cuda_runner(m, true, kv);
-        r->set_rope_in_attention(fused);
+        auto r = cuda_runner(
+            m, true, kv,
+            {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff});
         std::vector<std::vector<float>> rows;
         std::vector<int32_t> next(batch);
         for (int k = 0; k < batch; ++k) {
@@ -400,10 +405,8 @@ TEST(CudaRunner, DecodeSplitsChangeOnlyRounding) {
   const auto cases = golden_cases(load_golden("default_model.json"));
   const int V = m.config.vocab_size, steps = 300;
   auto logits = [&](int splits, bool early, bool cluster = true) {
-    auto r = cuda_runner(m);
-    r->set_decode_splits(splits);
-    r->set_early_kv_loads(early);
-    r->set_cluster_merge(cluster);
+    auto r = cuda_runner(m, true, "auto",
+                         {.decode_splits = splits, .early_kv_loads = early, .cluster_merge = cluster});
     r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
     StepInput in{1, cases[0].prompt, LogitsMode::kLast, true};
     std::vector<float> out = r->step(std::span<const StepInput>(&in, 1)).logits;
@@ -442,10 +445,10 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
   // default shapes).
   auto logits = [&](int deep_mask, int carveout, int ring_stages = 0) {
     kernels::set_smem_carveout(carveout);
-    auto r = cuda_runner(m);
-    r->set_gemv_deep_prologue(deep_mask);
-    for (int p = CudaRunner::kDeepQkv; ring_stages > 0 && p <= CudaRunner::kDeepDown; p *= 2)
-      r->set_projection_gemv_config(p, kernels::gemv_ring_config(16, ring_stages));
+    CudaTuning t{.gemv_deep_mask = deep_mask};
+    for (int p = CudaTuning::kQkv; ring_stages > 0 && p <= CudaTuning::kDown; p *= 2)
+      t.projection_config(p) = kernels::gemv_ring_config(16, ring_stages);
+    auto r = cuda_runner(m, true, "auto", t);
     std::vector<float> out;
     for (SeqId id : {1, 2}) {
       r->add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
@@ -462,17 +465,200 @@ TEST(CudaRunner, GemvStagingAndCarveoutChangeNothing) {
     kernels::set_smem_carveout(-1);
     return out;
   };
-  const auto ring = logits(CudaRunner::kDeepAll, -1);
+  const auto ring = logits(CudaTuning::kAllProjections, -1);
   ASSERT_EQ(ring.size(), size_t(2) * V * steps);
   EXPECT_EQ(logits(0, -1), ring) << "register-buffered GEMVs";
-  EXPECT_EQ(logits(CudaRunner::kDeepQkv | CudaRunner::kDeepDown, -1), ring) << "mixed";
-  EXPECT_EQ(logits(CudaRunner::kDeepAll, 72), ring) << "carveout 72%";
+  EXPECT_EQ(logits(CudaTuning::kQkv | CudaTuning::kDown, -1), ring) << "mixed";
+  EXPECT_EQ(logits(CudaTuning::kAllProjections, 72), ring) << "carveout 72%";
   for (int stages : {3, 5, 6}) {
     ASSERT_GE(kernels::gemv_ring_config(16, stages), 0) << stages;
-    EXPECT_EQ(logits(CudaRunner::kDeepAll, -1, stages), ring) << "rings of " << stages;
+    EXPECT_EQ(logits(CudaTuning::kAllProjections, -1, stages), ring) << "rings of " << stages;
   }
-  EXPECT_THROW(cuda_runner(m)->set_projection_gemv_config(3, 0), Error);  // not one projection
-  EXPECT_THROW(cuda_runner(m)->set_gemv_deep_prologue(CudaRunner::kDeepAll + 1), Error);
+}
+
+// A tuning given at construction and the same tuning set later (set_tuning drops the graphs
+// captured before) give the same logits; a tuning out of range is refused whole, at construction
+// or by set_tuning, and leaves the runner as it was.
+TEST(CudaRunner, SetTuningEqualsConstructionAndValidates) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const int V = m.config.vocab_size;
+  const CudaTuning other{.fused_decode = false, .decode_splits = 2, .cluster_merge = false};
+  auto run = [&](CudaRunner& r, SeqId id) {  // prompt, then 8 teacher-forced decode steps
+    r.add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
+    StepInput in{id, cases[0].prompt, LogitsMode::kLast, true};
+    std::vector<float> out = r.step(std::span<const StepInput>(&in, 1)).logits;
+    for (int s = 0; s < 8; ++s) {
+      const int32_t next = (s * 7919 + 13) % V;
+      StepInput d{id, std::span<const int32_t>(&next, 1),
+                  s % 2 ? LogitsMode::kLast : LogitsMode::kNone, true};
+      const auto o = r.step(std::span<const StepInput>(&d, 1));
+      out.insert(out.end(), o.logits.begin(), o.logits.end());
+    }
+    r.remove_sequence(id);
+    return out;
+  };
+  const auto want = run(*cuda_runner(m, true, "auto", other), 1);
+  auto r = cuda_runner(m);
+  EXPECT_TRUE(r->tuning() == CudaTuning{});
+  run(*r, 1);  // captures graphs with the default tuning
+  r->set_tuning(other);
+  EXPECT_TRUE(r->tuning() == other);
+  EXPECT_EQ(run(*r, 2), want);
+
+  CudaTuning bad;
+  bad.gemv_deep_mask = CudaTuning::kAllProjections + 1;
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.projection_config(CudaTuning::kO) = kernels::gemv_num_configs();
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.decode_splits = 17;
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  EXPECT_TRUE(r->tuning() == other);
+  try {
+    cuda_runner(m, true, "auto", bad);
+    ADD_FAILURE() << "a runner with 17 decode splits";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+}
+
+// The runner checks the model itself, before any GPU work (so this runs without a GPU too): a
+// head_dim its kernels do not take is kUnsupported at construction, naming the value and the
+// supported set, never a kernel error at the first request.
+TEST(CudaRunner, RefusesAnUnsupportedHeadDimAtConstruction) {
+  ModelConfig c = testing::tiny_llama_config();  // llama2.c-sized: head_dim 8
+  c.hidden_size = 32;
+  c.num_heads = c.num_kv_heads = 4;
+  c.head_dim = c.rope.rotary_dim = 8;
+  EngineOptions o;
+  o.device = "cuda";
+  try {
+    CudaRunner r(testing::random_model(c), o);
+    ADD_FAILURE() << "a head_dim 8 model was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head_dim=8 (supported: 64, 80, 96, 128)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// One small random model of every shape class the CUDA runner accepts: head_dim (64, 80, 96, 128)
+// x GQA ratio (1, 2, 4, 8) x dtype (fp16, bf16), with full or partial rotary dims (0.5 or 0.25:
+// Llama-style or GPT-NeoX-style layers), a QKV bias or not, and hidden sizes 136 or 132 spread over
+// them, so that each head dim meets each. Weights are representable in the dtype, so the CPU runner computes with exactly
+// the weights the GPU holds.
+struct SweepCase {
+  int head_dim, ratio;
+  DType dtype;
+  double rotary;  // fraction of head_dim
+  bool neox, qkv_bias;
+  int hidden;
+  std::string describe() const {
+    return "head_dim " + std::to_string(head_dim) + " GQA " + std::to_string(ratio) + " " +
+           dtype_name(dtype) + " rotary " + std::to_string(rotary) +
+           (neox ? " GPT-NeoX" : " Llama") + (qkv_bias ? " qkv bias" : "") + " hidden " +
+           std::to_string(hidden);
+  }
+};
+
+std::vector<SweepCase> sweep_cases() {
+  std::vector<SweepCase> v;
+  for (int d : {64, 80, 96, 128})
+    for (int ri = 0; ri < 4; ++ri)
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        const bool bf16 = t == DType::kBF16, partial = ri % 2 == 1;
+        v.push_back({d, 1 << ri, t, partial ? (bf16 ? 0.25 : 0.5) : 1.0, partial && bf16,
+                     (ri / 2 == 0) != bf16, partial ? 132 : 136});
+      }
+  return v;
+}
+
+ModelConfig sweep_config(const SweepCase& k) {
+  ModelConfig c = testing::tiny_llama_config();
+  c.vocab_size = 97;
+  // 136: a multiple of 8, not 16; 132: not of 8 either, so the norms and the embedding take their
+  // scalar paths and GEMMs over the hidden size go to cuBLAS.
+  c.hidden_size = k.hidden;
+  c.intermediate_size = 200;
+  c.num_kv_heads = 2;
+  c.num_heads = 2 * k.ratio;
+  c.head_dim = k.head_dim;
+  c.rope.rotary_dim = static_cast<int>(k.head_dim * k.rotary);
+  c.tie_word_embeddings = false;
+  c.qkv_bias = k.qkv_bias;
+  c.stored_dtype = k.dtype;
+  if (k.neox) {  // LayerNorm, parallel residual, plain GELU MLP with biases
+    c.architecture = "GPTNeoXForCausalLM";
+    c.arch = Arch::kGptNeoX;
+    c.norm = NormKind::kLayerNorm;
+    c.act = Activation::kGeluErf;
+    c.gated_mlp = false;
+    c.parallel_residual = true;
+    c.o_bias = c.mlp_bias = true;
+  }
+  return c;
+}
+
+// Every case loads (no kUnsupported), runs a two-chunk prefill and decode steps (eager with logits,
+// then graph replays) without a kernel error, and its logits follow the CPU runner within
+// check_golden's tolerances. GQA ratios 1 and 8 force RoPE into decode attention where the shape
+// allows it (rotary_dim / 2 a multiple of 8), the others keep the runner's rule.
+TEST(CudaRunner, SupportedShapeSweepMatchesTheCpu) {
+  REQUIRE_CUDA();
+  for (const SweepCase& k : sweep_cases()) {
+    SCOPED_TRACE(k.describe());
+    const ModelConfig c = sweep_config(k);
+    ASSERT_EQ(cuda_unsupported_reason(c, k.dtype), std::nullopt);
+    const Model m = testing::random_model(
+        c, {.seed = static_cast<uint32_t>(k.head_dim + k.ratio), .fan_in_scaled = true,
+            .representable = k.dtype});
+    EngineOptions o;
+    o.device = "cuda";
+    o.max_batch = 4;
+    o.max_step_tokens = 256;
+    o.gpu_memory_fraction = 0.1;
+    o.cuda_tuning.rope_in_attention =
+        k.ratio == 1 || k.ratio == 8 ? RopeInAttention::kOn : RopeInAttention::kAuto;
+    std::unique_ptr<CudaRunner> gpu;
+    ASSERT_NO_THROW(gpu = std::make_unique<CudaRunner>(m, o));
+    CpuRunner cpu(m, {.num_threads = 4});
+    const double tol = k.dtype == DType::kBF16 ? 4e-2 : 1e-2;
+    std::vector<int32_t> tokens(80);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 31 + k.head_dim) % 97);
+    const int V = c.vocab_size;
+    for (ModelRunner* r : {static_cast<ModelRunner*>(gpu.get()), static_cast<ModelRunner*>(&cpu)})
+      r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+    // Prefill in chunks of 64 and 16 (the second attends to the cache), all rows' logits.
+    for (int pos : {0, 64}) {
+      const int n = pos == 0 ? 64 : 16;
+      StepInput in{1, std::span<const int32_t>(tokens.data() + pos, n), LogitsMode::kAll, true};
+      StepOutput got;
+      ASSERT_NO_THROW(got = gpu->step(std::span<const StepInput>(&in, 1)));
+      const StepOutput ref = cpu.step(std::span<const StepInput>(&in, 1));
+      const RowErrors e = row_errors(got.logits, ref.logits, V);
+      EXPECT_LT(e.worst, tol) << "prefill chunk at " << pos;
+    }
+    // Decode steps with logits (eager), then steps replayed from CUDA graphs.
+    for (int s = 0; s < 6; ++s) {
+      const int32_t next = (s * 7919 + k.ratio) % V;
+      const bool logits = s < 3;
+      StepInput in{1, std::span<const int32_t>(&next, 1),
+                   logits ? LogitsMode::kLast : LogitsMode::kNone, true};
+      StepOutput got;
+      ASSERT_NO_THROW(got = gpu->step(std::span<const StepInput>(&in, 1))) << "decode " << s;
+      const StepOutput ref = cpu.step(std::span<const StepInput>(&in, 1));
+      ASSERT_EQ(got.sampled.size(), 1u);
+      EXPECT_GE(got.sampled[0], 0);
+      EXPECT_LT(got.sampled[0], V);
+      if (logits) {
+        EXPECT_LT(row_errors(got.logits, ref.logits, V).worst, tol) << "decode " << s;
+      }
+    }
+  }
 }
 
 TEST(CudaRunner, SeededSamplingIsReproducible) {
@@ -537,6 +723,162 @@ TEST(CudaRunner, StepsInFlightFollowTheRules) {
     r->launch(std::span<const StepInput>(&b, 1));
     EXPECT_EQ(r->finish().logits.size(), size_t(m.config.vocab_size));
   }
+}
+
+// A preempted sequence resumed with SequenceSpec::generated samples the uninterrupted tokens: the
+// draw counter starts at generated.size() and the GPU penalty state counts them as output (and
+// the tokens fed before the first sample as prompt). The prompt and the generated tokens are fed
+// again in the uninterrupted run's chunking (Refeed::kReplay), so the logits are the same bits:
+// a recomputed prefill would round differently in half precision and could flip a near tie.
+TEST(CudaRunner, ResumedSequenceSamplesTheUninterruptedTokens) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const SamplingParams seeded{.temperature = 0.8f,
+                              .top_p = 0.9f,
+                              .repetition_penalty = 1.2f,
+                              .presence_penalty = 0.3f,
+                              .frequency_penalty = 0.4f,
+                              .seed = 3};
+  for (bool graphs : {true, false}) {
+    auto r = cuda_runner(m, graphs);
+    for (const SamplingParams& sp : {SamplingParams{.temperature = 0.0f}, seeded}) {
+      SCOPED_TRACE(std::string(graphs ? "graphs" : "eager") + (sp.greedy() ? " greedy" : " seeded"));
+      testing::expect_resume_equals_uninterrupted(*r, cases[0].prompt, sp, 24,
+                                                  {testing::Refeed::kReplay});
+    }
+  }
+}
+
+// Tokens, log-probabilities and (optionally) raw logits rows of a prefill step and `steps` decode
+// steps of several sequences, each asking for asks[k] alternatives.
+struct LogprobRun {
+  std::vector<std::vector<int32_t>> tokens;                // [seq][step]
+  std::vector<std::vector<SampleLogprobs>> logprobs;       // [seq][step]
+  std::vector<std::vector<std::vector<float>>> logits;     // [seq][step][vocab] (with_logits)
+};
+
+LogprobRun run_logprobs(ModelRunner& r, const std::vector<std::vector<int32_t>>& prompts,
+                        const std::vector<int>& asks, const SamplingParams& sp, int steps,
+                        bool pipelined, bool with_logits) {
+  const int n = static_cast<int>(prompts.size());
+  const size_t V = r.config().vocab_size;
+  const LogitsMode mode = with_logits ? LogitsMode::kLast : LogitsMode::kNone;
+  LogprobRun out;
+  out.tokens.resize(n);
+  out.logprobs.resize(n);
+  out.logits.resize(n);
+  auto record = [&](const StepOutput& o) {
+    EXPECT_EQ(o.logprobs.size(), size_t(n)) << "some input asked";
+    for (int k = 0; k < n; ++k) {
+      out.tokens[k].push_back(o.sampled[k]);
+      out.logprobs[k].push_back(k < static_cast<int>(o.logprobs.size()) ? o.logprobs[k] : SampleLogprobs{});
+      if (with_logits)
+        out.logits[k].emplace_back(o.logits.begin() + o.logits_row[k] * V,
+                                   o.logits.begin() + (o.logits_row[k] + 1) * V);
+    }
+  };
+  std::vector<StepInput> in;
+  for (int k = 0; k < n; ++k) {
+    r.add_sequence({SeqId(k), CachePolicy::full(), sp});
+    in.push_back({SeqId(k), prompts[k], mode, true, asks[k]});
+  }
+  record(r.step(in));
+  std::vector<int32_t> next(n);
+  auto inputs = [&](bool last) {
+    in.clear();
+    for (int k = 0; k < n; ++k) {
+      next[k] = last ? kLastSampled : out.tokens[k].back();
+      in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1), mode, true, asks[k]});
+    }
+    return in;
+  };
+  if (!pipelined) {
+    for (int s = 0; s < steps; ++s) record(r.step(inputs(false)));
+  } else {
+    r.launch(inputs(false));
+    for (int s = 1; s <= steps; ++s) {
+      if (s < steps) r.launch(inputs(true));
+      record(r.finish());
+    }
+  }
+  for (int k = 0; k < n; ++k) r.remove_sequence(SeqId(k));
+  return out;
+}
+
+// Log-probabilities on the GPU, under penalised seeded sampling (the sampler's logits differ
+// from the raw ones they describe): from eager steps equal to the log-softmax of the kLast logits
+// those steps return; from graph-replayed decode steps and from steps in flight (kLastSampled)
+// the same tokens and values as from eager steps; and, teacher-forced on the same tokens, within
+// 2 * max |logit difference| (log-softmax is 2-Lipschitz in the max norm) of the CPU runner's.
+TEST(CudaRunner, LogprobsInEagerGraphAndPipelinedSteps) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  const std::vector<std::vector<int32_t>> prompts = {cases[0].prompt, cases[1].prompt,
+                                                     cases[2].prompt, cases[0].prompt};
+  const std::vector<int> asks = {kMaxTopLogprobs, 0, 5, -1};
+  const SamplingParams sp{.temperature = 0.9f,
+                          .top_p = 0.95f,
+                          .repetition_penalty = 1.3f,
+                          .presence_penalty = 0.5f,
+                          .frequency_penalty = 0.5f,
+                          .seed = 8};
+  constexpr int kSteps = 24;
+  LogprobRun eager;
+  {
+    auto r = cuda_runner(m, false);
+    eager = run_logprobs(*r, prompts, asks, sp, kSteps, false, true);
+  }
+  for (size_t k = 0; k < prompts.size(); ++k)
+    for (int s = 0; s <= kSteps; ++s) {
+      SCOPED_TRACE("eager: seq " + std::to_string(k) + " step " + std::to_string(s));
+      const SampleLogprobs& got = eager.logprobs[k][s];
+      if (asks[k] < 0) {
+        EXPECT_TRUE(got.top.empty());
+        continue;
+      }
+      const auto want = testing::reference_logprobs(eager.logits[k][s], eager.tokens[k][s], asks[k] + 1);
+      testing::expect_logprobs_near(got, want, asks[k], 1e-4);
+    }
+  for (bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "graphs, two steps in flight" : "graphs");
+    auto r = cuda_runner(m, true);
+    const LogprobRun g = run_logprobs(*r, prompts, asks, sp, kSteps, pipelined, false);
+    ASSERT_EQ(g.tokens, eager.tokens);
+    for (size_t k = 0; k < prompts.size(); ++k)
+      for (int s = 0; s <= kSteps; ++s) {
+        const SampleLogprobs& e = eager.logprobs[k][s];
+        testing::expect_logprobs_near(g.logprobs[k][s], e, e.top.size(), 1e-5);
+      }
+  }
+  // The CPU runner, fed the GPU's tokens.
+  CpuRunner cpu(m, {.num_threads = 4});
+  const size_t V = m.config.vocab_size;
+  double worst_gap = 0;
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    if (asks[k] < 0) continue;
+    cpu.add_sequence({SeqId(k), CachePolicy::full(), {}});
+    for (int s = 0; s <= kSteps; ++s) {
+      SCOPED_TRACE("cpu: seq " + std::to_string(k) + " step " + std::to_string(s));
+      const std::vector<int32_t> feed = s == 0 ? prompts[k] : std::vector<int32_t>{eager.tokens[k][s - 1]};
+      StepInput in{SeqId(k), feed, LogitsMode::kLast, false};
+      const StepOutput o = cpu.step(std::span<const StepInput>(&in, 1));
+      ASSERT_EQ(o.logits.size(), V);
+      double gap = 0;
+      for (size_t i = 0; i < V; ++i) gap = std::max(gap, std::abs(double(o.logits[i]) - eager.logits[k][s][i]));
+      worst_gap = std::max(worst_gap, gap);
+      const auto want = testing::reference_logprobs(o.logits, eager.tokens[k][s], asks[k] + 1);
+      testing::expect_logprobs_near(eager.logprobs[k][s], want, asks[k], 2 * gap + 1e-4);
+    }
+    cpu.remove_sequence(SeqId(k));
+  }
+  EXPECT_LT(worst_gap, 2.0) << "the GPU's logits should be within half-precision reach of the CPU's";
+  // Nobody asks: no log-probabilities.
+  auto r = cuda_runner(m, true);
+  r->add_sequence({1, CachePolicy::full(), {}});
+  StepInput plain{1, prompts[0], LogitsMode::kNone, true};
+  EXPECT_TRUE(r->step(std::span<const StepInput>(&plain, 1)).logprobs.empty());
 }
 
 #else

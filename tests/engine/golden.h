@@ -21,7 +21,9 @@ inline std::filesystem::path source_path(const std::string& rel) {
 inline nlohmann::json load_golden(const std::string& name) {
   const auto p = source_path("tests/golden/" + name);
   std::ifstream in(p);
-  if (!in) throw std::runtime_error("missing golden file " + p.string() + " (tools/make_golden.py writes it)");
+  if (!in)
+    throw std::runtime_error("missing golden file " + p.string() +
+                             " (tools/make_golden.py writes it: see its --only for one fixture)");
   return nlohmann::json::parse(in);
 }
 
@@ -39,9 +41,13 @@ inline std::vector<GoldenCase> golden_cases(const nlohmann::json& g) {
   return out;
 }
 
-/// The fixture checkpoints under tests/fixtures, one per supported architecture.
+/// The fixture checkpoints under tests/fixtures, one per supported architecture, and one per
+/// head_dim the CUDA kernels take besides 64 (gpt_neox_hd80: GPT-NeoX, head_dim 80, 25% rotary;
+/// llama_hd96: Llama, head_dim 96, GQA). A fixture whose files are missing fails its tests
+/// (load_golden names the file and the script that writes it); none is skipped.
 inline std::vector<std::string> fixture_names() {
-  return {"llama_gqa_tied", "llama3_rope_scaling", "mistral", "qwen2", "gpt_neox", "gpt_neox_sequential", "llama2c"};
+  return {"llama_gqa_tied", "llama3_rope_scaling", "mistral",     "qwen2",    "gpt_neox",
+          "gpt_neox_sequential", "llama2c",       "gpt_neox_hd80", "llama_hd96"};
 }
 
 }  // namespace rill::testing

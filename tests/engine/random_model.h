@@ -1,6 +1,7 @@
 // Builds small random-weight models in memory for engine tests that need no checkpoint.
 #pragma once
 
+#include <cmath>
 #include <random>
 
 #include "engine/model/model.h"
@@ -26,19 +27,35 @@ inline ModelConfig tiny_llama_config() {
   return c;
 }
 
+struct RandomModelOptions {
+  uint32_t seed = 7;
+  /// Matrices N(0, 1 / fan_in), so activations and attention logits keep their scale at any
+  /// width (soft attention, logits of order 1); false: N(0, 0.3^2).
+  bool fan_in_scaled = false;
+  /// Every weight rounded to a value of this dtype, so that a runner computing in fp16 / bf16
+  /// loads exactly the weights a CPU runner computes with.
+  DType representable = DType::kF32;
+};
+
 /// Random weights (fixed seed) for `c`: Gaussian matrices, norm weights around 1.
-inline Model random_model(const ModelConfig& c, uint32_t seed = 7) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.3f);
+inline Model random_model(const ModelConfig& c, const RandomModelOptions& o) {
+  std::mt19937 rng(o.seed);
+  std::normal_distribution<float> normal(0.0f, 0.3f), unit(0.0f, 1.0f);
   std::uniform_real_distribution<float> around_one(0.7f, 1.3f);
+  auto round = [&](float x) {
+    if (o.representable == DType::kBF16) return bf16_to_f32(f32_to_bf16(x));
+    if (o.representable == DType::kF16) return f16_to_f32(f32_to_f16(x));
+    return x;
+  };
   auto mat = [&](const std::string& name, int64_t r, int64_t k) {
     std::vector<float> v(r * k);
-    for (float& x : v) x = normal(rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(k));
+    for (float& x : v) x = round(o.fan_in_scaled ? unit(rng) * scale : normal(rng));
     return make_f32_tensor(name, {r, k}, std::move(v));
   };
   auto vec = [&](const std::string& name, int64_t n, bool ones) {
     std::vector<float> v(n);
-    for (float& x : v) x = ones ? around_one(rng) : normal(rng);
+    for (float& x : v) x = round(ones ? around_one(rng) : normal(rng));
     return make_f32_tensor(name, {n}, std::move(v));
   };
   Model m;
@@ -77,6 +94,10 @@ inline Model random_model(const ModelConfig& c, uint32_t seed = 7) {
   if (c.norm == NormKind::kLayerNorm) m.weights.final_norm_bias = vec("final_norm_b", h, false);
   m.weights.lm_head = c.tie_word_embeddings ? m.weights.embed : mat("lm_head", c.vocab_size, h);
   return m;
+}
+
+inline Model random_model(const ModelConfig& c, uint32_t seed = 7) {
+  return random_model(c, RandomModelOptions{.seed = seed});
 }
 
 }  // namespace rill::testing

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -15,18 +16,17 @@
 
 namespace rill::testing {
 
-/// `n` tokens sampled by sequence `id`: `feed` prefilled in chunks of `chunk` (0: one chunk),
-/// sampling after the last, then decode steps. `generated` goes to SequenceSpec::generated.
-inline std::vector<int32_t> sample_tokens(ModelRunner& r, SeqId id, const std::vector<int32_t>& feed,
+/// `n` tokens sampled by sequence `id`: `pieces` fed one per step, sampling after the last, then
+/// decode steps. `generated` goes to SequenceSpec::generated.
+inline std::vector<int32_t> sample_tokens(ModelRunner& r, SeqId id,
+                                          const std::vector<std::vector<int32_t>>& pieces,
                                           const SamplingParams& sp, int n,
-                                          const std::vector<int32_t>& generated = {}, int chunk = 0) {
+                                          const std::vector<int32_t>& generated = {}) {
   r.add_sequence({id, CachePolicy::full(), sp, generated});
-  const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : feed.size();
   std::vector<int32_t> out;
-  for (size_t pos = 0; pos < feed.size(); pos += step) {
-    const size_t len = std::min(step, feed.size() - pos);
-    const bool last = pos + len == feed.size();
-    StepInput in{id, std::span<const int32_t>(feed.data() + pos, len), LogitsMode::kNone, last};
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const bool last = i + 1 == pieces.size();
+    StepInput in{id, pieces[i], LogitsMode::kNone, last};
     const int32_t t = r.step(std::span<const StepInput>(&in, 1)).sampled[0];
     if (last) out.push_back(t);
   }
@@ -39,20 +39,38 @@ inline std::vector<int32_t> sample_tokens(ModelRunner& r, SeqId id, const std::v
   return out;
 }
 
+/// How a resumed sequence recomputes its prompt and generated tokens.
+enum class Refeed {
+  kWhole,   // one prefill chunk
+  kChunks,  // chunks of 5 tokens
+  kReplay,  // the prompt, then each generated token in a step of its own: the uninterrupted
+            // run's exact chunking, so a half-precision runner computes the same logits bits
+};
+
 /// A sequence removed after k of `n` tokens and re-added with them as `generated` (its prompt
-/// and those tokens prefilled again, whole or in chunks) samples the uninterrupted run's tokens.
+/// and those tokens fed again as `refeed` says) samples the uninterrupted run's tokens.
 inline void expect_resume_equals_uninterrupted(ModelRunner& r, const std::vector<int32_t>& prompt,
-                                               const SamplingParams& sp, int n) {
-  const std::vector<int32_t> full = sample_tokens(r, 1, prompt, sp, n);
+                                               const SamplingParams& sp, int n,
+                                               std::initializer_list<Refeed> refeeds) {
+  const std::vector<int32_t> full = sample_tokens(r, 1, {prompt}, sp, n);
   ASSERT_EQ(static_cast<int>(full.size()), n);
   for (int k : {1, 3, n / 2}) {
-    for (int chunk : {0, 5}) {
-      const std::vector<int32_t> generated(full.begin(), full.begin() + k);
-      std::vector<int32_t> feed = prompt;
-      feed.insert(feed.end(), generated.begin(), generated.end());
-      const auto rest = sample_tokens(r, 2, feed, sp, n - k, generated, chunk);
+    const std::vector<int32_t> generated(full.begin(), full.begin() + k);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), generated.begin(), generated.end());
+    for (Refeed refeed : refeeds) {
+      std::vector<std::vector<int32_t>> pieces;
+      if (refeed == Refeed::kWhole) pieces = {all};
+      if (refeed == Refeed::kChunks)
+        for (size_t pos = 0; pos < all.size(); pos += 5)
+          pieces.emplace_back(all.begin() + pos, all.begin() + std::min(all.size(), pos + 5));
+      if (refeed == Refeed::kReplay) {
+        pieces = {prompt};
+        for (int32_t t : generated) pieces.push_back({t});
+      }
+      const auto rest = sample_tokens(r, 2, pieces, sp, n - k, generated);
       EXPECT_EQ(rest, std::vector<int32_t>(full.begin() + k, full.end()))
-          << "resumed after " << k << " tokens, prefill chunk " << chunk;
+          << "resumed after " << k << " tokens, refeed " << static_cast<int>(refeed);
     }
   }
 }
@@ -78,7 +96,8 @@ inline SampleLogprobs reference_logprobs(std::span<const float> row, int32_t tok
 /// Log-probabilities within `tol` of `want`, whose top list may hold one more entry than `got`
 /// (it tells whether got's last entry is a near tie). Ids equal except where the reference's
 /// neighbouring logprobs lie within `tol` (a near tie that rounding may order either way).
-inline void expect_logprobs_near(const SampleLogprobs& got, const SampleLogprobs& want, size_t n, double tol) {
+inline void expect_logprobs_near(const SampleLogprobs& got, const SampleLogprobs& want, size_t n,
+                                 double tol) {
   EXPECT_NEAR(got.sampled, want.sampled, tol);
   ASSERT_EQ(got.top.size(), n);
   ASSERT_GE(want.top.size(), n);

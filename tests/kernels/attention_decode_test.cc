@@ -414,7 +414,7 @@ TEST(DecodeAttention, GqaGroups) {
   // take several CTAs per group (fp8 caches: at most 4 heads per CTA).
   const int shapes[][2] = {{4, 4}, {8, 2}, {16, 2}, {6, 2}, {10, 2}, {32, 2}};
   for (const auto& hs : shapes)
-    for (int d : {64, 128})
+    for (int d : {64, 80, 96, 128})  // the head dims the CUDA runner takes
       for (DType t : {DType::kF16, DType::kBF16})
         for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
           DecodeCase c;

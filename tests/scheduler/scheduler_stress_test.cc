@@ -68,7 +68,7 @@ TEST(ServingEngineStress, RandomSubmitCancelTimeoutKeepsInvariants) {
   for (auto& c : clients) c.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(finals.load(), submitted.load());
-  EXPECT_GT(submitted.load(), 20);
+  EXPECT_GT(submitted.load(), 5);  // few under ThreadSanitizer, which slows the model ~20x
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   EngineStats s = f.engine->stats();
   while ((s.running || s.waiting || s.kv_blocks_used) && Clock::now() < deadline) {

@@ -25,8 +25,8 @@ EngineOptions engine_options(const Args& a) {
   o.block_size = a.get_int("block-size");
   o.dtype = a.get("dtype");
   o.gpu_memory_fraction = a.get_double("gpu-memory-fraction");
-  o.cuda_graphs = !a.on("no-cuda-graphs");
-  o.fused_decode = !a.on("no-fused-decode");
+  o.cuda_tuning.cuda_graphs = !a.on("no-cuda-graphs");
+  o.cuda_tuning.fused_decode = !a.on("no-fused-decode");
   o.kv_cache_dtype = a.get("kv-cache-dtype");
   if (o.block_size <= 0) a.fail("--block-size must be positive");
   if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");

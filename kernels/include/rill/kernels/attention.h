@@ -5,8 +5,9 @@
 // position (`q_sink`), which reproduces the paper's positions-within-the-cache exactly: only
 // relative distances enter RoPE scores, and window distances equal stream distances.
 //
-// Head dims supported by the dispatch: 64, 128 (and 32, 80, 96, 256 for decode); others return
-// cudaErrorInvalidValue with a message ("unsupported head_dim=72").
+// Head dims supported by the dispatch: 64, 80, 96, 128 (and 32, 256 for decode); others return
+// cudaErrorInvalidValue with a message ("unsupported head_dim=72"). The CUDA runner checks a
+// model against these at load (engine/cuda/cuda_support.h keeps the list: change both together).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,148 @@
+// tojson: Python's json.dumps as transformers calls it (ensure_ascii=False by default).
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/chat/jinja_builtins.h"
+#include "engine/chat/jinja_error.h"
+
+namespace rill::jinja {
+namespace {
+
+uint32_t decode_utf8(const std::string& s, size_t& i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : 0;
+  uint32_t cp = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
+  ++i;
+  for (int k = 0; k < n && i < s.size(); ++k, ++i)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+  return cp;
+}
+
+void escape_unit(std::string& out, uint32_t unit) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "\\u%04x", unit);
+  out += buf;
+}
+
+struct JsonWriter {
+  int indent;
+  std::string item_sep;
+  std::string key_sep;
+  bool sort_keys;
+  bool ensure_ascii;
+  std::string out;
+
+  void string(const std::string& s) {
+    out += '"';
+    for (size_t i = 0; i < s.size();) {
+      const char ch = s[i];
+      const auto c = static_cast<unsigned char>(ch);
+      switch (ch) {
+        case '"': out += "\\\""; ++i; continue;
+        case '\\': out += "\\\\"; ++i; continue;
+        case '\n': out += "\\n"; ++i; continue;
+        case '\r': out += "\\r"; ++i; continue;
+        case '\t': out += "\\t"; ++i; continue;
+        case '\b': out += "\\b"; ++i; continue;
+        case '\f': out += "\\f"; ++i; continue;
+        default: break;
+      }
+      if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
+        escape_unit(out, c);
+        ++i;
+      } else if (c < 0x80 || !ensure_ascii) {
+        out += ch;
+        ++i;
+      } else {
+        const uint32_t cp = decode_utf8(s, i);
+        if (cp >= 0x10000) {
+          escape_unit(out, 0xD800 + ((cp - 0x10000) >> 10));
+          escape_unit(out, 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        } else {
+          escape_unit(out, cp);
+        }
+      }
+    }
+    out += '"';
+  }
+
+  void newline(int level) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<size_t>(indent * level), ' ');
+  }
+
+  void value(const Value& v, int level) {
+    if (v.is_none()) {
+      out += "null";
+    } else if (v.is_bool()) {
+      out += v.as_bool() ? "true" : "false";
+    } else if (v.is_int()) {
+      out += std::to_string(v.as_int());
+    } else if (v.is_float()) {
+      const std::string r = python_float_repr(v.as_float());
+      out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
+    } else if (v.is_string()) {
+      string(v.as_string());
+    } else if (v.is_list()) {
+      list(v.as_list().items, level);
+    } else if (v.is_dict()) {
+      dict(v.as_dict().entries, level);
+    } else {
+      fail("Object of type " + v.type_name() + " is not JSON serializable");
+    }
+  }
+
+  void list(const ValueList& items, int level) {
+    if (items.empty()) {
+      out += "[]";
+      return;
+    }
+    out += '[';
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i) out += item_sep;
+      newline(level + 1);
+      value(items[i], level + 1);
+    }
+    newline(level);
+    out += ']';
+  }
+
+  void dict(const DictEntries& entries, int level) {
+    if (entries.empty()) {
+      out += "{}";
+      return;
+    }
+    std::vector<const std::pair<std::string, Value>*> order;
+    for (const auto& e : entries) order.push_back(&e);
+    if (sort_keys)
+      std::stable_sort(order.begin(), order.end(),
+                       [](const auto* a, const auto* b) { return a->first < b->first; });
+    out += '{';
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i) out += item_sep;
+      newline(level + 1);
+      string(order[i]->first);
+      out += key_sep;
+      value(order[i]->second, level + 1);
+    }
+    newline(level);
+    out += '}';
+  }
+};
+
+}  // namespace
+
+std::string json_dumps(const Value& value, int indent, const std::string* item_sep,
+                       const std::string* key_sep, bool sort_keys, bool ensure_ascii) {
+  JsonWriter w{indent,
+               item_sep ? *item_sep : (indent >= 0 ? "," : ", "),
+               key_sep ? *key_sep : ": ",
+               sort_keys,
+               ensure_ascii,
+               {}};
+  w.value(value, 0);
+  return std::move(w.out);
+}
+
+}  // namespace rill::jinja

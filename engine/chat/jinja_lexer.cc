@@ -1,0 +1,277 @@
+#include "engine/chat/jinja_lexer.h"
+
+#include <cctype>
+#include <cstdint>
+
+#include "engine/chat/jinja_error.h"
+
+namespace rill::jinja {
+namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+std::string normalize_newlines(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\r') {
+      out += '\n';
+      if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+class Lexer {
+ public:
+  explicit Lexer(const std::string& source) : src_(normalize_newlines(source)) {}
+
+  std::vector<Token> run() {
+    bool line_starting = true;
+    while (pos_ < src_.size()) {
+      const size_t tag = find_tag(pos_);
+      std::string text = src_.substr(pos_, tag - pos_);
+      if (tag == src_.size()) {
+        emit_text(std::move(text));
+        pos_ = tag;
+        break;
+      }
+      const char kind = src_[tag + 1];  // '{', '%' or '#'
+      const char sign = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
+      if (sign == '-') {
+        size_t end = text.size();
+        while (end > 0 && is_space(text[end - 1])) --end;
+        text.resize(end);
+      } else if (sign != '+' && kind != '{') {
+        const size_t l_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+        if (l_pos > 0 || line_starting) {
+          bool blank = true;
+          for (size_t i = l_pos; i < text.size(); ++i) blank = blank && is_space(text[i]);
+          if (blank) text.resize(l_pos);
+        }
+      }
+      emit_text(std::move(text));
+      pos_ = tag;
+      const size_t start = pos_;
+      if (kind == '#') {
+        lex_comment();
+      } else {
+        lex_tag(kind == '{');
+      }
+      line_starting = pos_ > start && src_[pos_ - 1] == '\n';
+    }
+    tokens_.push_back({TokenKind::kEof, "", line_});
+    return std::move(tokens_);
+  }
+
+ private:
+  size_t find_tag(size_t from) const {
+    for (size_t i = from; i + 1 < src_.size(); ++i)
+      if (src_[i] == '{' && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+        return i;
+    return src_.size();
+  }
+
+  void emit_text(std::string text) {
+    if (text.empty()) return;
+    tokens_.push_back({TokenKind::kText, text, line_});
+    for (char c : text) line_ += c == '\n';
+  }
+
+  void advance(size_t n) {
+    for (size_t i = 0; i < n && pos_ < src_.size(); ++i) line_ += src_[pos_++] == '\n';
+  }
+
+  // After a closing tag: '-' strips all following whitespace, trim_blocks drops one newline.
+  void after_close(char sign, bool trim) {
+    if (sign == '-') {
+      while (pos_ < src_.size() && is_space(src_[pos_])) advance(1);
+    } else if (sign != '+' && trim && pos_ < src_.size() && src_[pos_] == '\n') {
+      advance(1);
+    }
+  }
+
+  void lex_comment() {
+    const int start_line = line_;
+    const size_t end = src_.find("#}", pos_ + 2);
+    if (end == std::string::npos) throw TemplateError("unterminated comment", start_line);
+    const char sign = end > pos_ + 2 ? src_[end - 1] : '\0';
+    advance(end + 2 - pos_);
+    after_close(sign == '-' || sign == '+' ? sign : '\0', true);
+  }
+
+  void lex_tag(bool is_var) {
+    const int start_line = line_;
+    tokens_.push_back({is_var ? TokenKind::kVarBegin : TokenKind::kBlockBegin, "", line_});
+    advance(2);
+    if (pos_ < src_.size() && (src_[pos_] == '-' || src_[pos_] == '+')) advance(1);
+    const char close = is_var ? '}' : '%';
+    int depth = 0;
+    while (true) {
+      while (pos_ < src_.size() && is_space(src_[pos_])) advance(1);
+      if (pos_ >= src_.size())
+        throw TemplateError(is_var ? "unexpected end of template, expected '}}'"
+                                   : "unexpected end of template, expected '%}'",
+                            start_line);
+      if (depth == 0) {
+        char sign = '\0';
+        size_t at = pos_;
+        if ((src_[at] == '-' || src_[at] == '+') && at + 1 < src_.size()) sign = src_[at++];
+        if (at + 1 < src_.size() && src_[at] == close && src_[at + 1] == '}') {
+          tokens_.push_back({is_var ? TokenKind::kVarEnd : TokenKind::kBlockEnd, "", line_});
+          advance(at + 2 - pos_);
+          after_close(sign, !is_var);
+          return;
+        }
+      }
+      lex_expression_token(depth);
+    }
+  }
+
+  void lex_expression_token(int& depth) {
+    const char c = src_[pos_];
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t end = pos_;
+      while (end < src_.size() &&
+             (std::isalnum(static_cast<unsigned char>(src_[end])) || src_[end] == '_'))
+        ++end;
+      tokens_.push_back({TokenKind::kName, src_.substr(pos_, end - pos_), line_});
+      advance(end - pos_);
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      lex_number();
+    } else if (c == '\'' || c == '"') {
+      lex_string(c);
+    } else {
+      static const char* const kTwo[] = {"//", "**", "==", "!=", "<=", ">="};
+      for (const char* op : kTwo) {
+        if (src_.compare(pos_, 2, op) == 0) {
+          tokens_.push_back({TokenKind::kOp, op, line_});
+          advance(2);
+          return;
+        }
+      }
+      if (std::string("+-*/%~<>=()[]{},.:|").find(c) == std::string::npos)
+        throw TemplateError(std::string("unexpected character '") + c + "'", line_);
+      if (c == '(' || c == '[' || c == '{') ++depth;
+      if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+      tokens_.push_back({TokenKind::kOp, std::string(1, c), line_});
+      advance(1);
+    }
+  }
+
+  void lex_number() {
+    size_t end = pos_;
+    auto digits = [&] {
+      while (end < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[end])) ||
+                                   src_[end] == '_'))
+        ++end;
+    };
+    digits();
+    bool is_float = false;
+    // `foo.0.1` is two subscripts, not a float (jinja2's lookbehind for '.').
+    const bool after_dot = !tokens_.empty() && tokens_.back().kind == TokenKind::kOp &&
+                           tokens_.back().text == ".";
+    if (!after_dot && end + 1 < src_.size() && src_[end] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[end + 1]))) {
+      is_float = true;
+      ++end;
+      digits();
+    }
+    if (!after_dot && end < src_.size() && (src_[end] == 'e' || src_[end] == 'E')) {
+      size_t e = end + 1;
+      if (e < src_.size() && (src_[e] == '+' || src_[e] == '-')) ++e;
+      if (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) {
+        is_float = true;
+        end = e;
+        digits();
+      }
+    }
+    std::string text;
+    for (size_t i = pos_; i < end; ++i)
+      if (src_[i] != '_') text += src_[i];
+    tokens_.push_back({is_float ? TokenKind::kFloat : TokenKind::kInt, text, line_});
+    advance(end - pos_);
+  }
+
+  void lex_string(char quote) {
+    const int start_line = line_;
+    std::string out;
+    size_t i = pos_ + 1;
+    while (true) {
+      if (i >= src_.size()) throw TemplateError("unterminated string", start_line);
+      const char c = src_[i];
+      if (c == quote) break;
+      if (c != '\\' || i + 1 >= src_.size()) {
+        out += c;
+        ++i;
+        continue;
+      }
+      i = unescape(i, out);
+    }
+    tokens_.push_back({TokenKind::kString, out, start_line});
+    advance(i + 1 - pos_);
+  }
+
+  // Python string escapes at src_[i] == '\\'; returns the index after the escape.
+  size_t unescape(size_t i, std::string& out) const {
+    const char e = src_[i + 1];
+    switch (e) {
+      case 'n': out += '\n'; return i + 2;
+      case 't': out += '\t'; return i + 2;
+      case 'r': out += '\r'; return i + 2;
+      case '\\': out += '\\'; return i + 2;
+      case '\'': out += '\''; return i + 2;
+      case '"': out += '"'; return i + 2;
+      case 'a': out += '\a'; return i + 2;
+      case 'b': out += '\b'; return i + 2;
+      case 'f': out += '\f'; return i + 2;
+      case 'v': out += '\v'; return i + 2;
+      case '0': out += '\0'; return i + 2;
+      case '\n': return i + 2;
+      case 'x': case 'u': case 'U': {
+        const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+        if (i + 2 + n > src_.size()) break;
+        const std::string hex = src_.substr(i + 2, n);
+        for (char h : hex)
+          if (!std::isxdigit(static_cast<unsigned char>(h))) throw TemplateError("bad escape", line_);
+        append_utf8(out, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
+        return i + 2 + n;
+      }
+      default: break;
+    }
+    out += '\\';  // unknown escapes keep their backslash, as in Python
+    return i + 1;
+  }
+
+  std::string src_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  std::vector<Token> tokens_;
+};
+
+}  // namespace
+
+std::vector<Token> tokenize(const std::string& source) { return Lexer(source).run(); }
+
+}  // namespace rill::jinja

@@ -1,0 +1,71 @@
+// The CUDA runner's tuning knobs in one struct: given at construction (EngineOptions::cuda_tuning)
+// and replaced as a whole with CudaRunner::set_tuning, which re-captures the CUDA graphs. The
+// defaults are what serving runs; rill-bench and tests change them to measure what each is worth
+// or to check that it changes no result. Every default was chosen by H100 measurements
+// (docs/performance-history.md). Plain C++: CPU builds carry it inside EngineOptions.
+#pragma once
+
+#include <array>
+#include <bit>
+
+namespace rill {
+
+/// RoPE inside decode attention (kernels::DecodeRope): the runner's rule, or forced.
+enum class RopeInAttention { kAuto, kOff, kOn };
+
+struct CudaTuning {
+  /// The decode GEMVs that can be tuned on their own, one bit each (masks and
+  /// projection_gemv_config): fused q | k | v, attention output, gate | up (or up), down, LM head.
+  static constexpr int kQkv = 1, kO = 2, kUp = 4, kDown = 8, kHead = 16;
+  static constexpr int kAllProjections = 31;
+  static constexpr int kNumProjections = 5;
+  /// Index of one projection bit in projection_gemv_config.
+  static constexpr int projection_index(int projection) {
+    return std::countr_zero(static_cast<unsigned>(projection));
+  }
+
+  /// Replay decode steps as CUDA graphs per batch bucket: removes ~300 launches' host cost a step.
+  bool cuda_graphs = true;
+  /// Rill's GEMV for steps of <= 8 tokens (off: cuBLAS for every GEMM); faster than cuBLAS at
+  /// every Llama shape there.
+  bool gemv = true;
+  /// Every GEMV forced to this CTA shape (kernels::gemv_config_info; -1: kernels::
+  /// gemv_default_config per shape, the measured best).
+  int gemv_config = -1;
+  /// Mask of the decode GEMVs that stage weights through a shared-memory ring (kernels::
+  /// GemvParams::deep_prologue); all by default: each gained on 7B / 8B shapes.
+  int gemv_deep_mask = kAllProjections;
+  /// The CTA shape of the GEMVs with a deep prologue (-1: the default rule).
+  int gemv_deep_config = -1;
+  /// Per projection (at projection_index(kQkv .. kHead)): that GEMV's CTA shape; -1: as the
+  /// others (gemv_config, gemv_deep_config, or the runner's measured ring depth per projection).
+  std::array<int, kNumProjections> projection_gemv_config = {-1, -1, -1, -1, -1};
+  /// SiLU-and-mul inside the gate|up GEMV of steps of <= 8 tokens (off: its own kernel after
+  /// the GEMV); saves a kernel and a round trip of the activations per layer.
+  bool fused_decode = true;
+  /// Decode attention's split count (0: the automatic policy, one split up to 256 keys and
+  /// about one per 64 keys beyond, measured best at batch 1); 1 .. 16 forces one.
+  int decode_splits = 0;
+  /// Decode attention issues its first K/V loads before waiting for the previous kernel
+  /// (kernels::DecodeAttentionParams::early_kv_loads): overlaps them with its predecessor.
+  bool early_kv_loads = true;
+  /// Decode attention merges its splits in a thread-block cluster (kernels::
+  /// DecodeAttentionParams::cluster_merge), not through a global workspace: shorter tail.
+  bool cluster_merge = true;
+  /// RoPE and the newest K/V write inside decode attention; kAuto: on for models without GQA
+  /// when attention runs in several splits, where it was measured to pay.
+  RopeInAttention rope_in_attention = RopeInAttention::kAuto;
+  /// Programmatic dependent launch (kernels::set_programmatic_launch): each kernel starts while
+  /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
+  bool programmatic_launch = true;
+
+  int& projection_config(int projection) {
+    return projection_gemv_config[projection_index(projection)];
+  }
+  int projection_config(int projection) const {
+    return projection_gemv_config[projection_index(projection)];
+  }
+  bool operator==(const CudaTuning&) const = default;
+};
+
+}  // namespace rill
