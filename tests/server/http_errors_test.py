@@ -79,6 +79,12 @@ class HttpErrorsTest(unittest.TestCase):
                 self.assertEqual(err["param"], param, err["message"])
         self.assertEqual(self.server.get("/health")[0], 200)  # still serving
 
+    def test_chat_template_error_is_the_templates_message(self):
+        status, body, _ = self.send("POST", "/v1/chat/completions",
+                                    json.dumps({"messages": [{"role": "tool", "content": "hi"}]}).encode())
+        self.assertEqual(status, 400)
+        self.assertIn("has no speaker for the role 'tool'", json.loads(body)["error"]["message"])
+
     def test_wrong_method_has_allow(self):
         _, _, r = self.send("GET", "/v1/chat/completions", None)
         self.assertEqual(r.getheader("Allow"), "POST")
