@@ -13,7 +13,8 @@
 
 namespace rill::server {
 
-std::string BuiltinChatRenderer::render(const nlohmann::json& messages, bool add_generation_prompt) const {
+std::string BuiltinChatRenderer::render(const nlohmann::json& messages,
+                                        bool add_generation_prompt) const {
   std::string out;
   for (const auto& m : messages) {
     std::string role = m.at("role").get<std::string>();
@@ -73,14 +74,16 @@ nlohmann::json normalize_chat_messages(const nlohmann::json& messages) {
     if (!m.is_object()) bad(where + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) bad(where + ".role must be a string");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" &&
+        role != "tool")
       bad(where + ".role must be system, developer, user, assistant or tool");
     std::string content;
     if (m.contains("content") && m["content"].is_string()) {
       content = m["content"].get<std::string>();
     } else if (m.contains("content") && m["content"].is_array()) {
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad(where + ".content: only text parts are supported");
         content += part["text"].get<std::string>();
       }
