@@ -7,9 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/error.h"
-#if RILL_HAVE_CHAT_TEMPLATE
 #include "engine/chat/chat_template.h"
-#endif
 
 namespace rill::server {
 
@@ -25,7 +23,6 @@ std::string BuiltinChatRenderer::render(const nlohmann::json& messages,
   return out;
 }
 
-#if RILL_HAVE_CHAT_TEMPLATE
 namespace {
 
 // The model's own Jinja template (engine/chat). It writes BOS and the other special tokens
@@ -46,10 +43,8 @@ class ModelChatRenderer final : public ChatRenderer {
 };
 
 }  // namespace
-#endif
 
 std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model) {
-#if RILL_HAVE_CHAT_TEMPLATE
   if (std::filesystem::is_directory(model.path)) {
     try {
       return std::make_unique<ModelChatRenderer>(ChatTemplate::from_model_dir(model.path));
@@ -57,9 +52,6 @@ std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model) {
       spdlog::info("chat: {}; using the built-in template", e.what());
     }
   }
-#else
-  (void)model;
-#endif
   return std::make_unique<BuiltinChatRenderer>();
 }
 
