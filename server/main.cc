@@ -143,9 +143,12 @@ int main(int argc, char** argv) {
   ctx.set_engine(engine.get(), model_info(*model, config.served_model_name),
                  make_chat_renderer(*model));
   grpc->update_health();
-  spdlog::info("serving {} as '{}' on {} ({} KV blocks of {} tokens)", config.model,
-               config.served_model_name, engine->runner_name(), engine->kv_blocks_total(),
-               engine->kv_block_size());
+  spdlog::info(
+      "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "
+      "step)",
+      config.model, config.served_model_name, engine->runner_name(), engine->kv_blocks_total(),
+      engine->kv_block_size(), engine->config().max_num_seqs,
+      engine->config().max_num_batched_tokens);
   std::printf("{\"event\":\"ready\",\"model\":\"%s\"}\n", config.served_model_name.c_str());
   std::fflush(stdout);
 
