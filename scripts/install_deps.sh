@@ -3,7 +3,11 @@
 # The CUDA toolkit is not installed here: when nvcc is on the PATH (or in /usr/local/cuda/bin)
 # the CUDA engine is built too, otherwise the CPU engine alone.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev)
+packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  # rill-server: gRPC + Protobuf, Boost.Beast (header-only), CLI11
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libboost1.81-dev libcli11-dev
+  # server tests: promtool, Python grpcio, node + npm for the OpenAI JS client
+  prometheus python3-grpcio python3-protobuf nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The OpenAI JS client the server's end-to-end tests use (pinned by tests/server/js/package-lock.json).
+js_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/server/js"
+if command -v npm >/dev/null && [ ! -d "$js_dir/node_modules/openai" ]; then
+  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -1,0 +1,44 @@
+// Chat messages -> prompt text. The model's own chat template (engine/chat, a Jinja
+// interpreter) renders when the model has one; otherwise a plain built-in template. Both sit
+// behind ChatRenderer so the front ends do not care which.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/model.h"
+
+namespace rill::server {
+
+class ChatRenderer {
+ public:
+  virtual ~ChatRenderer() = default;
+  /// `messages`: [{"role": ..., "content": ...}, ...] (checked by the caller). Throws
+  /// rill::Error(kInvalidArgument) with the template's message when it rejects them.
+  virtual std::string render(const nlohmann::json& messages, bool add_generation_prompt) const = 0;
+  /// Whether the rendered text already holds the special tokens (BOS) the model wants, so the
+  /// tokenizer must not add them again.
+  virtual bool has_special_tokens() const = 0;
+  virtual std::string name() const = 0;
+};
+
+/// "ROLE:\ncontent\n\n" per message, then "ASSISTANT:\n" for the generation prompt: plain text
+/// any base model continues (the default model is trained on plays in this very shape).
+class BuiltinChatRenderer final : public ChatRenderer {
+ public:
+  std::string render(const nlohmann::json& messages, bool add_generation_prompt) const override;
+  bool has_special_tokens() const override { return false; }
+  std::string name() const override { return "builtin"; }
+};
+
+/// The model's chat template when it has one, else the built-in one.
+std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model);
+
+/// Checks the OpenAI shape of `messages` (non-empty array of objects with string "role" and
+/// string or text-part-array "content") and returns it with every content flattened to a string.
+/// Throws kInvalidArgument naming the offending element.
+nlohmann::json normalize_chat_messages(const nlohmann::json& messages);
+
+}  // namespace rill::server

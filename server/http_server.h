@@ -1,0 +1,36 @@
+// The OpenAI-compatible HTTP front end on Boost.Beast: a few Asio threads serve every
+// connection (no thread per connection). Routes: POST /v1/completions, POST
+// /v1/chat/completions (JSON or server-sent events), GET /v1/models, POST /tokenize,
+// POST /detokenize, GET /health, GET /metrics. docs/api.md lists every answer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/scheduler/metrics_registry.h"
+#include "server/serving_context.h"
+
+namespace rill::server {
+
+class HttpServer {
+ public:
+  /// Binds `host:port` (0: ephemeral) and starts `threads` threads. Throws kUnavailable when it
+  /// cannot bind.
+  HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port,
+             int threads);
+  ~HttpServer();  // closes every connection and joins the threads
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const;
+  /// Closes the listening socket; open connections carry on.
+  void stop_accepting();
+  /// Waits up to `timeout_s` for open generation streams to end, then stops every connection.
+  void stop(double timeout_s);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rill::server

@@ -1,0 +1,176 @@
+// rill-server: loads a model into the serving engine and serves it over gRPC (rill.v1) and an
+// OpenAI-compatible HTTP API. Configuration: --config FILE (configs/) and flags. SIGTERM /
+// SIGINT: stop taking requests, finish in-flight ones up to the drain timeout, exit 0.
+#include <sys/resource.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/model/dtype.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner_factory.h"
+#include "engine/scheduler/serving_engine.h"
+#include "server/grpc_service.h"
+#include "server/http_server.h"
+#include "server/server_config.h"
+#include "server/serving_context.h"
+
+using namespace rill;
+using namespace rill::server;
+
+namespace {
+
+// SIGINT / SIGTERM are blocked in every thread and taken by one sigwait thread.
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
+    thread_ = std::thread([this] {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        signal_ = sig;
+      }
+      cv_.notify_all();
+    });
+    thread_.detach();
+  }
+  /// Waits up to `timeout`; the signal number once one arrived, else 0.
+  int wait_for(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signal_ = 0;
+};
+
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+std::string default_served_name(const std::string& model_path) {
+  std::filesystem::path p(model_path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.ends_with(".bin")) name.resize(name.size() - 4);
+  return name.empty() ? "rill" : name;
+}
+
+ModelInfo model_info(const Model& model, const std::string& served_name) {
+  ModelInfo m;
+  m.served_name = served_name;
+  m.architecture = model.config.architecture;
+  m.dtype = dtype_name(model.config.stored_dtype);
+  m.context_length = model.config.max_position_embeddings;
+  m.vocab_size = model.tokenizer->vocab_size();
+  m.eos_token_ids = model.stop_token_ids();
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SignalWaiter signals;
+  ServerConfig config;
+  try {
+    if (!parse_command_line(argc, argv, config)) return 0;
+    validate_config(config);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rill-server: invalid configuration: %s\n", e.what());
+    return 2;
+  }
+  if (config.served_model_name.empty())
+    config.served_model_name = default_served_name(config.model);
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  raise_fd_limit();
+  spdlog::info("rill-server {} config {}", kRillVersion, config_to_json(config));
+
+  MetricsRegistry metrics({{"model_name", config.served_model_name}});
+  ServingContext ctx(config);
+  // Listeners first (health answers 503 "loading" meanwhile).
+  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<GrpcServer> grpc;
+  try {
+    http = std::make_unique<HttpServer>(ctx, metrics, config.host, config.http_port,
+                                        config.http_threads);
+    grpc = std::make_unique<GrpcServer>(ctx, config.host, config.grpc_port);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  // The machine-readable line tests and scripts wait for.
+  std::printf("{\"event\":\"listening\",\"host\":\"%s\",\"http_port\":%d,\"grpc_port\":%d}\n",
+              config.host.c_str(), http->port(), grpc->port());
+  std::fflush(stdout);
+  spdlog::info("listening: HTTP {}:{}, gRPC {}:{}", config.host, http->port(), config.host,
+               grpc->port());
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ServingEngine> engine;
+  try {
+    model = std::make_unique<Model>(load_model(config.model));
+    std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
+    apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
+    engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler,
+                                             metrics);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot load {}: {}", config.model, e.what());
+    return 1;
+  }
+  ctx.set_engine(engine.get(), model_info(*model, config.served_model_name),
+                 make_chat_renderer(*model));
+  grpc->update_health();
+  spdlog::info(
+      "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "
+      "step)",
+      config.model, config.served_model_name, engine->runner_name(), engine->kv_blocks_total(),
+      engine->kv_block_size(), engine->config().max_num_seqs,
+      engine->config().max_num_batched_tokens);
+  std::printf("{\"event\":\"ready\",\"model\":\"%s\"}\n", config.served_model_name.c_str());
+  std::fflush(stdout);
+
+  // Health follows the engine (stalled, draining) until a signal arrives.
+  int sig = 0;
+  while ((sig = signals.wait_for(std::chrono::milliseconds(500))) == 0) grpc->update_health();
+
+  spdlog::info("signal {}: draining (up to {} s)", sig, config.drain_timeout_s);
+  ctx.set_draining();
+  grpc->update_health();
+  http->stop_accepting();
+  const bool clean =
+      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
+  if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
+  // Let streams send their final events, then close the front ends (dropping any handle left,
+  // while the engine still runs) before the engine goes.
+  http->stop(2.0);
+  grpc->shutdown(2.0);
+  http.reset();
+  grpc.reset();
+  ctx.clear_engine();
+  engine.reset();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,75 @@
+// The OpenAI-compatible API's JSON, without any HTTP: request bodies -> rill::Request (with the
+// common OpenAI parameters and Rill's extensions, docs/api.md), engine events -> response bodies
+// or server-sent-event chunks. http_server.cc moves the bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/scheduler/request.h"
+#include "server/error_mapping.h"
+#include "server/serving_context.h"
+
+namespace rill::server {
+
+enum class ApiKind { kCompletion, kChat };
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  Request request;
+  std::string model;  // the served name
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // Rill extension: "token_ids" in every choice
+  int top_logprobs = -1;          // -1: no logprobs; else the number of alternatives
+};
+
+/// Parses and checks a /v1/completions or /v1/chat/completions body. Throws FieldError /
+/// rill::Error (kInvalidArgument, kNotFound for an unknown model) with OpenAI-style messages.
+ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::string& body);
+
+/// Builds the response (non-streaming) or the SSE chunks (streaming) of one request.
+class ApiResponder {
+ public:
+  ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::string id);
+  /// Streaming: the bytes to send first (chat: the role chunk); empty otherwise.
+  std::string start();
+  /// Streaming: an SSE event; otherwise accumulates and returns "".
+  std::string chunk(const TokenChunk& c);
+  /// Streaming: the last chunk, the usage chunk (when asked for) and [DONE]; otherwise the whole
+  /// JSON body. Not for kError (see error_body / sse_error).
+  std::string final(const FinalEvent& f);
+
+ private:
+  nlohmann::json logprobs_json(const std::vector<int32_t>& ids,
+                               const std::vector<SampleLogprobs>& lps, size_t text_offset) const;
+  nlohmann::json envelope(bool chunk) const;
+  static std::string sse(const nlohmann::json& j);
+
+  ApiKind kind_;
+  bool stream_, include_usage_, return_ids_;
+  int top_logprobs_;
+  std::string model_, id_;
+  int64_t created_;
+  const Tokenizer& tok_;
+  // Non-streaming accumulation.
+  std::string text_;
+  std::vector<int32_t> ids_;
+  std::vector<SampleLogprobs> logprobs_;
+};
+
+/// {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const ErrorReply& e);
+/// An error inside a started SSE stream: the error event and [DONE].
+std::string sse_error(const ErrorReply& e);
+
+/// JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string dump_json(const nlohmann::json& j);
+
+/// GET /v1/models.
+std::string models_body(const ServingContext& ctx);
+
+}  // namespace rill::server

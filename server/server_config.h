@@ -1,0 +1,50 @@
+// rill-server's configuration: a JSON file (configs/*.json) overridden by command-line flags.
+// Every value is checked at start; a bad one is rejected with a message naming its field.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "engine/runner/runner_factory.h"
+#include "engine/scheduler/scheduler_config.h"
+
+namespace rill::server {
+
+struct ServerConfig {
+  std::string model = "models/rill-shakespeare";  // model directory or llama2.c checkpoint
+  std::string served_model_name;                  // the "model" clients name (default: dir name)
+  std::string host = "0.0.0.0";                   // bind address of both listeners
+  int http_port = 8000;                           // 0: an ephemeral port (printed at start)
+  int grpc_port = 50051;
+  int http_threads = 2;                       // Asio threads serving every connection
+  int64_t max_body_bytes = 1 << 20;           // larger HTTP bodies: 413
+  int64_t max_stream_buffer_bytes = 1 << 20;  // unsent SSE bytes before a slow reader is cut
+  int max_prompt_tokens = 0;                  // 0: the model's context
+  double drain_timeout_s = 30;                // SIGTERM: wait this long for in-flight requests
+  std::string log_level = "info";             // trace debug info warn error critical off
+  bool access_log = true;
+  EngineOptions engine;
+  SchedulerConfig scheduler;
+  std::set<std::string> explicit_fields;  // paths set by the file or a flag
+};
+
+/// Takes the runner's scheduler defaults (scheduler_defaults("cpu" | "cuda")) for every
+/// scheduler field the file and flags left unset.
+void apply_scheduler_defaults(ServerConfig& config, const SchedulerConfig& defaults);
+
+/// Reads a configuration file (throws kInvalidArgument naming the field or the JSON error).
+ServerConfig load_config_file(const std::string& path);
+
+/// Checks every value; throws kInvalidArgument "<field>: <why>".
+void validate_config(const ServerConfig& config);
+
+/// Parses the command line: --config FILE first, then every flag overrides the file. Returns
+/// false after printing --help (exit 0). Throws kInvalidArgument on a bad flag or value.
+bool parse_command_line(int argc, char** argv, ServerConfig& config);
+
+/// The configuration as JSON (what a file holds; logged at start).
+std::string config_to_json(const ServerConfig& config);
+
+}  // namespace rill::server

@@ -1,0 +1,89 @@
+// What both front ends share: the engine (absent while the model loads), the model's
+// description, the chat renderer, the served name, limits, health and the access log. Each
+// front end only translates its protocol to and from rill::Request / RequestEvent.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler/serving_engine.h"
+#include "server/chat_prompt.h"
+#include "server/server_config.h"
+
+namespace rill::server {
+
+inline constexpr const char* kRillVersion = "0.1.0";
+
+struct ModelInfo {
+  std::string served_name;
+  std::string architecture;
+  std::string dtype;
+  int context_length = 0;
+  int vocab_size = 0;
+  std::vector<int> eos_token_ids;
+};
+
+/// One access-log line's worth of a finished request.
+struct AccessRecord {
+  std::string protocol;  // "http" | "grpc"
+  std::string method;    // "POST /v1/completions", "Generate", ...
+  std::string request_id;
+  int status = 0;  // HTTP status or gRPC code
+  std::string finish_reason;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  RequestTimings timings;
+};
+
+class ServingContext {
+ public:
+  explicit ServingContext(ServerConfig config);
+
+  const ServerConfig& config() const { return config_; }
+
+  /// Installs the loaded model's engine (serving starts) and its description; the context does
+  /// not own the engine.
+  void set_engine(ServingEngine* engine, ModelInfo info, std::unique_ptr<ChatRenderer> chat);
+  /// nullptr while loading (and after shutdown); callers answer kUnavailable.
+  ServingEngine* engine() const { return engine_.load(std::memory_order_acquire); }
+  /// The engine, or throws kUnavailable ("loading" / "shutting down").
+  ServingEngine& require_engine() const;
+  void clear_engine() { engine_.store(nullptr, std::memory_order_release); }
+
+  const ModelInfo& model() const { return info_; }
+  const ChatRenderer& chat() const { return *chat_; }
+
+  /// Stop taking requests (set on SIGTERM before the engine drains).
+  void set_draining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  /// "" when healthy, else why not (loading, draining, stalled).
+  std::string unhealthy_reason() const;
+
+  /// A fresh request id with `prefix` ("cmpl-", "chatcmpl-", "grpc-").
+  std::string new_request_id(const std::string& prefix);
+
+  /// Prompt text -> ids (special tokens / BOS added unless `has_special_tokens`); empty text is
+  /// kInvalidArgument.
+  std::vector<int32_t> encode_prompt(const std::string& text,
+                                     bool has_special_tokens = false) const;
+  /// Checks prompt ids against the vocabulary and the prompt limit (kInvalidArgument naming
+  /// `param`); the engine checks the rest.
+  void check_prompt(const std::vector<int32_t>& ids, const std::string& param) const;
+
+  void access_log(const AccessRecord& r) const;
+
+ private:
+  ServerConfig config_;
+  std::atomic<ServingEngine*> engine_{nullptr};
+  ModelInfo info_;
+  std::unique_ptr<ChatRenderer> chat_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+  uint64_t id_salt_ = 0;
+};
+
+}  // namespace rill::server

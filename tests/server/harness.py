@@ -1,0 +1,131 @@
+"""Starts the real rill-server on ephemeral loopback ports for end-to-end tests.
+
+The server prints a machine-readable line {"event": "listening", "http_port": N, "grpc_port": M}
+on stdout; the harness reads it, waits for /health to answer 200 and stops the server with
+SIGTERM at the end (checking that it exits 0)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+SOURCE_DIR = os.environ.get("RILL_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
+# Loopback only: never through a proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+SERVER = os.environ.get("RILL_SERVER", os.path.join(SOURCE_DIR, "build/server/rill-server"))
+
+
+class Server:
+    def __init__(self, *extra_args, startup_timeout=120):
+        args = [SERVER, "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--device", "cpu",
+                "--log-level", "warn", *extra_args]
+        self.proc = subprocess.Popen(args, cwd=SOURCE_DIR, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+        self.http_port = self.grpc_port = None
+        deadline = time.time() + startup_timeout
+        line_holder = {}
+
+        def read_stdout():
+            for line in self.proc.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("event") == "listening":
+                    line_holder["listening"] = event
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        while "listening" not in line_holder:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rill-server exited with {self.proc.returncode} before listening")
+            if time.time() > deadline:
+                self.kill()
+                raise RuntimeError("rill-server did not print its ports in time")
+            time.sleep(0.05)
+        self.http_port = line_holder["listening"]["http_port"]
+        self.grpc_port = line_holder["listening"]["grpc_port"]
+        self.base = f"http://127.0.0.1:{self.http_port}"
+        while True:
+            status, _ = self.get("/health")
+            if status == 200:
+                break
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.kill()
+                raise RuntimeError(f"rill-server not healthy in time (last /health: {status})")
+            time.sleep(0.1)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
+        if data is not None and "Content-Type" not in (headers or {}):
+            req.add_header("Content-Type", "application/json")
+        try:
+            with _OPENER.open(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except (urllib.error.URLError, ConnectionError):
+            return None, b""
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body):
+        return self.request("POST", path, body)
+
+    def metrics(self):
+        status, body = self.get("/metrics")
+        assert status == 200, status
+        return body.decode()
+
+    def stop(self, timeout=60):
+        """SIGTERM; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def thread_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/task"))
+
+
+def metric_value(text, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels` (0 when none)."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric = head.split("{", 1)[0]
+        if metric != name:
+            continue
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+            found = True
+    return total if found else 0.0
+
+
+def golden_case():
+    """The default model's greedy continuation of "ROMEO:" from transformers (tests/golden)."""
+    with open(os.path.join(SOURCE_DIR, "tests/golden/default_model.json")) as f:
+        return json.load(f)["cases"][0]
+
+
+def wait_until(predicate, timeout=30, interval=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

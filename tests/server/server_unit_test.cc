@@ -1,0 +1,235 @@
+// Unit tests of the server pieces that need no engine: Prometheus exposition (checked by
+// promtool too), the error mapping, configuration parsing and validation, chat messages.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "engine/scheduler/request.h"
+#include "server/chat_prompt.h"
+#include "server/error_mapping.h"
+#include "server/metrics_exposition.h"
+#include "server/server_config.h"
+
+namespace rill::server {
+namespace {
+
+std::vector<MetricFamily> sample_families() {
+  const MetricLabels model = {{"model_name", "tiny \"quoted\" \\ name\nx"}};
+  MetricFamily ttft{"rill_time_to_first_token_seconds",
+                    "Time to first token.\nSecond line \\ slash",
+                    MetricType::kHistogram,
+                    {}};
+  MetricSeries h;
+  h.labels = model;
+  h.histogram.bounds = {0.001, 0.5, 1, 2.5};
+  h.histogram.cumulative = {0, 3, 4, 4, 5};
+  h.histogram.sum = 7.25;
+  h.histogram.count = 5;
+  ttft.series.push_back(h);
+  MetricFamily reqs{"rill_requests_total", "Finished requests.", MetricType::kCounter, {}};
+  MetricSeries a, b;
+  a.labels = model;
+  a.labels.push_back({"finished_reason", "stop"});
+  a.value = 3;
+  b.labels = model;
+  b.labels.push_back({"finished_reason", "length"});
+  b.value = 1e20;
+  reqs.series = {a, b};
+  MetricFamily usage{"rill_kv_cache_usage_ratio", "KV use.", MetricType::kGauge, {}};
+  MetricSeries g;
+  g.labels = model;
+  g.value = 0.125;
+  usage.series.push_back(g);
+  MetricFamily empty{"rill_preemptions_total", "Preemptions.", MetricType::kCounter, {}};
+  return {ttft, reqs, usage, empty};
+}
+
+TEST(MetricsExposition, FormatsValues) {
+  EXPECT_EQ(format_prometheus_value(0), "0");
+  EXPECT_EQ(format_prometheus_value(3), "3");
+  EXPECT_EQ(format_prometheus_value(0.125), "0.125");
+  EXPECT_EQ(format_prometheus_value(1.0 / 0.0), "+Inf");
+  EXPECT_EQ(format_prometheus_value(-1.0 / 0.0), "-Inf");
+  EXPECT_EQ(format_prometheus_value(std::nan("")), "NaN");
+  EXPECT_EQ(std::stod(format_prometheus_value(1e-7)), 1e-7);
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+TEST(MetricsExposition, RendersHistogramsCountersGauges) {
+  const std::string text = render_prometheus(sample_families());
+  const std::string labels = R"(model_name="tiny \"quoted\" \\ name\nx")";
+  EXPECT_NE(text.find("# HELP rill_time_to_first_token_seconds Time to first token.\\nSecond line "
+                      "\\\\ slash\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE rill_time_to_first_token_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.001\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.5\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"2.5\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"+Inf\"} 5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_sum{" + labels + "} 7.25\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_count{" + labels + "} 5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_requests_total{" + labels + ",finished_reason=\"stop\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE rill_kv_cache_usage_ratio gauge\nrill_kv_cache_usage_ratio{" +
+                      labels + "} 0.125\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE rill_preemptions_total counter\n"), std::string::npos);
+}
+
+// promtool (Debian's prometheus package) is the independent judge of the format.
+TEST(MetricsExposition, PassesPromtool) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "promtool not installed";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("rill_metrics_" + std::to_string(getpid()) + ".txt");
+  std::ofstream(path) << render_prometheus(sample_families());
+  const std::string cmd = "promtool check metrics < " + path.string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  const int rc = pclose(p);
+  std::filesystem::remove(path);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "") << "promtool lint findings";
+}
+
+TEST(ErrorMapping, EveryCodeHasBothProtocols) {
+  struct Case {
+    ErrorCode code;
+    grpc::StatusCode grpc;
+    int http;
+  };
+  const Case cases[] = {
+      {ErrorCode::kInvalidArgument, grpc::StatusCode::INVALID_ARGUMENT, 400},
+      {ErrorCode::kOutOfRange, grpc::StatusCode::OUT_OF_RANGE, 400},
+      {ErrorCode::kNotFound, grpc::StatusCode::NOT_FOUND, 404},
+      {ErrorCode::kUnsupported, grpc::StatusCode::UNIMPLEMENTED, 400},
+      {ErrorCode::kResourceExhausted, grpc::StatusCode::RESOURCE_EXHAUSTED, 503},
+      {ErrorCode::kUnavailable, grpc::StatusCode::UNAVAILABLE, 503},
+      {ErrorCode::kDeadlineExceeded, grpc::StatusCode::DEADLINE_EXCEEDED, 504},
+      {ErrorCode::kInternal, grpc::StatusCode::INTERNAL, 500},
+      {ErrorCode::kCancelled, grpc::StatusCode::CANCELLED, 499},
+  };
+  for (const Case& c : cases) {
+    const ErrorReply r = map_error(c.code, "m");
+    EXPECT_EQ(r.grpc_code, c.grpc) << error_code_name(c.code);
+    EXPECT_EQ(r.http_status, c.http) << error_code_name(c.code);
+    EXPECT_FALSE(r.type.empty());
+    EXPECT_EQ(r.code, error_code_name(c.code));
+  }
+}
+
+TEST(ErrorMapping, OverloadCarriesRetryAfter) {
+  const ErrorReply r = map_exception(OverloadedError("queue full", 2.2));
+  EXPECT_EQ(r.http_status, 503);
+  EXPECT_EQ(r.grpc_code, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(r.retry_after_s.has_value());
+  EXPECT_DOUBLE_EQ(*r.retry_after_s, 2.2);
+  EXPECT_EQ(retry_after_header_seconds(2.2), 3);
+  EXPECT_EQ(retry_after_header_seconds(0.01), 1);
+  const ErrorReply f = map_exception(FieldError("max_tokens", "bad"));
+  EXPECT_EQ(f.param, "max_tokens");
+  EXPECT_EQ(f.http_status, 400);
+  EXPECT_EQ(map_exception(std::runtime_error("x")).http_status, 500);
+}
+
+std::string write_temp(const std::string& text) {
+  static int n = 0;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("rill_cfg_" + std::to_string(getpid()) + "_" + std::to_string(n++) + ".json");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::string config_error(const std::string& json) {
+  try {
+    validate_config(load_config_file(write_temp(json)));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ServerConfig, ShippedConfigsAreValid) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(std::string(RILL_SOURCE_DIR) + "/configs")) {
+    SCOPED_TRACE(f.path().string());
+    EXPECT_NO_THROW(validate_config(load_config_file(f.path().string())));
+  }
+}
+
+TEST(ServerConfig, ReadsSectionsAndRejectsNamingTheField) {
+  const ServerConfig c = load_config_file(write_temp(
+      R"({"http_port": 0, "engine": {"block_size": 32, "device": "cpu"}, "scheduler": {"queue_timeout_ms": 5}})"));
+  EXPECT_EQ(c.http_port, 0);
+  EXPECT_EQ(c.engine.block_size, 32);
+  EXPECT_EQ(c.engine.device, "cpu");
+  EXPECT_EQ(c.scheduler.queue_timeout.count(), 5);
+  EXPECT_NE(config_error(R"({"http_port": 70000})").find("http_port"), std::string::npos);
+  EXPECT_NE(config_error(R"({"http_port": "x"})").find("http_port"), std::string::npos);
+  EXPECT_NE(config_error(R"({"bogus": 1})").find("bogus"), std::string::npos);
+  EXPECT_NE(config_error(R"({"engine": {"block_size": 3}})").find("engine.block_size"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"engine": {"device": "tpu"}})").find("engine.device"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"scheduler": {"max_num_seqs": 0}})").find("scheduler.max_num_seqs"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"log_level": "loud"})").find("log_level"), std::string::npos);
+  EXPECT_NE(config_error("{not json").find("config"), std::string::npos);
+}
+
+TEST(ServerConfig, FlagsOverrideTheFile) {
+  const std::string file = write_temp(R"({"http_port": 1234, "grpc_port": 4321})");
+  std::vector<std::string> args = {"rill-server", "--config",       file,   "--http-port",
+                                   "0",           "--max-num-seqs", "7",    "--queue-timeout-ms",
+                                   "9",           "--cuda-graphs",  "false"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ServerConfig c;
+  ASSERT_TRUE(parse_command_line(static_cast<int>(argv.size()), argv.data(), c));
+  EXPECT_EQ(c.http_port, 0);
+  EXPECT_EQ(c.grpc_port, 4321);
+  EXPECT_EQ(c.scheduler.max_num_seqs, 7);
+  EXPECT_EQ(c.scheduler.queue_timeout.count(), 9);
+  EXPECT_FALSE(c.engine.cuda_tuning.cuda_graphs);
+  // Scheduler fields left unset take the runner's defaults; those given stay.
+  SchedulerConfig defaults;
+  defaults.max_num_seqs = 64;
+  defaults.max_num_batched_tokens = 512;
+  apply_scheduler_defaults(c, defaults);
+  EXPECT_EQ(c.scheduler.max_num_seqs, 7);
+  EXPECT_EQ(c.scheduler.max_num_batched_tokens, 512);
+  std::vector<std::string> bad = {"rill-server", "--http-port", "abc"};
+  std::vector<char*> bargv;
+  for (auto& a : bad) bargv.push_back(a.data());
+  ServerConfig d;
+  EXPECT_THROW(parse_command_line(static_cast<int>(bargv.size()), bargv.data(), d), Error);
+}
+
+TEST(ChatPrompt, NormalizesAndRenders) {
+  const auto msgs = normalize_chat_messages(nlohmann::json::parse(
+      R"([{"role": "system", "content": "Be brief."},
+          {"role": "user", "content": [{"type": "text", "text": "Speak"}, {"type": "text", "text": "!"}]}])"));
+  EXPECT_EQ(BuiltinChatRenderer().render(msgs, true),
+            "SYSTEM:\nBe brief.\n\nUSER:\nSpeak!\n\nASSISTANT:\n");
+  EXPECT_THROW(normalize_chat_messages(nlohmann::json::array()), Error);
+  EXPECT_THROW(
+      normalize_chat_messages(nlohmann::json::parse(R"([{"role": "wizard", "content": "x"}])")),
+      Error);
+  EXPECT_THROW(
+      normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
+  EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"("hi")")), Error);
+}
+
+}  // namespace
+}  // namespace rill::server
