@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
+# The scheduler under ThreadSanitizer first (CPU engine only; a second, instrumented build).
+scripts/test_tsan.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1200

@@ -7,13 +7,12 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/error.h"
-#if RILL_HAVE_CHAT_TEMPLATE
 #include "engine/chat/chat_template.h"
-#endif
 
 namespace rill::server {
 
-std::string BuiltinChatRenderer::render(const nlohmann::json& messages, bool add_generation_prompt) const {
+std::string BuiltinChatRenderer::render(const nlohmann::json& messages,
+                                        bool add_generation_prompt) const {
   std::string out;
   for (const auto& m : messages) {
     std::string role = m.at("role").get<std::string>();
@@ -24,7 +23,6 @@ std::string BuiltinChatRenderer::render(const nlohmann::json& messages, bool add
   return out;
 }
 
-#if RILL_HAVE_CHAT_TEMPLATE
 namespace {
 
 // The model's own Jinja template (engine/chat). It writes BOS and the other special tokens
@@ -45,10 +43,8 @@ class ModelChatRenderer final : public ChatRenderer {
 };
 
 }  // namespace
-#endif
 
 std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model) {
-#if RILL_HAVE_CHAT_TEMPLATE
   if (std::filesystem::is_directory(model.path)) {
     try {
       return std::make_unique<ModelChatRenderer>(ChatTemplate::from_model_dir(model.path));
@@ -56,9 +52,6 @@ std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model) {
       spdlog::info("chat: {}; using the built-in template", e.what());
     }
   }
-#else
-  (void)model;
-#endif
   return std::make_unique<BuiltinChatRenderer>();
 }
 
@@ -73,14 +66,16 @@ nlohmann::json normalize_chat_messages(const nlohmann::json& messages) {
     if (!m.is_object()) bad(where + " must be an object");
     if (!m.contains("role") || !m["role"].is_string()) bad(where + ".role must be a string");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" &&
+        role != "tool")
       bad(where + ".role must be system, developer, user, assistant or tool");
     std::string content;
     if (m.contains("content") && m["content"].is_string()) {
       content = m["content"].get<std::string>();
     } else if (m.contains("content") && m["content"].is_array()) {
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad(where + ".content: only text parts are supported");
         content += part["text"].get<std::string>();
       }

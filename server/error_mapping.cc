@@ -67,8 +67,10 @@ ErrorReply map_exception(const std::exception& e, std::string param) {
     return map_error(o->code(), o->what(), std::move(param), o->retry_after_s());
   if (const auto* fe = dynamic_cast<const FieldError*>(&e))
     return map_error(fe->code(), fe->what(), param.empty() ? fe->field() : std::move(param));
-  if (const auto* re = dynamic_cast<const Error*>(&e)) return map_error(re->code(), re->what(), std::move(param));
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return map_error(ErrorCode::kResourceExhausted, "out of memory");
+  if (const auto* re = dynamic_cast<const Error*>(&e))
+    return map_error(re->code(), re->what(), std::move(param));
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return map_error(ErrorCode::kResourceExhausted, "out of memory");
   return map_error(ErrorCode::kInternal, e.what(), std::move(param));
 }
 

@@ -16,7 +16,8 @@ namespace rill::server {
 /// A bad value in a named request field (the OpenAI error body's "param").
 class FieldError : public Error {
  public:
-  FieldError(std::string field, const std::string& message, ErrorCode code = ErrorCode::kInvalidArgument)
+  FieldError(std::string field, const std::string& message,
+             ErrorCode code = ErrorCode::kInvalidArgument)
       : Error(code, message), field_(std::move(field)) {}
   const std::string& field() const { return field_; }
 
@@ -27,10 +28,10 @@ class FieldError : public Error {
 struct ErrorReply {
   grpc::StatusCode grpc_code = grpc::StatusCode::INTERNAL;
   int http_status = 500;
-  std::string type;     // OpenAI error "type": invalid_request_error, server_error, ...
-  std::string code;     // OpenAI error "code": the engine's code name (e.g. "invalid_argument")
+  std::string type;  // OpenAI error "type": invalid_request_error, server_error, ...
+  std::string code;  // OpenAI error "code": the engine's code name (e.g. "invalid_argument")
   std::string message;
-  std::string param;    // the offending request field, when known
+  std::string param;                    // the offending request field, when known
   std::optional<double> retry_after_s;  // overload: seconds before a retry is likely admitted
 };
 

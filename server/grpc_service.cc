@@ -9,8 +9,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "rill/v1/rill.grpc.pb.h"
 #include "engine/runner/runner.h"
+#include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/wake_queue.h"
 
@@ -22,28 +22,38 @@ namespace pb = ::rill::v1;
 // The status for an error, its retry hint (overload) in the trailing metadata.
 grpc::Status to_status(grpc::CallbackServerContext* call, const ErrorReply& e) {
   if (e.retry_after_s) {
-    call->AddTrailingMetadata("retry-after-ms", std::to_string(static_cast<long long>(*e.retry_after_s * 1e3)));
+    call->AddTrailingMetadata("retry-after-ms",
+                              std::to_string(static_cast<long long>(*e.retry_after_s * 1e3)));
   }
   return grpc::Status(e.grpc_code, e.message);
 }
 
 std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in) {
   nlohmann::json messages = nlohmann::json::array();
-  for (const pb::ChatMessage& m : in.messages()) messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  for (const pb::ChatMessage& m : in.messages())
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
   const nlohmann::json normalized = normalize_chat_messages(messages);
   const std::string text = ctx.chat().render(normalized, /*add_generation_prompt=*/true);
   return ctx.encode_prompt(text, ctx.chat().has_special_tokens());
 }
 
 // rill.v1.GenerateRequest -> rill::Request. Throws rill::Error on bad input.
-Request to_request(ServingContext& ctx, const pb::GenerateRequest& in, grpc::CallbackServerContext* call) {
+Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
+                   grpc::CallbackServerContext* call) {
   Request r;
   r.id = in.request_id().empty() ? ctx.new_request_id("grpc-") : in.request_id();
   switch (in.input_case()) {
-    case pb::GenerateRequest::kText: r.prompt = ctx.encode_prompt(in.text()); break;
-    case pb::GenerateRequest::kTokenIds: r.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end()); break;
-    case pb::GenerateRequest::kMessages: r.prompt = chat_prompt(ctx, in.messages()); break;
-    default: throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
+    case pb::GenerateRequest::kText:
+      r.prompt = ctx.encode_prompt(in.text());
+      break;
+    case pb::GenerateRequest::kTokenIds:
+      r.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+      break;
+    case pb::GenerateRequest::kMessages:
+      r.prompt = chat_prompt(ctx, in.messages());
+      break;
+    default:
+      throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
   ctx.check_prompt(r.prompt, "input");
   const pb::SamplingParameters& s = in.sampling();
@@ -64,7 +74,8 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in, grpc::Cal
   if (r.min_tokens < 0) throw Error(ErrorCode::kInvalidArgument, "min_tokens must be >= 0");
   r.ignore_eos = in.ignore_eos();
   if (in.logprobs() < 0 || in.logprobs() > kMaxTopLogprobs + 1)
-    throw Error(ErrorCode::kInvalidArgument, "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
+    throw Error(ErrorCode::kInvalidArgument,
+                "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
   r.logprobs = in.logprobs() - 1;
   if (in.cache().kind() == pb::CachePolicy::KIND_STREAMING)
     r.cache = CachePolicy::streaming(in.cache().n_sink(), in.cache().window());
@@ -117,8 +128,8 @@ void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
 // wake-up and OnWriteDone pump events under mu_.
 class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
  public:
-  GenerateReactor(ServingContext& ctx, const std::shared_ptr<WakeQueue>& wakes, grpc::CallbackServerContext* call,
-                  const pb::GenerateRequest* in)
+  GenerateReactor(ServingContext& ctx, const std::shared_ptr<WakeQueue>& wakes,
+                  grpc::CallbackServerContext* call, const pb::GenerateRequest* in)
       : ctx_(ctx), call_(call), link_(std::make_shared<Link>()) {
     link_->reactor = this;
     std::lock_guard<std::mutex> lock(mu_);
@@ -176,8 +187,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
       std::lock_guard<std::mutex> l(link_->mu);  // waits out a wake-up running pump()
       link_->reactor = nullptr;
     }
-    AccessRecord rec{"grpc", "Generate", request_id_, static_cast<int>(status_code_), finish_reason_,
-                     prompt_tokens_, completion_tokens_, timings_};
+    AccessRecord rec{
+        "grpc",         "Generate",     request_id_,        static_cast<int>(status_code_),
+        finish_reason_, prompt_tokens_, completion_tokens_, timings_};
     ctx_.access_log(rec);
     delete this;  // the handle cancels the request if it had not finished
   }
@@ -261,7 +273,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
 
 class RillService final : public pb::Rill::CallbackService {
  public:
-  RillService(ServingContext& ctx, std::shared_ptr<WakeQueue> wakes) : ctx_(ctx), wakes_(std::move(wakes)) {}
+  RillService(ServingContext& ctx, std::shared_ptr<WakeQueue> wakes)
+      : ctx_(ctx), wakes_(std::move(wakes)) {}
 
   grpc::ServerWriteReactor<pb::GenerateResponse>* Generate(grpc::CallbackServerContext* call,
                                                            const pb::GenerateRequest* in) override {
@@ -273,28 +286,33 @@ class RillService final : public pb::Rill::CallbackService {
     return unary(call, [&] { out->set_found(ctx_.require_engine().cancel(in->request_id())); });
   }
 
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* call, const pb::TokenizeRequest* in,
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* call,
+                                     const pb::TokenizeRequest* in,
                                      pb::TokenizeResponse* out) override {
     return unary(call, [&] {
-      for (int32_t id : ctx_.require_engine().tokenizer().encode(in->text(), in->add_special_tokens()))
+      for (int32_t id :
+           ctx_.require_engine().tokenizer().encode(in->text(), in->add_special_tokens()))
         out->add_token_ids(id);
     });
   }
 
-  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* call, const pb::DetokenizeRequest* in,
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* call,
+                                       const pb::DetokenizeRequest* in,
                                        pb::DetokenizeResponse* out) override {
     return unary(call, [&] {
       const Tokenizer& tok = ctx_.require_engine().tokenizer();
       const std::vector<int32_t> ids(in->token_ids().begin(), in->token_ids().end());
       for (int32_t id : ids)
         if (id < 0 || id >= tok.vocab_size())
-          throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(id) + " is out of range [0, " +
+          throw Error(ErrorCode::kInvalidArgument, "token id " + std::to_string(id) +
+                                                       " is out of range [0, " +
                                                        std::to_string(tok.vocab_size()) + ")");
       out->set_text(tok.decode(ids, in->skip_special_tokens()));
     });
   }
 
-  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call, const pb::GetModelInfoRequest*,
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* call,
+                                         const pb::GetModelInfoRequest*,
                                          pb::GetModelInfoResponse* out) override {
     return unary(call, [&] {
       const ServingEngine& e = ctx_.require_engine();
@@ -311,7 +329,8 @@ class RillService final : public pb::Rill::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* call, const pb::GetServerInfoRequest*,
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* call,
+                                          const pb::GetServerInfoRequest*,
                                           pb::GetServerInfoResponse* out) override {
     return unary(call, [&] {
       const ServingEngine& e = ctx_.require_engine();
@@ -381,7 +400,8 @@ class GrpcServer::Impl {
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
     b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     server_ = b.BuildAndStart();
-    if (!server_ || port_ == 0) throw Error(ErrorCode::kUnavailable, "gRPC: cannot listen on " + addr);
+    if (!server_ || port_ == 0)
+      throw Error(ErrorCode::kUnavailable, "gRPC: cannot listen on " + addr);
     update_health();
   }
 
@@ -417,8 +437,14 @@ GrpcServer::~GrpcServer() {
   }
   impl_->wakes_->stop();  // notifiers that fire later find it stopped
 }
-int GrpcServer::port() const { return impl_->port_; }
-void GrpcServer::update_health() { impl_->update_health(); }
-void GrpcServer::shutdown(double deadline_s) { impl_->shutdown(deadline_s); }
+int GrpcServer::port() const {
+  return impl_->port_;
+}
+void GrpcServer::update_health() {
+  impl_->update_health();
+}
+void GrpcServer::shutdown(double deadline_s) {
+  impl_->shutdown(deadline_s);
+}
 
 }  // namespace rill::server

@@ -3,16 +3,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
 
 #include "server/error_mapping.h"
 #include "server/metrics_exposition.h"
@@ -57,7 +57,11 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg,
           std::shared_ptr<Gate> gate)
-      : stream_(std::move(socket)), ctx_(ctx), metrics_(metrics), reg_(reg), gate_(std::move(gate)) {}
+      : stream_(std::move(socket)),
+        ctx_(ctx),
+        metrics_(metrics),
+        reg_(reg),
+        gate_(std::move(gate)) {}
 
   ~Session() { release(); }
 
@@ -73,8 +77,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(static_cast<uint64_t>(ctx_.config().max_body_bytes));
     parser_->header_limit(64 * 1024);
     stream_.expires_after(kIdleTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
@@ -83,11 +88,15 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     if (ec == http::error::body_limit) {
-      return send_error(map_error(ErrorCode::kInvalidArgument, "the request body is larger than " +
-                                   std::to_string(ctx_.config().max_body_bytes) + " bytes"), 413, false);
+      return send_error(map_error(ErrorCode::kInvalidArgument,
+                                  "the request body is larger than " +
+                                      std::to_string(ctx_.config().max_body_bytes) + " bytes"),
+                        413, false);
     }
     if (ec) {
-      return send_error(map_error(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message()), 400, false);
+      return send_error(
+          map_error(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message()), 400,
+          false);
     }
     req_ = parser_->release();
     started_ = std::chrono::steady_clock::now();
@@ -103,12 +112,16 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const Route& r : kRoutes) {
       if (target != r.path) continue;
       path_known = true;
-      if (req_.method() == r.method || (r.method == http::verb::get && req_.method() == http::verb::head)) found = &r;
+      if (req_.method() == r.method ||
+          (r.method == http::verb::get && req_.method() == http::verb::head))
+        found = &r;
     }
-    if (!path_known) return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
+    if (!path_known)
+      return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
     if (!found) {
-      ErrorReply e = map_error(ErrorCode::kInvalidArgument, "method " + std::string(req_.method_string()) +
-                                                                 " is not allowed on " + target);
+      ErrorReply e =
+          map_error(ErrorCode::kInvalidArgument,
+                    "method " + std::string(req_.method_string()) + " is not allowed on " + target);
       e.type = "invalid_request_error";
       return send_error(e, 405, true);
     }
@@ -147,34 +160,43 @@ class Session : public std::enable_shared_from_this<Session> {
     return b;
   }
 
-  // vLLM's shapes: {"prompt": text, "add_special_tokens": bool} -> {"tokens", "count", "max_model_len"}.
+  // vLLM's shapes: {"prompt": text, "add_special_tokens": bool} -> {"tokens", "count",
+  // "max_model_len"}.
   void tokenize() {
     const json b = parse_object(req_.body());
     const Tokenizer& tok = ctx_.require_engine().tokenizer();
     const char* key = b.contains("prompt") ? "prompt" : "text";
-    if (!b.contains(key) || !b[key].is_string()) throw FieldError("prompt", "'prompt' must be a string");
+    if (!b.contains(key) || !b[key].is_string())
+      throw FieldError("prompt", "'prompt' must be a string");
     bool add_special = true;
     if (b.contains("add_special_tokens")) {
-      if (!b["add_special_tokens"].is_boolean()) throw FieldError("add_special_tokens", "'add_special_tokens' must be a boolean");
+      if (!b["add_special_tokens"].is_boolean())
+        throw FieldError("add_special_tokens", "'add_special_tokens' must be a boolean");
       add_special = b["add_special_tokens"].get<bool>();
     }
     const std::vector<int32_t> ids = tok.encode(b[key].get<std::string>(), add_special);
     send(200, "application/json",
-         dump_json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx_.model().context_length}}), true);
+         dump_json({{"tokens", ids},
+                    {"count", ids.size()},
+                    {"max_model_len", ctx_.model().context_length}}),
+         true);
   }
 
   // {"tokens": [ids]} -> {"prompt": text}.
   void detokenize() {
     const json b = parse_object(req_.body());
     const Tokenizer& tok = ctx_.require_engine().tokenizer();
-    if (!b.contains("tokens") || !b["tokens"].is_array()) throw FieldError("tokens", "'tokens' must be a list of token ids");
+    if (!b.contains("tokens") || !b["tokens"].is_array())
+      throw FieldError("tokens", "'tokens' must be a list of token ids");
     std::vector<int32_t> ids;
     for (const json& x : b["tokens"]) {
-      if (!x.is_number_integer()) throw FieldError("tokens", "'tokens' must be a list of token ids");
+      if (!x.is_number_integer())
+        throw FieldError("tokens", "'tokens' must be a list of token ids");
       const int64_t id = x.get<int64_t>();
       if (id < 0 || id >= tok.vocab_size())
-        throw FieldError("tokens", "'tokens' has token id " + std::to_string(id) + " out of range [0, " +
-                                       std::to_string(tok.vocab_size()) + ")");
+        throw FieldError("tokens", "'tokens' has token id " + std::to_string(id) +
+                                       " out of range [0, " + std::to_string(tok.vocab_size()) +
+                                       ")");
       ids.push_back(static_cast<int32_t>(id));
     }
     send(200, "application/json", dump_json({{"prompt", tok.decode(ids)}}), true);
@@ -210,8 +232,10 @@ class Session : public std::enable_shared_from_this<Session> {
       // The kernel's send buffer is part of what a slow reader may leave unsent: bound it by the
       // same setting, so the whole backlog stays within about twice max_stream_buffer_bytes.
       beast::error_code ignored;
-      const int64_t bytes = std::clamp<int64_t>(ctx_.config().max_stream_buffer_bytes, 4096, 4 << 20);
-      stream_.socket().set_option(net::socket_base::send_buffer_size(static_cast<int>(bytes)), ignored);
+      const int64_t bytes =
+          std::clamp<int64_t>(ctx_.config().max_stream_buffer_bytes, 4096, 4 << 20);
+      stream_.socket().set_option(net::socket_base::send_buffer_size(static_cast<int>(bytes)),
+                                  ignored);
     }
     watch_disconnect();
     on_events();
@@ -220,7 +244,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // A read while the response is produced: the client sends nothing more on a generation
   // request (we answer Connection: close), so any completion means it hung up.
   void watch_disconnect() {
-    stream_.socket().async_read_some(net::buffer(probe_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    stream_.socket().async_read_some(net::buffer(probe_), [self = shared_from_this()](
+                                                              beast::error_code ec, size_t) {
       if (self->closed_ || self->final_seen_) return;
       if (ec) {
         spdlog::debug("{}: client disconnected ({}); cancelling", self->request_id_, ec.message());
@@ -244,7 +269,8 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       on_final(std::get<FinalEvent>(ev));
     }
-    if (stream_mode_ && pending_.size() > static_cast<size_t>(ctx_.config().max_stream_buffer_bytes)) {
+    if (stream_mode_ &&
+        pending_.size() > static_cast<size_t>(ctx_.config().max_stream_buffer_bytes)) {
       spdlog::warn("{}: slow reader ({} bytes unsent); cancelling", request_id_, pending_.size());
       return abort("slow reader");
     }
@@ -276,7 +302,8 @@ class Session : public std::enable_shared_from_this<Session> {
     status_ = 200;
     pending_ +=
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "Connection: close\r\nTransfer-Encoding: chunked\r\nX-Request-Id: " + request_id_ + "\r\n\r\n";
+        "Connection: close\r\nTransfer-Encoding: chunked\r\nX-Request-Id: " +
+        request_id_ + "\r\n\r\n";
     append_body(responder_->start());
   }
 
@@ -296,8 +323,9 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     inflight_.swap(pending_);
     pending_.clear();
-    net::async_write(stream_.socket(), net::buffer(inflight_),
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
+    net::async_write(
+        stream_.socket(), net::buffer(inflight_),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_written(ec); });
   }
 
   void on_written(beast::error_code ec) {
@@ -338,7 +366,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // `status` 0: the mapped one.
   void send_error(const ErrorReply& e, int status, bool keep_alive) {
     const int code = status ? status : e.http_status;
-    auto res = std::make_shared<Response>(static_cast<http::status>(code), req_.version() ? req_.version() : 11);
+    auto res = std::make_shared<Response>(static_cast<http::status>(code),
+                                          req_.version() ? req_.version() : 11);
     res->set(http::field::server, "rill");
     res->set(http::field::content_type, "application/json");
     if (code == 405) {
@@ -349,11 +378,14 @@ class Session : public std::enable_shared_from_this<Session> {
         if (target == r.path) allow = r.method == http::verb::get ? "GET, HEAD" : "POST";
       res->set(http::field::allow, allow);
     }
-    if (e.retry_after_s) res->set(http::field::retry_after, std::to_string(retry_after_header_seconds(*e.retry_after_s)));
+    if (e.retry_after_s)
+      res->set(http::field::retry_after,
+               std::to_string(retry_after_header_seconds(*e.retry_after_s)));
     if (!request_id_.empty()) res->set("X-Request-Id", request_id_);
     res->keep_alive(keep_alive && req_.keep_alive() && !generating_);
     ErrorReply body = e;
-    if (code != e.http_status && code == 413) body.type = "invalid_request_error", body.code = "request_too_large";
+    if (code != e.http_status && code == 413)
+      body.type = "invalid_request_error", body.code = "request_too_large";
     if (code == 405) body.code = "method_not_allowed";
     res->body() = error_body(body);
     res->prepare_payload();
@@ -365,15 +397,16 @@ class Session : public std::enable_shared_from_this<Session> {
     headers_sent_ = true;
     final_seen_ = true;
     if (!generating_) log_access();
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-      if (ec || !res->keep_alive()) {
-        if (self->generating_) self->log_access();
-        if (!ec && !self->generating_) return self->linger_close();
-        return self->close();
-      }
-      self->reset_for_next();
-      self->read_request();
-    });
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                        if (ec || !res->keep_alive()) {
+                          if (self->generating_) self->log_access();
+                          if (!ec && !self->generating_) return self->linger_close();
+                          return self->close();
+                        }
+                        self->reset_for_next();
+                        self->read_request();
+                      });
   }
 
   void reset_for_next() {
@@ -391,11 +424,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!generating_) {
       // Plain requests: reset so a keep-alive connection logs its next one.
       logged_ = false;
-      if (method_line_.find("/health") != std::string::npos || method_line_.find("/metrics") != std::string::npos)
+      if (method_line_.find("/health") != std::string::npos ||
+          method_line_.find("/metrics") != std::string::npos)
         return;  // probes and scrapes are not worth a line each
     }
-    ctx_.access_log(AccessRecord{"http", method_line_, request_id_, status_, finish_reason_, prompt_tokens_,
-                                 completion_tokens_, timings_});
+    ctx_.access_log(AccessRecord{"http", method_line_, request_id_, status_, finish_reason_,
+                                 prompt_tokens_, completion_tokens_, timings_});
   }
 
   // Half-closes, then reads and discards what the client still sends (e.g. the rest of an
@@ -408,10 +442,11 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void discard() {
-    stream_.async_read_some(net::buffer(probe_), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->close();
-      self->discard();
-    });
+    stream_.async_read_some(net::buffer(probe_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->discard();
+                            });
   }
 
   // Counts this session out of the generating ones (once).
@@ -460,8 +495,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class HttpServer::Impl {
  public:
-  Impl(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port, int threads)
-      : ctx_(ctx), metrics_(metrics), ioc_(threads), acceptor_(net::make_strand(ioc_)),
+  Impl(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port,
+       int threads)
+      : ctx_(ctx),
+        metrics_(metrics),
+        ioc_(threads),
+        acceptor_(net::make_strand(ioc_)),
         gate_(std::make_shared<Gate>()) {
     gate_->ioc = &ioc_;
     beast::error_code ec;
@@ -472,8 +511,9 @@ class HttpServer::Impl {
     if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-    if (ec) throw Error(ErrorCode::kUnavailable, "HTTP: cannot listen on " + host + ":" + std::to_string(port) +
-                                                     ": " + ec.message());
+    if (ec)
+      throw Error(ErrorCode::kUnavailable, "HTTP: cannot listen on " + host + ":" +
+                                               std::to_string(port) + ": " + ec.message());
     port_ = acceptor_.local_endpoint().port();
     accept();
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
@@ -490,17 +530,18 @@ class HttpServer::Impl {
   }
 
   void accept() {
-    acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) {
-        beast::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_)->start();
-      } else {
-        spdlog::warn("HTTP accept: {}", ec.message());
-      }
-      accept();
-    });
+    acceptor_.async_accept(
+        net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+          if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+          if (!ec) {
+            beast::error_code ignored;
+            socket.set_option(tcp::no_delay(true), ignored);
+            std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_)->start();
+          } else {
+            spdlog::warn("HTTP accept: {}", ec.message());
+          }
+          accept();
+        });
   }
 
   void stop_accepting() {
@@ -520,16 +561,21 @@ class HttpServer::Impl {
   std::vector<std::thread> threads_;
 };
 
-HttpServer::HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port,
-                       int threads)
+HttpServer::HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host,
+                       int port, int threads)
     : impl_(std::make_unique<Impl>(ctx, metrics, host, port, threads)) {}
 HttpServer::~HttpServer() = default;
-int HttpServer::port() const { return impl_->port_; }
-void HttpServer::stop_accepting() { impl_->stop_accepting(); }
+int HttpServer::port() const {
+  return impl_->port_;
+}
+void HttpServer::stop_accepting() {
+  impl_->stop_accepting();
+}
 
 void HttpServer::stop(double timeout_s) {
   stop_accepting();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
   while (impl_->reg_.generating.load() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   impl_->ioc_.stop();

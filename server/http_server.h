@@ -16,7 +16,8 @@ class HttpServer {
  public:
   /// Binds `host:port` (0: ephemeral) and starts `threads` threads. Throws kUnavailable when it
   /// cannot bind.
-  HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port, int threads);
+  HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port,
+             int threads);
   ~HttpServer();  // closes every connection and joins the threads
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rill-server: invalid configuration: %s\n", e.what());
     return 2;
   }
-  if (config.served_model_name.empty()) config.served_model_name = default_served_name(config.model);
+  if (config.served_model_name.empty())
+    config.served_model_name = default_served_name(config.model);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   raise_fd_limit();
@@ -113,17 +114,19 @@ int main(int argc, char** argv) {
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<GrpcServer> grpc;
   try {
-    http = std::make_unique<HttpServer>(ctx, metrics, config.host, config.http_port, config.http_threads);
+    http = std::make_unique<HttpServer>(ctx, metrics, config.host, config.http_port,
+                                        config.http_threads);
     grpc = std::make_unique<GrpcServer>(ctx, config.host, config.grpc_port);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;
   }
   // The machine-readable line tests and scripts wait for.
-  std::printf("{\"event\":\"listening\",\"host\":\"%s\",\"http_port\":%d,\"grpc_port\":%d}\n", config.host.c_str(),
-              http->port(), grpc->port());
+  std::printf("{\"event\":\"listening\",\"host\":\"%s\",\"http_port\":%d,\"grpc_port\":%d}\n",
+              config.host.c_str(), http->port(), grpc->port());
   std::fflush(stdout);
-  spdlog::info("listening: HTTP {}:{}, gRPC {}:{}", config.host, http->port(), config.host, grpc->port());
+  spdlog::info("listening: HTTP {}:{}, gRPC {}:{}", config.host, http->port(), config.host,
+               grpc->port());
 
   std::unique_ptr<Model> model;
   std::unique_ptr<ServingEngine> engine;
@@ -131,15 +134,21 @@ int main(int argc, char** argv) {
     model = std::make_unique<Model>(load_model(config.model));
     std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
     apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
-    engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler, metrics);
+    engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler,
+                                             metrics);
   } catch (const std::exception& e) {
     spdlog::error("cannot load {}: {}", config.model, e.what());
     return 1;
   }
-  ctx.set_engine(engine.get(), model_info(*model, config.served_model_name), make_chat_renderer(*model));
+  ctx.set_engine(engine.get(), model_info(*model, config.served_model_name),
+                 make_chat_renderer(*model));
   grpc->update_health();
-  spdlog::info("serving {} as '{}' on {} ({} KV blocks of {} tokens)", config.model, config.served_model_name,
-               engine->runner_name(), engine->kv_blocks_total(), engine->kv_block_size());
+  spdlog::info(
+      "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "
+      "step)",
+      config.model, config.served_model_name, engine->runner_name(), engine->kv_blocks_total(),
+      engine->kv_block_size(), engine->config().max_num_seqs,
+      engine->config().max_num_batched_tokens);
   std::printf("{\"event\":\"ready\",\"model\":\"%s\"}\n", config.served_model_name.c_str());
   std::fflush(stdout);
 
@@ -151,7 +160,8 @@ int main(int argc, char** argv) {
   ctx.set_draining();
   grpc->update_health();
   http->stop_accepting();
-  const bool clean = engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
+  const bool clean =
+      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
   if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
   // Let streams send their final events, then close the front ends (dropping any handle left,
   // while the engine still runs) before the engine goes.

@@ -8,9 +8,12 @@ namespace {
 
 const char* type_name(MetricType t) {
   switch (t) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -20,9 +23,12 @@ std::string escape_help(const std::string& v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -51,8 +57,9 @@ void append_labels(std::string& out, const MetricLabels& labels, const char* ext
   out += '}';
 }
 
-void append_sample(std::string& out, const std::string& name, const MetricLabels& labels, double value,
-                   const char* extra_name = nullptr, const std::string& extra_value = {}) {
+void append_sample(std::string& out, const std::string& name, const MetricLabels& labels,
+                   double value, const char* extra_name = nullptr,
+                   const std::string& extra_value = {}) {
   out += name;
   append_labels(out, labels, extra_name, extra_value);
   out += ' ';
@@ -75,10 +82,14 @@ std::string escape_label_value(const std::string& v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }

@@ -15,7 +15,9 @@ using nlohmann::json;
   throw FieldError(field, "'" + field + "' " + why);
 }
 
-bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+bool present(const json& j, const char* key) {
+  return j.contains(key) && !j[key].is_null();
+}
 
 int64_t get_int(const json& j, const char* key, int64_t lo, int64_t hi) {
   const json& v = j[key];
@@ -27,10 +29,12 @@ int64_t get_int(const json& j, const char* key, int64_t lo, int64_t hi) {
     return static_cast<int64_t>(d);
   }
   if (!v.is_number_integer()) bad(key, "must be an integer");
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (x < lo || x > hi)
+    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
 
@@ -71,7 +75,8 @@ std::vector<int32_t> completion_prompt(ServingContext& ctx, const json& body) {
     ids = ctx.encode_prompt(p.get<std::string>());
   } else if (p.is_array()) {
     if (p.empty()) bad("prompt", "must not be empty");
-    if (p[0].is_string() || p[0].is_array()) bad("prompt", "must be one prompt (batches are not supported)");
+    if (p[0].is_string() || p[0].is_array())
+      bad("prompt", "must be one prompt (batches are not supported)");
     ids = int_list(p, "prompt");
   } else {
     bad("prompt", "must be a string or a list of token ids");
@@ -109,10 +114,13 @@ void parse_sampling(const json& b, SamplingParams& s) {
   }
   if (present(b, "min_p")) s.min_p = get_float(b, "min_p", 0, 1);
   if (present(b, "presence_penalty")) s.presence_penalty = get_float(b, "presence_penalty", -2, 2);
-  if (present(b, "frequency_penalty")) s.frequency_penalty = get_float(b, "frequency_penalty", -2, 2);
-  if (present(b, "repetition_penalty")) s.repetition_penalty = get_float(b, "repetition_penalty", 0.01, 100);
-  if (present(b, "seed")) s.seed = static_cast<uint64_t>(get_int(b, "seed", std::numeric_limits<int64_t>::min(),
-                                                                   std::numeric_limits<int64_t>::max()));
+  if (present(b, "frequency_penalty"))
+    s.frequency_penalty = get_float(b, "frequency_penalty", -2, 2);
+  if (present(b, "repetition_penalty"))
+    s.repetition_penalty = get_float(b, "repetition_penalty", 0.01, 100);
+  if (present(b, "seed"))
+    s.seed = static_cast<uint64_t>(get_int(b, "seed", std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max()));
   try {
     s.validate();
   } catch (const Error& e) {
@@ -189,28 +197,36 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   r.max_tokens = 16;  // OpenAI's default for completions; chat: up to the context
   if (kind == ApiKind::kChat) r.max_tokens = 256;
   const int64_t kMaxTokens = 1 << 24;
-  if (present(b, "max_tokens")) r.max_tokens = static_cast<int>(get_int(b, "max_tokens", 0, kMaxTokens));
+  if (present(b, "max_tokens"))
+    r.max_tokens = static_cast<int>(get_int(b, "max_tokens", 0, kMaxTokens));
   if (present(b, "max_completion_tokens"))
     r.max_tokens = static_cast<int>(get_int(b, "max_completion_tokens", 0, kMaxTokens));
-  if (present(b, "min_tokens")) r.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMaxTokens));
+  if (present(b, "min_tokens"))
+    r.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMaxTokens));
   parse_sampling(b, r.sampling);
   parse_stop(b, r);
   if (present(b, "stop_token_ids")) {
-    if (!b["stop_token_ids"].is_array()) bad("stop_token_ids", "must be a list of integer token ids");
+    if (!b["stop_token_ids"].is_array())
+      bad("stop_token_ids", "must be a list of integer token ids");
     r.stop_token_ids = int_list(b["stop_token_ids"], "stop_token_ids");
     for (int32_t id : r.stop_token_ids)
-      if (id < 0 || id >= engine.tokenizer().vocab_size()) bad("stop_token_ids", "has a token id out of range");
+      if (id < 0 || id >= engine.tokenizer().vocab_size())
+        bad("stop_token_ids", "has a token id out of range");
   }
   if (present(b, "ignore_eos")) r.ignore_eos = get_bool(b, "ignore_eos");
   if (present(b, "skip_special_tokens")) r.skip_special_tokens = get_bool(b, "skip_special_tokens");
-  if (present(b, "priority")) r.priority = static_cast<int>(get_int(b, "priority", -1'000'000, 1'000'000));
+  if (present(b, "priority"))
+    r.priority = static_cast<int>(get_int(b, "priority", -1'000'000, 1'000'000));
   parse_cache(b, r);
   // Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
   if (kind == ApiKind::kCompletion) {
-    if (present(b, "logprobs")) a.top_logprobs = static_cast<int>(get_int(b, "logprobs", 0, kMaxTopLogprobs));
+    if (present(b, "logprobs"))
+      a.top_logprobs = static_cast<int>(get_int(b, "logprobs", 0, kMaxTopLogprobs));
   } else {
     const bool on = present(b, "logprobs") && get_bool(b, "logprobs");
-    const int top = present(b, "top_logprobs") ? static_cast<int>(get_int(b, "top_logprobs", 0, kMaxTopLogprobs)) : 0;
+    const int top = present(b, "top_logprobs")
+                        ? static_cast<int>(get_int(b, "top_logprobs", 0, kMaxTopLogprobs))
+                        : 0;
     if (present(b, "top_logprobs") && !on) bad("top_logprobs", "needs \"logprobs\": true");
     if (on) a.top_logprobs = top;
   }
@@ -238,21 +254,27 @@ ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::str
       model_(req.model),
       id_(std::move(id)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch()).count()),
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
       tok_(tok) {}
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
-std::string ApiResponder::sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string ApiResponder::sse(const json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
 
 json ApiResponder::envelope(bool chunk) const {
-  const char* object = kind_ == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                               : "text_completion";
+  const char* object = kind_ == ApiKind::kChat
+                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion";
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
 
-json ApiResponder::logprobs_json(const std::vector<int32_t>& ids, const std::vector<SampleLogprobs>& lps,
-                                 size_t text_offset) const {
+json ApiResponder::logprobs_json(const std::vector<int32_t>& ids,
+                                 const std::vector<SampleLogprobs>& lps, size_t text_offset) const {
   if (top_logprobs_ < 0 || lps.empty()) return nullptr;
   auto piece = [&](int32_t id) { return tok_.decode(std::vector<int32_t>{id}, false); };
   auto bytes = [](const std::string& s) {
@@ -270,7 +292,8 @@ json ApiResponder::logprobs_json(const std::vector<int32_t>& ids, const std::vec
         const std::string tt = piece(lps[i].top[k].token);
         top.push_back({{"token", tt}, {"logprob", lps[i].top[k].logprob}, {"bytes", bytes(tt)}});
       }
-      content.push_back({{"token", t}, {"logprob", lps[i].sampled}, {"bytes", bytes(t)}, {"top_logprobs", top}});
+      content.push_back(
+          {{"token", t}, {"logprob", lps[i].sampled}, {"bytes", bytes(t)}, {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -288,15 +311,19 @@ json ApiResponder::logprobs_json(const std::vector<int32_t>& ids, const std::vec
     offsets.push_back(offset);
     offset += t.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
           {"text_offset", offsets}};
 }
 
 std::string ApiResponder::start() {
   if (!stream_ || kind_ != ApiKind::kChat) return {};
   json j = envelope(true);
-  j["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                               {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
   return sse(j);
 }
 
@@ -307,10 +334,13 @@ std::string ApiResponder::chunk(const TokenChunk& c) {
     logprobs_.insert(logprobs_.end(), c.logprobs.begin(), c.logprobs.end());
     return {};
   }
-  json choice = {{"index", 0}, {"logprobs", logprobs_json(c.ids, c.logprobs, text_.size())},
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs_json(c.ids, c.logprobs, text_.size())},
                  {"finish_reason", nullptr}};
-  if (kind_ == ApiKind::kChat) choice["delta"] = {{"content", c.text}};
-  else choice["text"] = c.text;
+  if (kind_ == ApiKind::kChat)
+    choice["delta"] = {{"content", c.text}};
+  else
+    choice["text"] = c.text;
   if (return_ids_) choice["token_ids"] = c.ids;
   text_ += c.text;  // for completion text offsets
   json j = envelope(true);
@@ -326,8 +356,10 @@ std::string ApiResponder::final(const FinalEvent& f) {
                       {"evicted_tokens", f.usage.evicted_tokens}};
   if (stream_) {
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
-    if (kind_ == ApiKind::kChat) choice["delta"] = json::object();
-    else choice["text"] = "";
+    if (kind_ == ApiKind::kChat)
+      choice["delta"] = json::object();
+    else
+      choice["text"] = "";
     if (return_ids_) choice["token_ids"] = json::array();
     json j = envelope(true);
     j["choices"] = json::array({choice});
@@ -340,9 +372,12 @@ std::string ApiResponder::final(const FinalEvent& f) {
     }
     return out + "data: [DONE]\n\n";
   }
-  json choice = {{"index", 0}, {"logprobs", logprobs_json(ids_, logprobs_, 0)}, {"finish_reason", reason}};
-  if (kind_ == ApiKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text_}};
-  else choice["text"] = text_;
+  json choice = {
+      {"index", 0}, {"logprobs", logprobs_json(ids_, logprobs_, 0)}, {"finish_reason", reason}};
+  if (kind_ == ApiKind::kChat)
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  else
+    choice["text"] = text_;
   if (return_ids_) choice["token_ids"] = ids_;
   json j = envelope(false);
   j["choices"] = json::array({choice});
@@ -358,7 +393,9 @@ std::string error_body(const ErrorReply& e) {
                       {"code", e.code}}}});
 }
 
-std::string sse_error(const ErrorReply& e) { return "data: " + error_body(e) + "\n\ndata: [DONE]\n\n"; }
+std::string sse_error(const ErrorReply& e) {
+  return "data: " + error_body(e) + "\n\ndata: [DONE]\n\n";
+}
 
 std::string models_body(const ServingContext& ctx) {
   const json model = {{"id", ctx.model().served_name},

@@ -20,11 +20,11 @@ enum class ApiKind { kCompletion, kChat };
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   Request request;
-  std::string model;            // the served name
+  std::string model;  // the served name
   bool stream = false;
-  bool include_usage = false;   // stream_options.include_usage
+  bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // Rill extension: "token_ids" in every choice
-  int top_logprobs = -1;        // -1: no logprobs; else the number of alternatives
+  int top_logprobs = -1;          // -1: no logprobs; else the number of alternatives
 };
 
 /// Parses and checks a /v1/completions or /v1/chat/completions body. Throws FieldError /
@@ -44,8 +44,8 @@ class ApiResponder {
   std::string final(const FinalEvent& f);
 
  private:
-  nlohmann::json logprobs_json(const std::vector<int32_t>& ids, const std::vector<SampleLogprobs>& lps,
-                               size_t text_offset) const;
+  nlohmann::json logprobs_json(const std::vector<int32_t>& ids,
+                               const std::vector<SampleLogprobs>& lps, size_t text_offset) const;
   nlohmann::json envelope(bool chunk) const;
   static std::string sse(const nlohmann::json& j);
 

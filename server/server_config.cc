@@ -16,7 +16,8 @@
 namespace rill::server {
 namespace {
 
-using Target = std::variant<int*, int64_t*, double*, bool*, std::string*, std::chrono::milliseconds*>;
+using Target =
+    std::variant<int*, int64_t*, double*, bool*, std::string*, std::chrono::milliseconds*>;
 
 // One configurable value: its JSON place ("section.key" or "key"), its flag and its help.
 struct Field {
@@ -31,49 +32,59 @@ std::vector<Field> fields(ServerConfig& c) {
   SchedulerConfig& s = c.scheduler;
   return {
       {"model", "--model", "model directory (Hugging Face) or llama2.c checkpoint", &c.model},
-      {"served_model_name", "--served-model-name", "model name clients use (default: the directory name)",
-       &c.served_model_name},
+      {"served_model_name", "--served-model-name",
+       "model name clients use (default: the directory name)", &c.served_model_name},
       {"host", "--host", "bind address of the HTTP and gRPC listeners", &c.host},
       {"http_port", "--http-port", "HTTP port (0: ephemeral)", &c.http_port},
       {"grpc_port", "--grpc-port", "gRPC port (0: ephemeral)", &c.grpc_port},
       {"http_threads", "--http-threads", "threads serving HTTP connections", &c.http_threads},
-      {"max_body_bytes", "--max-body-bytes", "largest HTTP request body (else 413)", &c.max_body_bytes},
+      {"max_body_bytes", "--max-body-bytes", "largest HTTP request body (else 413)",
+       &c.max_body_bytes},
       {"max_stream_buffer_bytes", "--max-stream-buffer-bytes",
        "unsent streamed bytes before a slow reader is cancelled", &c.max_stream_buffer_bytes},
-      {"max_prompt_tokens", "--max-prompt-tokens", "longest prompt accepted (0: the model's context)",
-       &c.max_prompt_tokens},
-      {"drain_timeout_s", "--drain-timeout", "seconds to finish in-flight requests on SIGTERM", &c.drain_timeout_s},
-      {"log_level", "--log-level", "trace, debug, info, warn, error, critical or off", &c.log_level},
+      {"max_prompt_tokens", "--max-prompt-tokens",
+       "longest prompt accepted (0: the model's context)", &c.max_prompt_tokens},
+      {"drain_timeout_s", "--drain-timeout", "seconds to finish in-flight requests on SIGTERM",
+       &c.drain_timeout_s},
+      {"log_level", "--log-level", "trace, debug, info, warn, error, critical or off",
+       &c.log_level},
       {"access_log", "--access-log", "one log line per request", &c.access_log},
       {"engine.device", "--device", "auto, cpu or cuda", &e.device},
       {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
       {"engine.block_size", "--block-size", "tokens per KV block", &e.block_size},
       {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads},
-      {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes", &e.cpu_kv_cache_bytes},
-      {"engine.gpu_memory_fraction", "--gpu-memory-fraction", "share of free GPU memory for weights + KV",
-       &e.gpu_memory_fraction},
+      {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
+       &e.cpu_kv_cache_bytes},
+      {"engine.gpu_memory_fraction", "--gpu-memory-fraction",
+       "share of free GPU memory for weights + KV", &e.gpu_memory_fraction},
       {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch},
-      {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step", &e.max_step_tokens},
-      {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs", &e.cuda_graphs},
-      {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV", &e.fused_decode},
+      {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step",
+       &e.max_step_tokens},
+      {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs", &e.cuda_tuning.cuda_graphs},
+      {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
+       &e.cuda_tuning.fused_decode},
       {"scheduler.max_num_seqs", "--max-num-seqs", "sequences in one step", &s.max_num_seqs},
       {"scheduler.max_num_batched_tokens", "--max-num-batched-tokens", "tokens in one step",
        &s.max_num_batched_tokens},
-      {"scheduler.max_queued_requests", "--max-queued-requests", "waiting requests before refusing (503)",
-       &s.max_queued_requests},
-      {"scheduler.max_queued_prompt_tokens", "--max-queued-prompt-tokens", "waiting prompt tokens before refusing",
-       &s.max_queued_prompt_tokens},
-      {"scheduler.queue_timeout_ms", "--queue-timeout-ms", "default longest wait to be scheduled", &s.queue_timeout},
-      {"scheduler.stall_timeout_ms", "--stall-timeout-ms", "work pending and no step this long: stalled",
-       &s.stall_timeout},
-      {"scheduler.max_buffered_chunks", "--max-buffered-chunks", "untaken chunks before a slow consumer is cancelled",
-       &s.max_buffered_chunks},
-      {"scheduler.max_sink", "--max-sink", "streaming cache: most sink tokens a request may ask for", &s.max_sink},
-      {"scheduler.max_window", "--max-window", "streaming cache: largest window a request may ask for", &s.max_window},
-      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited", &s.aging_per_s},
-      {"scheduler.kv_watermark", "--kv-watermark", "share of KV blocks kept free for running sequences",
-       &s.kv_watermark},
+      {"scheduler.max_queued_requests", "--max-queued-requests",
+       "waiting requests before refusing (503)", &s.max_queued_requests},
+      {"scheduler.max_queued_prompt_tokens", "--max-queued-prompt-tokens",
+       "waiting prompt tokens before refusing", &s.max_queued_prompt_tokens},
+      {"scheduler.queue_timeout_ms", "--queue-timeout-ms", "default longest wait to be scheduled",
+       &s.queue_timeout},
+      {"scheduler.stall_timeout_ms", "--stall-timeout-ms",
+       "work pending and no step this long: stalled", &s.stall_timeout},
+      {"scheduler.max_buffered_chunks", "--max-buffered-chunks",
+       "untaken chunks before a slow consumer is cancelled", &s.max_buffered_chunks},
+      {"scheduler.max_sink", "--max-sink",
+       "streaming cache: most sink tokens a request may ask for", &s.max_sink},
+      {"scheduler.max_window", "--max-window",
+       "streaming cache: largest window a request may ask for", &s.max_window},
+      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited",
+       &s.aging_per_s},
+      {"scheduler.kv_watermark", "--kv-watermark",
+       "share of KV blocks kept free for running sequences", &s.kv_watermark},
   };
 }
 
@@ -126,7 +137,8 @@ ServerConfig load_config_file(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument, "config " + path + ": " + e.what());
   }
-  if (!j.is_object()) throw Error(ErrorCode::kInvalidArgument, "config " + path + ": expected a JSON object");
+  if (!j.is_object())
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": expected a JSON object");
   ServerConfig c;
   const std::vector<Field> fs = fields(c);
   auto find = [&](const std::string& p) -> const Field* {
@@ -172,15 +184,18 @@ void validate_config(const ServerConfig& c) {
   for (const char* l : kLevels) level_ok |= c.log_level == l;
   check(level_ok, "log_level", "must be one of trace, debug, info, warn, error, critical, off");
   const EngineOptions& e = c.engine;
-  check(e.device == "auto" || e.device == "cpu" || e.device == "cuda", "engine.device", "must be auto, cpu or cuda");
+  check(e.device == "auto" || e.device == "cpu" || e.device == "cuda", "engine.device",
+        "must be auto, cpu or cuda");
   check(e.dtype == "auto" || e.dtype == "float16" || e.dtype == "bfloat16", "engine.dtype",
         "must be auto, float16 or bfloat16");
-  check(e.kv_cache_dtype == "auto" || e.kv_cache_dtype == "fp8", "engine.kv_cache_dtype", "must be auto or fp8");
-  check(e.block_size >= 1 && e.block_size <= 1024 && (e.block_size & (e.block_size - 1)) == 0, "engine.block_size",
-        "must be a power of two in [1, 1024]");
+  check(e.kv_cache_dtype == "auto" || e.kv_cache_dtype == "fp8", "engine.kv_cache_dtype",
+        "must be auto or fp8");
+  check(e.block_size >= 1 && e.block_size <= 1024 && (e.block_size & (e.block_size - 1)) == 0,
+        "engine.block_size", "must be a power of two in [1, 1024]");
   check(e.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0");
   check(e.cpu_kv_cache_bytes > 0, "engine.cpu_kv_cache_bytes", "must be > 0");
-  check(e.gpu_memory_fraction > 0 && e.gpu_memory_fraction <= 1, "engine.gpu_memory_fraction", "must be in (0, 1]");
+  check(e.gpu_memory_fraction > 0 && e.gpu_memory_fraction <= 1, "engine.gpu_memory_fraction",
+        "must be in (0, 1]");
   check(e.max_batch >= 1, "engine.max_batch", "must be >= 1");
   check(e.max_step_tokens >= 1, "engine.max_step_tokens", "must be >= 1");
   const SchedulerConfig& s = c.scheduler;
@@ -193,7 +208,8 @@ void validate_config(const ServerConfig& c) {
   check(s.max_buffered_chunks >= 1, "scheduler.max_buffered_chunks", "must be >= 1");
   check(s.max_sink >= 0, "scheduler.max_sink", "must be >= 0");
   check(s.max_window >= 1, "scheduler.max_window", "must be >= 1");
-  check(std::isfinite(s.aging_per_s) && s.aging_per_s >= 0, "scheduler.aging_per_s", "must be >= 0");
+  check(std::isfinite(s.aging_per_s) && s.aging_per_s >= 0, "scheduler.aging_per_s",
+        "must be >= 0");
   check(s.kv_watermark >= 0 && s.kv_watermark < 1, "scheduler.kv_watermark", "must be in [0, 1)");
 }
 
@@ -201,26 +217,31 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
   // The file first (wherever --config appears), then every flag on top of it.
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--config" && i + 1 < argc) config = load_config_file(argv[i + 1]);
-    else if (a.starts_with("--config=")) config = load_config_file(a.substr(9));
+    if (a == "--config" && i + 1 < argc)
+      config = load_config_file(argv[i + 1]);
+    else if (a.starts_with("--config="))
+      config = load_config_file(a.substr(9));
   }
   const std::vector<Field> fs = fields(config);
   CLI::App app{"rill-server: streaming LLM inference over gRPC and an OpenAI-compatible HTTP API"};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last flag wins
+  app.option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);  // the last flag wins
   std::string config_path;
   app.add_option("--config", config_path, "JSON configuration file (configs/); flags override it");
   for (const Field& f : fs) {
-    std::visit([&](auto* p) {
-      using T = std::remove_pointer_t<decltype(p)>;
-      if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
-        app.add_option_function<int64_t>(f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); },
-                                         f.help);
-      } else if constexpr (std::is_same_v<T, bool>) {
-        app.add_option(f.flag, *p, f.help + " (true/false)");
-      } else {
-        app.add_option(f.flag, *p, f.help)->capture_default_str();
-      }
-    }, f.target);
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+            app.add_option_function<int64_t>(
+                f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, f.help);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            app.add_option(f.flag, *p, f.help + " (true/false)");
+          } else {
+            app.add_option(f.flag, *p, f.help)->capture_default_str();
+          }
+        },
+        f.target);
   }
   try {
     app.parse(argc, argv);
@@ -250,14 +271,20 @@ std::string config_to_json(const ServerConfig& config) {
   nlohmann::json j = nlohmann::json::object();
   for (const Field& f : fields(c)) {
     nlohmann::json v;
-    std::visit([&](auto* p) {
-      using T = std::remove_pointer_t<decltype(p)>;
-      if constexpr (std::is_same_v<T, std::chrono::milliseconds>) v = p->count();
-      else v = *p;
-    }, f.target);
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
+            v = p->count();
+          else
+            v = *p;
+        },
+        f.target);
     const auto dot = f.path.find('.');
-    if (dot == std::string::npos) j[f.path] = v;
-    else j[f.path.substr(0, dot)][f.path.substr(dot + 1)] = v;
+    if (dot == std::string::npos)
+      j[f.path] = v;
+    else
+      j[f.path.substr(0, dot)][f.path.substr(dot + 1)] = v;
   }
   return j.dump();
 }

@@ -14,20 +14,20 @@ namespace rill::server {
 
 struct ServerConfig {
   std::string model = "models/rill-shakespeare";  // model directory or llama2.c checkpoint
-  std::string served_model_name;                   // the "model" clients name (default: dir name)
-  std::string host = "0.0.0.0";                    // bind address of both listeners
-  int http_port = 8000;                            // 0: an ephemeral port (printed at start)
+  std::string served_model_name;                  // the "model" clients name (default: dir name)
+  std::string host = "0.0.0.0";                   // bind address of both listeners
+  int http_port = 8000;                           // 0: an ephemeral port (printed at start)
   int grpc_port = 50051;
-  int http_threads = 2;                            // Asio threads serving every connection
-  int64_t max_body_bytes = 1 << 20;                // larger HTTP bodies: 413
-  int64_t max_stream_buffer_bytes = 1 << 20;       // unsent SSE bytes before a slow reader is cut
-  int max_prompt_tokens = 0;                       // 0: the model's context
-  double drain_timeout_s = 30;                     // SIGTERM: wait this long for in-flight requests
-  std::string log_level = "info";                  // trace debug info warn error critical off
+  int http_threads = 2;                       // Asio threads serving every connection
+  int64_t max_body_bytes = 1 << 20;           // larger HTTP bodies: 413
+  int64_t max_stream_buffer_bytes = 1 << 20;  // unsent SSE bytes before a slow reader is cut
+  int max_prompt_tokens = 0;                  // 0: the model's context
+  double drain_timeout_s = 30;                // SIGTERM: wait this long for in-flight requests
+  std::string log_level = "info";             // trace debug info warn error critical off
   bool access_log = true;
   EngineOptions engine;
   SchedulerConfig scheduler;
-  std::set<std::string> explicit_fields;           // paths set by the file or a flag
+  std::set<std::string> explicit_fields;  // paths set by the file or a flag
 };
 
 /// Takes the runner's scheduler defaults (scheduler_defaults("cpu" | "cuda")) for every

@@ -14,7 +14,8 @@ ServingContext::ServingContext(ServerConfig config) : config_(std::move(config))
   id_salt_ = std::random_device{}() & 0xffffff;
 }
 
-void ServingContext::set_engine(ServingEngine* engine, ModelInfo info, std::unique_ptr<ChatRenderer> chat) {
+void ServingContext::set_engine(ServingEngine* engine, ModelInfo info,
+                                std::unique_ptr<ChatRenderer> chat) {
   info_ = std::move(info);
   chat_ = std::move(chat);
   engine_.store(engine, std::memory_order_release);
@@ -44,7 +45,8 @@ std::string ServingContext::new_request_id(const std::string& prefix) {
   return prefix + buf;
 }
 
-std::vector<int32_t> ServingContext::encode_prompt(const std::string& text, bool has_special_tokens) const {
+std::vector<int32_t> ServingContext::encode_prompt(const std::string& text,
+                                                   bool has_special_tokens) const {
   if (text.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt is empty");
   return require_engine().tokenizer().encode(text, !has_special_tokens);
 }
@@ -55,20 +57,24 @@ void ServingContext::check_prompt(const std::vector<int32_t>& ids, const std::st
   for (int32_t id : ids)
     if (id < 0 || id >= vocab)
       throw FieldError(param, "'" + param + "': token id " + std::to_string(id) +
-                                                   " is out of range [0, " + std::to_string(vocab) + ")");
-  const int limit = config_.max_prompt_tokens > 0 ? config_.max_prompt_tokens : info_.context_length;
+                                  " is out of range [0, " + std::to_string(vocab) + ")");
+  const int limit =
+      config_.max_prompt_tokens > 0 ? config_.max_prompt_tokens : info_.context_length;
   if (limit > 0 && static_cast<int64_t>(ids.size()) > limit)
     throw FieldError(param, "'" + param + "': the prompt has " + std::to_string(ids.size()) +
-                                                 " tokens, over the limit of " + std::to_string(limit));
+                                " tokens, over the limit of " + std::to_string(limit));
 }
 
 void ServingContext::access_log(const AccessRecord& r) const {
   if (!config_.access_log) return;
-  spdlog::info("access {} \"{}\" id={} status={} finish={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
-               "ttft_ms={:.1f} tpot_ms={:.2f} e2e_ms={:.1f}",
-               r.protocol, r.method, r.request_id.empty() ? "-" : r.request_id, r.status,
-               r.finish_reason.empty() ? "-" : r.finish_reason, r.prompt_tokens, r.completion_tokens,
-               r.timings.queue_s * 1e3, r.timings.ttft_s * 1e3, r.timings.tpot_s * 1e3, r.timings.e2e_s * 1e3);
+  spdlog::info(
+      "access {} \"{}\" id={} status={} finish={} prompt_tokens={} completion_tokens={} "
+      "queue_ms={:.1f} "
+      "ttft_ms={:.1f} tpot_ms={:.2f} e2e_ms={:.1f}",
+      r.protocol, r.method, r.request_id.empty() ? "-" : r.request_id, r.status,
+      r.finish_reason.empty() ? "-" : r.finish_reason, r.prompt_tokens, r.completion_tokens,
+      r.timings.queue_s * 1e3, r.timings.ttft_s * 1e3, r.timings.tpot_s * 1e3,
+      r.timings.e2e_s * 1e3);
 }
 
 }  // namespace rill::server

@@ -31,7 +31,7 @@ struct AccessRecord {
   std::string protocol;  // "http" | "grpc"
   std::string method;    // "POST /v1/completions", "Generate", ...
   std::string request_id;
-  int status = 0;        // HTTP status or gRPC code
+  int status = 0;  // HTTP status or gRPC code
   std::string finish_reason;
   int prompt_tokens = 0;
   int completion_tokens = 0;
@@ -68,7 +68,8 @@ class ServingContext {
 
   /// Prompt text -> ids (special tokens / BOS added unless `has_special_tokens`); empty text is
   /// kInvalidArgument.
-  std::vector<int32_t> encode_prompt(const std::string& text, bool has_special_tokens = false) const;
+  std::vector<int32_t> encode_prompt(const std::string& text,
+                                     bool has_special_tokens = false) const;
   /// Checks prompt ids against the vocabulary and the prompt limit (kInvalidArgument naming
   /// `param`); the engine checks the rest.
   void check_prompt(const std::vector<int32_t>& ids, const std::string& param) const;

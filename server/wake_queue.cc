@@ -4,7 +4,9 @@ namespace rill::server {
 
 WakeQueue::WakeQueue() : thread_([this] { run(); }) {}
 
-WakeQueue::~WakeQueue() { stop(); }
+WakeQueue::~WakeQueue() {
+  stop();
+}
 
 void WakeQueue::stop() {
   {

@@ -83,11 +83,11 @@ for section in "$@"; do
       [ -d /tmp/llama3-8b ] || run make8b 120 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b
       TAIL=12 run serve_8b 400 "$bin/rill-serve-bench" --model /tmp/llama3-8b --dtype bfloat16 --num-requests 1000 \
         --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
-    serve-mix-7b)  # 32 decode streams; 2,048-token prompts arrive at 2/s, prefilled in 128-token chunks
+    serve-mix-7b)  # 32 decode streams; 2,048-token prompts arrive at 2/s, prefilled in 192-token chunks
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=16 run serve_mix_7b 300 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 \
         --decode-prompt-len 128 --num-requests 16 --input-len 2048 --output-len 32 --rate 2 --max-num-seqs 64 \
-        --max-num-batched-tokens 160 ;;
+        --max-num-batched-tokens 224 ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
         --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;

@@ -97,12 +97,14 @@ class GrpcApiTest(unittest.TestCase):
         req = greedy(token_ids=pb.TokenIds(ids=case["prompt_ids"]), max_tokens=8, logprobs=3)
         ids, n_lp = [], 0
         for msg in self.stub.Generate(req, timeout=60):
+            base = len(ids)
             ids += list(msg.token_ids)
-            for lp in msg.logprobs:
+            self.assertEqual(len(msg.logprobs), len(msg.token_ids))
+            for i, lp in enumerate(msg.logprobs):
                 n_lp += 1
                 self.assertLessEqual(lp.logprob, 0.0)
                 self.assertEqual(len(lp.top), 2)
-                self.assertEqual(lp.top[0].token_id, case["greedy_ids"][len(ids) - len(msg.token_ids)])
+                self.assertEqual(lp.top[0].token_id, case["greedy_ids"][base + i])  # greedy: the top one
         self.assertEqual(ids, case["greedy_ids"][:8])
         self.assertEqual(n_lp, 8)
 

@@ -123,11 +123,20 @@ class DrainTest(unittest.TestCase):
                                                     "temperature": 0})
         first = resp.readline()
         self.assertTrue(first)
+        import grpc
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}", options=[("grpc.enable_http_proxy", 0)])
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        self.assertEqual(check(b"", timeout=10), b"\x08\x01")  # SERVING
         server.proc.send_signal(signal.SIGTERM)
-        # New requests are refused (503) or find the listener closed.
+        # New requests are refused (503) or find the listener closed; gRPC health says NOT_SERVING.
         time.sleep(0.3)
         status, _ = server.get("/health")
         self.assertIn(status, (503, None))
+        try:
+            self.assertEqual(check(b"", timeout=10), b"\x08\x02")  # NOT_SERVING
+        except grpc.RpcError as e:
+            self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)  # already shut down
+        channel.close()
         events = read_events(resp)
         self.assertEqual(events[-1], "[DONE]")
         self.assertEqual(finish_reason(events), "length")

@@ -17,8 +17,10 @@ namespace {
 
 std::vector<MetricFamily> sample_families() {
   const MetricLabels model = {{"model_name", "tiny \"quoted\" \\ name\nx"}};
-  MetricFamily ttft{"rill_time_to_first_token_seconds", "Time to first token.\nSecond line \\ slash",
-                    MetricType::kHistogram, {}};
+  MetricFamily ttft{"rill_time_to_first_token_seconds",
+                    "Time to first token.\nSecond line \\ slash",
+                    MetricType::kHistogram,
+                    {}};
   MetricSeries h;
   h.labels = model;
   h.histogram.bounds = {0.001, 0.5, 1, 2.5};
@@ -58,25 +60,36 @@ TEST(MetricsExposition, FormatsValues) {
 TEST(MetricsExposition, RendersHistogramsCountersGauges) {
   const std::string text = render_prometheus(sample_families());
   const std::string labels = R"(model_name="tiny \"quoted\" \\ name\nx")";
-  EXPECT_NE(text.find("# HELP rill_time_to_first_token_seconds Time to first token.\\nSecond line \\\\ slash\n"),
+  EXPECT_NE(text.find("# HELP rill_time_to_first_token_seconds Time to first token.\\nSecond line "
+                      "\\\\ slash\n"),
             std::string::npos);
   EXPECT_NE(text.find("# TYPE rill_time_to_first_token_seconds histogram\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.001\"} 0\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.5\"} 3\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"2.5\"} 4\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"+Inf\"} 5\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_sum{" + labels + "} 7.25\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_time_to_first_token_seconds_count{" + labels + "} 5\n"), std::string::npos);
-  EXPECT_NE(text.find("rill_requests_total{" + labels + ",finished_reason=\"stop\"} 3\n"), std::string::npos);
-  EXPECT_NE(text.find("# TYPE rill_kv_cache_usage_ratio gauge\nrill_kv_cache_usage_ratio{" + labels + "} 0.125\n"),
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.001\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"0.5\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"2.5\"} 4\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_bucket{" + labels + ",le=\"+Inf\"} 5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_sum{" + labels + "} 7.25\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_time_to_first_token_seconds_count{" + labels + "} 5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("rill_requests_total{" + labels + ",finished_reason=\"stop\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE rill_kv_cache_usage_ratio gauge\nrill_kv_cache_usage_ratio{" +
+                      labels + "} 0.125\n"),
             std::string::npos);
   EXPECT_NE(text.find("# TYPE rill_preemptions_total counter\n"), std::string::npos);
 }
 
 // promtool (Debian's prometheus package) is the independent judge of the format.
 TEST(MetricsExposition, PassesPromtool) {
-  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
-  const auto path = std::filesystem::temp_directory_path() / ("rill_metrics_" + std::to_string(getpid()) + ".txt");
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "promtool not installed";
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("rill_metrics_" + std::to_string(getpid()) + ".txt");
   std::ofstream(path) << render_prometheus(sample_families());
   const std::string cmd = "promtool check metrics < " + path.string() + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -148,7 +161,8 @@ std::string config_error(const std::string& json) {
 }
 
 TEST(ServerConfig, ShippedConfigsAreValid) {
-  for (const auto& f : std::filesystem::directory_iterator(std::string(RILL_SOURCE_DIR) + "/configs")) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(std::string(RILL_SOURCE_DIR) + "/configs")) {
     SCOPED_TRACE(f.path().string());
     EXPECT_NO_THROW(validate_config(load_config_file(f.path().string())));
   }
@@ -164,17 +178,21 @@ TEST(ServerConfig, ReadsSectionsAndRejectsNamingTheField) {
   EXPECT_NE(config_error(R"({"http_port": 70000})").find("http_port"), std::string::npos);
   EXPECT_NE(config_error(R"({"http_port": "x"})").find("http_port"), std::string::npos);
   EXPECT_NE(config_error(R"({"bogus": 1})").find("bogus"), std::string::npos);
-  EXPECT_NE(config_error(R"({"engine": {"block_size": 3}})").find("engine.block_size"), std::string::npos);
-  EXPECT_NE(config_error(R"({"engine": {"device": "tpu"}})").find("engine.device"), std::string::npos);
-  EXPECT_NE(config_error(R"({"scheduler": {"max_num_seqs": 0}})").find("scheduler.max_num_seqs"), std::string::npos);
+  EXPECT_NE(config_error(R"({"engine": {"block_size": 3}})").find("engine.block_size"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"engine": {"device": "tpu"}})").find("engine.device"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"scheduler": {"max_num_seqs": 0}})").find("scheduler.max_num_seqs"),
+            std::string::npos);
   EXPECT_NE(config_error(R"({"log_level": "loud"})").find("log_level"), std::string::npos);
   EXPECT_NE(config_error("{not json").find("config"), std::string::npos);
 }
 
 TEST(ServerConfig, FlagsOverrideTheFile) {
   const std::string file = write_temp(R"({"http_port": 1234, "grpc_port": 4321})");
-  std::vector<std::string> args = {"rill-server", "--config", file, "--http-port", "0", "--max-num-seqs", "7",
-                                   "--queue-timeout-ms", "9", "--cuda-graphs", "false"};
+  std::vector<std::string> args = {"rill-server", "--config",       file,   "--http-port",
+                                   "0",           "--max-num-seqs", "7",    "--queue-timeout-ms",
+                                   "9",           "--cuda-graphs",  "false"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   ServerConfig c;
@@ -183,7 +201,7 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_EQ(c.grpc_port, 4321);
   EXPECT_EQ(c.scheduler.max_num_seqs, 7);
   EXPECT_EQ(c.scheduler.queue_timeout.count(), 9);
-  EXPECT_FALSE(c.engine.cuda_graphs);
+  EXPECT_FALSE(c.engine.cuda_tuning.cuda_graphs);
   // Scheduler fields left unset take the runner's defaults; those given stay.
   SchedulerConfig defaults;
   defaults.max_num_seqs = 64;
@@ -202,10 +220,14 @@ TEST(ChatPrompt, NormalizesAndRenders) {
   const auto msgs = normalize_chat_messages(nlohmann::json::parse(
       R"([{"role": "system", "content": "Be brief."},
           {"role": "user", "content": [{"type": "text", "text": "Speak"}, {"type": "text", "text": "!"}]}])"));
-  EXPECT_EQ(BuiltinChatRenderer().render(msgs, true), "SYSTEM:\nBe brief.\n\nUSER:\nSpeak!\n\nASSISTANT:\n");
+  EXPECT_EQ(BuiltinChatRenderer().render(msgs, true),
+            "SYSTEM:\nBe brief.\n\nUSER:\nSpeak!\n\nASSISTANT:\n");
   EXPECT_THROW(normalize_chat_messages(nlohmann::json::array()), Error);
-  EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"([{"role": "wizard", "content": "x"}])")), Error);
-  EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
+  EXPECT_THROW(
+      normalize_chat_messages(nlohmann::json::parse(R"([{"role": "wizard", "content": "x"}])")),
+      Error);
+  EXPECT_THROW(
+      normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
   EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"("hi")")), Error);
 }
 

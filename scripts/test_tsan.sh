@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The serving engine's concurrency under ThreadSanitizer: the CPU engine and the scheduler tests
+# built with -fsanitize=thread into build-tsan/, then the stress test (random submits, cancels,
+# dropped handles, deadlines from several threads) and the cancellation / drain tests. Any data
+# race fails the run (halt_on_error).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRILL_ENABLE_CUDA=OFF -DRILL_BUILD_BENCH=OFF \
+  "-DCMAKE_CXX_FLAGS=-fsanitize=thread" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" "${launcher[@]}" >/dev/null
+cmake --build build-tsan -j "$(nproc)" --target scheduler_tests
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/scheduler/scheduler_tests \
+  --gtest_filter='ServingEngineStress.*:ServingEngine.DroppingTheHandle*:ServingEngine.DrainTimeout*:StopFilter.*'
