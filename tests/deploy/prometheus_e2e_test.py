@@ -251,7 +251,7 @@ class PrometheusEndToEndTest(unittest.TestCase):
             for token in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
                 if ":" in token:  # a recording rule
                     self.assertIn(token, records, f"{title}: {token} is not recorded by rules.yml")
-            for name in re.findall(r"rill_[a-z_]+", expr):
+            for name in re.findall(r"rill_[a-z0-9_]+", expr):
                 named.add(family(name))
                 self.assertIn(family(name), families, f"{title}: {name} is not in rill-server's /metrics")
         for title, expr in panels:  # label_values() of the variables is Grafana's, not PromQL
