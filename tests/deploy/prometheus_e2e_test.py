@@ -34,14 +34,23 @@ GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "5s", "$model": ".*", "
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Loopback only: never through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-# Every process this test starts; killed if the test itself is terminated (ctest's timeout).
+# Every process and directory this test makes; removed if the test itself is terminated
+# (ctest's timeout).
 _STARTED = []
+_WORKDIRS = []
 
 
 def _kill_started(signum, _frame):
     for proc in _STARTED:
         if proc.poll() is None:
             proc.kill()
+    for proc in _STARTED:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    for d in _WORKDIRS:
+        shutil.rmtree(d, ignore_errors=True)
     os._exit(128 + signum)
 
 
@@ -173,6 +182,7 @@ class PrometheusEndToEndTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.workdir = tempfile.mkdtemp(prefix="rill-deploy-")
+        _WORKDIRS.append(cls.workdir)
         cls.server = cls.prometheus = None
         try:
             cls.server = Server("--served-model-name", SERVED_NAME)
