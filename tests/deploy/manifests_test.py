@@ -202,6 +202,8 @@ class KubernetesTest(unittest.TestCase):
         self.assertEqual({p["name"]: p["containerPort"] for p in c["ports"]}, {"http": HTTP_PORT, "grpc": GRPC_PORT})
         self.assertEqual(str(c["resources"]["limits"]["nvidia.com/gpu"]), "1")
         self.assertTrue(self.pod["securityContext"]["runAsNonRoot"])
+        image_user = re.findall(r"^USER\s+(\d+)", read("docker/Dockerfile"), re.M)[-1]
+        self.assertEqual(self.pod["securityContext"]["runAsUser"], int(image_user))
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             get = c[probe]["httpGet"]
             self.assertEqual(get["path"], "/health", probe)
