@@ -6,8 +6,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   # rill-server: gRPC + Protobuf, Boost.Beast (header-only), CLI11
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libboost1.81-dev libcli11-dev
-  # server tests: promtool, Python grpcio, node + npm for the OpenAI JS client
-  prometheus python3-grpcio python3-protobuf nodejs npm
+  # server tests: promtool, Python grpcio (node + npm for the OpenAI JS client: below)
+  prometheus python3-grpcio python3-protobuf
   # deployment tests (tests/deploy): YAML checks of docker/ and docker/k8s/
   python3-yaml)
 # Ubuntu 24.04 (the CUDA base image of docker/Dockerfile) has no Boost 1.81; its default Boost
@@ -15,6 +15,10 @@ packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libg
 if [ -r /etc/os-release ] && grep -q '^ID=ubuntu' /etc/os-release; then
   packages=("${packages[@]/#libboost1.81-dev/libboost-dev}")
 fi
+# Node.js and npm only where no `node` / `npm` is on the PATH: a NodeSource nodejs (which ships
+# npm) conflicts with Debian's npm package.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
