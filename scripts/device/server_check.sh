@@ -13,9 +13,9 @@ export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
   >"$OUT/server_stdout.txt" 2>"$OUT/server_stderr.txt" &
 pid=$!
 port=""
-for _ in $(seq 1 240); do
+for _ in $(seq 1 240); do  # the ports come first, then "ready" once the model is loaded
   port=$(grep -o '"http_port":[0-9]*' "$OUT/server_stdout.txt" 2>/dev/null | cut -d: -f2)
-  [ -n "$port" ] && break
+  [ -n "$port" ] && grep -q '"event":"ready"' "$OUT/server_stdout.txt" && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.5
 done
