@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
     model = std::make_unique<Model>(load_model(config.model));
     std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
     apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
+    // Every id that ends generation: config, generation_config and tokenizer EOS (Llama-3's
+    // <|eot_id|> is only in generation_config.json).
+    const std::vector<int> stops = model->stop_token_ids();
+    config.scheduler.eos_token_ids.assign(stops.begin(), stops.end());
     engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler,
                                              metrics);
   } catch (const std::exception& e) {

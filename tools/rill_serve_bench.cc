@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
     sc.max_queued_requests = total;
     sc.max_queued_prompt_tokens = static_cast<int64_t>(total) * std::max(in_len, args.get_int("decode-prompt-len"));
     sc.queue_timeout = std::chrono::hours(1);
+    const std::vector<int> stops = model.stop_token_ids();
+    sc.eos_token_ids.assign(stops.begin(), stops.end());
     std::unique_ptr<ModelRunner> runner = make_runner(model, eo);
 #ifdef RILL_HAVE_CUDA
     if (auto* cuda = dynamic_cast<CudaRunner*>(runner.get())) cuda->set_step_timing(args.on("measure-decode"));

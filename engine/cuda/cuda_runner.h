@@ -74,6 +74,8 @@ class CudaRunner final : public ModelRunner {
   void set_step_timing(bool on) { step_timing_ = on; }
   double last_step_gpu_ms() const { return last_step_gpu_ms_; }
   double last_step_device_ms() const override { return step_timing_ ? last_step_gpu_ms_ : 0; }
+  int max_step_sequences() const override { return max_batch_; }
+  int max_step_tokens() const override { return max_tokens_; }
   int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
 
  private:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,10 @@ class ModelRunner {
   /// step is in flight). Removing a sequence while a step with it is in flight is allowed; its
   /// output slots are still filled.
   virtual StepOutput finish() = 0;
+  /// Most sequences and most tokens one step may carry (the CUDA runner sizes its buffers and
+  /// graphs for them); a scheduler must stay within both.
+  virtual int max_step_sequences() const { return std::numeric_limits<int>::max(); }
+  virtual int max_step_tokens() const { return std::numeric_limits<int>::max(); }
   /// Device time of the step finish() last returned, from its first copy to its last, when the
   /// runner measures it (the CUDA runner with step timing on); 0 otherwise.
   virtual double last_step_device_ms() const { return 0; }

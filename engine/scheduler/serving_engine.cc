@@ -20,6 +20,16 @@ class ServingEngine::Impl {
       : runner_(std::move(runner)), tokenizer_(std::move(tokenizer)), config_(std::move(config)), metrics_(registry),
         kv_blocks_total_(runner_->kv().num_blocks()) {
     validate_scheduler_config(config_);
+    if (config_.max_num_seqs > runner_->max_step_sequences())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "scheduler: max_num_seqs " + std::to_string(config_.max_num_seqs) + " exceeds the " +
+                      runner_->name() + " runner's " + std::to_string(runner_->max_step_sequences()) +
+                      " sequences per step (raise the runner's max_batch or lower max_num_seqs)");
+    if (config_.max_num_batched_tokens > runner_->max_step_tokens())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "scheduler: max_num_batched_tokens " + std::to_string(config_.max_num_batched_tokens) +
+                      " exceeds the " + runner_->name() + " runner's " + std::to_string(runner_->max_step_tokens()) +
+                      " tokens per step (raise the runner's max_step_tokens or lower max_num_batched_tokens)");
     eos_ids_ = config_.eos_token_ids;
     if (eos_ids_.empty() && tokenizer_.eos_id()) eos_ids_.push_back(*tokenizer_.eos_id());
     output_ = std::make_unique<OutputProcessor>(

@@ -362,6 +362,44 @@ TEST(ServingEngine, DrainTimeoutCancelsWhatIsLeft) {
   EXPECT_EQ(c.final.reason, FinishReason::kCancelled);
 }
 
+// A runner whose steps take at most 4 sequences and 64 tokens (as a CUDA runner built with
+// max_batch 4 would): a scheduler configured past them is refused at construction.
+class SmallStepRunner final : public ModelRunner {
+ public:
+  explicit SmallStepRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
+  std::string name() const override { return "small"; }
+  const ModelConfig& config() const override { return inner_.config(); }
+  const KvCacheManager& kv() const override { return inner_.kv(); }
+  void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
+  void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
+  void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
+  StepOutput finish() override { return inner_.finish(); }
+  int max_step_sequences() const override { return 4; }
+  int max_step_tokens() const override { return 64; }
+
+ private:
+  CpuRunner inner_;
+};
+
+TEST(ServingEngine, RefusesLimitsPastTheRunnersStep) {
+  const Model& m = testing::default_model();
+  MetricsRegistry metrics;
+  auto make = [&](int seqs, int tokens) {
+    SchedulerConfig c;
+    c.max_num_seqs = seqs;
+    c.max_num_batched_tokens = tokens;
+    return std::make_unique<ServingEngine>(std::make_unique<SmallStepRunner>(m), *m.tokenizer, c, metrics);
+  };
+  EXPECT_NO_THROW(make(4, 64));
+  try {
+    make(8, 64);
+    ADD_FAILURE() << "max_num_seqs 8 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_num_seqs 8 exceeds the small runner's 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make(4, 65), Error);
+}
+
 TEST(ServingEngine, MetricsCountWhatHappened) {
   EngineFixture f;
   for (int i = 0; i < 3; ++i) {
