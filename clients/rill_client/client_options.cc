@@ -20,7 +20,8 @@ std::pair<std::string, std::string> split_host_port(const std::string& target) {
   if (colon == std::string::npos || colon == 0 || colon + 1 == target.size())
     throw ClientError(ExitCode::kBadFlags, "expected HOST:PORT, got '" + target + "'");
   std::string host = target.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return {host, target.substr(colon + 1)};
 }
 
@@ -36,8 +37,10 @@ std::variant<ClientOptions, int> parse_options(int argc, char** argv) {
   auto* grpc = app.add_option("--grpc", grpc_target, "rill-server's gRPC address, HOST:PORT");
   auto* http = app.add_option("--http", http_target, "rill-server's HTTP address, HOST:PORT");
   grpc->excludes(http);
-  auto* prompt_flag = app.add_option("--prompt", prompt, "the prompt (with --chat: one user message)");
-  app.add_flag("--chat", o.chat, "chat messages; without --prompt, interactive (one message a line of stdin)");
+  auto* prompt_flag =
+      app.add_option("--prompt", prompt, "the prompt (with --chat: one user message)");
+  app.add_flag("--chat", o.chat,
+               "chat messages; without --prompt, interactive (one message a line of stdin)");
   auto* system_flag = app.add_option("--system", system, "a system message (with --chat)");
   app.add_flag("--json", o.json, "print one JSON object at the end instead of streaming text");
   auto* max_tokens_flag = app.add_option("--max-tokens", max_tokens, "tokens to generate at most");
@@ -51,19 +54,23 @@ std::variant<ClientOptions, int> parse_options(int argc, char** argv) {
   auto* repetition_flag = app.add_option("--repetition-penalty", repetition);
   app.add_option("--stop", o.stop, "a stop string (repeatable)")->allow_extra_args(false);
   app.add_flag("--ignore-eos", o.ignore_eos);
-  auto* cache_flag =
-      app.add_option("--cache", cache, "KV cache policy")->check(CLI::IsMember({"full", "streaming"}));
-  app.add_option("--sink", o.sink, "attention sinks (--cache streaming)")->check(CLI::NonNegativeNumber);
-  app.add_option("--window", o.window, "window tokens (--cache streaming)")->check(CLI::NonNegativeNumber);
+  auto* cache_flag = app.add_option("--cache", cache, "KV cache policy")
+                         ->check(CLI::IsMember({"full", "streaming"}));
+  app.add_option("--sink", o.sink, "attention sinks (--cache streaming)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--window", o.window, "window tokens (--cache streaming)")
+      ->check(CLI::NonNegativeNumber);
   auto* priority_flag = app.add_option("--priority", priority, "lower runs first");
-  auto* model_flag = app.add_option("--model", model, "model name (HTTP; default: the first of GET /v1/models)");
+  auto* model_flag =
+      app.add_option("--model", model, "model name (HTTP; default: the first of GET /v1/models)");
   app.add_option("--timeout", o.timeout_s, "seconds for the whole request (0: none)")
       ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
     if (grpc->count() + http->count() != 1)
-      throw CLI::ValidationError("--grpc/--http", "exactly one of --grpc HOST:PORT or --http HOST:PORT is required");
+      throw CLI::ValidationError("--grpc/--http",
+                                 "exactly one of --grpc HOST:PORT or --http HOST:PORT is required");
     if (prompt_flag->count() == 0 && !o.chat)
       throw CLI::ValidationError("--prompt", "--prompt TEXT or --chat is required");
     if (system_flag->count() > 0 && !o.chat)

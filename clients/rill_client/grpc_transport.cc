@@ -36,12 +36,14 @@ pb::GenerateRequest make_request(const ClientOptions& o, const GenerateInput& in
   if (o.max_tokens) {
     // Out of int32's range: pass a value the server refuses rather than a wrapped one.
     const int64_t v = *o.max_tokens;
-    req.set_max_tokens(v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : static_cast<int32_t>(v)));
+    req.set_max_tokens(v > INT32_MAX ? INT32_MAX
+                                     : (v < INT32_MIN ? INT32_MIN : static_cast<int32_t>(v)));
   }
   req.set_ignore_eos(o.ignore_eos);
   if (o.cache) {
     pb::CachePolicy* c = req.mutable_cache();
-    c->set_kind(*o.cache == "streaming" ? pb::CachePolicy::KIND_STREAMING : pb::CachePolicy::KIND_FULL);
+    c->set_kind(*o.cache == "streaming" ? pb::CachePolicy::KIND_STREAMING
+                                        : pb::CachePolicy::KIND_FULL);
     c->set_n_sink(o.sink);
     c->set_window(o.window);
   }
@@ -51,50 +53,71 @@ pb::GenerateRequest make_request(const ClientOptions& o, const GenerateInput& in
 
 std::string code_name(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "code " + std::to_string(static_cast<int>(code));
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "code " + std::to_string(static_cast<int>(code));
   }
 }
 
 // Maps a failed call's status to the exit code and message.
-[[noreturn]] void throw_status(const ClientOptions& o, const grpc::Status& status, const grpc::ClientContext& ctx,
-                               grpc::Channel& channel, bool got_response) {
+[[noreturn]] void throw_status(const ClientOptions& o, const grpc::Status& status,
+                               const grpc::ClientContext& ctx, grpc::Channel& channel,
+                               bool got_response) {
   const std::string details = status.error_message();
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     std::string retry = "unknown";
     const auto& trailers = ctx.GetServerTrailingMetadata();
     if (auto it = trailers.find("retry-after-ms"); it != trailers.end())
       retry = std::string(it->second.data(), it->second.size()) + " ms";
-    throw ClientError(ExitCode::kOverloaded,
-                      "server overloaded (RESOURCE_EXHAUSTED: " + details + "); retry after " + retry);
+    throw ClientError(ExitCode::kOverloaded, "server overloaded (RESOURCE_EXHAUSTED: " + details +
+                                                 "); retry after " + retry);
   }
   // UNAVAILABLE before any response on a channel that never connected: the server is not
   // there. (The server's own UNAVAILABLE, loading or draining, comes over a ready channel.)
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !got_response &&
       channel.GetState(false) != GRPC_CHANNEL_READY)
     throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + details);
-  throw ClientError(ExitCode::kServerError, "server error " + code_name(status.error_code()) + ": " + details);
+  throw ClientError(ExitCode::kServerError,
+                    "server error " + code_name(status.error_code()) + ": " + details);
 }
 
 }  // namespace
 
-Generation grpc_generate(const ClientOptions& o, const GenerateInput& input, const ChunkCallback& on_chunk) {
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials());
+Generation grpc_generate(const ClientOptions& o, const GenerateInput& input,
+                         const ChunkCallback& on_chunk) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(o.target, grpc::InsecureChannelCredentials());
   std::unique_ptr<pb::Rill::Stub> stub = pb::Rill::NewStub(channel);
   grpc::ClientContext ctx;
   if (o.timeout_s > 0)
@@ -119,8 +142,8 @@ Generation grpc_generate(const ClientOptions& o, const GenerateInput& input, con
       g.finish_reason = f.finish_reason();
       g.prompt_tokens = f.usage().prompt_tokens();
       g.completion_tokens = f.usage().completion_tokens();
-      g.server_timings = ServerTimings{f.timings().queue_s(), f.timings().ttft_s(), f.timings().tpot_s(),
-                                       f.timings().e2e_s()};
+      g.server_timings = ServerTimings{f.timings().queue_s(), f.timings().ttft_s(),
+                                       f.timings().tpot_s(), f.timings().e2e_s()};
     }
   }
   const grpc::Status status = reader->Finish();

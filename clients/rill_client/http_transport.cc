@@ -24,16 +24,18 @@ using nlohmann::json;
 // One connection to the server; every operation is bounded by the request's --timeout.
 class Connection {
  public:
-  Connection(const ClientOptions& o) : options_(o), stream_(io_) {
+  explicit Connection(const ClientOptions& o) : options_(o), stream_(io_) {
     const auto [host, port] = split_host_port(o.target);
     host_ = host;
     arm_timer();
     beast::error_code ec;
     tcp::resolver resolver(io_);
     const auto endpoints = resolver.resolve(host, port, ec);
-    if (ec) throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + ec.message());
+    if (ec)
+      throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + ec.message());
     stream_.connect(endpoints, ec);
-    if (ec) throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + ec.message());
+    if (ec)
+      throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + ec.message());
   }
 
   // Sends a request; reads the response header into parser_.
@@ -95,7 +97,8 @@ class Connection {
   void check(const beast::error_code& ec, const char* what) const {
     if (!ec) return;
     if (ec == beast::error::timeout)
-      throw ClientError(ExitCode::kServerError, "timed out after " + std::to_string(options_.timeout_s) + " s");
+      throw ClientError(ExitCode::kServerError,
+                        "timed out after " + std::to_string(options_.timeout_s) + " s");
     throw ClientError(ExitCode::kServerError, std::string(what) + ": " + ec.message());
   }
 
@@ -111,8 +114,8 @@ class Connection {
 // The OpenAI error message of a body, or the body itself.
 std::string error_message(const std::string& body) {
   const json j = json::parse(body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string())
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string())
     return j["error"]["message"].get<std::string>();
   return body;
 }
@@ -124,9 +127,10 @@ void check_status(Connection& conn) {
   const std::string retry_after = conn.header(http::field::retry_after);
   const std::string message = error_message(conn.read_all());
   if (status == 503 && !retry_after.empty())
-    throw ClientError(ExitCode::kOverloaded,
-                      "server overloaded (HTTP 503: " + message + "); retry after " + retry_after + " s");
-  throw ClientError(ExitCode::kServerError, "server error HTTP " + std::to_string(status) + ": " + message);
+    throw ClientError(ExitCode::kOverloaded, "server overloaded (HTTP 503: " + message +
+                                                 "); retry after " + retry_after + " s");
+  throw ClientError(ExitCode::kServerError,
+                    "server error HTTP " + std::to_string(status) + ": " + message);
 }
 
 std::string default_model(const ClientOptions& o) {
@@ -144,7 +148,8 @@ json make_body(const ClientOptions& o, const GenerateInput& input, const std::st
   json body = {{"model", model}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
   if (input.messages) {
     json messages = json::array();
-    for (const ChatMessage& m : *input.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+    for (const ChatMessage& m : *input.messages)
+      messages.push_back({{"role", m.role}, {"content", m.content}});
     body["messages"] = std::move(messages);
   } else {
     body["prompt"] = *input.prompt;
@@ -170,7 +175,8 @@ bool apply_event(const std::string& data, bool chat, Generation& g, const ChunkC
   if (data == "[DONE]") return false;
   const json j = json::parse(data, nullptr, false);
   if (!j.is_object()) throw ClientError(ExitCode::kServerError, "unexpected event: " + data);
-  if (j.contains("error")) throw ClientError(ExitCode::kServerError, "server error in the stream: " + error_message(data));
+  if (j.contains("error"))
+    throw ClientError(ExitCode::kServerError, "server error in the stream: " + error_message(data));
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
     const json& choice = j["choices"][0];
     const json* text = nullptr;
@@ -198,7 +204,8 @@ bool apply_event(const std::string& data, bool chat, Generation& g, const ChunkC
 
 }  // namespace
 
-Generation http_generate(const ClientOptions& o, const GenerateInput& input, const ChunkCallback& on_chunk) {
+Generation http_generate(const ClientOptions& o, const GenerateInput& input,
+                         const ChunkCallback& on_chunk) {
   const std::string model = o.model ? *o.model : default_model(o);
   const bool chat = input.messages != nullptr;
   Connection conn(o);

@@ -1,11 +1,11 @@
 // rill-client: streams a completion or a chat from rill-server over gRPC or HTTP, then prints
 // usage and timings (stderr), or one JSON object (--json) for scripts. Exit codes: ExitCode.
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -23,16 +23,20 @@ struct ClientTimings {
   double e2e_s = 0;   // request sent -> end of the stream
 };
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 void print_summary(const Generation& g, const ClientTimings& t) {
-  std::fprintf(stderr, "\n[finish_reason=%s prompt_tokens=%lld completion_tokens=%lld ttft=%.3fs tpot=%.4fs e2e=%.3fs]\n",
+  std::fprintf(stderr,
+               "\n[finish_reason=%s prompt_tokens=%lld completion_tokens=%lld ttft=%.3fs "
+               "tpot=%.4fs e2e=%.3fs]\n",
                g.finish_reason.c_str(), static_cast<long long>(g.prompt_tokens),
                static_cast<long long>(g.completion_tokens), t.ttft_s, t.tpot_s, t.e2e_s);
   if (g.server_timings) {
     const ServerTimings& s = *g.server_timings;
-    std::fprintf(stderr, "[server: queue=%.3fs ttft=%.3fs tpot=%.4fs e2e=%.3fs]\n", s.queue_s, s.ttft_s,
-                 s.tpot_s, s.e2e_s);
+    std::fprintf(stderr, "[server: queue=%.3fs ttft=%.3fs tpot=%.4fs e2e=%.3fs]\n", s.queue_s,
+                 s.ttft_s, s.tpot_s, s.e2e_s);
   }
 }
 
@@ -49,7 +53,8 @@ void print_json(const Generation& g, const ClientTimings& t, bool grpc) {
   if (grpc) j["token_ids"] = g.token_ids;
   if (g.server_timings) {
     const ServerTimings& s = *g.server_timings;
-    j["server_timings"] = {{"queue_s", s.queue_s}, {"ttft_s", s.ttft_s}, {"tpot_s", s.tpot_s}, {"e2e_s", s.e2e_s}};
+    j["server_timings"] = {
+        {"queue_s", s.queue_s}, {"ttft_s", s.ttft_s}, {"tpot_s", s.tpot_s}, {"e2e_s", s.e2e_s}};
   }
   std::cout << j.dump() << std::endl;
 }
@@ -66,12 +71,14 @@ std::string run_one(const ClientOptions& o, const GenerateInput& input) {
       std::cout.flush();
     }
   };
-  const Generation g = o.use_grpc ? grpc_generate(o, input, on_chunk) : http_generate(o, input, on_chunk);
+  const Generation g =
+      o.use_grpc ? grpc_generate(o, input, on_chunk) : http_generate(o, input, on_chunk);
   ClientTimings t;
   t.e2e_s = seconds(Clock::now() - start);
   if (first) {
     t.ttft_s = seconds(*first - start);
-    if (g.completion_tokens > 1) t.tpot_s = seconds(*last - *first) / static_cast<double>(g.completion_tokens - 1);
+    if (g.completion_tokens > 1)
+      t.tpot_s = seconds(*last - *first) / static_cast<double>(g.completion_tokens - 1);
   }
   if (o.json) {
     print_json(g, t, o.use_grpc);

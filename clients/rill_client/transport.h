@@ -25,7 +25,7 @@ struct ServerTimings {
 
 struct Generation {
   std::string text;
-  std::vector<int> token_ids;          // gRPC only
+  std::vector<int> token_ids;  // gRPC only
   std::string finish_reason;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
@@ -36,9 +36,11 @@ struct Generation {
 using ChunkCallback = std::function<void(std::string_view text)>;
 
 /// Generate over gRPC (rill.v1.Rill/Generate).
-Generation grpc_generate(const ClientOptions& options, const GenerateInput& input, const ChunkCallback& on_chunk);
+Generation grpc_generate(const ClientOptions& options, const GenerateInput& input,
+                         const ChunkCallback& on_chunk);
 
 /// Generate over HTTP (POST /v1/completions or /v1/chat/completions, SSE).
-Generation http_generate(const ClientOptions& options, const GenerateInput& input, const ChunkCallback& on_chunk);
+Generation http_generate(const ClientOptions& options, const GenerateInput& input,
+                         const ChunkCallback& on_chunk);
 
 }  // namespace rill::client
