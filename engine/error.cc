@@ -15,6 +15,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kCancelled: return "cancelled";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
+    case ErrorCode::kFailedPrecondition: return "failed_precondition";
   }
   return "unknown";
 }

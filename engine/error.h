@@ -18,6 +18,7 @@ enum class ErrorCode {
   kCancelled,
   kUnavailable,        // not serving now: loading, draining, stalled
   kDeadlineExceeded,   // a request's deadline passed
+  kFailedPrecondition, // not allowed in the current state (a session turn while one runs)
 };
 
 const char* error_code_name(ErrorCode code);

@@ -53,6 +53,11 @@ ErrorReply map_error(ErrorCode code, std::string message, std::string param,
       r.http_status = 504;
       r.type = "timeout_error";
       break;
+    case ErrorCode::kFailedPrecondition:
+      r.grpc_code = grpc::StatusCode::FAILED_PRECONDITION;
+      r.http_status = 409;
+      r.type = "conflict_error";
+      break;
     case ErrorCode::kInternal:
       r.grpc_code = grpc::StatusCode::INTERNAL;
       r.http_status = 500;

@@ -36,6 +36,9 @@ struct Request {
   int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
   std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
   std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+  /// A turn of this session (ServingEngine::create_session): `prompt` holds only the turn's new
+  /// tokens, which the session's cache follows; its cache policy applies (`cache` is ignored).
+  std::string session_id;
 };
 
 /// Generated tokens as they are produced: several ids when the consumer fell behind.

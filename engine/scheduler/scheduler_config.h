@@ -30,6 +30,14 @@ struct SchedulerConfig {
   /// KV blocks kept free for running `full` sequences to grow into before new ones are admitted
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;
+  // Sessions (session.h). Idle sessions keep their cache in the KV pool up to
+  // session_gpu_fraction of it; beyond, the least recently used are offloaded to the runner's
+  // host memory (ModelRunner::host_kv_blocks) while it has room, and dropped (expired) past it.
+  // A session idle for longer than session_idle_ttl expires wherever its cache is.
+  int max_sessions = 1024;
+  double session_gpu_fraction = 0.5;
+  std::chrono::milliseconds session_idle_ttl{30 * 60'000};
+  int max_restores_per_step = 1;      // offloaded caches copied back to the pool per step
 };
 
 /// Defaults for a runner ("cuda" or "cpu"): on the GPU vLLM's (256 sequences, 8192 tokens per

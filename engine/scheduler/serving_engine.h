@@ -16,6 +16,7 @@
 #include "engine/scheduler/request.h"
 #include "engine/scheduler/request_handle.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/session.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {
@@ -38,6 +39,18 @@ class ServingEngine {
   RequestHandle submit(Request request, EventNotifier notify = {});
   /// Cancels a live request by id; false when no live request has it.
   bool cancel(const std::string& id);
+
+  /// Creates a session whose turns are submitted with Request::session_id. Throws
+  /// kInvalidArgument for a policy that is not streaming or over the limits, or an id in use;
+  /// kResourceExhausted at SchedulerConfig::max_sessions; kUnavailable while draining.
+  /// A turn submitted while the session's previous turn runs is refused (kFailedPrecondition);
+  /// one for an unknown or expired session gets kNotFound (the message says "expired" and why).
+  SessionInfo create_session(SessionOptions options);
+  /// The session's state now; kNotFound as for a turn.
+  SessionInfo session_info(const std::string& id) const;
+  /// Ends a session: cancels its running turn and frees its cache (GPU or host). False when no
+  /// live session has the id.
+  bool close_session(const std::string& id);
 
   EngineStats stats() const;
   /// Stops admitting requests (submit refuses), waits up to `timeout` for the running and queued

@@ -117,6 +117,7 @@ TEST(ErrorMapping, EveryCodeHasBothProtocols) {
       {ErrorCode::kResourceExhausted, grpc::StatusCode::RESOURCE_EXHAUSTED, 503},
       {ErrorCode::kUnavailable, grpc::StatusCode::UNAVAILABLE, 503},
       {ErrorCode::kDeadlineExceeded, grpc::StatusCode::DEADLINE_EXCEEDED, 504},
+      {ErrorCode::kFailedPrecondition, grpc::StatusCode::FAILED_PRECONDITION, 409},
       {ErrorCode::kInternal, grpc::StatusCode::INTERNAL, 500},
       {ErrorCode::kCancelled, grpc::StatusCode::CANCELLED, 499},
   };

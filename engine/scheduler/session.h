@@ -1,0 +1,41 @@
+// Sessions: multi-turn conversations that keep their StreamingLLM cache (sink blocks + window
+// ring) in the runner between turns, so each turn prefills only its new tokens however long the
+// conversation has run. What a client creates and reads back; the loop-side state is
+// SessionState (session_state.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/kv/cache_policy.h"
+#include "engine/runner/sampling.h"
+
+namespace rill {
+
+struct SessionOptions {
+  std::string id;            // empty: assigned ("sess-N"); unique among live sessions
+  CachePolicy cache;         // must be streaming (sinks + window): the session's memory is constant
+  SamplingParams sampling;   // defaults for its turns: stored for the front ends, which apply them
+  int max_tokens = 256;      // likewise
+};
+
+enum class SessionResidence {
+  kNone,       // no turn has run yet: nothing cached
+  kGpu,        // its cache blocks are in the runner's pool
+  kHost,       // offloaded to host memory (restored by its next turn)
+};
+
+struct SessionInfo {
+  SessionOptions options;       // id filled in
+  int64_t turns = 0;            // turns finished (any finish reason)
+  int64_t tokens_seen = 0;      // every token fed to its cache so far (the stream length)
+  int64_t tokens_evicted = 0;   // of those, dropped from the window
+  int64_t tokens_cached = 0;    // in the cache now: sinks + window part
+  bool turn_running = false;    // a turn is queued or generating
+  SessionResidence residence = SessionResidence::kNone;
+  double idle_s = 0;            // since its last turn ended (0 while one runs)
+};
+
+const char* session_residence_name(SessionResidence r);
+
+}  // namespace rill
