@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "clients/common/sse_parser.h"
 #include "clients/rill_client/transport.h"
 
 namespace rill::client {
@@ -214,27 +215,13 @@ Generation http_generate(const ClientOptions& o, const GenerateInput& input,
   check_status(conn);
 
   Generation g;
-  std::string pending, piece;
+  SseParser sse;
+  std::string piece;
   bool done = false;
   while (!done && conn.read_some(piece)) {
-    for (char c : piece)
-      if (c != '\r') pending += c;
-    // Events end with a blank line; each data line of an event is one JSON payload here.
-    size_t end;
-    while (!done && (end = pending.find("\n\n")) != std::string::npos) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      size_t pos = 0;
-      while (!done && pos < event.size()) {
-        size_t nl = event.find('\n', pos);
-        if (nl == std::string::npos) nl = event.size();
-        const std::string_view line(event.data() + pos, nl - pos);
-        pos = nl + 1;
-        if (!line.starts_with("data:")) continue;
-        std::string_view data = line.substr(5);
-        if (data.starts_with(' ')) data.remove_prefix(1);
-        done = !apply_event(std::string(data), chat, g, on_chunk);
-      }
+    for (const std::string& data : sse.feed(piece)) {
+      done = !apply_event(data, chat, g, on_chunk);
+      if (done) break;
     }
   }
   if (!done) throw ClientError(ExitCode::kServerError, "the stream ended before [DONE]");
