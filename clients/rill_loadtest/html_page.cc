@@ -176,8 +176,12 @@ window.addEventListener("error", function (e) {
   var latencySeries = [], throughputSeries = [];
   data.phases.forEach(function (p) {
     var ts = p.time_series;
-    latencySeries.push({name: phaseName(p) + " TTFT", points: ts.map(function (b) { return {x: b.t_s, y: b.mean_ttft_s * 1000}; })});
-    latencySeries.push({name: phaseName(p) + " E2E", points: ts.map(function (b) { return {x: b.t_s, y: b.mean_e2e_s * 1000}; })});
+    // Buckets where no request reached its first token (or its end) have no mean: skipped.
+    ["mean_ttft_s", "mean_e2e_s"].forEach(function (key) {
+      latencySeries.push({name: phaseName(p) + (key === "mean_ttft_s" ? " TTFT" : " E2E"),
+        points: ts.filter(function (b) { return b[key] !== null; })
+                  .map(function (b) { return {x: b.t_s, y: b[key] * 1000}; })});
+    });
     throughputSeries.push({name: phaseName(p) + " tok/s", points: ts.map(function (b) { return {x: b.t_s, y: b.output_tokens_per_s}; })});
   });
   chart("chart-latency-time", "Latency over time (mean per bucket)", "time (s)", "latency (ms)", latencySeries);

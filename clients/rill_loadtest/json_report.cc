@@ -86,8 +86,8 @@ json phase_json(const PhaseReport& p) {
     series.push_back({{"t_s", b.t_s},
                       {"completed_per_s", b.completed_per_s},
                       {"output_tokens_per_s", b.output_tokens_per_s},
-                      {"mean_ttft_s", b.mean_ttft_s},
-                      {"mean_e2e_s", b.mean_e2e_s},
+                      {"mean_ttft_s", b.ttft_count ? json(b.mean_ttft_s) : json(nullptr)},
+                      {"mean_e2e_s", b.e2e_count ? json(b.mean_e2e_s) : json(nullptr)},
                       {"in_flight", b.in_flight}});
   json checks = json::array();
   for (const ConsistencyCheck& c : p.checks)

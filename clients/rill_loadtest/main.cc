@@ -35,7 +35,8 @@ int exit_code(const RunReport& report) {
 
 int run(const LoadTestOptions& options) {
   raise_fd_limit();
-  ProgressBar progress(options.progress || isatty(STDERR_FILENO));
+  const bool terminal = isatty(STDERR_FILENO);
+  ProgressBar progress(options.progress || terminal, terminal);
   RunReport report;
   try {
     report = run_session(options, progress);

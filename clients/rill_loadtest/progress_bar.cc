@@ -7,6 +7,12 @@ namespace rill::loadtest {
 
 void ProgressBar::update(const std::string& label, const PhaseProgress& p) {
   if (!enabled_) return;
+  if (!terminal_) {
+    // A log gets whole lines, about one a second (and the last one of the phase).
+    const bool last = p.in_flight == 0 && p.finished > 0;
+    if (drawn_ && p.elapsed_s - last_line_s_ < 1 && !last) return;
+    last_line_s_ = p.elapsed_s;
+  }
   constexpr int kWidth = 30;
   std::string bar;
   if (p.target > 0) {
@@ -19,7 +25,7 @@ void ProgressBar::update(const std::string& label, const PhaseProgress& p) {
     bar.append(static_cast<size_t>(kWidth - filled), '.');
     bar += "] ";
   }
-  std::fprintf(stderr, "\r%s %s%lld", label.c_str(), bar.c_str(),
+  std::fprintf(stderr, "%s%s %s%lld", terminal_ ? "\r" : "", label.c_str(), bar.c_str(),
                static_cast<long long>(p.finished));
   if (p.target > 0) std::fprintf(stderr, "/%lld", static_cast<long long>(p.target));
   std::fprintf(stderr, " done, %lld in flight, %lld errors, %.1f s   ",
@@ -29,7 +35,7 @@ void ProgressBar::update(const std::string& label, const PhaseProgress& p) {
 }
 
 void ProgressBar::finish() {
-  if (drawn_) std::fputc('\n', stderr);
+  if (drawn_ && terminal_) std::fputc('\n', stderr);
   drawn_ = false;
 }
 

@@ -7,10 +7,11 @@
 
 namespace rill::loadtest {
 
-/// Redraws one line ("\r...") on stderr; does nothing when disabled.
+/// Redraws one line ("\r...") on a terminal; elsewhere (--progress into a log) prints a line
+/// a second instead. Does nothing when disabled.
 class ProgressBar {
  public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  ProgressBar(bool enabled, bool terminal) : enabled_(enabled), terminal_(terminal) {}
 
   /// Shows `label` and the phase's counters (a bar when the phase has a request target).
   void update(const std::string& label, const PhaseProgress& p);
@@ -19,8 +20,9 @@ class ProgressBar {
   void finish();
 
  private:
-  bool enabled_;
+  bool enabled_, terminal_;
   bool drawn_ = false;
+  double last_line_s_ = -1;  // not a terminal: elapsed time of the last line printed
 };
 
 }  // namespace rill::loadtest

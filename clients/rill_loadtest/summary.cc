@@ -18,15 +18,12 @@ int64_t max_in_flight(const std::vector<RequestRecord>& records) {
   return most;
 }
 
-// Requests per second over the window in which they were sent: (n - 1) / (last - first).
-double offered_rate(const std::vector<RequestRecord>& records) {
-  if (records.size() < 2) return 0;
-  double first = records.front().start_s, last = first;
-  for (const RequestRecord& r : records) {
-    first = std::min(first, r.start_s);
-    last = std::max(last, r.start_s);
-  }
-  return last > first ? static_cast<double>(records.size() - 1) / (last - first) : 0;
+// Requests per second over the window in which they were sent: n / (last send - phase start).
+// With arrivals from the phase's start this is the realized arrival rate (n gaps summed).
+double offered_rate(const std::vector<RequestRecord>& records, double start_s) {
+  double last = start_s;
+  for (const RequestRecord& r : records) last = std::max(last, r.start_s);
+  return last > start_s ? static_cast<double>(records.size()) / (last - start_s) : 0;
 }
 
 }  // namespace
@@ -64,7 +61,7 @@ RunSummary summarize_run(const std::vector<RequestRecord>& records, double start
   s.output_throughput = static_cast<double>(s.output_tokens) / s.duration_s;
   s.total_token_throughput = static_cast<double>(s.input_tokens + s.output_tokens) / s.duration_s;
   if (!slo.empty()) s.goodput = static_cast<double>(s.good_requests) / s.duration_s;
-  s.offered_rate = offered_rate(records);
+  s.offered_rate = offered_rate(records, start_s);
   s.ttft = summarize(std::move(ttft));
   s.tpot = summarize(std::move(tpot));
   s.itl = summarize(std::move(itl));

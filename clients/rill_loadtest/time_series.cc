@@ -11,7 +11,6 @@ std::vector<TimeBucket> time_series(const std::vector<RequestRecord>& records, d
   if (width_s <= 0) width_s = span >= 10 ? 1.0 : span / 10;
   const size_t n = static_cast<size_t>(std::ceil(span / width_s));
   std::vector<TimeBucket> out(std::max<size_t>(n, 1));
-  std::vector<int> ttft_n(out.size()), e2e_n(out.size());
   const auto index = [&](double t) {
     const double i = std::floor((t - start_s) / width_s);
     return static_cast<size_t>(std::clamp(i, 0.0, static_cast<double>(out.size() - 1)));
@@ -23,13 +22,13 @@ std::vector<TimeBucket> time_series(const std::vector<RequestRecord>& records, d
     if (!r.chunk_times_s.empty()) {
       const size_t i = index(r.chunk_times_s.front());
       out[i].mean_ttft_s += r.chunk_times_s.front() - r.start_s;
-      ++ttft_n[i];
+      ++out[i].ttft_count;
     }
     if (r.ok()) {
       const size_t i = index(r.end_s);
       out[i].completed_per_s += 1;
       out[i].mean_e2e_s += r.end_s - r.start_s;
-      ++e2e_n[i];
+      ++out[i].e2e_count;
     }
     for (size_t i = index(r.start_s); i < out.size(); ++i) {
       const double bucket_end = start_s + (static_cast<double>(i) + 1) * width_s;
@@ -40,8 +39,8 @@ std::vector<TimeBucket> time_series(const std::vector<RequestRecord>& records, d
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].completed_per_s /= width_s;
     out[i].output_tokens_per_s /= width_s;
-    if (ttft_n[i]) out[i].mean_ttft_s /= ttft_n[i];
-    if (e2e_n[i]) out[i].mean_e2e_s /= e2e_n[i];
+    if (out[i].ttft_count) out[i].mean_ttft_s /= static_cast<double>(out[i].ttft_count);
+    if (out[i].e2e_count) out[i].mean_e2e_s /= static_cast<double>(out[i].e2e_count);
   }
   return out;
 }
