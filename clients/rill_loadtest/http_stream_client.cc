@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clients/common/host_port.h"
+#include "clients/common/openai_error.h"
 #include "clients/common/sse_parser.h"
 #include "clients/rill_loadtest/stream_client.h"
 
@@ -136,7 +137,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool on_event(const std::string& data, double now) {
     const json j = json::parse(data, nullptr, false);
     if (!j.is_object() || j.contains("error")) {
-      fail_with(j.is_object() ? "stream error" : "bad event", data);
+      fail_with(j.is_object() ? "stream error" : "bad event",
+                rill::client::openai_error_message(data));
       return false;
     }
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
@@ -174,11 +176,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void body_ended() {
     if (status_ != 200) {
-      const json j = json::parse(error_body_, nullptr, false);
-      std::string message = error_body_;
-      if (j.is_object() && j.contains("error") && j["error"].is_object())
-        message = j["error"].value("message", error_body_);
-      return fail_with("HTTP " + std::to_string(status_), message);
+      return fail_with("HTTP " + std::to_string(status_),
+                       rill::client::openai_error_message(error_body_));
     }
     fail_with("stream ended before [DONE]", "");
   }

@@ -96,7 +96,18 @@ void finish_options(CLI::App& app, LoadTestOptions& o, const RawFlags& f) {
       throw std::invalid_argument("--rate and --concurrency exclude each other");
     o.concurrency = f.concurrency;
   }
-  o.rate = f.rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(f.rate);
+  if (f.rate == "inf") {
+    o.rate = std::numeric_limits<double>::infinity();
+  } else {
+    size_t used = 0;
+    try {
+      o.rate = std::stod(f.rate, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != f.rate.size())
+      throw std::invalid_argument("--rate: expected a number or inf, got '" + f.rate + "'");
+  }
   if (!(o.rate > 0)) throw std::invalid_argument("--rate must be > 0 or inf");
   if (!f.sweep.empty()) o.sweep = parse_number_list(f.sweep);
   if (o.concurrency)

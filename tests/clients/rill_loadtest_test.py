@@ -136,6 +136,13 @@ def case_http_open(server, tmp):
     assert all(16 <= n <= 48 for n in prompt_lens) and len(set(prompt_lens)) > 3, prompt_lens
     assert all(r["output_tokens"] == 16 for r in phase["requests"])
     assert phase["summary"]["good_requests"] == 30
+    # Errors are tallied by HTTP status, with the server's message, and exit with 1.
+    bad = Run(server, "http", "--model", "no-such-model", "--num-requests", "3", tmp=tmp, name="bad",
+              expect_rc=1)
+    s = bad.json["phases"][0]["summary"]
+    assert s["errors"] == {"HTTP 404": 3} and s["completed"] == 0, s
+    assert "no-such-model" in bad.json["phases"][0]["requests"][0]["error_message"]
+    assert "HTTP 404:" in bad.stdout
 
 
 def case_grpc_closed(server, tmp):
@@ -149,6 +156,10 @@ def case_grpc_closed(server, tmp):
     outs = [r["output_tokens"] for r in run.requests()]
     assert all(8 <= n <= 24 for n in outs) and len(set(outs)) > 3, outs
     assert all(r["prompt_tokens"] == 16 for r in run.requests())
+    # Errors are tallied by gRPC code: a prompt longer than the 512-token context.
+    bad = Run(server, "grpc", "--input-len", "600", "--num-requests", "2", tmp=tmp, name="bad",
+              expect_rc=1)
+    assert bad.json["phases"][0]["summary"]["errors"] == {"grpc INVALID_ARGUMENT": 2}, bad.json
 
 
 def case_sweep(server, tmp):
