@@ -41,8 +41,9 @@ LoadPlan plan_for(const LoadTestOptions& o, double load) {
 }
 
 // Scrapes /metrics until the server has settled after a phase: the running gauge back at its
-// baseline and every request the client finished counted (the server counts a cancellation
-// when it notices the disconnect, a little after the client left). Gives up after 10 s.
+// baseline and `client_requests` more finished or refused requests (the server counts a
+// cancellation when it notices the disconnect, a little after the client left). Gives up
+// after 10 s.
 std::optional<PromSnapshot> settled_scrape(const LoadTestOptions& o, const PromSnapshot& before,
                                            int64_t client_requests, std::string& error) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -76,7 +77,10 @@ PhaseReport run_phase(const LoadTestOptions& o, LoadRunner& runner, ProgressBar&
   phase.summary =
       summarize_run(phase.result.records, phase.result.start_s, phase.result.end_s, o.slo);
   std::optional<PromSnapshot> after;
-  if (before) after = settled_scrape(o, *before, phase.summary.requests, error);
+  // Failed requests may never have reached the engine (a 404, an invalid prompt): only the
+  // completed and cancelled ones must show up in the server's counts.
+  if (before)
+    after = settled_scrape(o, *before, phase.summary.completed + phase.summary.cancelled, error);
   if (before && after) {
     phase.server = server_delta(*before, *after);
     phase.checks = check_consistency(phase.summary, *phase.server);
