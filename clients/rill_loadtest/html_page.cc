@@ -163,7 +163,8 @@ window.addEventListener("error", function (e) {
   }
   [["ttft_s", "TTFT", "chart-ttft"], ["tpot_s", "TPOT", "chart-tpot"],
    ["itl_s", "ITL", "chart-itl"]].forEach(function (m) {
-    chart(m[2], m[1] + " distribution (CDF)", m[1] + " (ms)", "fraction of requests",
+    chart(m[2], m[1] + " distribution (CDF)", m[1] + " (ms)",
+          m[0] === "itl_s" ? "fraction of gaps" : "fraction of requests",
           data.phases.map(function (p) {
             var values = [];
             p.requests.forEach(function (r) {
@@ -178,7 +179,9 @@ window.addEventListener("error", function (e) {
     var ts = p.time_series;
     // Buckets where no request reached its first token (or its end) have no mean: skipped.
     ["mean_ttft_s", "mean_e2e_s"].forEach(function (key) {
+      // Markers: a series may have a single bucket (every request ending together).
       latencySeries.push({name: phaseName(p) + (key === "mean_ttft_s" ? " TTFT" : " E2E"),
+        markers: true,
         points: ts.filter(function (b) { return b[key] !== null; })
                   .map(function (b) { return {x: b.t_s, y: b[key] * 1000}; })});
     });
