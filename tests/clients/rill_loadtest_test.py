@@ -156,6 +156,17 @@ def case_grpc_closed(server, tmp):
     outs = [r["output_tokens"] for r in run.requests()]
     assert all(8 <= n <= 24 for n in outs) and len(set(outs)) > 3, outs
     assert all(r["prompt_tokens"] == 16 for r in run.requests())
+    # The ramp: slots grow from 1 to 6 over 0.5 s (2 by 0.1 s, each request taking >= 16 token
+    # steps), so at most 4 requests start in the first 0.1 s; without it, 6 start at once.
+    early = [r for r in run.requests() if r["start_s"] < 0.1]
+    assert len(early) <= 4, early
+    # A duration bound: no request starts after 1 s; the ones in flight finish.
+    timed = Run(server, "grpc", "--concurrency", "4", "--duration", "1", "--output-len", "8",
+                tmp=tmp, name="timed")
+    check_metrics_present(timed)
+    check_counts(timed)
+    starts = [r["start_s"] for r in timed.requests()]
+    assert len(starts) > 4 and max(starts) < 1.05, starts
     # Errors are tallied by gRPC code: a prompt longer than the 512-token context.
     bad = Run(server, "grpc", "--input-len", "600", "--num-requests", "2", tmp=tmp, name="bad",
               expect_rc=1)
