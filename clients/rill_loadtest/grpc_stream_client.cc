@@ -82,7 +82,9 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
       record_.output_tokens = f.usage().completion_tokens();
       record_.usage_seen = true;
     }
-    if (cancel_after_ > 0 && !record_.cancelled && record_.tokens_received() >= cancel_after_) {
+    // A request whose final message arrived has finished: nothing left to cancel.
+    if (cancel_after_ > 0 && !record_.cancelled && !response_.has_final() &&
+        record_.tokens_received() >= cancel_after_) {
       record_.cancelled = true;
       context_.TryCancel();  // the server cancels the request; OnDone sees CANCELLED
       return;

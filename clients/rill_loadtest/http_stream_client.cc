@@ -73,6 +73,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     request_.set(http::field::user_agent, "rill-loadtest");
     request_.set(http::field::content_type, "application/json");
     request_.set(http::field::accept, "text/event-stream");
+    request_.keep_alive(false);  // the server closes generation responses anyway
     request_.body() = make_body(spec, options.model).dump();
     request_.prepare_payload();
     parser_.body_limit(boost::none);
@@ -157,7 +158,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       }
       if (c.contains("finish_reason") && c["finish_reason"].is_string())
         record_.finish_reason = c["finish_reason"].get<std::string>();
-      if (cancel_after_ > 0 && record_.tokens_received() >= cancel_after_) {
+      // A chunk with a finish reason ends the request: nothing left to cancel.
+      if (cancel_after_ > 0 && record_.finish_reason.empty() &&
+          record_.tokens_received() >= cancel_after_) {
         record_.cancelled = true;
         // Closing the connection is how an HTTP client cancels: the server sees the disconnect.
         beast::error_code ignored;
