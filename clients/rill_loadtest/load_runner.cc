@@ -49,6 +49,7 @@ class Phase {
       schedule_arrival();
     }
     tick();
+    maybe_finish();  // a phase may have nothing to send (the first arrival past the duration)
   }
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
