@@ -77,16 +77,23 @@ Workload make_workload(int turns) {
   return Workload(c, {}, {11, 12, 13, 14, 15}, {"one", "two", "three"}, 1.0);
 }
 
+// A runner over a fake client that answers after `delay`, for conversations of `turns`.
+struct Rig {
+  Rig(std::chrono::milliseconds delay, int turns)
+      : client(epoch, delay), workload(make_workload(turns)), runner(client, workload, epoch) {}
+  Clock::time_point epoch = Clock::now();
+  FakeClient client;
+  Workload workload;
+  LoadRunner runner;
+};
+
 TEST(LoadRunner, ClosedLoopKeepsItsSlotsBusy) {
-  const Clock::time_point epoch = Clock::now();
-  FakeClient client(epoch, std::chrono::milliseconds(20));
-  Workload workload = make_workload(1);
-  LoadRunner runner(client, workload, epoch);
+  Rig rig(std::chrono::milliseconds(20), 1);
   LoadPlan plan;
   plan.closed_loop = true;
   plan.concurrency = 4;
   plan.num_requests = 20;
-  const PhaseResult r = runner.run(plan);
+  const PhaseResult r = rig.runner.run(plan);
   ASSERT_EQ(r.records.size(), 20u);
   const RunSummary s = summarize_run(r.records, r.start_s, r.end_s, Slo{});
   EXPECT_EQ(s.max_in_flight, 4);
@@ -94,22 +101,19 @@ TEST(LoadRunner, ClosedLoopKeepsItsSlotsBusy) {
   EXPECT_EQ(s.output_tokens, 60);
   // 20 requests of 20 ms, 4 at a time: about 100 ms.
   EXPECT_GE(r.end_s - r.start_s, 0.095);
-  for (const RequestSpec& spec : client.specs()) EXPECT_EQ(spec.prompt_ids.size(), 4u);
+  for (const RequestSpec& spec : rig.client.specs()) EXPECT_EQ(spec.prompt_ids.size(), 4u);
 }
 
 TEST(LoadRunner, TurnsRoundUpToWholeConversationsWithTheirHistory) {
-  const Clock::time_point epoch = Clock::now();
-  FakeClient client(epoch, std::chrono::milliseconds(1));
-  Workload workload = make_workload(3);
-  LoadRunner runner(client, workload, epoch);
+  Rig rig(std::chrono::milliseconds(1), 3);
   LoadPlan plan;
   plan.closed_loop = true;
   plan.concurrency = 2;
   plan.num_requests = 7;  // 3 conversations of 3 turns
-  const PhaseResult r = runner.run(plan);
+  const PhaseResult r = rig.runner.run(plan);
   ASSERT_EQ(r.records.size(), 9u);
   EXPECT_EQ(r.conversations, 3);
-  for (const RequestSpec& spec : client.specs()) {
+  for (const RequestSpec& spec : rig.client.specs()) {
     ASSERT_TRUE(spec.chat);
     ASSERT_EQ(spec.messages.size() % 2, 1u);  // user, (assistant, user) per later turn
     for (size_t i = 1; i < spec.messages.size(); i += 2) {
@@ -120,14 +124,11 @@ TEST(LoadRunner, TurnsRoundUpToWholeConversationsWithTheirHistory) {
 }
 
 TEST(LoadRunner, OpenLoopFollowsTheSchedule) {
-  const Clock::time_point epoch = Clock::now();
-  FakeClient client(epoch, std::chrono::milliseconds(200));
-  Workload workload = make_workload(1);
-  LoadRunner runner(client, workload, epoch);
+  Rig rig(std::chrono::milliseconds(200), 1);
   LoadPlan plan;
   plan.arrivals = {.rate = 100, .constant = true};
   plan.num_requests = 10;
-  const PhaseResult r = runner.run(plan);
+  const PhaseResult r = rig.runner.run(plan);
   ASSERT_EQ(r.records.size(), 10u);
   // Arrivals every 10 ms whatever the 200 ms answers: all 10 in flight together.
   const RunSummary s = summarize_run(r.records, r.start_s, r.end_s, Slo{});
@@ -143,15 +144,12 @@ TEST(LoadRunner, OpenLoopFollowsTheSchedule) {
 }
 
 TEST(LoadRunner, PhaseWithNothingToSendEndsAtOnce) {
-  const Clock::time_point epoch = Clock::now();
-  FakeClient client(epoch, std::chrono::milliseconds(1));
-  Workload workload = make_workload(1);
-  LoadRunner runner(client, workload, epoch);
+  Rig rig(std::chrono::milliseconds(1), 1);
   LoadPlan plan;
   plan.arrivals = {.rate = 0.001, .constant = true};  // first arrival at 1000 s
   plan.duration_s = 0.5;
   const auto t0 = Clock::now();
-  const PhaseResult r = runner.run(plan);
+  const PhaseResult r = rig.runner.run(plan);
   EXPECT_TRUE(r.records.empty());
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.4);
 }
