@@ -9,11 +9,15 @@ packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libg
   # server tests: promtool, Python grpcio (node + npm for the OpenAI JS client: below)
   prometheus python3-grpcio python3-protobuf
   # deployment tests (tests/deploy): YAML checks of docker/ and docker/k8s/
-  python3-yaml)
+  python3-yaml
+  # rill-loadtest's report test: the HTML report opened in headless Chromium
+  chromium)
 # Ubuntu 24.04 (the CUDA base image of docker/Dockerfile) has no Boost 1.81; its default Boost
 # (1.83) serves the same headers.
 if [ -r /etc/os-release ] && grep -q '^ID=ubuntu' /etc/os-release; then
   packages=("${packages[@]/#libboost1.81-dev/libboost-dev}")
+  # Ubuntu ships Chromium only as a snap (no snapd in containers): the report test skips there.
+  packages=("${packages[@]/#chromium/}")
 fi
 # Node.js and npm only where no `node` / `npm` is on the PATH: a NodeSource nodejs (which ships
 # npm) conflicts with Debian's npm package.
@@ -21,6 +25,7 @@ command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
+  [ -n "$p" ] || continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

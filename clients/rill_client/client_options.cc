@@ -15,16 +15,6 @@ void set_if_given(const CLI::Option* flag, const T& value, std::optional<T>& out
 
 }  // namespace
 
-std::pair<std::string, std::string> split_host_port(const std::string& target) {
-  const size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size())
-    throw ClientError(ExitCode::kBadFlags, "expected HOST:PORT, got '" + target + "'");
-  std::string host = target.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return {host, target.substr(colon + 1)};
-}
-
 std::variant<ClientOptions, int> parse_options(int argc, char** argv) {
   CLI::App app{"rill-client: stream a completion or a chat from rill-server (gRPC or HTTP)"};
   ClientOptions o;
@@ -81,7 +71,7 @@ std::variant<ClientOptions, int> parse_options(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : static_cast<int>(ExitCode::kBadFlags);
-  } catch (const ClientError& e) {
+  } catch (const std::exception& e) {
     std::cerr << "rill-client: " << e.what() << "\n";
     return static_cast<int>(ExitCode::kBadFlags);
   }

@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+#include "clients/common/host_port.h"
+
 namespace rill::client {
 
 /// Exit codes; scripts tell the failures apart by them.
@@ -68,8 +70,5 @@ struct ClientOptions {
 /// Parses argv. Returns the options, or the exit code to leave with (--help: 0; bad flags: 2,
 /// after CLI11 printed its message).
 std::variant<ClientOptions, int> parse_options(int argc, char** argv);
-
-/// HOST and PORT of HOST:PORT (the last colon splits; [v6]:port loses its brackets).
-std::pair<std::string, std::string> split_host_port(const std::string& target);
 
 }  // namespace rill::client

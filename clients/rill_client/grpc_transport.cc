@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "clients/common/grpc_status_name.h"
 #include "clients/rill_client/transport.h"
 #include "rill/v1/rill.grpc.pb.h"
 
@@ -51,45 +52,6 @@ pb::GenerateRequest make_request(const ClientOptions& o, const GenerateInput& in
   return req;
 }
 
-std::string code_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    default:
-      return "code " + std::to_string(static_cast<int>(code));
-  }
-}
-
 // Maps a failed call's status to the exit code and message.
 [[noreturn]] void throw_status(const ClientOptions& o, const grpc::Status& status,
                                const grpc::ClientContext& ctx, grpc::Channel& channel,
@@ -109,7 +71,7 @@ std::string code_name(grpc::StatusCode code) {
       channel.GetState(false) != GRPC_CHANNEL_READY)
     throw ClientError(ExitCode::kUnreachable, "cannot reach " + o.target + ": " + details);
   throw ClientError(ExitCode::kServerError,
-                    "server error " + code_name(status.error_code()) + ": " + details);
+                    "server error " + grpc_status_name(status.error_code()) + ": " + details);
 }
 
 }  // namespace

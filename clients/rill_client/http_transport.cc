@@ -10,6 +10,8 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "clients/common/openai_error.h"
+#include "clients/common/sse_parser.h"
 #include "clients/rill_client/transport.h"
 
 namespace rill::client {
@@ -111,21 +113,12 @@ class Connection {
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
-// The OpenAI error message of a body, or the body itself.
-std::string error_message(const std::string& body) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
-      j["error"].contains("message") && j["error"]["message"].is_string())
-    return j["error"]["message"].get<std::string>();
-  return body;
-}
-
 // Throws for a non-200 response: 503 with Retry-After is overload (exit 4), the rest exit 5.
 void check_status(Connection& conn) {
   const unsigned status = conn.status();
   if (status == 200) return;
   const std::string retry_after = conn.header(http::field::retry_after);
-  const std::string message = error_message(conn.read_all());
+  const std::string message = openai_error_message(conn.read_all());
   if (status == 503 && !retry_after.empty())
     throw ClientError(ExitCode::kOverloaded, "server overloaded (HTTP 503: " + message +
                                                  "); retry after " + retry_after + " s");
@@ -176,7 +169,8 @@ bool apply_event(const std::string& data, bool chat, Generation& g, const ChunkC
   const json j = json::parse(data, nullptr, false);
   if (!j.is_object()) throw ClientError(ExitCode::kServerError, "unexpected event: " + data);
   if (j.contains("error"))
-    throw ClientError(ExitCode::kServerError, "server error in the stream: " + error_message(data));
+    throw ClientError(ExitCode::kServerError,
+                      "server error in the stream: " + openai_error_message(data));
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
     const json& choice = j["choices"][0];
     const json* text = nullptr;
@@ -214,27 +208,13 @@ Generation http_generate(const ClientOptions& o, const GenerateInput& input,
   check_status(conn);
 
   Generation g;
-  std::string pending, piece;
+  SseParser sse;
+  std::string piece;
   bool done = false;
   while (!done && conn.read_some(piece)) {
-    for (char c : piece)
-      if (c != '\r') pending += c;
-    // Events end with a blank line; each data line of an event is one JSON payload here.
-    size_t end;
-    while (!done && (end = pending.find("\n\n")) != std::string::npos) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      size_t pos = 0;
-      while (!done && pos < event.size()) {
-        size_t nl = event.find('\n', pos);
-        if (nl == std::string::npos) nl = event.size();
-        const std::string_view line(event.data() + pos, nl - pos);
-        pos = nl + 1;
-        if (!line.starts_with("data:")) continue;
-        std::string_view data = line.substr(5);
-        if (data.starts_with(' ')) data.remove_prefix(1);
-        done = !apply_event(std::string(data), chat, g, on_chunk);
-      }
+    for (const std::string& data : sse.feed(piece)) {
+      done = !apply_event(data, chat, g, on_chunk);
+      if (done) break;
     }
   }
   if (!done) throw ClientError(ExitCode::kServerError, "the stream ended before [DONE]");
