@@ -1,0 +1,113 @@
+#include "server/session_turn.h"
+
+#include "engine/error.h"
+#include "server/chat_prompt.h"
+
+namespace rill::server {
+namespace {
+
+// Runs `f`, forgetting session `id` when the engine answers that it does not know it.
+template <typename F>
+auto forgetting_unknown(ServingContext& ctx, const std::string& id, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kNotFound) ctx.sessions().forget(id);
+    throw;
+  }
+}
+
+const char* kind_name(TurnKind k) {
+  return k == TurnKind::kChat ? "chat messages" : "a prompt (text or token ids)";
+}
+
+}  // namespace
+
+TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const TurnInput& in) {
+  ServingEngine& engine = ctx.require_engine();
+  TurnPlan plan;
+  plan.session_id = id;
+  plan.info = forgetting_unknown(ctx, id, [&] { return engine.session_info(id); });
+  // The first turn starts the stream like a plain request (BOS where the model wants one);
+  // later turns continue it, so their text is encoded without special tokens.
+  const bool first = plan.info.tokens_seen == 0;
+  const SessionEntry entry = ctx.sessions().get(id).value_or(SessionEntry{});
+  plan.kind = in.kind == TurnInput::Kind::kChat ? TurnKind::kChat : TurnKind::kRaw;
+  if (entry.kind != TurnKind::kAny && entry.kind != plan.kind)
+    throw Error(ErrorCode::kInvalidArgument, "session " + id + " takes " + kind_name(entry.kind) +
+                                                 ", as its first turn did");
+  switch (in.kind) {
+    case TurnInput::Kind::kText:
+      plan.prompt = ctx.encode_prompt(in.text, /*has_special_tokens=*/!first);
+      break;
+    case TurnInput::Kind::kTokens:
+      plan.prompt = in.ids;
+      break;
+    case TurnInput::Kind::kChat: {
+      plan.history = first ? nlohmann::json::array() : entry.history;
+      plan.new_messages = in.messages;
+      const std::string text = chat_turn_delta(ctx.chat(), plan.history, in.messages);
+      plan.prompt = ctx.encode_prompt(text, !first || ctx.chat().has_special_tokens());
+      break;
+    }
+  }
+  return plan;
+}
+
+Request session_request(const TurnPlan& plan) {
+  Request r;
+  r.session_id = plan.session_id;
+  r.prompt = plan.prompt;
+  r.sampling = plan.info.options.sampling;
+  r.max_tokens = plan.info.options.max_tokens;
+  r.cache = plan.info.options.cache;
+  return r;
+}
+
+RequestHandle submit_session_turn(ServingContext& ctx, Request r, EventNotifier notify) {
+  const std::string id = r.session_id;
+  return forgetting_unknown(ctx, id, [&] {
+    return ctx.require_engine().submit(std::move(r), std::move(notify));
+  });
+}
+
+void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalEvent& f,
+                         const std::string& reply) {
+  if (f.reason == FinishReason::kError) {
+    if (f.error_code == ErrorCode::kNotFound) ctx.sessions().forget(plan.session_id);
+    return;
+  }
+  nlohmann::json history = plan.kind == TurnKind::kChat
+                               ? next_chat_history(plan.history, plan.new_messages, reply)
+                               : nlohmann::json::array();
+  ctx.sessions().update(plan.session_id, plan.kind, std::move(history));
+}
+
+SessionInfo create_session(ServingContext& ctx, SessionOptions options) {
+  ServingEngine& engine = ctx.require_engine();
+  const size_t limit = static_cast<size_t>(std::max(1, engine.config().max_sessions));
+  if (ctx.sessions().size() >= limit) {
+    for (const std::string& id : ctx.sessions().ids()) {
+      try {
+        engine.session_info(id);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kNotFound) ctx.sessions().forget(id);
+      }
+    }
+  }
+  SessionInfo info = engine.create_session(std::move(options));
+  ctx.sessions().add(info.options.id);
+  return info;
+}
+
+SessionInfo get_session(ServingContext& ctx, const std::string& id) {
+  ServingEngine& engine = ctx.require_engine();
+  return forgetting_unknown(ctx, id, [&] { return engine.session_info(id); });
+}
+
+bool delete_session(ServingContext& ctx, const std::string& id) {
+  ctx.sessions().forget(id);
+  return ctx.require_engine().close_session(id);
+}
+
+}  // namespace rill::server
