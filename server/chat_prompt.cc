@@ -7,8 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/error.h"
 #include "engine/chat/chat_template.h"
+#include "engine/error.h"
 
 namespace rill::server {
 
@@ -135,8 +135,10 @@ nlohmann::json next_chat_history(const nlohmann::json& history, const nlohmann::
                                  const std::string& reply) {
   nlohmann::json system, turn;
   for (const auto& m : history) {
-    if (is_system(m)) system = m;
-    else if (m.at("role") != "assistant") turn = m;
+    if (is_system(m))
+      system = m;
+    else if (m.at("role") != "assistant")
+      turn = m;
   }
   for (const auto& m : new_messages) (is_system(m) ? system : turn) = m;
   nlohmann::json out = nlohmann::json::array();

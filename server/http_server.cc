@@ -170,9 +170,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!collection && (id.empty() || id.find('/') != std::string::npos))
       return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
     const http::verb m = req_.method();
-    const bool allowed = collection ? m == http::verb::post
-                                    : (m == http::verb::get || m == http::verb::head ||
-                                       m == http::verb::delete_);
+    const bool allowed =
+        collection ? m == http::verb::post
+                   : (m == http::verb::get || m == http::verb::head || m == http::verb::delete_);
     if (!allowed) {
       ErrorReply e =
           map_error(ErrorCode::kInvalidArgument,

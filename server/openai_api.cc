@@ -129,7 +129,8 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
                        ErrorCode::kNotFound);
   }
   if (has_field(b, "n") && get_int_field(b, "n", 1, 1) != 1) bad_field("n", "must be 1");
-  if (has_field(b, "best_of") && get_int_field(b, "best_of", 1, 1) != 1) bad_field("best_of", "must be 1");
+  if (has_field(b, "best_of") && get_int_field(b, "best_of", 1, 1) != 1)
+    bad_field("best_of", "must be 1");
   if (has_field(b, "echo") && get_bool_field(b, "echo")) bad_field("echo", "is not supported");
   if (has_field(b, "suffix")) bad_field("suffix", "is not supported");
   if (has_field(b, "stream")) a.stream = get_bool_field(b, "stream");
@@ -168,7 +169,8 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
         bad_field("stop_token_ids", "has a token id out of range");
   }
   if (has_field(b, "ignore_eos")) r.ignore_eos = get_bool_field(b, "ignore_eos");
-  if (has_field(b, "skip_special_tokens")) r.skip_special_tokens = get_bool_field(b, "skip_special_tokens");
+  if (has_field(b, "skip_special_tokens"))
+    r.skip_special_tokens = get_bool_field(b, "skip_special_tokens");
   if (has_field(b, "priority"))
     r.priority = static_cast<int>(get_int_field(b, "priority", -1'000'000, 1'000'000));
   if (const auto cache = parse_cache_field(b)) {

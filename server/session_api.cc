@@ -37,18 +37,18 @@ SessionOptions parse_session_options(const ServingContext& ctx, const std::strin
     bad_field("cache", "is required: {\"policy\": \"streaming\", \"n_sink\", \"window\"}");
   o.cache = *parse_cache_field(b);
   parse_sampling_fields(b, o.sampling);
-  if (has_field(b, "max_tokens")) o.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, 1 << 24));
+  if (has_field(b, "max_tokens"))
+    o.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, 1 << 24));
   return o;
 }
 
 std::string session_body(const SessionInfo& info, int64_t created) {
   const SessionOptions& o = info.options;
   const SamplingParams& s = o.sampling;
-  const json cache = o.cache.is_streaming()
-                         ? json{{"policy", "streaming"},
-                                {"n_sink", o.cache.n_sink},
-                                {"window", o.cache.window}}
-                         : json{{"policy", "full"}};
+  const json cache =
+      o.cache.is_streaming()
+          ? json{{"policy", "streaming"}, {"n_sink", o.cache.n_sink}, {"window", o.cache.window}}
+          : json{{"policy", "full"}};
   const json defaults = {{"temperature", s.temperature},
                          {"top_p", s.top_p},
                          {"top_k", s.top_k},

@@ -22,7 +22,7 @@ namespace rill::server {
 enum class TurnKind { kAny, kChat, kRaw };
 
 struct SessionEntry {
-  int64_t created = 0;          // unix seconds
+  int64_t created = 0;  // unix seconds
   TurnKind kind = TurnKind::kAny;
   nlohmann::json history = nlohmann::json::array();  // chat: [system], last user, reply
 };

@@ -34,8 +34,8 @@ TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const Tur
   const SessionEntry entry = ctx.sessions().get(id).value_or(SessionEntry{});
   plan.kind = in.kind == TurnInput::Kind::kChat ? TurnKind::kChat : TurnKind::kRaw;
   if (entry.kind != TurnKind::kAny && entry.kind != plan.kind)
-    throw Error(ErrorCode::kInvalidArgument, "session " + id + " takes " + kind_name(entry.kind) +
-                                                 ", as its first turn did");
+    throw Error(ErrorCode::kInvalidArgument,
+                "session " + id + " takes " + kind_name(entry.kind) + ", as its first turn did");
   switch (in.kind) {
     case TurnInput::Kind::kText:
       plan.prompt = ctx.encode_prompt(in.text, /*has_special_tokens=*/!first);
@@ -66,9 +66,8 @@ Request session_request(const TurnPlan& plan) {
 
 RequestHandle submit_session_turn(ServingContext& ctx, Request r, EventNotifier notify) {
   const std::string id = r.session_id;
-  return forgetting_unknown(ctx, id, [&] {
-    return ctx.require_engine().submit(std::move(r), std::move(notify));
-  });
+  return forgetting_unknown(
+      ctx, id, [&] { return ctx.require_engine().submit(std::move(r), std::move(notify)); });
 }
 
 void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalEvent& f,
@@ -106,8 +105,11 @@ SessionInfo get_session(ServingContext& ctx, const std::string& id) {
 }
 
 bool delete_session(ServingContext& ctx, const std::string& id) {
+  // Not require_engine(): freeing a session is welcome while the server drains.
+  ServingEngine* engine = ctx.engine();
+  if (!engine) throw Error(ErrorCode::kUnavailable, "the model is loading");
   ctx.sessions().forget(id);
-  return ctx.require_engine().close_session(id);
+  return engine->close_session(id);
 }
 
 }  // namespace rill::server

@@ -20,19 +20,19 @@ namespace rill::server {
 struct TurnInput {
   enum class Kind { kText, kTokens, kChat };
   Kind kind = Kind::kText;
-  std::string text;             // kText: appended as is
-  std::vector<int32_t> ids;     // kTokens: used as given
-  nlohmann::json messages;      // kChat: the new messages, normalized (normalize_chat_messages)
+  std::string text;          // kText: appended as is
+  std::vector<int32_t> ids;  // kTokens: used as given
+  nlohmann::json messages;   // kChat: the new messages, normalized (normalize_chat_messages)
 };
 
 /// What a turn feeds, and what to keep once it ends.
 struct TurnPlan {
   std::string session_id;
-  SessionInfo info;              // the session when planned: its defaults and counters
-  std::vector<int32_t> prompt;   // the turn's new tokens
+  SessionInfo info;             // the session when planned: its defaults and counters
+  std::vector<int32_t> prompt;  // the turn's new tokens
   TurnKind kind = TurnKind::kRaw;
-  nlohmann::json history;        // chat: the history this turn extends
-  nlohmann::json new_messages;   // chat: the turn's messages
+  nlohmann::json history;       // chat: the history this turn extends
+  nlohmann::json new_messages;  // chat: the turn's messages
 };
 
 /// Plans a turn of session `id`. Throws kNotFound (unknown or expired: the store forgets it),
