@@ -68,6 +68,7 @@ TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
   } catch (const FieldError&) {
     throw;
   } catch (const Error& e) {
+    if (e.code() == ErrorCode::kNotFound) throw FieldError("session_id", e.what(), e.code());
     if (e.code() != ErrorCode::kInvalidArgument) throw;
     throw FieldError(param, e.what());
   }
