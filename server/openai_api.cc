@@ -109,6 +109,21 @@ void parse_stop(const json& b, Request& r) {
   }
 }
 
+// Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
+// Returns -1 (none) or the number of alternatives.
+int parse_logprobs(ApiKind kind, const json& b) {
+  if (kind == ApiKind::kCompletion)
+    return has_field(b, "logprobs")
+               ? static_cast<int>(get_int_field(b, "logprobs", 0, kMaxTopLogprobs))
+               : -1;
+  const bool on = has_field(b, "logprobs") && get_bool_field(b, "logprobs");
+  const int top = has_field(b, "top_logprobs")
+                      ? static_cast<int>(get_int_field(b, "top_logprobs", 0, kMaxTopLogprobs))
+                      : 0;
+  if (has_field(b, "top_logprobs") && !on) bad_field("top_logprobs", "needs \"logprobs\": true");
+  return on ? top : -1;
+}
+
 }  // namespace
 
 ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::string& body_text) {
@@ -179,18 +194,7 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
       bad_field("cache", "must be the session's cache policy (" + r.cache.to_string() + ")");
     r.cache = *cache;
   }
-  // Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
-  if (kind == ApiKind::kCompletion) {
-    if (has_field(b, "logprobs"))
-      a.top_logprobs = static_cast<int>(get_int_field(b, "logprobs", 0, kMaxTopLogprobs));
-  } else {
-    const bool on = has_field(b, "logprobs") && get_bool_field(b, "logprobs");
-    const int top = has_field(b, "top_logprobs")
-                        ? static_cast<int>(get_int_field(b, "top_logprobs", 0, kMaxTopLogprobs))
-                        : 0;
-    if (has_field(b, "top_logprobs") && !on) bad_field("top_logprobs", "needs \"logprobs\": true");
-    if (on) a.top_logprobs = top;
-  }
+  a.top_logprobs = parse_logprobs(kind, b);
   r.logprobs = a.top_logprobs;
   // A full cache holds prompt + generated tokens within the context (vLLM answers 400 too).
   const int context = ctx.model().context_length;
