@@ -107,7 +107,7 @@ size_t common_prefix(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::string chat_turn_delta(const ChatRenderer& renderer, const nlohmann::json& history,
-                            const nlohmann::json& new_messages) {
+                            const std::string& reply_end, const nlohmann::json& new_messages) {
   nlohmann::json all = history;
   for (const auto& m : new_messages) all.push_back(m);
   const std::string full = renderer.render(all, /*add_generation_prompt=*/true);
@@ -119,7 +119,12 @@ std::string chat_turn_delta(const ChatRenderer& renderer, const nlohmann::json& 
     prior.erase(prior.size() - 1);
     const std::string fed = renderer.render(prior, /*add_generation_prompt=*/true) +
                             last.at("content").get<std::string>();
-    if (full.compare(0, fed.size(), fed) == 0) delta = full.substr(fed.size());
+    // The stop token is the template's own closing (ChatML's <|im_end|>): not fed twice. A stop
+    // token the template does not write (a plain EOS) stays in the cache before the closing.
+    if (!reply_end.empty() && full.compare(0, fed.size() + reply_end.size(), fed + reply_end) == 0)
+      delta = full.substr(fed.size() + reply_end.size());
+    else if (full.compare(0, fed.size(), fed) == 0)
+      delta = full.substr(fed.size());
   }
   if (delta.empty()) {
     // The template rewrote the reply (trimmed it, say): what follows the rendered history is

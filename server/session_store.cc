@@ -20,12 +20,14 @@ std::optional<SessionEntry> SessionStore::get(const std::string& id) const {
   return it->second;
 }
 
-void SessionStore::update(const std::string& id, TurnKind kind, nlohmann::json history) {
+void SessionStore::update(const std::string& id, TurnKind kind, nlohmann::json history,
+                          std::string reply_end) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = entries_.find(id);
   if (it == entries_.end()) return;
   it->second.kind = kind;
   it->second.history = std::move(history);
+  it->second.reply_end = std::move(reply_end);
 }
 
 void SessionStore::forget(const std::string& id) {

@@ -25,6 +25,7 @@ struct SessionEntry {
   int64_t created = 0;  // unix seconds
   TurnKind kind = TurnKind::kAny;
   nlohmann::json history = nlohmann::json::array();  // chat: [system], last user, reply
+  std::string reply_end;  // chat: the stop token's / stop string's text fed after the reply
 };
 
 /// Thread-safe map from session id to SessionEntry; both front ends share one.
@@ -34,9 +35,9 @@ class SessionStore {
   void add(const std::string& id);
   /// The entry, or nullopt when the server holds none (a session it did not see created).
   std::optional<SessionEntry> get(const std::string& id) const;
-  /// Replaces the entry's kind and history after a turn; no-op when the id is gone (deleted
+  /// Replaces the entry's kind and chat state after a turn; no-op when the id is gone (deleted
   /// while the turn ran).
-  void update(const std::string& id, TurnKind kind, nlohmann::json history);
+  void update(const std::string& id, TurnKind kind, nlohmann::json history, std::string reply_end);
   void forget(const std::string& id);
   size_t size() const;
   std::vector<std::string> ids() const;

@@ -45,8 +45,10 @@ TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const Tur
       break;
     case TurnInput::Kind::kChat: {
       plan.history = first ? nlohmann::json::array() : entry.history;
+      plan.reply_end = first ? std::string() : entry.reply_end;
       plan.new_messages = in.messages;
-      const std::string text = chat_turn_delta(ctx.chat(), plan.history, in.messages);
+      const std::string text =
+          chat_turn_delta(ctx.chat(), plan.history, plan.reply_end, in.messages);
       plan.prompt = ctx.encode_prompt(text, !first || ctx.chat().has_special_tokens());
       break;
     }
@@ -76,10 +78,21 @@ void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalE
     if (f.error_code == ErrorCode::kNotFound) ctx.sessions().forget(plan.session_id);
     return;
   }
-  nlohmann::json history = plan.kind == TurnKind::kChat
-                               ? next_chat_history(plan.history, plan.new_messages, reply)
-                               : nlohmann::json::array();
-  ctx.sessions().update(plan.session_id, plan.kind, std::move(history));
+  if (plan.kind != TurnKind::kChat) {
+    ctx.sessions().update(plan.session_id, plan.kind, nlohmann::json::array(), {});
+    return;
+  }
+  // The turn's last sample is fed to the cache by the next turn: when it is the stop token (or
+  // completes the stop string), its text follows the reply there.
+  std::string reply_end = f.stop_string;
+  if (f.stop_token) {
+    if (const ServingEngine* engine = ctx.engine())
+      reply_end = engine->tokenizer().decode(std::vector<int32_t>{*f.stop_token},
+                                             /*skip_special_tokens=*/false);
+  }
+  ctx.sessions().update(plan.session_id, plan.kind,
+                        next_chat_history(plan.history, plan.new_messages, reply),
+                        std::move(reply_end));
 }
 
 SessionInfo create_session(ServingContext& ctx, SessionOptions options) {

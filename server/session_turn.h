@@ -32,6 +32,7 @@ struct TurnPlan {
   std::vector<int32_t> prompt;  // the turn's new tokens
   TurnKind kind = TurnKind::kRaw;
   nlohmann::json history;       // chat: the history this turn extends
+  std::string reply_end;        // chat: fed after the history's reply (SessionEntry)
   nlohmann::json new_messages;  // chat: the turn's messages
 };
 

@@ -265,25 +265,26 @@ class ChatMlRenderer final : public ChatRenderer {
   bool trim_;
 };
 
-// What a session's cache holds after each turn (the delta fed, then the reply generated) is
-// exactly the render of the whole conversation: each delta closes the previous reply and opens
-// the next turn, whatever the template.
+// What a session's cache holds after each turn (the delta fed, the reply generated, and the stop
+// token when the model ended on the template's own closing) is exactly the render of the whole
+// conversation: each delta closes the previous reply once and opens the next turn.
 TEST(ChatPrompt, SessionDeltasRebuildTheWholeConversation) {
   const BuiltinChatRenderer builtin;
   const ChatMlRenderer chatml;
-  for (const ChatRenderer* r :
-       {static_cast<const ChatRenderer*>(&builtin), static_cast<const ChatRenderer*>(&chatml)}) {
+  const std::vector<std::pair<const ChatRenderer*, std::string>> cases = {
+      {&builtin, ""}, {&chatml, ""}, {&chatml, "<|im_end|>"}};
+  for (const auto& [r, stop] : cases) {
     nlohmann::json history = nlohmann::json::array(), all = nlohmann::json::array();
     std::string cache;
     for (int turn = 0; turn < 4; ++turn) {
       nlohmann::json news = nlohmann::json::array();
       if (turn == 0) news.push_back(msg("system", "Be brief."));
       news.push_back(msg("user", "question " + std::to_string(turn)));
-      cache += chat_turn_delta(*r, history, news);
+      cache += chat_turn_delta(*r, history, stop, news);
       for (const auto& m : news) all.push_back(m);
-      EXPECT_EQ(cache, r->render(all, true)) << r->name() << " turn " << turn;
+      EXPECT_EQ(cache, r->render(all, true)) << r->name() << " stop '" << stop << "' turn " << turn;
       const std::string reply = "answer " + std::to_string(turn);
-      cache += reply;
+      cache += reply + stop;
       all.push_back(msg("assistant", reply));
       history = next_chat_history(history, news, reply);
       // Constant memory: the system message and the last exchange.
@@ -292,11 +293,19 @@ TEST(ChatPrompt, SessionDeltasRebuildTheWholeConversation) {
       EXPECT_EQ(history[1]["content"], "question " + std::to_string(turn));
       EXPECT_EQ(history[2]["content"], reply);
     }
-    EXPECT_EQ(
-        chat_turn_delta(*r, history, nlohmann::json::array({msg("user", "q")})).find("answer 3"),
-        std::string::npos)
-        << "a delta never repeats the reply";
+    const std::string next =
+        chat_turn_delta(*r, history, stop, nlohmann::json::array({msg("user", "q")}));
+    EXPECT_EQ(next.find("answer 3"), std::string::npos) << "a delta never repeats the reply";
   }
+}
+
+TEST(ChatPrompt, SessionDeltaAfterAStopTokenTheTemplateDoesNotWrite) {
+  const BuiltinChatRenderer builtin;
+  const nlohmann::json news = nlohmann::json::array({msg("user", "hi")});
+  const nlohmann::json history = next_chat_history(nlohmann::json::array(), news, "hello");
+  // The cache holds "hello</s>": the template's separator follows it.
+  EXPECT_EQ(chat_turn_delta(builtin, history, "</s>", nlohmann::json::array({msg("user", "more")})),
+            "\n\nUSER:\nmore\n\nASSISTANT:\n");
 }
 
 TEST(ChatPrompt, SessionDeltaWhenTheTemplateRewritesTheReply) {
@@ -305,7 +314,7 @@ TEST(ChatPrompt, SessionDeltaWhenTheTemplateRewritesTheReply) {
   const nlohmann::json history = next_chat_history(nlohmann::json::array(), news, "hello ");
   // The render no longer starts with what was fed ("hello " with its space): the delta is what
   // follows the rendered history, never the reply again.
-  EXPECT_EQ(chat_turn_delta(trimming, history, nlohmann::json::array({msg("user", "more")})),
+  EXPECT_EQ(chat_turn_delta(trimming, history, "", nlohmann::json::array({msg("user", "more")})),
             "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n");
 }
 
