@@ -108,7 +108,7 @@ class SessionReactor final
     TurnPlan plan;
     RequestHandle handle;
     std::string request_id, text;
-    bool final_written = false;  // its final message is the write in flight
+    bool final_written = false;  // ended: its final message is queued or being written
   };
 
   void open_locked() {
@@ -141,6 +141,9 @@ class SessionReactor final
           "", map_error(ErrorCode::kInvalidArgument, "the session is open: send turns"));
     const pb::SessionTurn& t = in_.turn();
     const std::string id = t.request_id().empty() ? ctx_.new_request_id("grpc-") : t.request_id();
+    // A turn whose final message is queued or in flight is over: the client may have that
+    // message before OnWriteDone runs here.
+    if (turn_ && turn_->final_written) turn_.reset();
     if (turn_)
       return turn_error_locked(id, map_error(ErrorCode::kFailedPrecondition,
                                              "a turn of session " + session_id_ +
