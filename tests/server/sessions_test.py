@@ -73,7 +73,8 @@ class HttpSessionsTest(unittest.TestCase):
     def chat_turn(self, sid, content, **extra):
         """A streamed chat turn: (text, finish_reason, usage)."""
         conn, resp = self.open_chat_stream(sid, content, **extra)
-        self.assertEqual(resp.status, 200, resp.read()[:300])
+        if resp.status != 200:
+            self.fail(f"{resp.status}: {resp.read()[:300]}")
         text, reason, usage = "", None, None
         for e in sse_events(resp):
             self.assertNotIn("error", e)
@@ -122,7 +123,7 @@ class HttpSessionsTest(unittest.TestCase):
         for i in range(4):
             text, reason, usage = self.chat_turn(s["id"], f"Speak again, turn {i}.", ignore_eos=True)
             turns += 1
-            self.assertEqual(reason, "length")
+            self.assertEqual(reason, "length", (i, text, usage))
             self.assertEqual(usage["completion_tokens"], 12, "the session's max_tokens applies")
             self.assertTrue(text)
             info = self.info(s["id"])
@@ -152,7 +153,8 @@ class HttpSessionsTest(unittest.TestCase):
                               {"session_id": s["id"], "messages": [{"role": "user", "content": "me too"}]})
         self.assertEqual(status, 409, e)
         self.assertEqual(e["error"]["type"], "conflict_error")
-        conn.close()  # the running turn is cancelled; the session stays
+        resp.close()  # the socket closes with both: the running turn is cancelled, the session stays
+        conn.close()
         self.assertTrue(wait_until(lambda: not self.info(s["id"])["turn_running"], timeout=30))
         text, reason, _ = self.chat_turn(s["id"], "Now you.", max_tokens=4)
         self.assertIn(reason, ("stop", "length"))
