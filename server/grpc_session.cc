@@ -88,8 +88,8 @@ class SessionReactor final
       std::lock_guard<std::mutex> l(link_->mu);  // waits out a wake-up running pump()
       link_->reactor = nullptr;
     }
-    if (owned_) close_owned_session();
-    delete this;  // a running turn's handle cancels it
+    if (owned_) close_owned_session();  // finish_locked closed it already on every usual path
+    delete this;                        // a running turn's handle cancels it
   }
 
   void pump() {
@@ -253,15 +253,19 @@ class SessionReactor final
         static_cast<int>(turn_->plan.prompt.size()), f.usage.completion_tokens, f.timings});
   }
 
+  // Closes a session the call created before the status goes out, so a client that sees the
+  // call end finds the session gone.
   void finish_locked(const grpc::Status& status) {
     if (finish_called_) return;
     finish_called_ = true;
+    if (owned_) close_owned_session();
     Finish(status);
   }
 
   // The call created the session: it ends with the call (its cache freed), even while the
   // server drains.
   void close_owned_session() {
+    owned_ = false;
     ctx_.sessions().forget(session_id_);
     if (ServingEngine* engine = ctx_.engine()) engine->close_session(session_id_);
   }
