@@ -139,9 +139,14 @@ class HttpSessionsTest(unittest.TestCase):
         self.assertGreater(seen, 4 + 32)
         self.assertGreater(info["tokens_evicted"], 0)
         self.assertEqual(info["tokens_evicted"] + info["tokens_cached"], info["tokens_seen"])
-        # A client field overrides the session's default for this turn only.
-        _, _, usage = self.chat_turn(s["id"], "Briefly.", max_tokens=3, ignore_eos=True)
-        self.assertEqual(usage["completion_tokens"], 3)
+        # A client field overrides the session's default for this turn only; JSON answers too.
+        status, r = self.call("POST", "/v1/chat/completions",
+                              {"session_id": s["id"], "messages": [{"role": "user", "content": "Briefly."}],
+                               "max_tokens": 3, "ignore_eos": True})
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["usage"]["completion_tokens"], 3)
+        self.assertEqual(r["choices"][0]["message"]["role"], "assistant")
+        self.assertEqual(self.info(s["id"])["turns"], 5)
 
     def test_concurrent_turn_is_a_conflict(self):
         s = self.create(temperature=0)
@@ -158,6 +163,14 @@ class HttpSessionsTest(unittest.TestCase):
         self.assertTrue(wait_until(lambda: not self.info(s["id"])["turn_running"], timeout=30))
         text, reason, _ = self.chat_turn(s["id"], "Now you.", max_tokens=4)
         self.assertIn(reason, ("stop", "length"))
+
+    def test_wrong_methods_have_allow(self):
+        for method, path, allow in (("GET", "/v1/sessions", "POST"), ("PUT", "/v1/sessions/x", "GET, HEAD, DELETE")):
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=60)
+            conn.request(method, path)
+            r = conn.getresponse()
+            self.assertEqual((r.status, r.getheader("Allow")), (405, allow))
+            conn.close()
 
     def test_completion_turns_add_no_bos_after_the_first(self):
         s = self.create(temperature=0, max_tokens=4)
