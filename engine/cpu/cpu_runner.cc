@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -82,6 +83,7 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
   // Uninitialised on purpose: pages are touched only when blocks are used.
   cache_.reset(new float[static_cast<size_t>(num_blocks_) * block_floats * c.num_layers]);
   kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window);
+  host_blocks_ = static_cast<int>(std::min<int64_t>(opt.host_kv_cache_bytes / (block_floats * 4 * c.num_layers), INT32_MAX));
 }
 
 CpuRunner::~CpuRunner() = default;
@@ -101,6 +103,59 @@ void CpuRunner::remove_sequence(SeqId id) {
   kv_->remove_sequence(id);
   seqs_.erase(id);
   last_sampled_.erase(id);
+  if (auto it = offloaded_.find(id); it != offloaded_.end()) {
+    host_blocks_used_ -= static_cast<int>(it->second.size() / (block_floats() * config_.num_layers));
+    offloaded_.erase(it);
+  }
+}
+
+void CpuRunner::restart_sampling(SeqId id, const SamplingParams& sampling) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  validate_sequence({id, kv_->sequence(id).policy, sampling}, config_.vocab_size);
+  SeqState& s = it->second;
+  s.sampling = sampling;
+  s.sampler = SamplerState{};
+  if (sampling.repetition_penalty != 1.0f) s.sampler.prompt_seen.assign(config_.vocab_size, 0);
+  last_sampled_.erase(id);
+}
+
+int64_t CpuRunner::block_floats() const {
+  return 2ll * config_.num_kv_heads * kv_->block_size() * config_.head_dim;
+}
+
+void CpuRunner::offload_sequence(SeqId id) {
+  if (!seqs_.count(id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  const int n = kv_->blocks_held(id);
+  if (n > host_kv_blocks_free())
+    throw Error(ErrorCode::kResourceExhausted, "host KV memory full: offloading sequence " + std::to_string(id) +
+                                                   " needs " + std::to_string(n) + " blocks, " +
+                                                   std::to_string(host_kv_blocks_free()) + " free");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t bf = block_floats(), L = config_.num_layers;
+  std::vector<float> host(static_cast<size_t>(n * L * bf));
+  const std::vector<int32_t> table = kv_->release_blocks(id);
+  for (int b = 0; b < n; ++b)
+    for (int l = 0; l < L; ++l)
+      std::copy_n(kv_ptr(l, table[b], 0, 0, 0), bf, host.data() + (b * L + l) * bf);
+  host_blocks_used_ += n;
+  offloaded_[id] = std::move(host);
+  transfers_.push_back({false, n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+}
+
+void CpuRunner::restore_sequence(SeqId id) {
+  auto it = offloaded_.find(id);
+  if (it == offloaded_.end()) throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t>& table = kv_->reacquire_blocks(id);
+  const int64_t bf = block_floats(), L = config_.num_layers;
+  for (size_t b = 0; b < table.size(); ++b)
+    for (int l = 0; l < L; ++l)
+      std::copy_n(it->second.data() + (static_cast<int64_t>(b) * L + l) * bf, bf, kv_ptr(l, table[b], 0, 0, 0));
+  host_blocks_used_ -= static_cast<int>(table.size());
+  offloaded_.erase(it);
+  transfers_.push_back({true, static_cast<int>(table.size()),
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
 }
 
 float* CpuRunner::kv_ptr(int layer, int32_t block, int kv, int head, int offset) {

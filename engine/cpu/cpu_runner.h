@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/thread_pool.h"
@@ -20,6 +21,7 @@ struct CpuRunnerOptions {
   int block_size = 16;                   // tokens per KV block
   int64_t kv_cache_bytes = 256ll << 20;  // pool size; ignored when num_blocks > 0
   int num_blocks = 0;
+  int64_t host_kv_cache_bytes = 64ll << 20;  // offloaded caches (ModelRunner::offload_sequence)
   /// kFp8E4M3 emulates the CUDA runner's fp8 cache: every stored K/V value is rounded through
   /// e4m3 (scale 1) and decode tokens attend to their own K/V as stored (the pool stays fp32).
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
@@ -36,6 +38,12 @@ class CpuRunner final : public ModelRunner {
   const KvCacheManager& kv() const override { return *kv_; }
   void add_sequence(const SequenceSpec& spec) override;
   void remove_sequence(SeqId id) override;
+  void restart_sampling(SeqId id, const SamplingParams& sampling) override;
+  int host_kv_blocks() const override { return host_blocks_; }
+  int host_kv_blocks_free() const override { return host_blocks_ - host_blocks_used_; }
+  void offload_sequence(SeqId id) override;
+  void restore_sequence(SeqId id) override;
+  std::vector<KvTransfer> completed_transfers() override { return std::exchange(transfers_, {}); }
   /// Runs the step at once (the CPU has nothing to overlap); finish() hands its output back.
   void launch(std::span<const StepInput> inputs) override;
   StepOutput finish() override;
@@ -59,6 +67,7 @@ class CpuRunner final : public ModelRunner {
   void mlp(const Layer& l, const float* h, float* out, int64_t T);
   void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t T) const;
   float* kv_ptr(int layer, int32_t block, int kv, int head, int offset);
+  int64_t block_floats() const;  // one block of one layer: [2][kv_heads][block_size][head_dim]
 
   ModelConfig config_;
   std::unique_ptr<ThreadPool> pool_;
@@ -69,6 +78,10 @@ class CpuRunner final : public ModelRunner {
   int num_blocks_ = 0;
   bool fp8_kv_ = false;
   std::unordered_map<SeqId, SeqState> seqs_;
+  // Offloaded caches: per sequence its blocks' contents, [blocks][layers][block_floats].
+  std::unordered_map<SeqId, std::vector<float>> offloaded_;
+  int host_blocks_ = 0, host_blocks_used_ = 0;
+  std::vector<KvTransfer> transfers_;
   std::deque<StepOutput> finished_;                  // launched, not yet handed back by finish()
   std::unordered_map<SeqId, int32_t> last_sampled_;  // tokens sampled by the last launched step
 };

@@ -73,6 +73,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   apply_tuning();
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
+  allocate_host_kv(o.host_kv_cache_bytes);
   warm_up();
   spdlog::info(
       "cuda runner: {} weights {:.1f} MiB ({}), KV pool {} blocks x {} tokens ({:.1f} MiB, {}), "
@@ -86,6 +87,10 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
 
 CudaRunner::~CudaRunner() {
   drop_graphs();
+  for (PendingTransfer& t : transfers_) {
+    cudaEventDestroy(t.begin);
+    cudaEventDestroy(t.end);
+  }
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -258,6 +263,7 @@ void CudaRunner::remove_sequence(SeqId id) {
   if (it->second.sampling.state_slot >= 0) free_state_slots_.push_back(it->second.sampling.state_slot);
   seqs_.erase(it);
   last_rows_.erase(id);
+  forget_offloaded(id);
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
 

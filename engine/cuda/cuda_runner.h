@@ -45,6 +45,13 @@ class CudaRunner final : public ModelRunner {
   const KvCacheManager& kv() const override { return *kv_; }
   void add_sequence(const SequenceSpec& spec) override;
   void remove_sequence(SeqId id) override;
+  // Sessions (cuda_sessions.cc).
+  void restart_sampling(SeqId id, const SamplingParams& sampling) override;
+  int host_kv_blocks() const override;
+  int host_kv_blocks_free() const override;
+  void offload_sequence(SeqId id) override;
+  void restore_sequence(SeqId id) override;
+  std::vector<KvTransfer> completed_transfers() override;
   /// Queues the step on the GPU and returns: with a second step in flight, the GPU runs the two
   /// back to back while the host prepares the next (kLastSampled feeds tokens on the device).
   /// A step that returns logits may not be launched while another that returns logits is in
@@ -103,6 +110,9 @@ class CudaRunner final : public ModelRunner {
   void apply_tuning();  // tuning_'s settings that live outside the runner (Gemm, kernels)
   void allocate_buffers();
   void size_kv_pool(double memory_fraction);
+  void allocate_host_kv(int64_t bytes);  // the pinned pool for offloaded caches
+  void copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind);  // all layers
+  void forget_offloaded(SeqId id);       // frees an offloaded sequence's host blocks
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
   // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
@@ -203,6 +213,19 @@ class CudaRunner final : public ModelRunner {
   HostBuffers host_[kMaxStepsInFlight];
   std::deque<InFlight> in_flight_;  // launched steps, oldest first
   int next_buffer_ = 0;             // host_ set of the next launch
+
+  // Offloaded caches: pinned [host blocks][layers][block bytes], and each sequence's host blocks
+  // in logical order.
+  cuda::PinnedMemory host_kv_;
+  std::unique_ptr<BlockAllocator> host_kv_alloc_;
+  std::unordered_map<SeqId, std::vector<int32_t>> offloaded_;
+  struct PendingTransfer {  // copies queued on the stream between two events
+    KvTransfer info;
+    cudaEvent_t begin = nullptr, end = nullptr;
+  };
+  std::deque<PendingTransfer> transfers_;
+  PendingTransfer begin_transfer(bool restore, int blocks);
+  void end_transfer(PendingTransfer t);
 
   std::unordered_map<SeqId, SeqInfo> seqs_;
   // Row of sampled_ holding each sequence's token from the last launched step (kLastSampled).

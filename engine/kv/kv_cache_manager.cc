@@ -82,6 +82,7 @@ int64_t KvCacheManager::append(SeqId id, int64_t n) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
   KvSequence& s = it->second;
+  if (s.released) throw Error(ErrorCode::kInternal, "sequence " + std::to_string(id) + " is offloaded");
   const int64_t start = s.num_tokens, end = start + n;
   if (!s.policy.is_streaming() && end > max_context_)
     throw Error(ErrorCode::kOutOfRange, "sequence " + std::to_string(id) + " would reach " + std::to_string(end) +
@@ -107,6 +108,7 @@ void KvCacheManager::check_append(const std::vector<std::pair<SeqId, int64_t>>& 
   int64_t blocks = 0;
   for (const auto& [id, n] : appends) {
     const KvSequence& s = sequence(id);
+    if (s.released) throw Error(ErrorCode::kInternal, "sequence " + std::to_string(id) + " is offloaded");
     const int64_t end = s.num_tokens + n;
     if (!s.policy.is_streaming() && end > max_context_)
       throw Error(ErrorCode::kOutOfRange, "sequence " + std::to_string(id) + " would reach " + std::to_string(end) +
@@ -130,6 +132,35 @@ void KvCacheManager::remove_sequence(SeqId id) {
   if (it == seqs_.end()) return;
   for (int32_t b : it->second.block_table) allocator_.free(b);
   seqs_.erase(it);
+}
+
+std::vector<int32_t> KvCacheManager::release_blocks(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  KvSequence& s = it->second;
+  if (s.released) throw Error(ErrorCode::kInternal, "sequence " + std::to_string(id) + " is already offloaded");
+  std::vector<int32_t> table = std::move(s.block_table);
+  s.block_table.clear();
+  for (int32_t b : table) allocator_.free(b);
+  s.released = true;
+  s.released_blocks = static_cast<int>(table.size());
+  return table;
+}
+
+const std::vector<int32_t>& KvCacheManager::reacquire_blocks(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  KvSequence& s = it->second;
+  if (!s.released) throw Error(ErrorCode::kInternal, "sequence " + std::to_string(id) + " is not offloaded");
+  const int n = s.released_blocks;
+  if (n > allocator_.num_free())
+    throw Error(ErrorCode::kResourceExhausted, "KV cache out of blocks: restoring sequence " + std::to_string(id) +
+                                                   " needs " + std::to_string(n) + ", " +
+                                                   std::to_string(allocator_.num_free()) + " free");
+  for (int b = 0; b < n; ++b) s.block_table.push_back(allocator_.allocate());
+  s.released = false;
+  s.released_blocks = 0;
+  return s.block_table;
 }
 
 const KvSequence& KvCacheManager::sequence(SeqId id) const {

@@ -21,6 +21,8 @@ struct KvSequence {
   std::vector<int32_t> block_table;  // logical block (slot / block_size) -> pool block
   int64_t num_tokens = 0;            // stream length: tokens appended so far
   int max_blocks = 0;                // blocks this sequence can ever hold
+  bool released = false;             // its blocks were released (offloaded): nothing appends
+  int released_blocks = 0;           // while released: the blocks it had
 };
 
 struct KvStats {
@@ -61,6 +63,13 @@ class KvCacheManager {
   /// Throws (as append would) unless appending inputs[i].second tokens to every listed sequence
   /// fits: the context limit of each and the free blocks of the pool together.
   void check_append(const std::vector<std::pair<SeqId, int64_t>>& appends) const;
+  /// Offloading: frees the sequence's pool blocks but keeps its stream, so the runner can copy
+  /// their contents elsewhere first and bring them back with reacquire_blocks. Returns the block
+  /// table it had (logical order). The sequence takes no appends until reacquired.
+  std::vector<int32_t> release_blocks(SeqId id);
+  /// Gives a released sequence as many pool blocks as it had (its logical blocks, in order) and
+  /// returns the new table; kResourceExhausted, with nothing changed, when the pool lacks them.
+  const std::vector<int32_t>& reacquire_blocks(SeqId id);
   /// Frees every block of the sequence (finished or cancelled). Unknown ids are ignored.
   void remove_sequence(SeqId id);
   bool has_sequence(SeqId id) const { return seqs_.count(id) != 0; }

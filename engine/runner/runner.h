@@ -29,6 +29,13 @@ struct SequenceSpec {
   std::vector<int32_t> generated;
 };
 
+/// An offload or restore of a sequence's cache (ModelRunner::offload_sequence) that completed.
+struct KvTransfer {
+  bool restore = false;  // host -> pool (else pool -> host)
+  int blocks = 0;
+  double seconds = 0;    // the copies' time on the device (the CPU runner: on the host)
+};
+
 /// Most alternatives a step returns per sampled token (StepInput::logprobs).
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -81,6 +88,27 @@ class ModelRunner {
   virtual void add_sequence(const SequenceSpec& spec) = 0;
   /// Frees the sequence's cache blocks and state. Unknown ids are ignored.
   virtual void remove_sequence(SeqId id) = 0;
+
+  // Sequences that outlive a request (sessions): a new turn restarts sampling on the cache the
+  // earlier turns left, and an idle sequence's cache can move to host memory and back.
+
+  /// A new turn: keeps the sequence's cache and stream, replaces its sampling parameters and
+  /// starts its sampler afresh (draws from 0; the tokens fed before its next sample are its
+  /// prompt for the penalties). No step with the sequence may be in flight.
+  virtual void restart_sampling(SeqId id, const SamplingParams& sampling) = 0;
+  /// KV blocks of host memory for offloaded caches, and how many are free.
+  virtual int host_kv_blocks() const = 0;
+  virtual int host_kv_blocks_free() const = 0;
+  /// Copies the sequence's cache blocks to host memory and frees them in the pool (ordered after
+  /// the steps in flight). The sequence stays registered, stream and sampler kept, but takes no
+  /// step until restore_sequence. kResourceExhausted (nothing changed) when host memory lacks
+  /// room.
+  virtual void offload_sequence(SeqId id) = 0;
+  /// Copies an offloaded cache back into pool blocks (before any later step reads it) and frees
+  /// its host memory. kResourceExhausted (nothing changed) when the pool lacks the blocks.
+  virtual void restore_sequence(SeqId id) = 0;
+  /// The offloads and restores completed since the last call, oldest first.
+  virtual std::vector<KvTransfer> completed_transfers() = 0;
   /// Starts one forward pass over all inputs (each sequence at most once per step). It may
   /// return before the step has run (the CUDA runner returns once the step is queued), so that
   /// the caller can prepare and launch the next step meanwhile, feeding it kLastSampled tokens.

@@ -53,6 +53,7 @@ std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions
   c.num_threads = o.cpu_threads;
   c.block_size = o.block_size;
   c.kv_cache_bytes = o.cpu_kv_cache_bytes;
+  c.host_kv_cache_bytes = o.host_kv_cache_bytes;
   c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   return std::make_unique<CpuRunner>(model, c);
 }

@@ -16,6 +16,8 @@ struct EngineOptions {
   int block_size = 16;               // tokens per KV block
   int cpu_threads = 0;               // CPU runner: 0 = all cores
   int64_t cpu_kv_cache_bytes = 256ll << 20;
+  int64_t host_kv_cache_bytes = 1ll << 30;  // host memory for offloaded session caches (pinned
+                                            // on the CUDA runner, allocated at start); 0: none
   double gpu_memory_fraction = 0.90; // CUDA runner: share of free memory for weights + KV pool
   std::string dtype = "auto";        // CUDA runner: auto | float16 | bfloat16
   int max_batch = 256;               // CUDA runner: most sequences in one step

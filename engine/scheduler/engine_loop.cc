@@ -17,12 +17,15 @@ constexpr auto kRateWindow = std::chrono::seconds(5);
 }  // namespace
 
 EngineLoop::EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
-                       OutputProcessor& output)
+                       OutputProcessor& output, SessionTable& sessions)
     : runner_(runner), config_(config), metrics_(metrics), output_(output),
-      planner_(runner, config,
-               [this](const SequencePtr& s, const Error& e) {
-                 finish(s, FinishReason::kError, std::nullopt, e.code(), e.what());
-               }),
+      sessions_(runner, config, metrics, sessions),
+      planner_(
+          runner, config,
+          [this](const SequencePtr& s, const Error& e) {
+            finish(s, FinishReason::kError, std::nullopt, e.code(), e.what());
+          },
+          [this](int blocks, const SessionState* keep) { return sessions_.reclaim(blocks, keep); }),
       thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() { stop("engine shut down"); }
@@ -59,7 +62,10 @@ void EngineLoop::stop(const std::string& message) {
 void EngineLoop::finish(const SequencePtr& s, FinishReason reason, std::optional<int32_t> stop_token, ErrorCode code,
                         std::string message) {
   if (s->phase == SeqPhase::kFinished) return;
-  if (s->runner_id >= 0) runner_.remove_sequence(s->runner_id);
+  if (s->session)
+    sessions_.turn_ended(*s, reason, Clock::now());  // the session keeps (or frees) the runner sequence
+  else if (s->runner_id >= 0)
+    runner_.remove_sequence(s->runner_id);
   s->runner_id = -1;
   s->phase = SeqPhase::kFinished;
   pending_.fetch_sub(1);
@@ -124,6 +130,7 @@ void EngineLoop::launch(PlannedStep& step) {
       step.seqs[k]->sampled_in_last_launch = true;
       ++step.seqs[k]->samples_in_flight;
     }
+    if (step.seqs[k]->session) ++step.seqs[k]->session->steps_in_flight;
   }
   metrics_.batch_size.observe(static_cast<double>(step.inputs.size()));
   in_flight_.push_back(std::move(f));
@@ -146,12 +153,15 @@ void EngineLoop::finish_oldest() {
   ++steps_;
   device_busy_s_ += runner_.last_step_device_ms() * 1e-3;
   int sampled = 0;
+  for (const SequencePtr& s : f.seqs)
+    if (s->session) --s->session->steps_in_flight;
   for (size_t k = 0; k < f.seqs.size(); ++k) {
     const SequencePtr& s = f.seqs[k];
     if (!f.sampled[k] || s->phase != SeqPhase::kRunning || s->runner_id != f.runner_ids[k]) continue;  // stale
     --s->samples_in_flight;
     const Request& r = s->request;
     const int32_t tok = out.sampled[k];
+    s->last_sample = tok;
     ++sampled;
     const bool stop_id = std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end() ||
                          std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
@@ -248,6 +258,7 @@ void EngineLoop::run() {
     for (const SequencePtr& s : stopped) finish(s, FinishReason::kStop);  // final event already out
     const auto now = Clock::now();
     expire(now);
+    sessions_.maintain(now);
     std::erase_if(running_, [](const SequencePtr& s) { return s->phase == SeqPhase::kFinished; });
     std::erase_if(waiting_, [](const SequencePtr& s) { return s->phase == SeqPhase::kFinished; });
     sort_waiting(waiting_, config_.aging_per_s, now);
@@ -255,6 +266,7 @@ void EngineLoop::run() {
     for (const SequencePtr& s : step.seqs)
       if (!s->counted) {
         s->counted = true;
+        if (s->session) sessions_.turn_started(s->session);
         metrics_.request_queue_time.observe(s->queue_s.load());
         metrics_.prompt_tokens.add(static_cast<double>(s->request.prompt.size()));
       }
@@ -288,6 +300,7 @@ void EngineLoop::run() {
   }
   running_.clear();
   waiting_.clear();
+  sessions_.clear();
   flush_output();
 }
 

@@ -16,13 +16,16 @@
 #include "engine/scheduler/engine_stats.h"
 #include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/session_keeper.h"
+#include "engine/scheduler/session_table.h"
 #include "engine/scheduler/step_planner.h"
 
 namespace rill {
 
 class EngineLoop {
  public:
-  EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics, OutputProcessor& output);
+  EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics, OutputProcessor& output,
+             SessionTable& sessions);
   ~EngineLoop();  // stop() if still running
 
   /// Thread-safe: hand over a new request / a sequence a stop string ended / wake the loop.
@@ -58,6 +61,7 @@ class EngineLoop {
   const SchedulerConfig& config_;
   EngineMetrics& metrics_;
   OutputProcessor& output_;
+  SessionKeeper sessions_;  // before planner_: the planner reclaims idle sessions' blocks through it
   StepPlanner planner_;
   std::vector<SequencePtr> running_, waiting_;
   std::deque<InFlight> in_flight_;

@@ -27,10 +27,20 @@ struct EngineMetrics {
   Gauge& requests_running;
   Gauge& requests_waiting;
   Gauge& kv_cache_usage;             // ratio of KV blocks in use
+  // Sessions (session.h).
+  Gauge& sessions_active;            // a turn queued or running
+  Gauge& sessions_idle;              // between turns, cache in the KV pool
+  Gauge& sessions_offloaded;         // between turns, cache in host memory
+  Counter& session_offloads;
+  Counter& session_restores;
+  Histogram& session_offload_time;   // seconds of device copy per offload
+  Histogram& session_restore_time;   // likewise per restore
 
   Counter& requests_finished(FinishReason reason);
   /// reason: "queue_full", "invalid", "draining".
   Counter& requests_rejected(const std::string& reason);
+  /// reason: "idle_ttl", "memory" (no room in the pool or host memory), "error".
+  Counter& sessions_expired(const std::string& reason);
 
  private:
   MetricsRegistry& registry_;

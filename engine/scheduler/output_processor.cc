@@ -139,9 +139,11 @@ void OutputProcessor::finalize(const SequencePtr& seq, State& st, const FinishNo
   const Request& r = seq->request;
   fin.usage.prompt_tokens = static_cast<int>(r.prompt.size());
   fin.usage.completion_tokens = st.emitted;
-  // The cache held the prompt and every generated token but the last (never fed back).
-  fin.usage.evicted_tokens =
-      evicted_tokens(seq->geometry, static_cast<int64_t>(r.prompt.size()) + std::max(0, st.generated - 1));
+  // The cache held the prompt and every generated token but the last (never fed back); a
+  // session's turn counts what its own tokens pushed out of the session's window.
+  const int64_t fed = seq->carried_tokens.load() + static_cast<int64_t>(r.prompt.size()) + std::max(0, st.generated - 1);
+  const int64_t base = seq->stream_base.load();
+  fin.usage.evicted_tokens = evicted_tokens(seq->geometry, base + fed) - evicted_tokens(seq->geometry, base);
   fin.usage.preemptions = seq->preemptions.load();
   const double queue_s = seq->queue_s.load();
   fin.timings.queue_s = queue_s >= 0 ? queue_s : seconds(seq->arrival, now);

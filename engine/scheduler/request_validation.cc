@@ -13,25 +13,25 @@ namespace {
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopStringBytes = 256;
 
-void validate_cache(const Request& r, const KvCacheManager& kv, int kv_blocks_total, const SchedulerConfig& c) {
-  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
-  if (r.cache.is_streaming()) {
-    if (r.cache.n_sink > c.max_sink)
-      bad("cache n_sink " + std::to_string(r.cache.n_sink) + " exceeds the server limit " + std::to_string(c.max_sink));
-    if (r.cache.window > c.max_window)
-      bad("cache window " + std::to_string(r.cache.window) + " exceeds the server limit " +
+void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManager& kv, int kv_blocks_total,
+                    const SchedulerConfig& c) {
+  if (cache.is_streaming()) {
+    if (cache.n_sink > c.max_sink)
+      bad("cache n_sink " + std::to_string(cache.n_sink) + " exceeds the server limit " + std::to_string(c.max_sink));
+    if (cache.window > c.max_window)
+      bad("cache window " + std::to_string(cache.window) + " exceeds the server limit " +
           std::to_string(c.max_window));
-    kv.geometry_for(r.cache);  // n_sink >= 0, window > 0, n_sink + window within the context
-    const int need = kv.blocks_needed_max(r.cache, prompt, int64_t{1} << 40);
+    kv.geometry_for(cache);  // n_sink >= 0, window > 0, n_sink + window within the context
+    const int need = kv.blocks_needed_max(cache, prompt, int64_t{1} << 40);
     if (need > kv_blocks_total)
-      bad("streaming cache of " + std::to_string(r.cache.n_sink) + " + " + std::to_string(r.cache.window) +
+      bad("streaming cache of " + std::to_string(cache.n_sink) + " + " + std::to_string(cache.window) +
           " tokens needs " + std::to_string(need) + " KV blocks; the pool has " + std::to_string(kv_blocks_total));
     return;
   }
   if (prompt > kv.max_context())
     bad("prompt of " + std::to_string(prompt) + " tokens exceeds the model's context of " +
         std::to_string(kv.max_context()) + " tokens (cache policy full; a streaming cache has no such limit)");
-  const int need = kv.blocks_needed_now(r.cache, std::min<int64_t>(prompt + 1, kv.max_context()));
+  const int need = kv.blocks_needed_now(cache, std::min<int64_t>(prompt + 1, kv.max_context()));
   if (need > kv_blocks_total)
     bad("prompt of " + std::to_string(prompt) + " tokens needs " + std::to_string(need) +
         " KV blocks; the pool has " + std::to_string(kv_blocks_total));
@@ -59,7 +59,17 @@ void validate_request(const Request& r, const ModelConfig& model, const KvCacheM
   for (const std::string& s : r.stop)
     if (s.empty() || s.size() > kMaxStopStringBytes)
       bad("stop strings must have 1 to " + std::to_string(kMaxStopStringBytes) + " bytes");
-  validate_cache(r, kv, kv_blocks_total, config);
+  validate_cache(r.cache, static_cast<int64_t>(r.prompt.size()), kv, kv_blocks_total, config);
+}
+
+void validate_session_options(const SessionOptions& o, const KvCacheManager& kv, int kv_blocks_total,
+                              const SchedulerConfig& config) {
+  if (!o.cache.is_streaming())
+    bad("sessions need the streaming cache policy (attention sinks + window): a session's memory is constant, "
+        "got " + o.cache.to_string());
+  validate_cache(o.cache, 0, kv, kv_blocks_total, config);
+  o.sampling.validate();
+  if (o.max_tokens < 0) bad("max_tokens must be >= 0 (got " + std::to_string(o.max_tokens) + ")");
 }
 
 void validate_scheduler_config(const SchedulerConfig& c) {
@@ -77,6 +87,10 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   need(c.max_window > 0, "max_window must be > 0");
   need(c.aging_per_s >= 0, "aging_per_s must be >= 0");
   need(c.kv_watermark >= 0 && c.kv_watermark < 1, "kv_watermark must be in [0, 1)");
+  need(c.max_sessions >= 0, "max_sessions must be >= 0");
+  need(c.session_gpu_fraction >= 0 && c.session_gpu_fraction <= 1, "session_gpu_fraction must be in [0, 1]");
+  need(c.session_idle_ttl.count() > 0, "session_idle_ttl must be > 0");
+  need(c.max_restores_per_step > 0, "max_restores_per_step must be > 0");
 }
 
 }  // namespace rill

@@ -6,6 +6,7 @@
 #include "engine/model/model_config.h"
 #include "engine/scheduler/request.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/session.h"
 
 namespace rill {
 
@@ -13,6 +14,10 @@ namespace rill {
 /// only (block size, context, pool size): safe from any thread.
 void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv, int kv_blocks_total,
                       const SchedulerConfig& config);
+
+/// Likewise for a session: a streaming policy within the limits and the pool, sampling defaults.
+void validate_session_options(const SessionOptions& options, const KvCacheManager& kv, int kv_blocks_total,
+                              const SchedulerConfig& config);
 
 /// Throws rill::Error(kInvalidArgument) naming the first field out of range.
 void validate_scheduler_config(const SchedulerConfig& c);

@@ -20,6 +20,7 @@
 #include "engine/runner/runner.h"
 #include "engine/scheduler/request.h"
 #include "engine/scheduler/request_channel.h"
+#include "engine/scheduler/session_state.h"
 
 namespace rill {
 
@@ -34,6 +35,7 @@ struct Sequence {
   Clock::time_point queue_deadline;  // arrival + queue timeout
   std::vector<int32_t> eos_ids;      // the model's EOS ids (empty with ignore_eos)
   KvGeometry geometry;               // of its cache policy (evicted-token accounting)
+  SessionPtr session;                // a session's turn: its runner sequence is the session's
 
   // Written by the loop, read by the output thread.
   std::atomic<int> preemptions{0};
@@ -41,6 +43,10 @@ struct Sequence {
   // Set by the output thread once the final event is out (a stop string can end a request
   // before the loop knows).
   std::atomic<bool> finalized{false};
+  // A session turn: the session's stream length before the turn, and the earlier turn's final
+  // sample fed ahead of its prompt (0 or 1), for its evicted-token count. Set at admission.
+  std::atomic<int64_t> stream_base{0};
+  std::atomic<int> carried_tokens{0};
 
   // Loop-owned.
   SeqPhase phase = SeqPhase::kWaiting;
@@ -53,6 +59,7 @@ struct Sequence {
   bool at_context_limit = false;     // `full` cache cannot take another token
   int step_blocks = 0;               // blocks the step being planned will take for it
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
+  std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
   /// Samples made or under way: the generation length once every step in flight finishes.

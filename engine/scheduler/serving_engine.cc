@@ -11,6 +11,7 @@
 #include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/request_validation.h"
+#include "engine/scheduler/session_table.h"
 
 namespace rill {
 
@@ -18,7 +19,7 @@ class ServingEngine::Impl {
  public:
   Impl(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config, MetricsRegistry& registry)
       : runner_(std::move(runner)), tokenizer_(std::move(tokenizer)), config_(std::move(config)), metrics_(registry),
-        kv_blocks_total_(runner_->kv().num_blocks()) {
+        kv_blocks_total_(runner_->kv().num_blocks()), sessions_(config_.max_sessions) {
     validate_scheduler_config(config_);
     if (config_.max_num_seqs > runner_->max_step_sequences())
       throw Error(ErrorCode::kInvalidArgument,
@@ -35,7 +36,7 @@ class ServingEngine::Impl {
     output_ = std::make_unique<OutputProcessor>(
         tokenizer_, metrics_, [this](const SequencePtr& s) { loop_->stop_string_matched(s); },
         [this](const SequencePtr& s) { forget(s->request.id); });
-    loop_ = std::make_unique<EngineLoop>(*runner_, config_, metrics_, *output_);
+    loop_ = std::make_unique<EngineLoop>(*runner_, config_, metrics_, *output_, sessions_);
   }
 
   ~Impl() {
@@ -49,40 +50,41 @@ class ServingEngine::Impl {
       metrics_.requests_rejected("draining").add();
       throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new requests");
     }
+    auto seq = std::make_shared<Sequence>();
+    std::shared_ptr<Sequence> previous_turn;
+    if (!r.session_id.empty()) {
+      seq->session = sessions_.begin_turn(r.session_id, seq, previous_turn);
+      r.cache = seq->session->options.cache;
+    }
     try {
-      validate_request(r, runner_->config(), runner_->kv(), kv_blocks_total_, config_);
-    } catch (const Error&) {
-      metrics_.requests_rejected("invalid").add();
+      return queue(std::move(r), seq, std::move(notify));
+    } catch (...) {
+      if (seq && seq->session) sessions_.abandon_turn(seq->session, seq, previous_turn);
       throw;
     }
-    const EngineStats st = loop_->stats();
-    const int64_t queued = loop_->pending() - st.running;
-    if (queued >= config_.max_queued_requests ||
-        st.waiting_prompt_tokens + static_cast<int64_t>(r.prompt.size()) > config_.max_queued_prompt_tokens) {
-      metrics_.requests_rejected("queue_full").add();
-      const double retry = std::clamp(std::ceil((queued + 1) / std::max(st.finished_per_s, 0.1)), 1.0, 60.0);
-      throw OverloadedError("server overloaded: " + std::to_string(queued) + " requests waiting (limit " +
-                                std::to_string(config_.max_queued_requests) + ")",
-                            retry);
-    }
-    auto seq = std::make_shared<Sequence>();
-    const auto now = Clock::now();
+  }
+
+  SessionInfo create_session(SessionOptions options) {
+    if (draining_.load()) throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new sessions");
+    validate_session_options(options, runner_->kv(), kv_blocks_total_, config_);
+    const KvGeometry g = runner_->kv().geometry_for(options.cache);
+    const SessionPtr s = sessions_.create(std::move(options), g, Clock::now());
+    return sessions_.info(s->options.id, Clock::now());
+  }
+
+  SessionInfo session_info(const std::string& id) const { return sessions_.info(id, Clock::now()); }
+
+  bool close_session(const std::string& id) {
+    const SessionPtr s = sessions_.close(id);
+    if (!s) return false;
+    std::shared_ptr<Sequence> turn;
     {
-      std::lock_guard lock(mu_);
-      if (r.id.empty()) r.id = "req-" + std::to_string(++next_id_);
-      if (live_.count(r.id)) throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
-      seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
-      live_.emplace(r.id, seq->channel);
-      seq->order = next_order_++;
+      std::lock_guard lock(sessions_.mutex());
+      if (turn_running(*s)) turn = s->turn;
     }
-    seq->arrival = now;
-    seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
-    if (!r.ignore_eos) seq->eos_ids = eos_ids_;
-    seq->geometry = runner_->kv().geometry_for(r.cache);
-    seq->request = std::move(r);
-    RequestHandle handle(seq->channel);
-    loop_->enqueue(std::move(seq));
-    return handle;
+    if (turn) turn->channel->cancel("session closed");
+    loop_->wake();
+    return true;
   }
 
   bool cancel(const std::string& id) {
@@ -124,6 +126,43 @@ class ServingEngine::Impl {
   SchedulerConfig config_;
 
  private:
+  // Validates and queues a request (`seq` is fresh, its session set for a turn).
+  RequestHandle queue(Request r, SequencePtr seq, EventNotifier notify) {
+    try {
+      validate_request(r, runner_->config(), runner_->kv(), kv_blocks_total_, config_);
+    } catch (const Error&) {
+      metrics_.requests_rejected("invalid").add();
+      throw;
+    }
+    const EngineStats st = loop_->stats();
+    const int64_t queued = loop_->pending() - st.running;
+    if (queued >= config_.max_queued_requests ||
+        st.waiting_prompt_tokens + static_cast<int64_t>(r.prompt.size()) > config_.max_queued_prompt_tokens) {
+      metrics_.requests_rejected("queue_full").add();
+      const double retry = std::clamp(std::ceil((queued + 1) / std::max(st.finished_per_s, 0.1)), 1.0, 60.0);
+      throw OverloadedError("server overloaded: " + std::to_string(queued) + " requests waiting (limit " +
+                                std::to_string(config_.max_queued_requests) + ")",
+                            retry);
+    }
+    const auto now = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      if (r.id.empty()) r.id = "req-" + std::to_string(++next_id_);
+      if (live_.count(r.id)) throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
+      seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
+      live_.emplace(r.id, seq->channel);
+      seq->order = next_order_++;
+    }
+    seq->arrival = now;
+    seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
+    if (!r.ignore_eos) seq->eos_ids = eos_ids_;
+    seq->geometry = runner_->kv().geometry_for(r.cache);
+    seq->request = std::move(r);
+    RequestHandle handle(seq->channel);
+    loop_->enqueue(std::move(seq));
+    return handle;
+  }
+
   void forget(const std::string& id) {
     std::lock_guard lock(mu_);
     live_.erase(id);
@@ -137,6 +176,7 @@ class ServingEngine::Impl {
   std::atomic<bool> draining_{false};
   std::mutex mu_;  // live_, ids
   std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;
+  SessionTable sessions_;
   uint64_t next_id_ = 0, next_order_ = 0;
 };
 
@@ -150,6 +190,9 @@ RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
   return impl_->submit(std::move(request), std::move(notify));
 }
 bool ServingEngine::cancel(const std::string& id) { return impl_->cancel(id); }
+SessionInfo ServingEngine::create_session(SessionOptions options) { return impl_->create_session(std::move(options)); }
+SessionInfo ServingEngine::session_info(const std::string& id) const { return impl_->session_info(id); }
+bool ServingEngine::close_session(const std::string& id) { return impl_->close_session(id); }
 EngineStats ServingEngine::stats() const { return impl_->stats(); }
 bool ServingEngine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
 const ModelConfig& ServingEngine::model_config() const { return impl_->runner_->config(); }

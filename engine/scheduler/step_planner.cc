@@ -28,8 +28,8 @@ void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::
 }
 
 StepPlanner::StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
-                         std::function<void(const SequencePtr&, const Error&)> fail)
-    : runner_(runner), config_(config), fail_(std::move(fail)) {}
+                         std::function<void(const SequencePtr&, const Error&)> fail, Reclaim reclaim)
+    : runner_(runner), config_(config), fail_(std::move(fail)), reclaim_(std::move(reclaim)) {}
 
 // Free blocks minus those still owed to admitted streaming sequences (their whole life's worth)
 // and those the step being planned already takes (appended only at launch).
@@ -100,17 +100,32 @@ int64_t StepPlanner::chunk_that_fits(const Sequence& s, int64_t want, int free_b
 }
 
 // Admits `s` into the runner when its blocks are free beside what running sequences are owed.
-bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now) {
+bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now,
+                        int& shortfall) {
   const KvCacheManager& kv = runner_.kv();
   const Request& r = s->request;
-  const int64_t len = static_cast<int64_t>(r.prompt.size() + s->generated.size());
+  shortfall = 0;
   const int room = free_blocks_for_growth(running) - owed_prefill_blocks(running);
+  if (s->session) {
+    if (!admit_turn(s, room, shortfall)) return false;
+    std::vector<int32_t> prefix;
+    if (s->session->pending) prefix.push_back(*s->session->pending);
+    s->carried_tokens.store(static_cast<int>(prefix.size()));
+    s->session->pending.reset();
+    prefix.insert(prefix.end(), r.prompt.begin(), r.prompt.end());
+    started(s, std::move(prefix), now);
+    return true;
+  }
+  const int64_t len = static_cast<int64_t>(r.prompt.size() + s->generated.size());
   const bool streaming = r.cache.is_streaming();
   const int need = streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
                              : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()));
   const int watermark = running.empty() || streaming
                             ? 0 : static_cast<int>(std::ceil(config_.kv_watermark * kv.num_blocks()));
-  if (need + watermark > room) return false;
+  if (need + watermark > room) {
+    shortfall = need + watermark - room;
+    return false;
+  }
   const SeqId id = next_runner_id_++;
   try {
     runner_.add_sequence({id, r.cache, r.sampling, s->generated});
@@ -120,13 +135,62 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
     return false;
   }
   s->runner_id = id;
+  std::vector<int32_t> prefix = r.prompt;
+  prefix.insert(prefix.end(), s->generated.begin(), s->generated.end());
+  started(s, std::move(prefix), now);
+  return true;
+}
+
+// A session's turn: its runner sequence continues (restored from host memory when offloaded)
+// with a fresh sampler. It waits while a step of the previous turn is still in flight, so the
+// restart never races the sampler of a step already launched.
+bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
+  const KvCacheManager& kv = runner_.kv();
+  SessionState& ss = *s->session;
+  const Request& r = s->request;
+  if (ss.steps_in_flight > 0) return false;
+  int need = 0;
+  if (ss.runner_id < 0) {
+    need = kv.blocks_needed_max(r.cache, static_cast<int64_t>(r.prompt.size()), int64_t{1} << 40);
+  } else {
+    const KvSequence& k = kv.sequence(ss.runner_id);
+    need = k.max_blocks - static_cast<int>(k.block_table.size());
+    if (ss.offloaded && restores_ >= config_.max_restores_per_step) return false;
+  }
+  if (need > room) {
+    shortfall = need - room;
+    return false;
+  }
+  try {
+    if (ss.runner_id < 0) {
+      const SeqId id = next_runner_id_++;
+      runner_.add_sequence({id, r.cache, r.sampling, {}});
+      ss.runner_id = id;
+    } else {
+      if (ss.offloaded) {
+        runner_.restore_sequence(ss.runner_id);
+        ss.offloaded = false;
+        ++restores_;
+      }
+      runner_.restart_sampling(ss.runner_id, r.sampling);
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kResourceExhausted) return false;
+    fail_(s, e);
+    return false;
+  }
+  s->runner_id = ss.runner_id;
+  ss.in_runner = true;
+  s->stream_base.store(kv.sequence(ss.runner_id).num_tokens);
+  return true;
+}
+
+void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now) {
   s->step_blocks = 0;
   s->phase = SeqPhase::kRunning;
-  s->prefix = r.prompt;
-  s->prefix.insert(s->prefix.end(), s->generated.begin(), s->generated.end());
+  s->prefix = std::move(prefix);
   s->fed = 0;
   if (s->queue_s.load() < 0) s->queue_s.store(seconds(s->arrival, now));
-  return true;
 }
 
 void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample) {
@@ -147,6 +211,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   Budget b{config_.max_num_batched_tokens, config_.max_num_seqs};
   std::stable_sort(running.begin(), running.end(), by_priority);
   promised_ = 0;
+  restores_ = 0;
   for (const SequencePtr& s : running) s->step_blocks = 0;
   std::vector<SequencePtr> scheduled;
 
@@ -193,7 +258,11 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   while (!waiting.empty() && b.tokens > 0 && b.seqs > 0 && static_cast<int>(running.size()) < config_.max_num_seqs) {
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
-    if (!admit(s, running, now)) break;
+    int shortfall = 0;
+    if (!admit(s, running, now, shortfall) &&
+        (shortfall == 0 || !reclaim_ || !reclaim_(shortfall, s->session.get()) ||
+         !admit(s, running, now, shortfall)))
+      break;
     waiting.erase(waiting.begin());
     running.push_back(s);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()), b.tokens);

@@ -9,6 +9,13 @@
 // sequences then run out of blocks, the lowest-priority, newest one not yet in this step is
 // preempted (its blocks freed; it is recomputed later from prompt + generated tokens, with the
 // same sampler state, so its output does not change).
+//
+// Sessions. A turn of a session continues the session's runner sequence: it is admitted when the
+// blocks the sequence still lacks (its growth to sinks + window, or all of them when its cache
+// was offloaded to host memory) fit; it restarts the sequence's sampler and feeds the earlier
+// turn's final sample (when no step fed it) ahead of the new tokens. At most
+// max_restores_per_step offloaded caches are copied back per step. When an admission lacks
+// blocks, idle sessions' caches are reclaimed (offloaded or dropped) first.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +37,11 @@ struct PlannedStep {
 class StepPlanner {
  public:
   /// `fail(seq, error)`: a sequence the runner refused at admission (the loop finishes it).
+  /// `reclaim(blocks, keep)`: frees pool blocks held by idle sessions but `keep`; true when it
+  /// freed any.
+  using Reclaim = std::function<bool(int, const SessionState*)>;
   StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
-              std::function<void(const SequencePtr&, const Error&)> fail);
+              std::function<void(const SequencePtr&, const Error&)> fail, Reclaim reclaim);
 
   /// Moves sequences between `running` and `waiting` (admission, preemption) and returns the
   /// step. `waiting` must be in scheduling order (WaitingOrder). Token spans point into the
@@ -51,12 +61,17 @@ class StepPlanner {
                      std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled);
   void preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting);
   int64_t chunk_that_fits(const Sequence& s, int64_t want, int free_blocks) const;
-  bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now);
+  // Admits `s` into the runner; false when it cannot start now (`shortfall`: the blocks it lacks).
+  bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now, int& shortfall);
+  bool admit_turn(const SequencePtr& s, int room, int& shortfall);  // a session's turn (`room`: free blocks)
+  void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
 
   ModelRunner& runner_;
   const SchedulerConfig& config_;
   std::function<void(const SequencePtr&, const Error&)> fail_;
+  Reclaim reclaim_;
+  int restores_ = 0;  // offloaded session caches restored in the step being planned
   SeqId next_runner_id_ = 1;
   int64_t preemptions_ = 0;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)

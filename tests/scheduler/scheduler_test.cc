@@ -372,6 +372,12 @@ class SmallStepRunner final : public ModelRunner {
   const KvCacheManager& kv() const override { return inner_.kv(); }
   void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
   void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
+  void restart_sampling(SeqId id, const SamplingParams& p) override { inner_.restart_sampling(id, p); }
+  int host_kv_blocks() const override { return inner_.host_kv_blocks(); }
+  int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
+  void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
+  void restore_sequence(SeqId id) override { inner_.restore_sequence(id); }
+  std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
   void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
   StepOutput finish() override { return inner_.finish(); }
   int max_step_sequences() const override { return 4; }

@@ -1,0 +1,167 @@
+#include "engine/scheduler/session_keeper.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+namespace rill {
+
+namespace {
+
+constexpr auto kTtlCheckInterval = std::chrono::milliseconds(100);
+
+void erase(std::vector<SessionPtr>& v, const SessionPtr& s) { std::erase(v, s); }
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::string s = std::to_string(ms.count() / 1000) + "." + std::to_string(1000 + ms.count() % 1000).substr(1);
+  while (s.back() == '0') s.pop_back();  // 0.200 -> 0.2, 1800.000 -> 1800.
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+SessionKeeper::SessionKeeper(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
+                             SessionTable& table)
+    : runner_(runner), config_(config), metrics_(metrics), table_(table) {}
+
+bool SessionKeeper::movable(const SessionPtr& s) const {
+  std::lock_guard lock(table_.mutex());
+  return !turn_running(*s) && !s->closed;
+}
+
+void SessionKeeper::turn_started(const SessionPtr& s) {
+  erase(idle_, s);
+  if (std::erase(parked_, s) > 0) metrics_.session_restores.add();  // the planner restored it
+  ++active_;
+  std::lock_guard lock(table_.mutex());
+  s->residence = SessionResidence::kGpu;
+}
+
+void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_point now) {
+  const SessionPtr& s = turn.session;
+  if (turn.runner_id < 0) {  // never admitted: the session is as it was
+    if (s->closed) release(s);
+    return;
+  }
+  --active_;
+  s->in_runner = false;
+  // The turn's last sample is in the cache already when a launched step feeds it (that step's
+  // own sample is dropped); otherwise the next turn feeds it first.
+  s->pending = turn.samples_in_flight == 0 ? turn.last_sample : std::nullopt;
+  s->stream_len = runner_.kv().sequence(s->runner_id).num_tokens;
+  {
+    std::lock_guard lock(table_.mutex());
+    ++s->turns;
+    s->tokens_seen = s->stream_len;
+    s->last_active = now;
+  }
+  if (reason == FinishReason::kError) {
+    drop(s, "error", "its turn " + turn.request.id + " failed");
+  } else if (s->closed) {
+    release(s);
+  } else {
+    idle_.push_back(s);
+  }
+}
+
+void SessionKeeper::release(const SessionPtr& s) {
+  erase(idle_, s);
+  erase(parked_, s);
+  if (s->runner_id >= 0) runner_.remove_sequence(s->runner_id);
+  s->runner_id = -1;
+  s->offloaded = false;
+  s->in_runner = false;
+  s->pending.reset();
+  std::lock_guard lock(table_.mutex());
+  s->residence = SessionResidence::kNone;
+}
+
+void SessionKeeper::drop(const SessionPtr& s, const char* reason, const std::string& why) {
+  spdlog::info("session {} expired: {}", s->options.id, why);
+  release(s);
+  table_.expire(s, why);
+  metrics_.sessions_expired(reason).add();
+}
+
+bool SessionKeeper::offload(const SessionPtr& s) {
+  const int need = runner_.kv().blocks_held(s->runner_id);
+  // Host memory full: older offloaded sessions make room before this one is given up.
+  while (runner_.host_kv_blocks_free() < need && !parked_.empty() &&
+         parked_.front()->last_active <= s->last_active && !parked_.front()->in_runner && movable(parked_.front()))
+    drop(parked_.front(), "memory", "host memory for idle sessions is full (least recently used dropped)");
+  if (runner_.host_kv_blocks_free() < need) return false;
+  runner_.offload_sequence(s->runner_id);
+  s->offloaded = true;
+  erase(idle_, s);
+  parked_.push_back(s);
+  metrics_.session_offloads.add();
+  std::lock_guard lock(table_.mutex());
+  s->residence = SessionResidence::kHost;
+  return true;
+}
+
+bool SessionKeeper::evict_one(const SessionState* keep, bool queued_too) {
+  for (const SessionPtr& s : idle_) {
+    if (s.get() == keep || s->in_runner) continue;
+    const bool idle = movable(s);  // no turn queued
+    if (!idle && !queued_too) continue;
+    if (offload(s)) return true;
+    if (!idle) continue;  // a queued turn needs its cache: never dropped
+    drop(s, "memory", "no room for idle sessions in the KV pool or host memory (least recently used dropped)");
+    return true;
+  }
+  return false;
+}
+
+int SessionKeeper::idle_blocks() const {
+  int blocks = 0;
+  for (const SessionPtr& s : idle_) blocks += runner_.kv().blocks_held(s->runner_id);
+  return blocks;
+}
+
+bool SessionKeeper::reclaim(int blocks, const SessionState* keep) {
+  const int before = runner_.kv().num_free_blocks();
+  while (runner_.kv().num_free_blocks() - before < blocks && evict_one(keep, true)) {
+  }
+  return runner_.kv().num_free_blocks() > before;
+}
+
+void SessionKeeper::maintain(Clock::time_point now) {
+  for (const SessionPtr& s : table_.take_closed()) {
+    bool turn_live = false;
+    {
+      std::lock_guard lock(table_.mutex());
+      turn_live = s->turn && s->turn->phase != SeqPhase::kFinished && s->turn->runner_id >= 0;
+    }
+    if (!turn_live) release(s);  // else turn_ended frees it
+  }
+  if (now >= next_ttl_check_) {
+    next_ttl_check_ = now + kTtlCheckInterval;
+    std::vector<SessionPtr> stale;
+    for (const auto* list : {&idle_, &parked_})
+      for (const SessionPtr& s : *list)
+        if (now - s->last_active > config_.session_idle_ttl && movable(s)) stale.push_back(s);
+    for (const SessionPtr& s : stale)
+      drop(s, "idle_ttl", "idle for more than " + seconds_text(config_.session_idle_ttl) + " s");
+  }
+  const int budget = static_cast<int>(std::floor(config_.session_gpu_fraction * runner_.kv().num_blocks()));
+  while (!idle_.empty() && idle_blocks() > budget && evict_one(nullptr, false)) {
+  }
+  for (const KvTransfer& t : runner_.completed_transfers())
+    (t.restore ? metrics_.session_restore_time : metrics_.session_offload_time).observe(t.seconds);
+  metrics_.sessions_active.set(active_);
+  metrics_.sessions_idle.set(static_cast<double>(idle_.size()));
+  metrics_.sessions_offloaded.set(static_cast<double>(parked_.size()));
+}
+
+void SessionKeeper::clear() {
+  for (const auto* list : {&idle_, &parked_}) {
+    const std::vector<SessionPtr> copy = *list;
+    for (const SessionPtr& s : copy) release(s);
+  }
+}
+
+}  // namespace rill

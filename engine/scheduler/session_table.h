@@ -1,0 +1,59 @@
+// The live sessions by id, shared by the API threads (create, turns, info, close) and the loop
+// thread (turn ends, offload, expiry). Expired sessions leave a bounded record of why, so a
+// later turn is told "expired" rather than "not found".
+#pragma once
+
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler/session_state.h"
+
+namespace rill {
+
+class SessionTable {
+ public:
+  explicit SessionTable(int max_sessions) : max_sessions_(max_sessions) {}
+
+  /// Registers a session (its id assigned when empty). kInvalidArgument for an id in use,
+  /// kResourceExhausted at max_sessions.
+  SessionPtr create(SessionOptions options, const KvGeometry& geometry, Clock::time_point now);
+  /// The session a new turn belongs to, with `turn` recorded as its latest: kNotFound for an
+  /// unknown or expired session (the message says which), kFailedPrecondition while the
+  /// previous turn's final event is not out. `previous`: the turn it replaces (for abandon_turn).
+  SessionPtr begin_turn(const std::string& id, const std::shared_ptr<Sequence>& turn,
+                        std::shared_ptr<Sequence>& previous);
+  /// Undoes begin_turn for a turn that was refused before reaching the engine.
+  void abandon_turn(const SessionPtr& s, const std::shared_ptr<Sequence>& turn,
+                    const std::shared_ptr<Sequence>& previous);
+  SessionInfo info(const std::string& id, Clock::time_point now) const;
+  /// Removes a session the client closed and returns it (the loop frees its cache); nullptr when
+  /// no live session has the id.
+  SessionPtr close(const std::string& id);
+  /// Removes a session the engine dropped; later turns get "session <id> expired: <why>".
+  void expire(const SessionPtr& s, const std::string& why);
+  /// Sessions closed by clients since the last call (loop thread).
+  std::vector<SessionPtr> take_closed();
+
+  std::mutex& mutex() const { return mu_; }
+  size_t size() const;
+
+ private:
+  void remember_expired(const std::string& id, std::string why);  // mu_ held
+
+  const int max_sessions_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, SessionPtr> live_;
+  std::vector<SessionPtr> closed_;
+  std::unordered_map<std::string, std::string> expired_;  // id -> why (the newest kExpiredKept)
+  std::deque<std::string> expired_order_;
+  uint64_t next_id_ = 0;
+};
+
+/// True while a turn's final event is not out (SessionState::turn). Takes no lock: the caller
+/// holds SessionTable's mutex.
+bool turn_running(const SessionState& s);
+
+}  // namespace rill
