@@ -250,6 +250,21 @@ class ExpiryTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class LimitTest(unittest.TestCase):
+    def test_max_sessions_is_overload(self):
+        server = Server("--max-sessions", "1")
+        try:
+            status, a = server.post("/v1/sessions", {"cache": POLICY})
+            self.assertEqual(status, 201, a)
+            status, e = server.post("/v1/sessions", {"cache": POLICY})
+            self.assertEqual(status, 503, e)
+            self.assertEqual(json.loads(e)["error"]["type"], "overloaded_error")
+            self.assertEqual(server.request("DELETE", f"/v1/sessions/{json.loads(a)['id']}")[0], 200)
+            self.assertEqual(server.post("/v1/sessions", {"cache": POLICY})[0], 201)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class Stub:
     def __init__(self, channel):
         def unary(name, req, resp):
