@@ -1,7 +1,11 @@
 #include "server/session_turn.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "engine/error.h"
 #include "server/chat_prompt.h"
+#include "server/error_mapping.h"
 
 namespace rill::server {
 namespace {
@@ -96,6 +100,11 @@ void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalE
 }
 
 SessionInfo create_session(ServingContext& ctx, SessionOptions options) {
+  // Ids travel in URL paths (/v1/sessions/{id}), whichever front end made them: keep them to
+  // characters that need no escape.
+  for (char c : options.id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      throw FieldError("id", "'id' may hold only letters, digits, '-', '_' and '.'");
   ServingEngine& engine = ctx.require_engine();
   const size_t limit = static_cast<size_t>(std::max(1, engine.config().max_sessions));
   if (ctx.sessions().size() >= limit) {

@@ -52,9 +52,10 @@ RequestHandle submit_session_turn(ServingContext& ctx, Request r, EventNotifier 
 void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalEvent& f,
                          const std::string& reply);
 
-/// Creates a session in the engine and its store entry. Entries of sessions the engine dropped
-/// on its own (expired, never touched again) are swept here once the store outgrows the engine's
-/// max_sessions, so the store stays bounded.
+/// Creates a session in the engine and its store entry; an id with other characters than
+/// letters, digits, '-', '_' and '.' is kInvalidArgument (FieldError "id"). Entries of sessions the
+/// engine dropped on its own (expired, never touched again) are swept here once the store outgrows
+/// the engine's max_sessions, so the store stays bounded.
 SessionInfo create_session(ServingContext& ctx, SessionOptions options);
 
 /// The engine's view of a session; kNotFound forgets it.
