@@ -67,7 +67,7 @@ void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_
   }
 }
 
-void SessionKeeper::release(const SessionPtr& s) {
+void SessionKeeper::release(SessionPtr s) {  // by value: `s` may be an element of the lists
   erase(idle_, s);
   erase(parked_, s);
   if (s->runner_id >= 0) runner_.remove_sequence(s->runner_id);
@@ -79,14 +79,14 @@ void SessionKeeper::release(const SessionPtr& s) {
   s->residence = SessionResidence::kNone;
 }
 
-void SessionKeeper::drop(const SessionPtr& s, const char* reason, const std::string& why) {
+void SessionKeeper::drop(SessionPtr s, const char* reason, const std::string& why) {
   spdlog::info("session {} expired: {}", s->options.id, why);
   release(s);
   table_.expire(s, why);
   metrics_.sessions_expired(reason).add();
 }
 
-bool SessionKeeper::offload(const SessionPtr& s) {
+bool SessionKeeper::offload(SessionPtr s) {
   const int need = runner_.kv().blocks_held(s->runner_id);
   // Host memory full: older offloaded sessions make room before this one is given up.
   while (runner_.host_kv_blocks_free() < need && !parked_.empty() &&
@@ -104,7 +104,8 @@ bool SessionKeeper::offload(const SessionPtr& s) {
 }
 
 bool SessionKeeper::evict_one(const SessionState* keep, bool queued_too) {
-  for (const SessionPtr& s : idle_) {
+  for (const SessionPtr& candidate : idle_) {
+    const SessionPtr s = candidate;  // a copy: offload() and drop() erase it from idle_
     if (s.get() == keep || s->in_runner) continue;
     const bool idle = movable(s);  // no turn queued
     if (!idle && !queued_too) continue;

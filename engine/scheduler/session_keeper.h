@@ -38,9 +38,9 @@ class SessionKeeper {
 
  private:
   bool movable(const SessionPtr& s) const;  // idle: no turn queued or running
-  void release(const SessionPtr& s);        // frees its runner sequence; leaves the lists
-  void drop(const SessionPtr& s, const char* reason, const std::string& why);
-  bool offload(const SessionPtr& s);  // to host memory (dropping older offloaded ones for room)
+  void release(SessionPtr s);        // frees its runner sequence; leaves the lists
+  void drop(SessionPtr s, const char* reason, const std::string& why);
+  bool offload(SessionPtr s);  // to host memory (dropping older offloaded ones for room)
   // Offloads (or drops) the least recently used idle resident session but `keep`; with
   // `queued_too` also one whose next turn is queued (offloaded only).
   bool evict_one(const SessionState* keep, bool queued_too);

@@ -239,6 +239,21 @@ TEST(Sessions, SeededTurnsAreUnchangedByOffload) {
   EXPECT_EQ(run(0.0), run(0.5));
 }
 
+TEST(Sessions, EveryIdleSessionBeyondTheBudgetGoesToHostMemoryAndComesBack) {
+  SchedulerConfig cfg;
+  cfg.session_gpu_fraction = 0;
+  EngineFixture f(cfg);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(f.engine->create_session(streaming_session()).options.id);
+  for (const std::string& id : ids) run_session(*f.engine, id, 0, 1, 4, {});
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
+  for (const std::string& id : ids) EXPECT_EQ(f.engine->session_info(id).residence, SessionResidence::kHost) << id;
+  for (const std::string& id : ids) run_session(*f.engine, id, 1, 1, 4, {});
+  EXPECT_EQ(metric(f.metrics, "rill_session_restores_total"), 5);
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
+  EXPECT_EQ(metric(f.metrics, "rill_session_offloads_total"), 10);
+}
+
 TEST(Sessions, IdleSessionsExpireAfterTheirTtl) {
   SchedulerConfig cfg;
   cfg.session_idle_ttl = std::chrono::milliseconds(200);
