@@ -1,13 +1,14 @@
 #include "server/chat_prompt.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
 
-#include "engine/error.h"
 #include "engine/chat/chat_template.h"
+#include "engine/error.h"
 
 namespace rill::server {
 
@@ -86,6 +87,69 @@ nlohmann::json normalize_chat_messages(const nlohmann::json& messages) {
     n["content"] = content;
     out.push_back(std::move(n));
   }
+  return out;
+}
+
+namespace {
+
+bool is_system(const nlohmann::json& m) {
+  const std::string role = m.at("role").get<std::string>();
+  return role == "system" || role == "developer";
+}
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+std::string chat_turn_delta(const ChatRenderer& renderer, const nlohmann::json& history,
+                            const std::string& reply_end, const nlohmann::json& new_messages) {
+  nlohmann::json all = history;
+  for (const auto& m : new_messages) all.push_back(m);
+  const std::string full = renderer.render(all, /*add_generation_prompt=*/true);
+  if (history.empty()) return full;
+  std::string delta;
+  const nlohmann::json& last = history.back();
+  if (last.at("role") == "assistant") {
+    nlohmann::json prior = history;
+    prior.erase(prior.size() - 1);
+    const std::string fed = renderer.render(prior, /*add_generation_prompt=*/true) +
+                            last.at("content").get<std::string>();
+    // The stop token is the template's own closing (ChatML's <|im_end|>): not fed twice. A stop
+    // token the template does not write (a plain EOS) stays in the cache before the closing.
+    if (!reply_end.empty() && full.compare(0, fed.size() + reply_end.size(), fed + reply_end) == 0)
+      delta = full.substr(fed.size() + reply_end.size());
+    else if (full.compare(0, fed.size(), fed) == 0)
+      delta = full.substr(fed.size());
+  }
+  if (delta.empty()) {
+    // The template rewrote the reply (trimmed it, say): what follows the rendered history is
+    // new. The reply's closing tokens, if the model did not generate them, are not fed.
+    const std::string closed = renderer.render(history, /*add_generation_prompt=*/false);
+    delta = full.substr(common_prefix(full, closed));
+  }
+  if (delta.empty()) throw Error(ErrorCode::kInvalidArgument, "the messages add nothing to render");
+  return delta;
+}
+
+nlohmann::json next_chat_history(const nlohmann::json& history, const nlohmann::json& new_messages,
+                                 const std::string& reply) {
+  nlohmann::json system, turn;
+  for (const auto& m : history) {
+    if (is_system(m))
+      system = m;
+    else if (m.at("role") != "assistant")
+      turn = m;
+  }
+  for (const auto& m : new_messages) (is_system(m) ? system : turn) = m;
+  nlohmann::json out = nlohmann::json::array();
+  if (!system.is_null()) out.push_back(system);
+  if (!turn.is_null()) out.push_back(turn);
+  out.push_back({{"role", "assistant"}, {"content", reply}});
   return out;
 }
 

@@ -41,4 +41,23 @@ std::unique_ptr<ChatRenderer> make_chat_renderer(const Model& model);
 /// Throws kInvalidArgument naming the offending element.
 nlohmann::json normalize_chat_messages(const nlohmann::json& messages);
 
+/// The text a session's chat turn feeds to the session's cache. `history` is what the previous
+/// turns left (next_chat_history; empty before the first turn), `reply_end` the text the cache
+/// holds after the last reply besides it (the stop token or stop string that ended it: the
+/// engine feeds a turn's last sample too), `new_messages` the turn's own (normalized). First
+/// turn: the whole render with the generation prompt. Later turns (as llama.cpp's server finds
+/// its cache prefix): render(history + new, generation prompt) minus what the cache already
+/// holds, i.e. the previous turn's render with its generation prompt, the reply and
+/// `reply_end`, so the reply's closing (end-of-turn tokens, separators) is fed once. Throws
+/// kInvalidArgument when the template rejects the messages or the delta is empty.
+std::string chat_turn_delta(const ChatRenderer& renderer, const nlohmann::json& history,
+                            const std::string& reply_end, const nlohmann::json& new_messages);
+
+/// The history the next turn's delta needs once a turn of `new_messages` replied `reply`: the
+/// system message (the newest one given), the turn's last other message and the reply. Templates
+/// render a message by its role, its parity in the user/assistant alternation and whether it is
+/// first, all of which this trimmed history keeps, so its render is a prefix of the full one.
+nlohmann::json next_chat_history(const nlohmann::json& history, const nlohmann::json& new_messages,
+                                 const std::string& reply);
+
 }  // namespace rill::server

@@ -12,28 +12,17 @@
 #include "engine/runner/runner.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
+#include "server/grpc_convert.h"
+#include "server/grpc_session.h"
+#include "server/session_turn.h"
 #include "server/wake_queue.h"
 
 namespace rill::server {
 namespace {
 
-namespace pb = ::rill::v1;
-
-// The status for an error, its retry hint (overload) in the trailing metadata.
-grpc::Status to_status(grpc::CallbackServerContext* call, const ErrorReply& e) {
-  if (e.retry_after_s) {
-    call->AddTrailingMetadata("retry-after-ms",
-                              std::to_string(static_cast<long long>(*e.retry_after_s * 1e3)));
-  }
-  return grpc::Status(e.grpc_code, e.message);
-}
-
 std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in) {
-  nlohmann::json messages = nlohmann::json::array();
-  for (const pb::ChatMessage& m : in.messages())
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
-  const nlohmann::json normalized = normalize_chat_messages(messages);
-  const std::string text = ctx.chat().render(normalized, /*add_generation_prompt=*/true);
+  const std::string text =
+      ctx.chat().render(chat_messages_json(in), /*add_generation_prompt=*/true);
   return ctx.encode_prompt(text, ctx.chat().has_special_tokens());
 }
 
@@ -56,31 +45,10 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
   ctx.check_prompt(r.prompt, "input");
-  const pb::SamplingParameters& s = in.sampling();
-  if (s.has_temperature()) r.sampling.temperature = s.temperature();
-  if (s.has_top_k()) r.sampling.top_k = s.top_k();
-  if (s.has_top_p()) r.sampling.top_p = s.top_p();
-  if (s.has_min_p()) r.sampling.min_p = s.min_p();
-  if (s.has_repetition_penalty()) r.sampling.repetition_penalty = s.repetition_penalty();
-  if (s.has_presence_penalty()) r.sampling.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) r.sampling.frequency_penalty = s.frequency_penalty();
-  if (s.has_seed()) r.sampling.seed = s.seed();
-  r.sampling.validate();
-  r.stop.assign(in.stop().begin(), in.stop().end());
-  r.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
-  if (in.has_max_tokens()) r.max_tokens = in.max_tokens();
-  if (r.max_tokens < 0) throw Error(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
-  r.min_tokens = in.min_tokens();
-  if (r.min_tokens < 0) throw Error(ErrorCode::kInvalidArgument, "min_tokens must be >= 0");
-  r.ignore_eos = in.ignore_eos();
-  if (in.logprobs() < 0 || in.logprobs() > kMaxTopLogprobs + 1)
-    throw Error(ErrorCode::kInvalidArgument,
-                "logprobs must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
-  r.logprobs = in.logprobs() - 1;
-  if (in.cache().kind() == pb::CachePolicy::KIND_STREAMING)
-    r.cache = CachePolicy::streaming(in.cache().n_sink(), in.cache().window());
+  apply_sampling(in.sampling(), r.sampling);
+  apply_generation_fields(in, r);
+  r.cache = from_pb(in.cache());
   r.priority = in.priority();
-  r.skip_special_tokens = !in.include_special_tokens();
   const auto now = Clock::now();
   if (in.deadline_ms() > 0) r.deadline = now + std::chrono::milliseconds(in.deadline_ms());
   // The call's own deadline, moved onto the steady clock.
@@ -91,36 +59,6 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
     if (!r.deadline || d < *r.deadline) r.deadline = d;
   }
   return r;
-}
-
-void append_chunk(pb::GenerateResponse& m, const TokenChunk& c, const Tokenizer& tok) {
-  for (int32_t id : c.ids) m.add_token_ids(id);
-  m.mutable_text()->append(c.text);
-  for (const SampleLogprobs& lp : c.logprobs) {
-    pb::TokenLogprobs* x = m.add_logprobs();
-    x->set_logprob(lp.sampled);
-    for (const TokenLogprob& t : lp.top) {
-      pb::TopLogprob* y = x->add_top();
-      y->set_token_id(t.token);
-      y->set_token(tok.id_to_token(t.token));
-      y->set_logprob(t.logprob);
-    }
-  }
-}
-
-void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
-  f.set_finish_reason(finish_reason_name(e.reason));
-  f.set_stop_string(e.stop_string);
-  if (e.stop_token) f.set_stop_token_id(*e.stop_token);
-  f.mutable_usage()->set_prompt_tokens(e.usage.prompt_tokens);
-  f.mutable_usage()->set_completion_tokens(e.usage.completion_tokens);
-  f.mutable_usage()->set_evicted_tokens(e.usage.evicted_tokens);
-  f.mutable_usage()->set_preemptions(e.usage.preemptions);
-  f.mutable_timings()->set_queue_s(e.timings.queue_s);
-  f.mutable_timings()->set_ttft_s(e.timings.ttft_s);
-  f.mutable_timings()->set_tpot_s(e.timings.tpot_s);
-  f.mutable_timings()->set_e2e_s(e.timings.e2e_s);
-  f.set_message(e.error_message);
 }
 
 // One Generate stream. States: submitted -> (writes, one in flight) -> final written ->
@@ -279,6 +217,29 @@ class RillService final : public pb::Rill::CallbackService {
   grpc::ServerWriteReactor<pb::GenerateResponse>* Generate(grpc::CallbackServerContext* call,
                                                            const pb::GenerateRequest* in) override {
     return new GenerateReactor(ctx_, wakes_, call, in);
+  }
+
+  grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionResponse>* Session(
+      grpc::CallbackServerContext* call) override {
+    return start_session_call(ctx_, wakes_, call);
+  }
+
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* call,
+                                          const pb::SessionOptions* in,
+                                          pb::SessionInfo* out) override {
+    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in))); });
+  }
+
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* call,
+                                       const pb::GetSessionRequest* in,
+                                       pb::SessionInfo* out) override {
+    return unary(call, [&] { fill_session_info(*out, get_session(ctx_, in->session_id())); });
+  }
+
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* call,
+                                          const pb::DeleteSessionRequest* in,
+                                          pb::DeleteSessionResponse* out) override {
+    return unary(call, [&] { out->set_found(delete_session(ctx_, in->session_id())); });
   }
 
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* call, const pb::CancelRequest* in,

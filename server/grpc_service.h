@@ -1,6 +1,7 @@
 // The rill.v1.Rill gRPC service on the callback API: Generate is one ServerWriteReactor per
 // stream (one write in flight; the engine's notifier posts a wake-up that polls the request's
-// handle and starts the next write); the unary methods answer inline. Plus the standard health
+// handle and starts the next write); Session is one ServerBidiReactor per call
+// (grpc_session.h); the unary methods answer inline. Plus the standard health
 // service and server reflection.
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "server/error_mapping.h"
 #include "server/metrics_exposition.h"
 #include "server/openai_api.h"
+#include "server/session_api.h"
+#include "server/session_turn.h"
 
 namespace rill::server {
 namespace {
@@ -39,6 +42,22 @@ constexpr Route kRoutes[] = {
     {"/detokenize", http::verb::post},     {"/health", http::verb::get},
     {"/metrics", http::verb::get},
 };
+// POST /v1/sessions; GET and DELETE /v1/sessions/{id} (routed apart: the path has a parameter).
+constexpr const char* kSessions = "/v1/sessions";
+constexpr const char* kSessionPrefix = "/v1/sessions/";
+
+bool is_session_path(const std::string& target) {
+  return target == kSessions || target.rfind(kSessionPrefix, 0) == 0;
+}
+
+// The Allow header of a 405 for `target`.
+std::string allowed_methods(const std::string& target) {
+  if (target == kSessions) return "POST";
+  if (is_session_path(target)) return "GET, HEAD, DELETE";
+  for (const Route& r : kRoutes)
+    if (target == r.path) return r.method == http::verb::get ? "GET, HEAD" : "POST";
+  return {};
+}
 
 // Live sessions with a generation in flight, so stop() can wait for them.
 struct Registry {
@@ -107,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string target(req_.target());
     if (const auto q = target.find('?'); q != std::string::npos) target.resize(q);
     method_line_ = std::string(req_.method_string()) + " " + target;
+    if (is_session_path(target)) return route_session(target);
     const Route* found = nullptr;
     bool path_known = false;
     for (const Route& r : kRoutes) {
@@ -140,6 +160,43 @@ class Session : public std::enable_shared_from_this<Session> {
       if (target == "/detokenize") return detokenize();
     } catch (const std::exception& e) {
       return send_error(map_exception(e), 0, true);
+    }
+  }
+
+  // POST /v1/sessions -> 201; GET /v1/sessions/{id} -> 200; DELETE /v1/sessions/{id} -> 200.
+  void route_session(const std::string& target) {
+    const bool collection = target == kSessions;
+    const std::string id = collection ? std::string() : target.substr(std::strlen(kSessionPrefix));
+    if (!collection && (id.empty() || id.find('/') != std::string::npos))
+      return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
+    const http::verb m = req_.method();
+    const bool allowed =
+        collection ? m == http::verb::post
+                   : (m == http::verb::get || m == http::verb::head || m == http::verb::delete_);
+    if (!allowed) {
+      ErrorReply e =
+          map_error(ErrorCode::kInvalidArgument,
+                    "method " + std::string(req_.method_string()) + " is not allowed on " + target);
+      e.type = "invalid_request_error";
+      return send_error(e, 405, true);
+    }
+    try {
+      SessionStore& store = ctx_.sessions();
+      if (collection) {
+        const SessionInfo info = create_session(ctx_, parse_session_options(ctx_, req_.body()));
+        const int64_t created = store.get(info.options.id).value_or(SessionEntry{}).created;
+        return send(201, "application/json", session_body(info, created), true);
+      }
+      if (m == http::verb::delete_) {
+        if (!delete_session(ctx_, id))
+          throw Error(ErrorCode::kNotFound, "session " + id + " not found");
+        return send(200, "application/json", session_deleted_body(id), true);
+      }
+      const SessionInfo info = get_session(ctx_, id);
+      const int64_t created = store.get(id).value_or(SessionEntry{}).created;
+      send(200, "application/json", session_body(info, created), true);
+    } catch (const std::exception& e) {
+      send_error(map_exception(e), 0, true);
     }
   }
 
@@ -211,9 +268,10 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_mode_ = api.stream;
     prompt_tokens_ = static_cast<int>(api.request.prompt.size());
     responder_.emplace(api, engine.tokenizer(), api.request.id);
+    turn_ = std::move(api.turn);
     std::weak_ptr<Session> weak = weak_from_this();
     auto queued = std::make_shared<std::atomic<bool>>(false);
-    handle_ = engine.submit(std::move(api.request), [weak, gate = gate_, queued] {
+    EventNotifier notify = [weak, gate = gate_, queued] {
       // On an engine thread: only post a wake-up (then onto this connection's strand).
       if (queued->exchange(true)) return;
       std::lock_guard<std::mutex> lock(gate->mu);
@@ -224,7 +282,9 @@ class Session : public std::enable_shared_from_this<Session> {
           net::dispatch(self->stream_.get_executor(), [self] { self->on_events(); });
         }
       });
-    });
+    };
+    handle_ = turn_ ? submit_session_turn(ctx_, std::move(api.request), std::move(notify))
+                    : engine.submit(std::move(api.request), std::move(notify));
     generating_ = true;
     reg_.generating.fetch_add(1);
     stream_.expires_never();
@@ -279,6 +339,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_final(const FinalEvent& f) {
     final_seen_ = true;
+    // Before the answer goes out, so the client's next turn finds the history up to date.
+    if (turn_) finish_session_turn(ctx_, *turn_, f, responder_->text());
     finish_reason_ = finish_reason_name(f.reason);
     completion_tokens_ = f.usage.completion_tokens;
     timings_ = f.timings;
@@ -342,7 +404,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void abort(const std::string& why) {
-    if (handle_.valid() && !final_seen_) handle_.cancel();
+    if (handle_.valid() && !final_seen_) {
+      handle_.cancel();
+      // The cache holds what was generated up to now: the session's history keeps it too.
+      FinalEvent cancelled;
+      cancelled.reason = FinishReason::kCancelled;
+      if (turn_) finish_session_turn(ctx_, *turn_, cancelled, responder_->text());
+    }
     if (finish_reason_.empty()) finish_reason_ = "cancelled";
     if (!status_) status_ = 499;
     spdlog::debug("{}: {}", request_id_, why);
@@ -371,12 +439,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res->set(http::field::server, "rill");
     res->set(http::field::content_type, "application/json");
     if (code == 405) {
-      std::string allow;
       std::string target(req_.target());
       if (const auto q = target.find('?'); q != std::string::npos) target.resize(q);
-      for (const Route& r : kRoutes)
-        if (target == r.path) allow = r.method == http::verb::get ? "GET, HEAD" : "POST";
-      res->set(http::field::allow, allow);
+      res->set(http::field::allow, allowed_methods(target));
     }
     if (e.retry_after_s)
       res->set(http::field::retry_after,
@@ -480,6 +545,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Generation state (one request per connection: generation answers close the connection).
   RequestHandle handle_;
   std::optional<ApiResponder> responder_;
+  std::optional<TurnPlan> turn_;  // a session turn: what to record when it ends
   std::vector<RequestEvent> events_;
   std::string pending_, inflight_;
   char probe_[64];

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP front end on Boost.Beast: a few Asio threads serve every
 // connection (no thread per connection). Routes: POST /v1/completions, POST
-// /v1/chat/completions (JSON or server-sent events), GET /v1/models, POST /tokenize,
+// /v1/chat/completions (JSON or server-sent events), the session endpoints (POST
+// /v1/sessions, GET and DELETE /v1/sessions/{id}), GET /v1/models, POST /tokenize,
 // POST /detokenize, GET /health, GET /metrics. docs/api.md lists every answer.
 #pragma once
 

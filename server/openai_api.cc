@@ -5,159 +5,123 @@
 #include <limits>
 
 #include "engine/runner/runner.h"
+#include "server/json_fields.h"
 
 namespace rill::server {
 namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& field, const std::string& why) {
-  throw FieldError(field, "'" + field + "' " + why);
-}
-
-bool present(const json& j, const char* key) {
-  return j.contains(key) && !j[key].is_null();
-}
-
-int64_t get_int(const json& j, const char* key, int64_t lo, int64_t hi) {
-  const json& v = j[key];
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d)) bad(key, "must be an integer");
-    if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
-      bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return static_cast<int64_t>(d);
-  }
-  if (!v.is_number_integer()) bad(key, "must be an integer");
-  if (v.is_number_unsigned() &&
-      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi)
-    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return x;
-}
-
-float get_float(const json& j, const char* key, double lo, double hi) {
-  const json& v = j[key];
-  if (!v.is_number()) bad(key, "must be a number");
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi)
-    bad(key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
-  return static_cast<float>(d);
-}
-
-bool get_bool(const json& j, const char* key) {
-  if (!j[key].is_boolean()) bad(key, "must be a boolean");
-  return j[key].get<bool>();
-}
-
-std::vector<int32_t> int_list(const json& v, const char* key) {
-  std::vector<int32_t> ids;
-  for (const json& x : v) {
-    if (!x.is_number_integer()) bad(key, "must be a list of integer token ids");
-    const int64_t id = x.get<int64_t>();
-    if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max())
-      bad(key, "has a token id out of range");
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
-}
-
 // "prompt": a string, a list of token ids, or a list holding one of those (n = 1 prompt only).
-std::vector<int32_t> completion_prompt(ServingContext& ctx, const json& body) {
-  if (!body.contains("prompt")) bad("prompt", "is required");
+// Returns the one prompt: a non-empty string or a non-empty list of ids.
+json one_prompt(const json& body) {
+  if (!body.contains("prompt")) bad_field("prompt", "is required");
   json p = body["prompt"];
   if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
-  std::vector<int32_t> ids;
   if (p.is_string()) {
-    if (p.get_ref<const std::string&>().empty()) bad("prompt", "must not be empty");
-    ids = ctx.encode_prompt(p.get<std::string>());
+    if (p.get_ref<const std::string&>().empty()) bad_field("prompt", "must not be empty");
   } else if (p.is_array()) {
-    if (p.empty()) bad("prompt", "must not be empty");
+    if (p.empty()) bad_field("prompt", "must not be empty");
     if (p[0].is_string() || p[0].is_array())
-      bad("prompt", "must be one prompt (batches are not supported)");
-    ids = int_list(p, "prompt");
+      bad_field("prompt", "must be one prompt (batches are not supported)");
   } else {
-    bad("prompt", "must be a string or a list of token ids");
+    bad_field("prompt", "must be a string or a list of token ids");
   }
+  return p;
+}
+
+std::vector<int32_t> completion_prompt(ServingContext& ctx, const json& body) {
+  const json p = one_prompt(body);
+  std::vector<int32_t> ids =
+      p.is_string() ? ctx.encode_prompt(p.get<std::string>()) : get_id_list(p, "prompt");
   ctx.check_prompt(ids, "prompt");
   return ids;
 }
 
-std::vector<int32_t> chat_prompt(ServingContext& ctx, const json& body) {
-  if (!body.contains("messages")) bad("messages", "is required");
-  json messages;
+json chat_messages(const json& body) {
+  if (!body.contains("messages")) bad_field("messages", "is required");
   try {
-    messages = normalize_chat_messages(body["messages"]);
+    return normalize_chat_messages(body["messages"]);
   } catch (const Error& e) {
     throw FieldError("messages", e.what());
   }
+}
+
+// A turn of the session named by "session_id": its new tokens and defaults (session_turn.h).
+TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
+  if (!b["session_id"].is_string() || b["session_id"].get_ref<const std::string&>().empty())
+    bad_field("session_id", "must be a non-empty string");
+  const char* param = kind == ApiKind::kChat ? "messages" : "prompt";
+  TurnInput in;
+  if (kind == ApiKind::kChat) {
+    in.kind = TurnInput::Kind::kChat;
+    in.messages = chat_messages(b);
+  } else if (const json p = one_prompt(b); p.is_string()) {
+    in.text = p.get<std::string>();
+  } else {
+    in.kind = TurnInput::Kind::kTokens;
+    in.ids = get_id_list(p, "prompt");
+  }
+  TurnPlan plan;
+  try {
+    plan = plan_session_turn(ctx, b["session_id"].get<std::string>(), in);
+  } catch (const FieldError&) {
+    throw;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kNotFound) throw FieldError("session_id", e.what(), e.code());
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
+    throw FieldError(param, e.what());
+  }
+  ctx.check_prompt(plan.prompt, param);
+  return plan;
+}
+
+bool same_policy(const CachePolicy& a, const CachePolicy& b) {
+  return a.kind == b.kind && a.n_sink == b.n_sink && a.window == b.window;
+}
+
+std::vector<int32_t> chat_prompt(ServingContext& ctx, const json& body) {
+  const json messages = chat_messages(body);
   std::string text;
   try {
     text = ctx.chat().render(messages, /*add_generation_prompt=*/true);
   } catch (const Error& e) {
     throw FieldError("messages", e.what());
   }
-  if (text.empty()) bad("messages", "render to an empty prompt");
+  if (text.empty()) bad_field("messages", "render to an empty prompt");
   std::vector<int32_t> ids = ctx.encode_prompt(text, ctx.chat().has_special_tokens());
   ctx.check_prompt(ids, "messages");
   return ids;
 }
 
-void parse_sampling(const json& b, SamplingParams& s) {
-  if (present(b, "temperature")) s.temperature = get_float(b, "temperature", 0, 100);
-  if (present(b, "top_p")) s.top_p = get_float(b, "top_p", 0, 1);
-  if (present(b, "top_k")) {
-    const int64_t k = get_int(b, "top_k", -1, std::numeric_limits<int32_t>::max());
-    s.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 is off
-  }
-  if (present(b, "min_p")) s.min_p = get_float(b, "min_p", 0, 1);
-  if (present(b, "presence_penalty")) s.presence_penalty = get_float(b, "presence_penalty", -2, 2);
-  if (present(b, "frequency_penalty"))
-    s.frequency_penalty = get_float(b, "frequency_penalty", -2, 2);
-  if (present(b, "repetition_penalty"))
-    s.repetition_penalty = get_float(b, "repetition_penalty", 0.01, 100);
-  if (present(b, "seed"))
-    s.seed = static_cast<uint64_t>(get_int(b, "seed", std::numeric_limits<int64_t>::min(),
-                                           std::numeric_limits<int64_t>::max()));
-  try {
-    s.validate();
-  } catch (const Error& e) {
-    throw FieldError("", e.what());
-  }
-}
-
 void parse_stop(const json& b, Request& r) {
-  if (!present(b, "stop")) return;
+  if (!has_field(b, "stop")) return;
   const json& v = b["stop"];
   if (v.is_string()) {
     if (!v.get_ref<const std::string&>().empty()) r.stop.push_back(v.get<std::string>());
     return;
   }
-  if (!v.is_array()) bad("stop", "must be a string or a list of strings");
-  if (v.size() > 16) bad("stop", "has more than 16 strings");
+  if (!v.is_array()) bad_field("stop", "must be a string or a list of strings");
+  if (v.size() > 16) bad_field("stop", "has more than 16 strings");
   for (const json& s : v) {
-    if (!s.is_string()) bad("stop", "must be a string or a list of strings");
+    if (!s.is_string()) bad_field("stop", "must be a string or a list of strings");
     if (!s.get_ref<const std::string&>().empty()) r.stop.push_back(s.get<std::string>());
   }
 }
 
-void parse_cache(const json& b, Request& r) {
-  if (!present(b, "cache")) return;
-  const json& c = b["cache"];
-  if (!c.is_object()) bad("cache", "must be an object {\"policy\", \"n_sink\", \"window\"}");
-  const std::string policy = c.value("policy", std::string("full"));
-  if (policy == "full") {
-    r.cache = CachePolicy::full();
-  } else if (policy == "streaming") {
-    if (!present(c, "window")) bad("cache.window", "is required with the streaming policy");
-    const int64_t n_sink = present(c, "n_sink") ? get_int(c, "n_sink", 0, 1 << 20) : 4;
-    const int64_t window = get_int(c, "window", 1, std::numeric_limits<int32_t>::max());
-    r.cache = CachePolicy::streaming(static_cast<int>(n_sink), static_cast<int>(window));
-  } else {
-    bad("cache.policy", "must be \"full\" or \"streaming\"");
-  }
+// Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
+// Returns -1 (none) or the number of alternatives.
+int parse_logprobs(ApiKind kind, const json& b) {
+  if (kind == ApiKind::kCompletion)
+    return has_field(b, "logprobs")
+               ? static_cast<int>(get_int_field(b, "logprobs", 0, kMaxTopLogprobs))
+               : -1;
+  const bool on = has_field(b, "logprobs") && get_bool_field(b, "logprobs");
+  const int top = has_field(b, "top_logprobs")
+                      ? static_cast<int>(get_int_field(b, "top_logprobs", 0, kMaxTopLogprobs))
+                      : 0;
+  if (has_field(b, "top_logprobs") && !on) bad_field("top_logprobs", "needs \"logprobs\": true");
+  return on ? top : -1;
 }
 
 }  // namespace
@@ -174,69 +138,70 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   ApiRequest a;
   a.kind = kind;
   a.model = ctx.model().served_name;
-  if (present(b, "model")) {
-    if (!b["model"].is_string()) bad("model", "must be a string");
+  if (has_field(b, "model")) {
+    if (!b["model"].is_string()) bad_field("model", "must be a string");
     if (b["model"].get<std::string>() != a.model)
       throw FieldError("model", "The model '" + b["model"].get<std::string>() + "' does not exist",
                        ErrorCode::kNotFound);
   }
-  if (present(b, "n") && get_int(b, "n", 1, 1) != 1) bad("n", "must be 1");
-  if (present(b, "best_of") && get_int(b, "best_of", 1, 1) != 1) bad("best_of", "must be 1");
-  if (present(b, "echo") && get_bool(b, "echo")) bad("echo", "is not supported");
-  if (present(b, "suffix")) bad("suffix", "is not supported");
-  if (present(b, "stream")) a.stream = get_bool(b, "stream");
-  if (present(b, "stream_options")) {
+  if (has_field(b, "n") && get_int_field(b, "n", 1, 1) != 1) bad_field("n", "must be 1");
+  if (has_field(b, "best_of") && get_int_field(b, "best_of", 1, 1) != 1)
+    bad_field("best_of", "must be 1");
+  if (has_field(b, "echo") && get_bool_field(b, "echo")) bad_field("echo", "is not supported");
+  if (has_field(b, "suffix")) bad_field("suffix", "is not supported");
+  if (has_field(b, "stream")) a.stream = get_bool_field(b, "stream");
+  if (has_field(b, "stream_options")) {
     const json& so = b["stream_options"];
-    if (!so.is_object()) bad("stream_options", "must be an object");
-    if (present(so, "include_usage")) a.include_usage = get_bool(so, "include_usage");
+    if (!so.is_object()) bad_field("stream_options", "must be an object");
+    if (has_field(so, "include_usage")) a.include_usage = get_bool_field(so, "include_usage");
   }
-  if (present(b, "return_token_ids")) a.return_token_ids = get_bool(b, "return_token_ids");
+  if (has_field(b, "return_token_ids")) a.return_token_ids = get_bool_field(b, "return_token_ids");
   Request& r = a.request;
+  if (has_field(b, "session_id")) {
+    // A session turn: the session's defaults stand for the fields the body leaves out.
+    a.turn = session_turn(ctx, kind, b);
+    r = session_request(*a.turn);
+  } else {
+    r.prompt = kind == ApiKind::kChat ? chat_prompt(ctx, b) : completion_prompt(ctx, b);
+    r.max_tokens = 16;  // OpenAI's default for completions; chat: up to the context
+    if (kind == ApiKind::kChat) r.max_tokens = 256;
+  }
   r.id = ctx.new_request_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
-  r.prompt = kind == ApiKind::kChat ? chat_prompt(ctx, b) : completion_prompt(ctx, b);
-  r.max_tokens = 16;  // OpenAI's default for completions; chat: up to the context
-  if (kind == ApiKind::kChat) r.max_tokens = 256;
   const int64_t kMaxTokens = 1 << 24;
-  if (present(b, "max_tokens"))
-    r.max_tokens = static_cast<int>(get_int(b, "max_tokens", 0, kMaxTokens));
-  if (present(b, "max_completion_tokens"))
-    r.max_tokens = static_cast<int>(get_int(b, "max_completion_tokens", 0, kMaxTokens));
-  if (present(b, "min_tokens"))
-    r.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMaxTokens));
-  parse_sampling(b, r.sampling);
+  if (has_field(b, "max_tokens"))
+    r.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, kMaxTokens));
+  if (has_field(b, "max_completion_tokens"))
+    r.max_tokens = static_cast<int>(get_int_field(b, "max_completion_tokens", 0, kMaxTokens));
+  if (has_field(b, "min_tokens"))
+    r.min_tokens = static_cast<int>(get_int_field(b, "min_tokens", 0, kMaxTokens));
+  parse_sampling_fields(b, r.sampling);
   parse_stop(b, r);
-  if (present(b, "stop_token_ids")) {
+  if (has_field(b, "stop_token_ids")) {
     if (!b["stop_token_ids"].is_array())
-      bad("stop_token_ids", "must be a list of integer token ids");
-    r.stop_token_ids = int_list(b["stop_token_ids"], "stop_token_ids");
+      bad_field("stop_token_ids", "must be a list of integer token ids");
+    r.stop_token_ids = get_id_list(b["stop_token_ids"], "stop_token_ids");
     for (int32_t id : r.stop_token_ids)
       if (id < 0 || id >= engine.tokenizer().vocab_size())
-        bad("stop_token_ids", "has a token id out of range");
+        bad_field("stop_token_ids", "has a token id out of range");
   }
-  if (present(b, "ignore_eos")) r.ignore_eos = get_bool(b, "ignore_eos");
-  if (present(b, "skip_special_tokens")) r.skip_special_tokens = get_bool(b, "skip_special_tokens");
-  if (present(b, "priority"))
-    r.priority = static_cast<int>(get_int(b, "priority", -1'000'000, 1'000'000));
-  parse_cache(b, r);
-  // Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
-  if (kind == ApiKind::kCompletion) {
-    if (present(b, "logprobs"))
-      a.top_logprobs = static_cast<int>(get_int(b, "logprobs", 0, kMaxTopLogprobs));
-  } else {
-    const bool on = present(b, "logprobs") && get_bool(b, "logprobs");
-    const int top = present(b, "top_logprobs")
-                        ? static_cast<int>(get_int(b, "top_logprobs", 0, kMaxTopLogprobs))
-                        : 0;
-    if (present(b, "top_logprobs") && !on) bad("top_logprobs", "needs \"logprobs\": true");
-    if (on) a.top_logprobs = top;
+  if (has_field(b, "ignore_eos")) r.ignore_eos = get_bool_field(b, "ignore_eos");
+  if (has_field(b, "skip_special_tokens"))
+    r.skip_special_tokens = get_bool_field(b, "skip_special_tokens");
+  if (has_field(b, "priority"))
+    r.priority = static_cast<int>(get_int_field(b, "priority", -1'000'000, 1'000'000));
+  if (const auto cache = parse_cache_field(b)) {
+    if (a.turn && !same_policy(*cache, r.cache))
+      bad_field("cache", "must be the session's cache policy (" + r.cache.to_string() + ")");
+    r.cache = *cache;
   }
+  a.top_logprobs = parse_logprobs(kind, b);
   r.logprobs = a.top_logprobs;
   // A full cache holds prompt + generated tokens within the context (vLLM answers 400 too).
   const int context = ctx.model().context_length;
   if (!r.cache.is_streaming() && context > 0 &&
       static_cast<int64_t>(r.prompt.size()) + r.max_tokens > context) {
-    if (present(b, "max_tokens") || present(b, "max_completion_tokens"))
-      throw FieldError(present(b, "max_tokens") ? "max_tokens" : "max_completion_tokens",
+    if (has_field(b, "max_tokens") || has_field(b, "max_completion_tokens"))
+      throw FieldError(has_field(b, "max_tokens") ? "max_tokens" : "max_completion_tokens",
                        "This model's maximum context length is " + std::to_string(context) +
                            " tokens; the prompt has " + std::to_string(r.prompt.size()) + " and " +
                            std::to_string(r.max_tokens) + " more were requested");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "engine/scheduler/request.h"
 #include "server/error_mapping.h"
 #include "server/serving_context.h"
+#include "server/session_turn.h"
 
 namespace rill::server {
 
@@ -25,10 +27,12 @@ struct ApiRequest {
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // Rill extension: "token_ids" in every choice
   int top_logprobs = -1;          // -1: no logprobs; else the number of alternatives
+  std::optional<TurnPlan> turn;   // with "session_id": the session turn this request is
 };
 
 /// Parses and checks a /v1/completions or /v1/chat/completions body. Throws FieldError /
-/// rill::Error (kInvalidArgument, kNotFound for an unknown model) with OpenAI-style messages.
+/// rill::Error (kInvalidArgument, kNotFound for an unknown model or session) with OpenAI-style
+/// messages. With "session_id" the request is a turn of that session (session_turn.h).
 ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::string& body);
 
 /// Builds the response (non-streaming) or the SSE chunks (streaming) of one request.
@@ -42,6 +46,8 @@ class ApiResponder {
   /// Streaming: the last chunk, the usage chunk (when asked for) and [DONE]; otherwise the whole
   /// JSON body. Not for kError (see error_body / sse_error).
   std::string final(const FinalEvent& f);
+  /// The text generated so far (both modes): a session chat turn keeps it as the reply.
+  const std::string& text() const { return text_; }
 
  private:
   nlohmann::json logprobs_json(const std::vector<int32_t>& ids,

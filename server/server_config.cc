@@ -61,7 +61,8 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch},
       {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step",
        &e.max_step_tokens},
-      {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs", &e.cuda_tuning.cuda_graphs},
+      {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs",
+       &e.cuda_tuning.cuda_graphs},
       {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
        &e.cuda_tuning.fused_decode},
       {"scheduler.max_num_seqs", "--max-num-seqs", "sequences in one step", &s.max_num_seqs},
@@ -85,6 +86,14 @@ std::vector<Field> fields(ServerConfig& c) {
        &s.aging_per_s},
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark},
+      {"scheduler.max_sessions", "--max-sessions", "live sessions at most (POST /v1/sessions: 503)",
+       &s.max_sessions},
+      {"scheduler.session_gpu_fraction", "--session-gpu-fraction",
+       "share of the KV pool idle sessions may keep", &s.session_gpu_fraction},
+      {"scheduler.session_idle_ttl_ms", "--session-idle-ttl-ms",
+       "idle sessions expire after this long", &s.session_idle_ttl},
+      {"scheduler.max_restores_per_step", "--max-restores-per-step",
+       "offloaded session caches copied back per step", &s.max_restores_per_step},
   };
 }
 
@@ -211,6 +220,12 @@ void validate_config(const ServerConfig& c) {
   check(std::isfinite(s.aging_per_s) && s.aging_per_s >= 0, "scheduler.aging_per_s",
         "must be >= 0");
   check(s.kv_watermark >= 0 && s.kv_watermark < 1, "scheduler.kv_watermark", "must be in [0, 1)");
+  check(s.max_sessions >= 0, "scheduler.max_sessions", "must be >= 0");
+  check(std::isfinite(s.session_gpu_fraction) && s.session_gpu_fraction >= 0 &&
+            s.session_gpu_fraction <= 1,
+        "scheduler.session_gpu_fraction", "must be in [0, 1]");
+  check(s.session_idle_ttl.count() > 0, "scheduler.session_idle_ttl_ms", "must be > 0");
+  check(s.max_restores_per_step >= 1, "scheduler.max_restores_per_step", "must be >= 1");
 }
 
 bool parse_command_line(int argc, char** argv, ServerConfig& config) {

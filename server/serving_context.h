@@ -12,6 +12,7 @@
 #include "engine/scheduler/serving_engine.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
+#include "server/session_store.h"
 
 namespace rill::server {
 
@@ -76,6 +77,9 @@ class ServingContext {
 
   void access_log(const AccessRecord& r) const;
 
+  /// The server-side state of sessions (session_store.h), shared by both front ends.
+  SessionStore& sessions() { return sessions_; }
+
  private:
   ServerConfig config_;
   std::atomic<ServingEngine*> engine_{nullptr};
@@ -84,6 +88,7 @@ class ServingContext {
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
   uint64_t id_salt_ = 0;
+  SessionStore sessions_;
 };
 
 }  // namespace rill::server

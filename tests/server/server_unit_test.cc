@@ -1,5 +1,6 @@
 // Unit tests of the server pieces that need no engine: Prometheus exposition (checked by
-// promtool too), the error mapping, configuration parsing and validation, chat messages.
+// promtool too), the error mapping, configuration parsing and validation, chat messages and
+// session chat deltas.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -230,6 +231,106 @@ TEST(ChatPrompt, NormalizesAndRenders) {
   EXPECT_THROW(
       normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
   EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"("hi")")), Error);
+}
+
+}  // namespace
+}  // namespace rill::server
+
+namespace rill::server {
+namespace {
+
+nlohmann::json msg(const char* role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
+
+// ChatML, as Qwen's template writes it: the reply's end-of-turn marker is the template's, and a
+// model that stops on it does not feed it to the cache.
+class ChatMlRenderer final : public ChatRenderer {
+ public:
+  explicit ChatMlRenderer(bool trim = false) : trim_(trim) {}
+  std::string render(const nlohmann::json& messages, bool add_generation_prompt) const override {
+    std::string out;
+    for (const auto& m : messages) {
+      std::string content = m.at("content").get<std::string>();
+      if (trim_ && !content.empty() && content.back() == ' ') content.pop_back();
+      out += "<|im_start|>" + m.at("role").get<std::string>() + "\n" + content + "<|im_end|>\n";
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+  bool has_special_tokens() const override { return true; }
+  std::string name() const override { return "chatml"; }
+
+ private:
+  bool trim_;
+};
+
+// What a session's cache holds after each turn (the delta fed, the reply generated, and the stop
+// token when the model ended on the template's own closing) is exactly the render of the whole
+// conversation: each delta closes the previous reply once and opens the next turn.
+TEST(ChatPrompt, SessionDeltasRebuildTheWholeConversation) {
+  const BuiltinChatRenderer builtin;
+  const ChatMlRenderer chatml;
+  const std::vector<std::pair<const ChatRenderer*, std::string>> cases = {
+      {&builtin, ""}, {&chatml, ""}, {&chatml, "<|im_end|>"}};
+  for (const auto& [r, stop] : cases) {
+    nlohmann::json history = nlohmann::json::array(), all = nlohmann::json::array();
+    std::string cache;
+    for (int turn = 0; turn < 4; ++turn) {
+      nlohmann::json news = nlohmann::json::array();
+      if (turn == 0) news.push_back(msg("system", "Be brief."));
+      news.push_back(msg("user", "question " + std::to_string(turn)));
+      cache += chat_turn_delta(*r, history, stop, news);
+      for (const auto& m : news) all.push_back(m);
+      EXPECT_EQ(cache, r->render(all, true)) << r->name() << " stop '" << stop << "' turn " << turn;
+      const std::string reply = "answer " + std::to_string(turn);
+      cache += reply + stop;
+      all.push_back(msg("assistant", reply));
+      history = next_chat_history(history, news, reply);
+      // Constant memory: the system message and the last exchange.
+      ASSERT_EQ(history.size(), 3u);
+      EXPECT_EQ(history[0]["role"], "system");
+      EXPECT_EQ(history[1]["content"], "question " + std::to_string(turn));
+      EXPECT_EQ(history[2]["content"], reply);
+    }
+    const std::string next =
+        chat_turn_delta(*r, history, stop, nlohmann::json::array({msg("user", "q")}));
+    EXPECT_EQ(next.find("answer 3"), std::string::npos) << "a delta never repeats the reply";
+  }
+}
+
+TEST(ChatPrompt, SessionDeltaAfterAStopTokenTheTemplateDoesNotWrite) {
+  const BuiltinChatRenderer builtin;
+  const nlohmann::json news = nlohmann::json::array({msg("user", "hi")});
+  const nlohmann::json history = next_chat_history(nlohmann::json::array(), news, "hello");
+  // The cache holds "hello</s>": the template's separator follows it.
+  EXPECT_EQ(chat_turn_delta(builtin, history, "</s>", nlohmann::json::array({msg("user", "more")})),
+            "\n\nUSER:\nmore\n\nASSISTANT:\n");
+}
+
+TEST(ChatPrompt, SessionDeltaWhenTheTemplateRewritesTheReply) {
+  const ChatMlRenderer trimming(/*trim=*/true);
+  const nlohmann::json news = nlohmann::json::array({msg("user", "hi")});
+  const nlohmann::json history = next_chat_history(nlohmann::json::array(), news, "hello ");
+  // The render no longer starts with what was fed ("hello " with its space): the delta is what
+  // follows the rendered history, never the reply again.
+  EXPECT_EQ(chat_turn_delta(trimming, history, "", nlohmann::json::array({msg("user", "more")})),
+            "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatPrompt, SessionHistoryKeepsTheNewestSystemMessage) {
+  nlohmann::json h =
+      next_chat_history(nlohmann::json::array(),
+                        nlohmann::json::array({msg("system", "a"), msg("user", "u1")}), "r1");
+  h = next_chat_history(h, nlohmann::json::array({msg("user", "u2")}), "r2");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0]["content"], "a");
+  h = next_chat_history(h, nlohmann::json::array({msg("system", "b"), msg("user", "u3")}), "r3");
+  EXPECT_EQ(h[0]["content"], "b");
+  EXPECT_EQ(h[1]["content"], "u3");
+  // Without a system message the history is the last exchange only.
+  h = next_chat_history(nlohmann::json::array(), nlohmann::json::array({msg("user", "x")}), "y");
+  EXPECT_EQ(h.size(), 2u);
 }
 
 }  // namespace
