@@ -12,4 +12,4 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRILL_ENABL
   "-DCMAKE_CXX_FLAGS=-fsanitize=thread" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" "${launcher[@]}" >/dev/null
 cmake --build build-tsan -j "$(nproc)" --target scheduler_tests
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/scheduler/scheduler_tests \
-  --gtest_filter='ServingEngineStress.*:ServingEngine.DroppingTheHandle*:ServingEngine.DrainTimeout*:StopFilter.*:Sessions.Concurrent*:Sessions.ATurnWhile*:Sessions.Closing*'
+  --gtest_filter='ServingEngineStress.*:ServingEngine.DroppingTheHandle*:ServingEngine.DrainTimeout*:StopFilter.*:Sessions.ConcurrentTurns*:Sessions.ATurnWhile*:Sessions.Closing*'

@@ -214,6 +214,33 @@ TEST(Sessions, ConcurrentSessionsWithOffloadEqualTheReference) {
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
 }
 
+// For ThreadSanitizer (scripts/test_tsan.sh), light enough to run there: turns of four sessions
+// on four threads in a pool that forces offloads and reclaims, one session closed mid-turn.
+TEST(Sessions, ConcurrentTurnsOffloadsAndClosesFinishCleanly) {
+  SchedulerConfig cfg;
+  cfg.session_gpu_fraction = 0.3;
+  EngineFixture f(cfg, {.num_threads = 1, .num_blocks = 12});
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      const std::string id = f.engine->create_session(streaming_session()).options.id;
+      for (int t = 0; t < 4; ++t) {
+        RequestHandle h = f.engine->submit(turn_request(id, t, i == 3 && t == 3 ? 100000 : 3, {}));
+        if (i == 3 && t == 3) {
+          EXPECT_TRUE(f.engine->close_session(id));
+          EXPECT_EQ(collect(h).final.reason, FinishReason::kCancelled);
+          return;
+        }
+        const Collected c = collect(h);
+        EXPECT_EQ(c.final.reason, FinishReason::kLength) << c.final.error_message;
+      }
+      EXPECT_TRUE(f.engine->close_session(id));
+    });
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
+  EXPECT_GT(metric(f.metrics, "rill_session_offloads_total"), 0);
+}
+
 // Seeded sampling with penalties: each turn restarts the sampler, so a session gives the same
 // tokens whether its cache stayed in the pool or went to host memory between turns.
 TEST(Sessions, SeededTurnsAreUnchangedByOffload) {
