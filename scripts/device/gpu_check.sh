@@ -5,6 +5,7 @@
 # bench-small (default model), micro (kernel benchmarks), bench-7b / bench-8b (Llama-2-7B and
 # Llama-3-8B shapes from rill-make-model), bench-7b-quick / bench-8b-quick (batch 1 with each
 # optimisation off in turn), bench-7b-streaming, long-small / long-7b (long StreamingLLM runs).
+# sessions-7b / sessions-offload-7b drive multi-turn sessions (rill-session-bench, docs/streaming.md).
 # serve-7b / serve-8b / serve-mix-7b drive the serving engine (rill-serve-bench): 64 decode
 # streams of the 7B shape against rill-bench's pipelined step; 1,000 requests of 256 + 256
 # tokens on the 8B shape; 32 decode streams while 2,048-token prompts arrive.
@@ -89,6 +90,18 @@ for section in "$@"; do
       TAIL=16 run serve_mix_7b 300 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 \
         --decode-prompt-len 1024 --decode-window 1020 --num-requests 16 --input-len 2048 --output-len 32 \
         --rate 2 --max-num-seqs 64 --max-num-batched-tokens 224 ;;
+    sessions-7b)  # issue 23: a 1,000-turn session (4 + 1020 cache, 80 + 20 tokens a turn) against the
+      # same conversation re-sent whole each turn (full cache) until the context is full
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=8 run sessions_7b 420 "$bin/rill-session-bench" --model /tmp/llama2-7b --device cuda --mode conversation \
+        --turns 1000 --turn-len 80 --answer-len 20 --sink 4 --window 1020 --json "$OUT/sessions_7b.json" ;;
+    sessions-offload-7b)  # 100 sessions (512-token first turns), idle caches mostly in host memory, 16
+      # streams running; then every session's second turn restores its cache
+      [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
+      TAIL=8 run sessions_offload_7b 420 "$bin/rill-session-bench" --model /tmp/llama2-7b --device cuda \
+        --mode offload --sessions 100 --first-len 512 --turn-len 64 --answer-len 16 --concurrency 8 --streams 16 \
+        --stream-window 1020 --sink 4 --window 1020 --session-gpu-fraction 0.1 --host-kv-bytes 25769803776 \
+        --json "$OUT/sessions_offload_7b.json" ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \
         --window 252 --long-stream "${LONG_TOKENS:-100000}" --max-batch 8 ;;
