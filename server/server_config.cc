@@ -56,6 +56,9 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads},
       {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
        &e.cpu_kv_cache_bytes},
+      {"engine.host_kv_cache_bytes", "--host-kv-cache-bytes",
+       "host memory for offloaded idle sessions' caches (pinned on the GPU, allocated at start)",
+       &e.host_kv_cache_bytes},
       {"engine.gpu_memory_fraction", "--gpu-memory-fraction",
        "share of free GPU memory for weights + KV", &e.gpu_memory_fraction},
       {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch},
@@ -203,6 +206,7 @@ void validate_config(const ServerConfig& c) {
         "engine.block_size", "must be a power of two in [1, 1024]");
   check(e.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0");
   check(e.cpu_kv_cache_bytes > 0, "engine.cpu_kv_cache_bytes", "must be > 0");
+  check(e.host_kv_cache_bytes >= 0, "engine.host_kv_cache_bytes", "must be >= 0");
   check(e.gpu_memory_fraction > 0 && e.gpu_memory_fraction <= 1, "engine.gpu_memory_fraction",
         "must be in (0, 1]");
   check(e.max_batch >= 1, "engine.max_batch", "must be >= 1");

@@ -28,7 +28,9 @@ using json = nlohmann::json;
 
 namespace {
 
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -93,14 +95,16 @@ double histogram_mean(const MetricsRegistry& m, const std::string& name, uint64_
   for (const MetricFamily& f : m.snapshot())
     if (f.name == name && !f.series.empty()) {
       *count = f.series[0].histogram.count;
-      return f.series[0].histogram.count ? f.series[0].histogram.sum / f.series[0].histogram.count : 0;
+      return f.series[0].histogram.count ? f.series[0].histogram.sum / f.series[0].histogram.count
+                                         : 0;
     }
   *count = 0;
   return 0;
 }
 
 json conversation(ServingEngine& engine, const cli::Args& args, int vocab, int context) {
-  const int turns = args.get_int("turns"), turn_len = args.get_int("turn-len"), answer = args.get_int("answer-len");
+  const int turns = args.get_int("turns"), turn_len = args.get_int("turn-len"),
+            answer = args.get_int("answer-len");
   SessionOptions so;
   so.cache = CachePolicy::streaming(args.get_int("sink"), args.get_int("window"));
   const std::string id = engine.create_session(so).options.id;
@@ -113,9 +117,12 @@ json conversation(ServingEngine& engine, const cli::Args& args, int vocab, int c
     const Turn res = run_turn(engine, r);
     history.push_back(r.prompt);
     history.back().insert(history.back().end(), res.ids.begin(), res.ids.end());
-    session.push_back({{"turn", t}, {"ttft_ms", res.ttft_s * 1e3}, {"kv_blocks", res.kv_blocks},
+    session.push_back({{"turn", t},
+                       {"ttft_ms", res.ttft_s * 1e3},
+                       {"kv_blocks", res.kv_blocks},
                        {"prompt_tokens", r.prompt.size()}});
-    if (t % 100 == 99) std::fprintf(stderr, "session turn %d: ttft %.2f ms\n", t + 1, res.ttft_s * 1e3);
+    if (t % 100 == 99)
+      std::fprintf(stderr, "session turn %d: ttft %.2f ms\n", t + 1, res.ttft_s * 1e3);
   }
   // The same conversation re-sent whole each turn, until it no longer fits the context.
   std::vector<int32_t> prompt;
@@ -125,7 +132,9 @@ json conversation(ServingEngine& engine, const cli::Args& args, int vocab, int c
     p.insert(p.end(), history[t].begin(), history[t].begin() + static_cast<std::ptrdiff_t>(own));
     if (static_cast<int>(p.size()) + answer > context) break;
     const Turn res = run_turn(engine, greedy_request(p, answer));
-    resend.push_back({{"turn", t}, {"ttft_ms", res.ttft_s * 1e3}, {"kv_blocks", res.kv_blocks},
+    resend.push_back({{"turn", t},
+                      {"ttft_ms", res.ttft_s * 1e3},
+                      {"kv_blocks", res.kv_blocks},
                       {"prompt_tokens", p.size()}});
     prompt.insert(prompt.end(), history[t].begin(), history[t].end());
   }
@@ -136,24 +145,30 @@ json conversation(ServingEngine& engine, const cli::Args& args, int vocab, int c
     if (t >= turns - 100) late.push_back(j["ttft_ms"]);
   }
   const SessionInfo info = engine.session_info(id);
-  json summary = {{"turns", turns},
-                  {"tokens_seen", info.tokens_seen},
-                  {"tokens_evicted", info.tokens_evicted},
-                  {"ttft_ms_turns_10_110", mean(early)},
-                  {"ttft_ms_last_100", mean(late)},
-                  {"last_over_early", mean(late) / std::max(1e-9, mean(early))},
-                  {"resend_turns", resend.size()},
-                  {"resend_last_ttft_ms", resend.empty() ? 0.0 : resend.back()["ttft_ms"].get<double>()}};
-  std::printf("session: %d turns (%lld tokens seen, %lld evicted); TTFT mean turns 10-110 %.3f ms, last 100 %.3f ms "
-              "(%.3fx); KV blocks first/last turn %d/%d\n",
-              turns, static_cast<long long>(info.tokens_seen), static_cast<long long>(info.tokens_evicted),
-              mean(early), mean(late), mean(late) / std::max(1e-9, mean(early)), session.front()["kv_blocks"].get<int>(),
-              session.back()["kv_blocks"].get<int>());
+  json summary = {
+      {"turns", turns},
+      {"tokens_seen", info.tokens_seen},
+      {"tokens_evicted", info.tokens_evicted},
+      {"ttft_ms_turns_10_110", mean(early)},
+      {"ttft_ms_last_100", mean(late)},
+      {"last_over_early", mean(late) / std::max(1e-9, mean(early))},
+      {"resend_turns", resend.size()},
+      {"resend_last_ttft_ms", resend.empty() ? 0.0 : resend.back()["ttft_ms"].get<double>()}};
+  std::printf(
+      "session: %d turns (%lld tokens seen, %lld evicted); TTFT mean turns 10-110 %.3f ms, last "
+      "100 %.3f ms "
+      "(%.3fx); KV blocks first/last turn %d/%d\n",
+      turns, static_cast<long long>(info.tokens_seen), static_cast<long long>(info.tokens_evicted),
+      mean(early), mean(late), mean(late) / std::max(1e-9, mean(early)),
+      session.front()["kv_blocks"].get<int>(), session.back()["kv_blocks"].get<int>());
   if (!resend.empty())
-    std::printf("re-sent history (full cache): %zu turns until the %d-token context; TTFT first %.3f ms, last %.3f ms "
-                "(%d prompt tokens, %d KV blocks)\n",
-                resend.size(), context, resend.front()["ttft_ms"].get<double>(), resend.back()["ttft_ms"].get<double>(),
-                resend.back()["prompt_tokens"].get<int>(), resend.back()["kv_blocks"].get<int>());
+    std::printf(
+        "re-sent history (full cache): %zu turns until the %d-token context; TTFT first %.3f ms, "
+        "last %.3f ms "
+        "(%d prompt tokens, %d KV blocks)\n",
+        resend.size(), context, resend.front()["ttft_ms"].get<double>(),
+        resend.back()["ttft_ms"].get<double>(), resend.back()["prompt_tokens"].get<int>(),
+        resend.back()["kv_blocks"].get<int>());
   return {{"session", session}, {"resend", resend}, {"summary", summary}};
 }
 
@@ -205,9 +220,11 @@ class Streams {
   std::vector<std::thread> threads_;
 };
 
-json offload(ServingEngine& engine, const MetricsRegistry& metrics, const cli::Args& args, int vocab) {
-  const int n = args.get_int("sessions"), first = args.get_int("first-len"), turn_len = args.get_int("turn-len"),
-            answer = args.get_int("answer-len"), conc = std::max(1, args.get_int("concurrency"));
+json offload(ServingEngine& engine, const MetricsRegistry& metrics, const cli::Args& args,
+             int vocab) {
+  const int n = args.get_int("sessions"), first = args.get_int("first-len"),
+            turn_len = args.get_int("turn-len"), answer = args.get_int("answer-len"),
+            conc = std::max(1, args.get_int("concurrency"));
   std::mt19937_64 rng(static_cast<uint64_t>(args.get_int64("seed")));
   Streams streams(engine, args.get_int("streams"), args.get_int("stream-window"), vocab, rng);
   while (!streams.all_started()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -218,7 +235,8 @@ json offload(ServingEngine& engine, const MetricsRegistry& metrics, const cli::A
   so.cache = CachePolicy::streaming(args.get_int("sink"), args.get_int("window"));
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) ids.push_back(engine.create_session(so).options.id);
-  // Turns of many sessions, `conc` at a time; per turn: TTFT and whether its cache was in host memory.
+  // Turns of many sessions, `conc` at a time; per turn: TTFT and whether its cache was in host
+  // memory.
   auto run_all = [&](int len, std::vector<double>& ttft, std::vector<bool>& restored) {
     std::mutex mu;
     size_t next = 0;
@@ -247,9 +265,11 @@ json offload(ServingEngine& engine, const MetricsRegistry& metrics, const cli::A
   std::vector<double> first_ttft, second_ttft;
   std::vector<bool> first_restored, second_restored;
   run_all(first, first_ttft, first_restored);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the budget offloads the idle caches
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(500));  // the budget offloads the idle caches
   int offloaded = 0;
-  for (const std::string& id : ids) offloaded += engine.session_info(id).residence == SessionResidence::kHost;
+  for (const std::string& id : ids)
+    offloaded += engine.session_info(id).residence == SessionResidence::kHost;
   std::shuffle(ids.begin(), ids.end(), rng);
   const auto during_a = Clock::now();
   run_all(turn_len, second_ttft, second_restored);
@@ -262,37 +282,57 @@ json offload(ServingEngine& engine, const MetricsRegistry& metrics, const cli::A
   uint64_t restores = 0, offloads = 0;
   const double restore_s = histogram_mean(metrics, "rill_session_restore_seconds", &restores);
   const double offload_s = histogram_mean(metrics, "rill_session_offload_seconds", &offloads);
-  const std::vector<double> before = streams.gaps(base_a, base_b), during = streams.gaps(during_a, during_b);
-  std::printf("%d sessions (%d-token first turns, 4+%d caches), %d offloaded while idle; %llu offloads (device "
-              "%.3f ms each), %llu restores (device %.3f ms each)\n",
-              n, first, args.get_int("window"), offloaded, static_cast<unsigned long long>(offloads), offload_s * 1e3,
-              static_cast<unsigned long long>(restores), restore_s * 1e3);
-  std::printf("second turns (%d new tokens, %d at a time): TTFT restored p50 %.2f p99 %.2f ms (n=%zu), resident p50 "
-              "%.2f p99 %.2f ms (n=%zu)\n",
-              turn_len, conc, percentile(restored_ttft, 50) * 1e3, percentile(restored_ttft, 99) * 1e3,
-              restored_ttft.size(), percentile(resident_ttft, 50) * 1e3, percentile(resident_ttft, 99) * 1e3,
-              resident_ttft.size());
-  std::printf("%d streams' ITL: before p50 %.3f p99 %.3f max %.3f ms; during the second turns p50 %.3f p99 %.3f max "
-              "%.3f ms\n",
-              args.get_int("streams"), percentile(before, 50) * 1e3, percentile(before, 99) * 1e3,
-              percentile(before, 100) * 1e3, percentile(during, 50) * 1e3, percentile(during, 99) * 1e3,
-              percentile(during, 100) * 1e3);
+  const std::vector<double> before = streams.gaps(base_a, base_b),
+                            during = streams.gaps(during_a, during_b);
+  std::printf(
+      "%d sessions (%d-token first turns, 4+%d caches), %d offloaded while idle; %llu offloads "
+      "(device "
+      "%.3f ms each), %llu restores (device %.3f ms each)\n",
+      n, first, args.get_int("window"), offloaded, static_cast<unsigned long long>(offloads),
+      offload_s * 1e3, static_cast<unsigned long long>(restores), restore_s * 1e3);
+  std::printf(
+      "second turns (%d new tokens, %d at a time): TTFT restored p50 %.2f p99 %.2f ms (n=%zu), "
+      "resident p50 "
+      "%.2f p99 %.2f ms (n=%zu)\n",
+      turn_len, conc, percentile(restored_ttft, 50) * 1e3, percentile(restored_ttft, 99) * 1e3,
+      restored_ttft.size(), percentile(resident_ttft, 50) * 1e3,
+      percentile(resident_ttft, 99) * 1e3, resident_ttft.size());
+  std::printf(
+      "%d streams' ITL: before p50 %.3f p99 %.3f max %.3f ms; during the second turns p50 %.3f p99 "
+      "%.3f max "
+      "%.3f ms\n",
+      args.get_int("streams"), percentile(before, 50) * 1e3, percentile(before, 99) * 1e3,
+      percentile(before, 100) * 1e3, percentile(during, 50) * 1e3, percentile(during, 99) * 1e3,
+      percentile(during, 100) * 1e3);
   return {{"sessions", n},
           {"offloaded_while_idle", offloaded},
           {"offloads", offloads},
           {"offload_ms", offload_s * 1e3},
           {"restores", restores},
           {"restore_ms", restore_s * 1e3},
-          {"ttft_restored_ms", {{"p50", percentile(restored_ttft, 50) * 1e3}, {"p99", percentile(restored_ttft, 99) * 1e3}, {"n", restored_ttft.size()}}},
-          {"ttft_resident_ms", {{"p50", percentile(resident_ttft, 50) * 1e3}, {"p99", percentile(resident_ttft, 99) * 1e3}, {"n", resident_ttft.size()}}},
-          {"stream_itl_before_ms", {{"p50", percentile(before, 50) * 1e3}, {"p99", percentile(before, 99) * 1e3}, {"max", percentile(before, 100) * 1e3}}},
-          {"stream_itl_during_ms", {{"p50", percentile(during, 50) * 1e3}, {"p99", percentile(during, 99) * 1e3}, {"max", percentile(during, 100) * 1e3}}}};
+          {"ttft_restored_ms",
+           {{"p50", percentile(restored_ttft, 50) * 1e3},
+            {"p99", percentile(restored_ttft, 99) * 1e3},
+            {"n", restored_ttft.size()}}},
+          {"ttft_resident_ms",
+           {{"p50", percentile(resident_ttft, 50) * 1e3},
+            {"p99", percentile(resident_ttft, 99) * 1e3},
+            {"n", resident_ttft.size()}}},
+          {"stream_itl_before_ms",
+           {{"p50", percentile(before, 50) * 1e3},
+            {"p99", percentile(before, 99) * 1e3},
+            {"max", percentile(before, 100) * 1e3}}},
+          {"stream_itl_during_ms",
+           {{"p50", percentile(during, 50) * 1e3},
+            {"p99", percentile(during, 99) * 1e3},
+            {"max", percentile(during, 100) * 1e3}}}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::Args args("rill-session-bench", "multi-turn sessions: per-turn TTFT and memory; offload and restore");
+  cli::Args args("rill-session-bench",
+                 "multi-turn sessions: per-turn TTFT and memory; offload and restore");
   cli::add_engine_flags(args);
   args.option("mode", "conversation", "conversation | offload");
   args.option("sink", "4", "session cache: attention sinks");
@@ -305,7 +345,8 @@ int main(int argc, char** argv) {
   args.option("concurrency", "8", "offload: turns running at once");
   args.option("streams", "16", "offload: long generations running throughout");
   args.option("stream-window", "1020", "offload: the streams' window (4 sinks)");
-  args.option("session-gpu-fraction", "0.5", "pool share idle sessions may keep (beyond: host memory)");
+  args.option("session-gpu-fraction", "0.5",
+              "pool share idle sessions may keep (beyond: host memory)");
   args.option("host-kv-bytes", "1073741824", "host memory for offloaded caches");
   args.option("seed", "1", "token seed");
   args.option("json", "", "write every per-turn figure here");
@@ -325,11 +366,12 @@ int main(int argc, char** argv) {
     MetricsRegistry metrics;
     ServingEngine engine(make_runner(model, eo), *model.tokenizer, sc, metrics);
     const std::string mode = args.get("mode");
-    std::printf("rill-session-bench: %s, %s runner, mode %s\n", model.path.filename().string().c_str(),
-                engine.runner_name().c_str(), mode.c_str());
+    std::printf("rill-session-bench: %s, %s runner, mode %s\n",
+                model.path.filename().string().c_str(), engine.runner_name().c_str(), mode.c_str());
     json out;
     if (mode == "conversation")
-      out = conversation(engine, args, model.config.vocab_size, model.config.max_position_embeddings);
+      out =
+          conversation(engine, args, model.config.vocab_size, model.config.max_position_embeddings);
     else if (mode == "offload")
       out = offload(engine, metrics, args, model.config.vocab_size);
     else

@@ -10,36 +10,48 @@
 namespace rill {
 
 void CudaRunner::allocate_host_kv(int64_t bytes) {
-  const size_t block_bytes = size_t(layout_.block_stride()) * layout_.element_bytes() * config_.num_layers;
+  const size_t block_bytes =
+      size_t(layout_.block_stride()) * layout_.element_bytes() * config_.num_layers;
   const int64_t blocks = bytes / static_cast<int64_t>(block_bytes);
-  host_kv_alloc_ = std::make_unique<BlockAllocator>(static_cast<int>(std::min<int64_t>(blocks, INT32_MAX)));
-  if (blocks > 0) host_kv_ = cuda::PinnedMemory(size_t(blocks) * block_bytes, "host KV cache (offloaded sessions)");
+  host_kv_alloc_ =
+      std::make_unique<BlockAllocator>(static_cast<int>(std::min<int64_t>(blocks, INT32_MAX)));
+  if (blocks > 0)
+    host_kv_ =
+        cuda::PinnedMemory(size_t(blocks) * block_bytes, "host KV cache (offloaded sessions)");
 }
 
 void CudaRunner::restart_sampling(SeqId id, const SamplingParams& sampling) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end()) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  if (it == seqs_.end())
+    throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
   validate_sequence({id, kv_->sequence(id).policy, sampling}, config_.vocab_size);
   cuda::SamplingSlot& slot = it->second.sampling;
   if (sampling.has_penalties()) {
     if (slot.state_slot < 0) {
-      if (free_state_slots_.empty()) throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
+      if (free_state_slots_.empty())
+        throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
       slot.state_slot = free_state_slots_.back();
       free_state_slots_.pop_back();
     }
     const size_t V = config_.vocab_size;
-    RILL_CUDA(cudaMemsetAsync(output_counts_.as<int32_t>() + slot.state_slot * V, 0, V * 4, stream_));
+    RILL_CUDA(
+        cudaMemsetAsync(output_counts_.as<int32_t>() + slot.state_slot * V, 0, V * 4, stream_));
     RILL_CUDA(cudaMemsetAsync(prompt_mask_.as<uint8_t>() + slot.state_slot * V, 0, V, stream_));
   } else if (slot.state_slot >= 0) {
-    free_state_slots_.push_back(slot.state_slot);  // steps in flight finish with it first (stream order)
+    free_state_slots_.push_back(
+        slot.state_slot);  // steps in flight finish with it first (stream order)
     slot.state_slot = -1;
   }
   slot.params = sampling;
   slot.step = slot.first_step = 0;  // the draws this runner makes start at 0 (launch() counts them)
 }
 
-int CudaRunner::host_kv_blocks() const { return host_kv_alloc_ ? host_kv_alloc_->num_blocks() : 0; }
-int CudaRunner::host_kv_blocks_free() const { return host_kv_alloc_ ? host_kv_alloc_->num_free() : 0; }
+int CudaRunner::host_kv_blocks() const {
+  return host_kv_alloc_ ? host_kv_alloc_->num_blocks() : 0;
+}
+int CudaRunner::host_kv_blocks_free() const {
+  return host_kv_alloc_ ? host_kv_alloc_->num_free() : 0;
+}
 
 // One block of every layer is a 2-D copy: `layers` rows of block_bytes, a layer stride apart in
 // the pool, packed in host memory ([host block][layer][block_bytes]).
@@ -49,17 +61,20 @@ void CudaRunner::copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKi
   char* pool = cache_.as<char>() + size_t(pool_block) * block_bytes;
   char* host = host_kv_.as<char>() + size_t(host_block) * block_bytes * config_.num_layers;
   if (kind == cudaMemcpyDeviceToHost)
-    RILL_CUDA(cudaMemcpy2DAsync(host, block_bytes, pool, layer_bytes, block_bytes, config_.num_layers, kind, stream_));
+    RILL_CUDA(cudaMemcpy2DAsync(host, block_bytes, pool, layer_bytes, block_bytes,
+                                config_.num_layers, kind, stream_));
   else
-    RILL_CUDA(cudaMemcpy2DAsync(pool, layer_bytes, host, block_bytes, block_bytes, config_.num_layers, kind, stream_));
+    RILL_CUDA(cudaMemcpy2DAsync(pool, layer_bytes, host, block_bytes, block_bytes,
+                                config_.num_layers, kind, stream_));
 }
 
 void CudaRunner::offload_sequence(SeqId id) {
   if (!seqs_.count(id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
   const int n = kv_->blocks_held(id);
   if (n > host_kv_blocks_free())
-    throw Error(ErrorCode::kResourceExhausted, "host KV memory full: offloading sequence " + std::to_string(id) +
-                                                   " needs " + std::to_string(n) + " blocks, " +
+    throw Error(ErrorCode::kResourceExhausted, "host KV memory full: offloading sequence " +
+                                                   std::to_string(id) + " needs " +
+                                                   std::to_string(n) + " blocks, " +
                                                    std::to_string(host_kv_blocks_free()) + " free");
   std::vector<int32_t> host(static_cast<size_t>(n));
   for (int32_t& b : host) b = host_kv_alloc_->allocate();
@@ -73,10 +88,12 @@ void CudaRunner::offload_sequence(SeqId id) {
 
 void CudaRunner::restore_sequence(SeqId id) {
   auto it = offloaded_.find(id);
-  if (it == offloaded_.end()) throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
+  if (it == offloaded_.end())
+    throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
   const std::vector<int32_t>& pool = kv_->reacquire_blocks(id);
   PendingTransfer t = begin_transfer(true, static_cast<int>(pool.size()));
-  for (size_t b = 0; b < pool.size(); ++b) copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice);
+  for (size_t b = 0; b < pool.size(); ++b)
+    copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice);
   end_transfer(std::move(t));
   for (int32_t b : it->second) host_kv_alloc_->free(b);  // a later offload writes after the read
   offloaded_.erase(it);

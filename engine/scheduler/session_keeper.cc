@@ -12,10 +12,13 @@ namespace {
 
 constexpr auto kTtlCheckInterval = std::chrono::milliseconds(100);
 
-void erase(std::vector<SessionPtr>& v, const SessionPtr& s) { std::erase(v, s); }
+void erase(std::vector<SessionPtr>& v, const SessionPtr& s) {
+  std::erase(v, s);
+}
 
 std::string seconds_text(std::chrono::milliseconds ms) {
-  std::string s = std::to_string(ms.count() / 1000) + "." + std::to_string(1000 + ms.count() % 1000).substr(1);
+  std::string s =
+      std::to_string(ms.count() / 1000) + "." + std::to_string(1000 + ms.count() % 1000).substr(1);
   while (s.back() == '0') s.pop_back();  // 0.200 -> 0.2, 1800.000 -> 1800.
   if (s.back() == '.') s.pop_back();
   return s;
@@ -23,8 +26,8 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-SessionKeeper::SessionKeeper(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
-                             SessionTable& table)
+SessionKeeper::SessionKeeper(ModelRunner& runner, const SchedulerConfig& config,
+                             EngineMetrics& metrics, SessionTable& table)
     : runner_(runner), config_(config), metrics_(metrics), table_(table) {}
 
 bool SessionKeeper::movable(const SessionPtr& s) const {
@@ -90,8 +93,10 @@ bool SessionKeeper::offload(SessionPtr s) {
   const int need = runner_.kv().blocks_held(s->runner_id);
   // Host memory full: older offloaded sessions make room before this one is given up.
   while (runner_.host_kv_blocks_free() < need && !parked_.empty() &&
-         parked_.front()->last_active <= s->last_active && !parked_.front()->in_runner && movable(parked_.front()))
-    drop(parked_.front(), "memory", "host memory for idle sessions is full (least recently used dropped)");
+         parked_.front()->last_active <= s->last_active && !parked_.front()->in_runner &&
+         movable(parked_.front()))
+    drop(parked_.front(), "memory",
+         "host memory for idle sessions is full (least recently used dropped)");
   if (runner_.host_kv_blocks_free() < need) return false;
   runner_.offload_sequence(s->runner_id);
   s->offloaded = true;
@@ -111,7 +116,8 @@ bool SessionKeeper::evict_one(const SessionState* keep, bool queued_too) {
     if (!idle && !queued_too) continue;
     if (offload(s)) return true;
     if (!idle) continue;  // a queued turn needs its cache: never dropped
-    drop(s, "memory", "no room for idle sessions in the KV pool or host memory (least recently used dropped)");
+    drop(s, "memory",
+         "no room for idle sessions in the KV pool or host memory (least recently used dropped)");
     return true;
   }
   return false;
@@ -148,7 +154,8 @@ void SessionKeeper::maintain(Clock::time_point now) {
     for (const SessionPtr& s : stale)
       drop(s, "idle_ttl", "idle for more than " + seconds_text(config_.session_idle_ttl) + " s");
   }
-  const int budget = static_cast<int>(std::floor(config_.session_gpu_fraction * runner_.kv().num_blocks()));
+  const int budget =
+      static_cast<int>(std::floor(config_.session_gpu_fraction * runner_.kv().num_blocks()));
   while (!idle_.empty() && idle_blocks() > budget && evict_one(nullptr, false)) {
   }
   for (const KvTransfer& t : runner_.completed_transfers())

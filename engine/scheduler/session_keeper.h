@@ -19,7 +19,8 @@ namespace rill {
 
 class SessionKeeper {
  public:
-  SessionKeeper(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics, SessionTable& table);
+  SessionKeeper(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
+                SessionTable& table);
 
   /// A turn was admitted: its session is active.
   void turn_started(const SessionPtr& s);
@@ -38,7 +39,7 @@ class SessionKeeper {
 
  private:
   bool movable(const SessionPtr& s) const;  // idle: no turn queued or running
-  void release(SessionPtr s);        // frees its runner sequence; leaves the lists
+  void release(SessionPtr s);               // frees its runner sequence; leaves the lists
   void drop(SessionPtr s, const char* reason, const std::string& why);
   bool offload(SessionPtr s);  // to host memory (dropping older offloaded ones for room)
   // Offloads (or drops) the least recently used idle resident session but `keep`; with
@@ -50,9 +51,9 @@ class SessionKeeper {
   const SchedulerConfig& config_;
   EngineMetrics& metrics_;
   SessionTable& table_;
-  std::vector<SessionPtr> idle_;     // caches in the pool, least recently used first
-  std::vector<SessionPtr> parked_;   // caches in host memory, least recently used first
-  int active_ = 0;                   // sessions with an admitted turn
+  std::vector<SessionPtr> idle_;    // caches in the pool, least recently used first
+  std::vector<SessionPtr> parked_;  // caches in host memory, least recently used first
+  int active_ = 0;                  // sessions with an admitted turn
   Clock::time_point next_ttl_check_{};
 };
 

@@ -12,20 +12,27 @@ constexpr size_t kExpiredKept = 4096;  // expired ids remembered for their "expi
 
 const char* session_residence_name(SessionResidence r) {
   switch (r) {
-    case SessionResidence::kNone: return "none";
-    case SessionResidence::kGpu: return "gpu";
-    case SessionResidence::kHost: return "host";
+    case SessionResidence::kNone:
+      return "none";
+    case SessionResidence::kGpu:
+      return "gpu";
+    case SessionResidence::kHost:
+      return "host";
   }
   return "unknown";
 }
 
-bool turn_running(const SessionState& s) { return s.turn && !s.turn->finalized.load(); }
+bool turn_running(const SessionState& s) {
+  return s.turn && !s.turn->finalized.load();
+}
 
-SessionPtr SessionTable::create(SessionOptions options, const KvGeometry& geometry, Clock::time_point now) {
+SessionPtr SessionTable::create(SessionOptions options, const KvGeometry& geometry,
+                                Clock::time_point now) {
   std::lock_guard lock(mu_);
   if (static_cast<int>(live_.size()) >= max_sessions_)
     throw Error(ErrorCode::kResourceExhausted,
-                "too many sessions: " + std::to_string(live_.size()) + " live (limit " + std::to_string(max_sessions_) +
+                "too many sessions: " + std::to_string(live_.size()) + " live (limit " +
+                    std::to_string(max_sessions_) +
                     "); close idle ones with DELETE /v1/sessions/{id}");
   if (options.id.empty()) {
     do options.id = "sess-" + std::to_string(++next_id_);
@@ -48,13 +55,16 @@ SessionPtr SessionTable::begin_turn(const std::string& id, const std::shared_ptr
   auto it = live_.find(id);
   if (it == live_.end()) {
     auto ex = expired_.find(id);
-    if (ex != expired_.end()) throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
+    if (ex != expired_.end())
+      throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
     throw Error(ErrorCode::kNotFound, "session " + id + " not found");
   }
   SessionState& s = *it->second;
   if (turn_running(s))
-    throw Error(ErrorCode::kFailedPrecondition,
-                "session " + id + ": the previous turn is still running; send the next turn after its final message");
+    throw Error(
+        ErrorCode::kFailedPrecondition,
+        "session " + id +
+            ": the previous turn is still running; send the next turn after its final message");
   previous = std::move(s.turn);
   s.turn = turn;
   return it->second;
@@ -71,7 +81,8 @@ SessionInfo SessionTable::info(const std::string& id, Clock::time_point now) con
   auto it = live_.find(id);
   if (it == live_.end()) {
     auto ex = expired_.find(id);
-    if (ex != expired_.end()) throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
+    if (ex != expired_.end())
+      throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
     throw Error(ErrorCode::kNotFound, "session " + id + " not found");
   }
   const SessionState& s = *it->second;

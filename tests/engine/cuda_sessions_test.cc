@@ -35,11 +35,14 @@ std::unique_ptr<CudaRunner> runner_with_host_memory(const Model& m) {
 }
 
 std::vector<int32_t> eval_tokens(size_t n) {
-  const auto ids = testing::load_golden("default_eval_ids.json").at("eval_ids").get<std::vector<int32_t>>();
+  const auto ids =
+      testing::load_golden("default_eval_ids.json").at("eval_ids").get<std::vector<int32_t>>();
   return {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
-StepOutput one_step(ModelRunner& r, std::vector<StepInput> inputs) { return r.step(inputs); }
+StepOutput one_step(ModelRunner& r, std::vector<StepInput> inputs) {
+  return r.step(inputs);
+}
 
 TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   REQUIRE_CUDA();
@@ -57,15 +60,17 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   }
   // Offload 1 while a step of both is in flight (the copy must follow it on the stream).
   const int32_t tok = prompt[0];
-  const std::vector<StepInput> both = {{1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false},
-                                       {2, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false}};
+  const std::vector<StepInput> both = {
+      {1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false},
+      {2, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false}};
   r->launch(both);
   const int held = r->kv().blocks_held(1);
   r->offload_sequence(1);
   r->finish();
   EXPECT_EQ(r->kv().blocks_held(1), 0);
   EXPECT_EQ(r->host_kv_blocks_free(), host_total - held);
-  EXPECT_THROW(one_step(*r, {{1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false}}), Error);
+  EXPECT_THROW(one_step(*r, {{1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false}}),
+               Error);
   // Another sequence takes the freed blocks and writes them.
   r->add_sequence({3, p, {.temperature = 0.0f}});
   const std::vector<int32_t> other = eval_tokens(300);
@@ -76,8 +81,9 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   // Both decode greedily in the same steps: the same tokens and logits.
   std::vector<int32_t> next = {prompt[1], prompt[1]};
   for (int step = 0; step < 24; ++step) {
-    const StepOutput o = one_step(*r, {{1, std::span<const int32_t>(&next[0], 1), LogitsMode::kLast, true},
-                                       {2, std::span<const int32_t>(&next[1], 1), LogitsMode::kLast, true}});
+    const StepOutput o =
+        one_step(*r, {{1, std::span<const int32_t>(&next[0], 1), LogitsMode::kLast, true},
+                      {2, std::span<const int32_t>(&next[1], 1), LogitsMode::kLast, true}});
     ASSERT_EQ(o.sampled[0], o.sampled[1]) << "step " << step;
     double num = 0, den = 0;
     for (int v = 0; v < V; ++v) {
@@ -137,7 +143,8 @@ TEST(CudaSessions, RestartedSamplingDrawsAsAFreshSequence) {
   int32_t last = one_step(*r, {{1, prompt, LogitsMode::kNone, true}}).sampled[0];
   for (int i = 0; i < 9; ++i) {
     fed.push_back(last);
-    last = one_step(*r, {{1, std::span<const int32_t>(&last, 1), LogitsMode::kNone, true}}).sampled[0];
+    last =
+        one_step(*r, {{1, std::span<const int32_t>(&last, 1), LogitsMode::kNone, true}}).sampled[0];
   }
   SamplingParams second{.temperature = 1.1f, .top_k = 40};
   second.seed = 7;
@@ -150,7 +157,8 @@ TEST(CudaSessions, RestartedSamplingDrawsAsAFreshSequence) {
   turn.insert(turn.end(), more.begin() + 100, more.end());
   std::vector<int32_t> a_in = turn, b_in = turn;
   for (int step = 0; step < 16; ++step) {
-    const StepOutput o = one_step(*r, {{1, a_in, LogitsMode::kNone, true}, {2, b_in, LogitsMode::kNone, true}});
+    const StepOutput o =
+        one_step(*r, {{1, a_in, LogitsMode::kNone, true}, {2, b_in, LogitsMode::kNone, true}});
     ASSERT_EQ(o.sampled[0], o.sampled[1]) << "step " << step;
     a_in = {o.sampled[0]};
     b_in = {o.sampled[1]};
@@ -166,7 +174,9 @@ TEST(CudaSessions, RestartedSamplingDrawsAsAFreshSequence) {
 
 #else
 
-TEST(CudaSessions, RequiresCuda) { GTEST_SKIP() << "built without CUDA: GPU test skipped"; }
+TEST(CudaSessions, RequiresCuda) {
+  GTEST_SKIP() << "built without CUDA: GPU test skipped";
+}
 
 #endif
 

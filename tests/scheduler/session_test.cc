@@ -21,9 +21,12 @@ using testing::random_prompt;
 constexpr int kSink = 4, kWindow = 60;
 
 // A turn's new tokens: a few random ids (distinct per turn).
-std::vector<int32_t> turn_tokens(int turn) { return random_prompt(3 + turn % 9, 7000 + turn); }
+std::vector<int32_t> turn_tokens(int turn) {
+  return random_prompt(3 + turn % 9, 7000 + turn);
+}
 
-Request turn_request(const std::string& session, int turn, int max_tokens, std::vector<int32_t> stops) {
+Request turn_request(const std::string& session, int turn, int max_tokens,
+                     std::vector<int32_t> stops) {
   Request r;
   r.session_id = session;
   r.prompt = turn_tokens(turn);
@@ -49,7 +52,8 @@ struct TurnResult {
 // One streaming sequence fed every turn in order, greedy, on its own runner: each turn feeds the
 // previous turn's final sample (never fed back by that turn) and its new tokens, then samples
 // until a stop id or max_tokens, feeding each sample but the last.
-std::vector<TurnResult> continuous_reference(int turns, int max_tokens, const std::vector<int32_t>& stops) {
+std::vector<TurnResult> continuous_reference(int turns, int max_tokens,
+                                             const std::vector<int32_t>& stops) {
   CpuRunner runner(testing::default_model(), {.num_threads = 1});
   SamplingParams greedy;
   greedy.temperature = 0;
@@ -90,8 +94,9 @@ std::vector<int32_t> frequent_tokens(int max_tokens) {
 }
 
 // Turns [first, first + turns) of the session, one after another.
-std::vector<TurnResult> run_session(ServingEngine& e, const std::string& id, int first, int turns, int max_tokens,
-                                    const std::vector<int32_t>& stops, std::vector<int>* blocks_after = nullptr) {
+std::vector<TurnResult> run_session(ServingEngine& e, const std::string& id, int first, int turns,
+                                    int max_tokens, const std::vector<int32_t>& stops,
+                                    std::vector<int>* blocks_after = nullptr) {
   std::vector<TurnResult> out;
   for (int t = first; t < first + turns; ++t) {
     RequestHandle h = e.submit(turn_request(id, t, max_tokens, stops));
@@ -114,7 +119,8 @@ void expect_same_turns(const std::vector<TurnResult>& got, const std::vector<Tur
 }
 
 template <typename Pred>
-bool wait_for(const ServingEngine& e, Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+bool wait_for(const ServingEngine& e, Pred pred,
+              std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   const auto until = Clock::now() + timeout;
   while (Clock::now() < until) {
     if (pred(e.stats())) return true;
@@ -146,14 +152,16 @@ TEST(Sessions, TwoHundredTurnsEqualOneContinuousStreamInConstantMemory) {
   constexpr int kTurns = 200, kMaxTokens = 8;
   const std::vector<int32_t> stops = frequent_tokens(kMaxTokens);
   const std::vector<TurnResult> want = continuous_reference(kTurns, kMaxTokens, stops);
-  const auto stopped = std::count_if(want.begin(), want.end(), [](const TurnResult& r) { return r.stopped; });
+  const auto stopped =
+      std::count_if(want.begin(), want.end(), [](const TurnResult& r) { return r.stopped; });
   ASSERT_GT(stopped, 10) << "the reference should end turns both ways";
   ASSERT_LT(stopped, kTurns - 10);
 
   EngineFixture f;
   const SessionInfo created = f.engine->create_session(streaming_session());
   std::vector<int> blocks;
-  const std::vector<TurnResult> got = run_session(*f.engine, created.options.id, 0, kTurns, kMaxTokens, stops, &blocks);
+  const std::vector<TurnResult> got =
+      run_session(*f.engine, created.options.id, 0, kTurns, kMaxTokens, stops, &blocks);
   expect_same_turns(got, want);
 
   // Sinks (one block) + the window's ring (60 -> 64 tokens, 4 blocks): constant once full.
@@ -179,7 +187,8 @@ TEST(Sessions, OffloadingToHostMemoryBetweenTurnsChangesNoToken) {
   for (int t = 0; t < kTurns; ++t) {
     got.push_back(run_session(*f.engine, id, t, 1, kMaxTokens, stops).front());
     // Between turns the loop moves the idle cache out of the pool.
-    ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; })) << "turn " << t;
+    ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }))
+        << "turn " << t;
     EXPECT_EQ(f.engine->session_info(id).residence, SessionResidence::kHost);
   }
   expect_same_turns(got, want);
@@ -237,7 +246,8 @@ TEST(Sessions, ConcurrentTurnsOffloadsAndClosesFinishCleanly) {
       EXPECT_TRUE(f.engine->close_session(id));
     });
   for (std::thread& t : threads) t.join();
-  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
+  ASSERT_TRUE(wait_for(
+      *f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
   EXPECT_GT(metric(f.metrics, "rill_session_offloads_total"), 0);
 }
 
@@ -259,7 +269,8 @@ TEST(Sessions, SeededTurnsAreUnchangedByOffload) {
       r.sampling.frequency_penalty = 0.4f;
       RequestHandle h = f.engine->submit(r);
       out.push_back(collect(h).ids);
-      wait_for(*f.engine, [&](const EngineStats& s) { return gpu_fraction > 0 || s.kv_blocks_used == 0; });
+      wait_for(*f.engine,
+               [&](const EngineStats& s) { return gpu_fraction > 0 || s.kv_blocks_used == 0; });
     }
     return out;
   };
@@ -271,10 +282,12 @@ TEST(Sessions, EveryIdleSessionBeyondTheBudgetGoesToHostMemoryAndComesBack) {
   cfg.session_gpu_fraction = 0;
   EngineFixture f(cfg);
   std::vector<std::string> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(f.engine->create_session(streaming_session()).options.id);
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(f.engine->create_session(streaming_session()).options.id);
   for (const std::string& id : ids) run_session(*f.engine, id, 0, 1, 4, {});
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
-  for (const std::string& id : ids) EXPECT_EQ(f.engine->session_info(id).residence, SessionResidence::kHost) << id;
+  for (const std::string& id : ids)
+    EXPECT_EQ(f.engine->session_info(id).residence, SessionResidence::kHost) << id;
   for (const std::string& id : ids) run_session(*f.engine, id, 1, 1, 4, {});
   EXPECT_EQ(metric(f.metrics, "rill_session_restores_total"), 5);
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
@@ -289,8 +302,10 @@ TEST(Sessions, IdleSessionsExpireAfterTheirTtl) {
   run_session(*f.engine, id, 0, 1, 4, {});
   EXPECT_GT(f.engine->stats().kv_blocks_used, 0);
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
-  const std::string msg = error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); }, ErrorCode::kNotFound);
-  EXPECT_NE(msg.find("session " + id + " expired: idle for more than 0.2 s"), std::string::npos) << msg;
+  const std::string msg =
+      error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); }, ErrorCode::kNotFound);
+  EXPECT_NE(msg.find("session " + id + " expired: idle for more than 0.2 s"), std::string::npos)
+      << msg;
   error_of([&] { f.engine->session_info(id); }, ErrorCode::kNotFound);
 }
 
@@ -301,7 +316,8 @@ TEST(Sessions, WithoutHostRoomIdleSessionsBeyondTheBudgetExpire) {
   const std::string id = f.engine->create_session(streaming_session()).options.id;
   run_session(*f.engine, id, 0, 1, 4, {});
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
-  const std::string msg = error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); }, ErrorCode::kNotFound);
+  const std::string msg =
+      error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); }, ErrorCode::kNotFound);
   EXPECT_NE(msg.find("expired: no room for idle sessions"), std::string::npos) << msg;
 }
 
@@ -309,8 +325,8 @@ TEST(Sessions, ATurnWhileTheLastRunsIsRefused) {
   EngineFixture f;
   const std::string id = f.engine->create_session(streaming_session()).options.id;
   RequestHandle first = f.engine->submit(turn_request(id, 0, 400, {}));
-  const std::string msg =
-      error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); }, ErrorCode::kFailedPrecondition);
+  const std::string msg = error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); },
+                                   ErrorCode::kFailedPrecondition);
   EXPECT_NE(msg.find("previous turn is still running"), std::string::npos) << msg;
   EXPECT_TRUE(f.engine->session_info(id).turn_running);
   const Collected c = collect(first);
@@ -335,7 +351,8 @@ TEST(Sessions, ClosingFreesTheCacheAndCancelsARunningTurn) {
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.running == 1; }));
   EXPECT_TRUE(f.engine->close_session(b));
   EXPECT_EQ(collect(h).final.reason, FinishReason::kCancelled);
-  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
+  ASSERT_TRUE(wait_for(
+      *f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
 }
 
 TEST(Sessions, BadSessionsAndTurnsAreRefused) {
@@ -344,7 +361,8 @@ TEST(Sessions, BadSessionsAndTurnsAreRefused) {
   EngineFixture f(cfg);
   SessionOptions full;
   full.cache = CachePolicy::full();
-  const std::string msg = error_of([&] { f.engine->create_session(full); }, ErrorCode::kInvalidArgument);
+  const std::string msg =
+      error_of([&] { f.engine->create_session(full); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("sessions need the streaming cache policy"), std::string::npos) << msg;
   error_of([&] { f.engine->submit(turn_request("nope", 0, 4, {})); }, ErrorCode::kNotFound);
   f.engine->create_session(streaming_session("x"));
