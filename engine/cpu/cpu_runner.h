@@ -42,7 +42,8 @@ class CpuRunner final : public ModelRunner {
   int host_kv_blocks() const override { return host_blocks_; }
   int host_kv_blocks_free() const override { return host_blocks_ - host_blocks_used_; }
   void offload_sequence(SeqId id) override;
-  void restore_sequence(SeqId id) override;
+  void restore_sequence(SeqId id) override;  // copies at once
+  bool restore_done(SeqId) override { return true; }
   std::vector<KvTransfer> completed_transfers() override { return std::exchange(transfers_, {}); }
   /// Runs the step at once (the CPU has nothing to overlap); finish() hands its output back.
   void launch(std::span<const StepInput> inputs) override;

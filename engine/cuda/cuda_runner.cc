@@ -54,6 +54,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
   RILL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  RILL_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
   weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
@@ -91,6 +92,8 @@ CudaRunner::~CudaRunner() {
     cudaEventDestroy(t.begin);
     cudaEventDestroy(t.end);
   }
+  for (auto& [id, r] : restoring_) cudaEventDestroy(r.done);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -263,6 +266,7 @@ void CudaRunner::remove_sequence(SeqId id) {
   if (it->second.sampling.state_slot >= 0) free_state_slots_.push_back(it->second.sampling.state_slot);
   seqs_.erase(it);
   last_rows_.erase(id);
+  wait_for_restore(id);  // its blocks go back to the pool: later steps must follow the copy
   forget_offloaded(id);
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
@@ -352,6 +356,8 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
   bool any_logits = false;
   const std::vector<int64_t> starts = admit(inputs, any_logits);
   const int n = static_cast<int>(inputs.size());
+  if (!restoring_.empty())  // a restore not yet seen done: the step waits for its copy
+    for (int k = 0; k < n; ++k) wait_for_restore(inputs[k].id);
   std::vector<const cuda::SamplingSlot*> sampling(n);
   std::vector<int32_t> last_row(n, -1);  // sampled_ row a kLastSampled token is read from
   int decode = 0;

@@ -51,6 +51,7 @@ class CudaRunner final : public ModelRunner {
   int host_kv_blocks_free() const override;
   void offload_sequence(SeqId id) override;
   void restore_sequence(SeqId id) override;
+  bool restore_done(SeqId id) override;
   std::vector<KvTransfer> completed_transfers() override;
   /// Queues the step on the GPU and returns: with a second step in flight, the GPU runs the two
   /// back to back while the host prepares the next (kLastSampled feeds tokens on the device).
@@ -111,7 +112,9 @@ class CudaRunner final : public ModelRunner {
   void allocate_buffers();
   void size_kv_pool(double memory_fraction);
   void allocate_host_kv(int64_t bytes);  // the pinned pool for offloaded caches
-  void copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind);  // all layers
+  // One block, all layers, on `stream`.
+  void copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind, cudaStream_t stream);
+  void wait_for_restore(SeqId id);  // later work on stream_ follows the sequence's restore copy
   void forget_offloaded(SeqId id);       // frees an offloaded sequence's host blocks
   void warm_up();
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
@@ -224,8 +227,16 @@ class CudaRunner final : public ModelRunner {
     cudaEvent_t begin = nullptr, end = nullptr;
   };
   std::deque<PendingTransfer> transfers_;
-  PendingTransfer begin_transfer(bool restore, int blocks);
-  void end_transfer(PendingTransfer t);
+  PendingTransfer begin_transfer(bool restore, int blocks, cudaStream_t stream);
+  void end_transfer(PendingTransfer t, cudaStream_t stream);
+  // Restores copy on their own stream, beside the steps: after the steps launched before them
+  // (which may still use the pool blocks they take), before any step that carries the sequence.
+  cudaStream_t copy_stream_ = nullptr;
+  struct Restoring {
+    cudaEvent_t done = nullptr;   // the copy's end on copy_stream_
+    std::vector<int32_t> host;    // its host blocks, freed once the copy has read them
+  };
+  std::unordered_map<SeqId, Restoring> restoring_;
 
   std::unordered_map<SeqId, SeqInfo> seqs_;
   // Row of sampled_ holding each sequence's token from the last launched step (kLastSampled).

@@ -1,7 +1,9 @@
 // The CUDA runner's support for sequences that outlive a request (sessions): a new turn's
 // sampler restart, and moving an idle sequence's cache blocks to pinned host memory and back.
-// Copies run on the runner's stream, so they are ordered after the steps in flight that wrote
-// the blocks and before any later step that reuses or reads them: no synchronisation needed.
+// An offload copies on the runner's stream, so it follows the steps that wrote the blocks and
+// precedes any later step that reuses them. A restore copies on copy_stream_, after the steps
+// launched before it (they may still use the freed blocks it takes) but beside later ones, so a
+// step that does not carry the sequence never waits for it; one that does waits on the device.
 #include <string>
 
 #include "engine/cuda/cuda_runner.h"
@@ -55,21 +57,23 @@ int CudaRunner::host_kv_blocks_free() const {
 
 // One block of every layer is a 2-D copy: `layers` rows of block_bytes, a layer stride apart in
 // the pool, packed in host memory ([host block][layer][block_bytes]).
-void CudaRunner::copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind) {
+void CudaRunner::copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
   const size_t block_bytes = size_t(layout_.block_stride()) * layout_.element_bytes();
   const size_t layer_bytes = size_t(layout_.layer_stride()) * layout_.element_bytes();
   char* pool = cache_.as<char>() + size_t(pool_block) * block_bytes;
   char* host = host_kv_.as<char>() + size_t(host_block) * block_bytes * config_.num_layers;
   if (kind == cudaMemcpyDeviceToHost)
     RILL_CUDA(cudaMemcpy2DAsync(host, block_bytes, pool, layer_bytes, block_bytes,
-                                config_.num_layers, kind, stream_));
+                                config_.num_layers, kind, stream));
   else
     RILL_CUDA(cudaMemcpy2DAsync(pool, layer_bytes, host, block_bytes, block_bytes,
-                                config_.num_layers, kind, stream_));
+                                config_.num_layers, kind, stream));
 }
 
 void CudaRunner::offload_sequence(SeqId id) {
   if (!seqs_.count(id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
+  wait_for_restore(id);
   const int n = kv_->blocks_held(id);
   if (n > host_kv_blocks_free())
     throw Error(ErrorCode::kResourceExhausted, "host KV memory full: offloading sequence " +
@@ -79,9 +83,9 @@ void CudaRunner::offload_sequence(SeqId id) {
   std::vector<int32_t> host(static_cast<size_t>(n));
   for (int32_t& b : host) b = host_kv_alloc_->allocate();
   const std::vector<int32_t>& pool = kv_->sequence(id).block_table;
-  PendingTransfer t = begin_transfer(false, n);
-  for (int b = 0; b < n; ++b) copy_block(pool[b], host[b], cudaMemcpyDeviceToHost);
-  end_transfer(std::move(t));
+  PendingTransfer t = begin_transfer(false, n, stream_);
+  for (int b = 0; b < n; ++b) copy_block(pool[b], host[b], cudaMemcpyDeviceToHost, stream_);
+  end_transfer(std::move(t), stream_);
   kv_->release_blocks(id);  // later steps reuse them after the copies (stream order)
   offloaded_[id] = std::move(host);
 }
@@ -91,26 +95,58 @@ void CudaRunner::restore_sequence(SeqId id) {
   if (it == offloaded_.end())
     throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
   const std::vector<int32_t>& pool = kv_->reacquire_blocks(id);
-  PendingTransfer t = begin_transfer(true, static_cast<int>(pool.size()));
+  // The steps launched so far may still read or write the blocks just taken (freed by sequences
+  // removed while they were in flight): the copy starts after them.
+  cudaEvent_t launched = nullptr;
+  RILL_CUDA(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
+  RILL_CUDA(cudaEventRecord(launched, stream_));
+  RILL_CUDA(cudaStreamWaitEvent(copy_stream_, launched));
+  cudaEventDestroy(launched);  // released once it completes
+  PendingTransfer t = begin_transfer(true, static_cast<int>(pool.size()), copy_stream_);
   for (size_t b = 0; b < pool.size(); ++b)
-    copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice);
-  end_transfer(std::move(t));
-  for (int32_t b : it->second) host_kv_alloc_->free(b);  // a later offload writes after the read
+    copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice, copy_stream_);
+  Restoring r;
+  r.host = std::move(it->second);
+  RILL_CUDA(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
+  end_transfer(std::move(t), copy_stream_);
+  RILL_CUDA(cudaEventRecord(r.done, copy_stream_));
   offloaded_.erase(it);
+  restoring_.emplace(id, std::move(r));
 }
 
-CudaRunner::PendingTransfer CudaRunner::begin_transfer(bool restore, int blocks) {
+bool CudaRunner::restore_done(SeqId id) {
+  auto it = restoring_.find(id);
+  if (it == restoring_.end()) return true;
+  if (cudaEventQuery(it->second.done) != cudaSuccess) return false;
+  for (int32_t b : it->second.host) host_kv_alloc_->free(b);
+  cudaEventDestroy(it->second.done);
+  restoring_.erase(it);
+  return true;
+}
+
+void CudaRunner::wait_for_restore(SeqId id) {
+  auto it = restoring_.find(id);
+  if (it == restoring_.end()) return;
+  RILL_CUDA(cudaStreamWaitEvent(stream_, it->second.done));
+  // Work queued on stream_ from here (an offload into these host blocks) follows the copy.
+  for (int32_t b : it->second.host) host_kv_alloc_->free(b);
+  cudaEventDestroy(it->second.done);
+  restoring_.erase(it);
+}
+
+CudaRunner::PendingTransfer CudaRunner::begin_transfer(bool restore, int blocks,
+                                                       cudaStream_t stream) {
   PendingTransfer t;
   t.info.restore = restore;
   t.info.blocks = blocks;
   RILL_CUDA(cudaEventCreate(&t.begin));
   RILL_CUDA(cudaEventCreate(&t.end));
-  RILL_CUDA(cudaEventRecord(t.begin, stream_));
+  RILL_CUDA(cudaEventRecord(t.begin, stream));
   return t;
 }
 
-void CudaRunner::end_transfer(PendingTransfer t) {
-  RILL_CUDA(cudaEventRecord(t.end, stream_));
+void CudaRunner::end_transfer(PendingTransfer t, cudaStream_t stream) {
+  RILL_CUDA(cudaEventRecord(t.end, stream));
   transfers_.push_back(t);
 }
 

@@ -104,9 +104,13 @@ class ModelRunner {
   /// step until restore_sequence. kResourceExhausted (nothing changed) when host memory lacks
   /// room.
   virtual void offload_sequence(SeqId id) = 0;
-  /// Copies an offloaded cache back into pool blocks (before any later step reads it) and frees
-  /// its host memory. kResourceExhausted (nothing changed) when the pool lacks the blocks.
+  /// Starts copying an offloaded cache back into pool blocks (kResourceExhausted, nothing
+  /// changed, when the pool lacks them). The copy may run beside the steps in flight and later
+  /// ones; the sequence is ready for a step once restore_done(id) (a step that carries it sooner
+  /// waits for the copy on the device).
   virtual void restore_sequence(SeqId id) = 0;
+  /// False while a restore of the sequence is still copying.
+  virtual bool restore_done(SeqId id) = 0;
   /// The offloads and restores completed since the last call, oldest first.
   virtual std::vector<KvTransfer> completed_transfers() = 0;
   /// Starts one forward pass over all inputs (each sequence at most once per step). It may

@@ -46,7 +46,13 @@ void SessionKeeper::turn_started(const SessionPtr& s) {
 void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_point now) {
   const SessionPtr& s = turn.session;
   if (turn.runner_id < 0) {  // never admitted: the session is as it was
-    if (s->closed) release(s);
+    if (s->closed) {
+      release(s);
+    } else if (!s->offloaded && s->runner_id >= 0 && std::erase(parked_, s) > 0) {
+      idle_.push_back(s);  // its cache was restored ahead of the turn: back in the pool
+      std::lock_guard lock(table_.mutex());
+      s->residence = SessionResidence::kGpu;
+    }
     return;
   }
   --active_;

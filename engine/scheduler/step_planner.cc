@@ -172,6 +172,7 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
         ss.offloaded = false;
         ++restores_;
       }
+      if (!runner_.restore_done(ss.runner_id)) return false;  // copying beside the steps
       runner_.restart_sampling(ss.runner_id, r.sampling);
     }
   } catch (const Error& e) {
@@ -272,7 +273,29 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     scheduled.push_back(s);
     b.tokens -= static_cast<int>(n), --b.seqs;
   }
+  prefetch_restores(running, waiting);
   return step;
+}
+
+// Restores for offloaded sessions whose turns wait behind the head of the queue, started now so
+// that their copies run beside this step and the turns are admitted without waiting for them.
+// Only turns ahead of any other request: their blocks never delay a request queued before them.
+void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting) {
+  const KvCacheManager& kv = runner_.kv();
+  for (const SequencePtr& s : waiting) {
+    if (restores_ >= config_.max_restores_per_step || !s->session) return;
+    SessionState& ss = *s->session;
+    if (s->phase == SeqPhase::kFinished || !ss.offloaded || ss.steps_in_flight > 0) continue;
+    if (kv.sequence(ss.runner_id).max_blocks > free_blocks_for_growth(running) - owed_prefill_blocks(running)) return;
+    try {
+      runner_.restore_sequence(ss.runner_id);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kResourceExhausted) return;
+      throw;
+    }
+    ss.offloaded = false;
+    ++restores_;
+  }
 }
 
 }  // namespace rill

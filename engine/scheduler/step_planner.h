@@ -14,8 +14,10 @@
 // blocks the sequence still lacks (its growth to sinks + window, or all of them when its cache
 // was offloaded to host memory) fit; it restarts the sequence's sampler and feeds the earlier
 // turn's final sample (when no step fed it) ahead of the new tokens. At most
-// max_restores_per_step offloaded caches are copied back per step. When an admission lacks
-// blocks, idle sessions' caches are reclaimed (offloaded or dropped) first.
+// max_restores_per_step restores start per step; a turn is admitted once its copy is done (the
+// copy runs beside the steps), and restores for the turns queued behind the head start ahead of
+// their admission. When an admission lacks blocks, idle sessions' caches are reclaimed
+// (offloaded or dropped) first.
 #pragma once
 
 #include <cstdint>
@@ -65,13 +67,14 @@ class StepPlanner {
   bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now, int& shortfall);
   bool admit_turn(const SequencePtr& s, int room, int& shortfall);  // a session's turn (`room`: free blocks)
   void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now);
+  void prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
 
   ModelRunner& runner_;
   const SchedulerConfig& config_;
   std::function<void(const SequencePtr&, const Error&)> fail_;
   Reclaim reclaim_;
-  int restores_ = 0;  // offloaded session caches restored in the step being planned
+  int restores_ = 0;  // restores of offloaded session caches started while planning this step
   SeqId next_runner_id_ = 1;
   int64_t preemptions_ = 0;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)

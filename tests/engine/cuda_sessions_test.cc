@@ -75,9 +75,8 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   r->add_sequence({3, p, {.temperature = 0.0f}});
   const std::vector<int32_t> other = eval_tokens(300);
   one_step(*r, {{3, std::span<const int32_t>(other.data() + 150, 150), LogitsMode::kNone, false}});
-  r->restore_sequence(1);
+  r->restore_sequence(1);  // copies beside the steps; the first step with it waits on the device
   EXPECT_EQ(r->kv().blocks_held(1), held);
-  EXPECT_EQ(r->host_kv_blocks_free(), host_total);
   // Both decode greedily in the same steps: the same tokens and logits.
   std::vector<int32_t> next = {prompt[1], prompt[1]};
   for (int step = 0; step < 24; ++step) {
@@ -94,6 +93,8 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
     EXPECT_LT(std::sqrt(num / den), 1e-6) << "step " << step;
     next = {o.sampled[0], o.sampled[1]};
   }
+  EXPECT_TRUE(r->restore_done(1));
+  EXPECT_EQ(r->host_kv_blocks_free(), host_total);
   uint64_t offloads = 0, restores = 0;
   for (const KvTransfer& t : r->completed_transfers()) {
     (t.restore ? restores : offloads) += 1;
@@ -102,6 +103,37 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   }
   EXPECT_EQ(offloads, 1u);
   EXPECT_EQ(restores, 1u);
+}
+
+// A restore's copy runs beside the steps of other sequences: they go on while it copies, and the
+// restored sequence, stepped only once restore_done(), continues as one that never moved.
+TEST(CudaSessions, RestoreCopiesBesideOtherSteps) {
+  REQUIRE_CUDA();
+  const Model m = load_model(testing::source_path("models/rill-shakespeare"));
+  auto r = runner_with_host_memory(m);
+  const CachePolicy p = CachePolicy::streaming(4, 60);
+  const std::vector<int32_t> prompt = eval_tokens(100);
+  for (SeqId id : {1, 2, 3}) r->add_sequence({id, p, {.temperature = 0.0f}});
+  for (SeqId id : {1, 2}) one_step(*r, {{id, prompt, LogitsMode::kNone, false}});
+  one_step(*r, {{3, std::span<const int32_t>(prompt.data(), 10), LogitsMode::kNone, false}});
+  r->offload_sequence(1);
+  r->restore_sequence(1);
+  int32_t tok = prompt[0];
+  int steps_while_copying = 0;
+  while (!r->restore_done(1)) {  // sequence 3 keeps decoding meanwhile
+    tok =
+        one_step(*r, {{3, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, true}}).sampled[0];
+    ++steps_while_copying;
+  }
+  std::vector<int32_t> next = {prompt[1], prompt[1]};
+  for (int step = 0; step < 12; ++step) {
+    const StepOutput o =
+        one_step(*r, {{1, std::span<const int32_t>(&next[0], 1), LogitsMode::kNone, true},
+                      {2, std::span<const int32_t>(&next[1], 1), LogitsMode::kNone, true}});
+    ASSERT_EQ(o.sampled[0], o.sampled[1])
+        << "step " << step << " (" << steps_while_copying << " steps while copying)";
+    next = {o.sampled[0], o.sampled[1]};
+  }
 }
 
 TEST(CudaSessions, HostMemoryFullIsRefusedAndChangesNothing) {

@@ -377,6 +377,7 @@ class SmallStepRunner final : public ModelRunner {
   int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
   void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
   void restore_sequence(SeqId id) override { inner_.restore_sequence(id); }
+  bool restore_done(SeqId id) override { return inner_.restore_done(id); }
   std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
   void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
   StepOutput finish() override { return inner_.finish(); }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "tests/scheduler/scheduler_test_util.h"
 
@@ -251,6 +252,74 @@ TEST(Sessions, ConcurrentTurnsOffloadsAndClosesFinishCleanly) {
   EXPECT_GT(metric(f.metrics, "rill_session_offloads_total"), 0);
 }
 
+// The CPU runner with restores that take a few polls to finish, as the CUDA runner's copies do
+// while steps run: turns wait for their copy, restores for queued turns start ahead.
+class SlowRestoreRunner final : public ModelRunner {
+ public:
+  explicit SlowRestoreRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
+  std::string name() const override { return "slow-restore"; }
+  const ModelConfig& config() const override { return inner_.config(); }
+  const KvCacheManager& kv() const override { return inner_.kv(); }
+  void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
+  void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
+  void restart_sampling(SeqId id, const SamplingParams& p) override {
+    EXPECT_EQ(polls_.count(id), 0u) << "a sampler restarted before its restore finished";
+    inner_.restart_sampling(id, p);
+  }
+  int host_kv_blocks() const override { return inner_.host_kv_blocks(); }
+  int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
+  void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
+  void restore_sequence(SeqId id) override {
+    inner_.restore_sequence(id);
+    polls_[id] = 3;
+  }
+  bool restore_done(SeqId id) override {
+    auto it = polls_.find(id);
+    if (it == polls_.end()) return true;
+    if (--it->second > 0) return false;
+    polls_.erase(it);
+    return true;
+  }
+  std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
+  void launch(std::span<const StepInput> inputs) override {
+    for (const StepInput& in : inputs)
+      EXPECT_EQ(polls_.count(in.id), 0u) << "stepped while restoring";
+    inner_.launch(inputs);
+  }
+  StepOutput finish() override { return inner_.finish(); }
+
+ private:
+  CpuRunner inner_;
+  std::unordered_map<SeqId, int> polls_;  // restores still "copying": polls left
+};
+
+TEST(Sessions, TurnsWaitForRestoresThatCopyBesideTheSteps) {
+  constexpr int kSessions = 4, kTurns = 6, kMaxTokens = 6;
+  const std::vector<int32_t> stops = frequent_tokens(kMaxTokens);
+  const std::vector<TurnResult> want = continuous_reference(kTurns, kMaxTokens, stops);
+  const Model& m = testing::default_model();
+  SchedulerConfig cfg;
+  cfg.session_gpu_fraction = 0;
+  cfg.queue_timeout = std::chrono::hours(1);
+  const std::vector<int> eos = m.stop_token_ids();
+  cfg.eos_token_ids.assign(eos.begin(), eos.end());
+  MetricsRegistry metrics;
+  ServingEngine engine(std::make_unique<SlowRestoreRunner>(m), *m.tokenizer, cfg, metrics);
+  std::vector<std::vector<TurnResult>> got(kSessions);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i)
+    threads.emplace_back([&, i] {
+      const std::string id = engine.create_session(streaming_session()).options.id;
+      got[i] = run_session(engine, id, 0, kTurns, kMaxTokens, stops);
+    });
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kSessions; ++i) {
+    SCOPED_TRACE("session " + std::to_string(i));
+    expect_same_turns(got[i], want);
+  }
+  EXPECT_GT(metric(metrics, "rill_session_restores_total"), 0);
+}
+
 // Seeded sampling with penalties: each turn restarts the sampler, so a session gives the same
 // tokens whether its cache stayed in the pool or went to host memory between turns.
 TEST(Sessions, SeededTurnsAreUnchangedByOffload) {
@@ -324,13 +393,14 @@ TEST(Sessions, WithoutHostRoomIdleSessionsBeyondTheBudgetExpire) {
 TEST(Sessions, ATurnWhileTheLastRunsIsRefused) {
   EngineFixture f;
   const std::string id = f.engine->create_session(streaming_session()).options.id;
-  RequestHandle first = f.engine->submit(turn_request(id, 0, 400, {}));
+  RequestHandle first = f.engine->submit(turn_request(id, 0, 100000, {}));
   const std::string msg = error_of([&] { f.engine->submit(turn_request(id, 1, 4, {})); },
                                    ErrorCode::kFailedPrecondition);
   EXPECT_NE(msg.find("previous turn is still running"), std::string::npos) << msg;
   EXPECT_TRUE(f.engine->session_info(id).turn_running);
+  first.cancel();  // a cancelled turn keeps what it fed; the session goes on
   const Collected c = collect(first);
-  EXPECT_EQ(c.final.reason, FinishReason::kLength);
+  EXPECT_EQ(c.final.reason, FinishReason::kCancelled);
   // Once the final event is out, the next turn is taken.
   RequestHandle next = f.engine->submit(turn_request(id, 1, 4, {}));
   EXPECT_EQ(collect(next).finals, 1);
