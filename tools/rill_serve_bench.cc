@@ -22,12 +22,14 @@
 #endif
 #include "engine/scheduler/serving_engine.h"
 #include "tools/common/engine_flags.h"
+#include "tools/common/latency_stats.h"
 
 using namespace rill;
+using rill::cli::mean;
+using rill::cli::percentile;
+using rill::cli::secs;
 
 namespace {
-
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 struct Trace {  // one request, as its consumer saw it
   Clock::time_point sent;
@@ -36,19 +38,8 @@ struct Trace {  // one request, as its consumer saw it
   bool done = false;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * (v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
-}
-
 void print_row(const char* name, const std::vector<double>& v) {
-  double mean = 0;
-  for (double x : v) mean += x;
-  mean = v.empty() ? 0 : mean / v.size();
-  std::printf("%-6s ms  mean %9.3f  median %9.3f  p90 %9.3f  p99 %9.3f  (n=%zu)\n", name, mean * 1e3,
+  std::printf("%-6s ms  mean %9.3f  median %9.3f  p90 %9.3f  p99 %9.3f  (n=%zu)\n", name, mean(v) * 1e3,
               percentile(v, 50) * 1e3, percentile(v, 90) * 1e3, percentile(v, 99) * 1e3, v.size());
 }
 
@@ -250,11 +241,7 @@ int main(int argc, char** argv) {
       print_row("ITL-0", before);
       print_row("ITL-1", during);
       std::printf("p99 ITL while requests arrive / mean ITL before: %.2fx\n",
-                  percentile(during, 99) / std::max(1e-12, [&] {
-                    double m = 0;
-                    for (double x : before) m += x;
-                    return before.empty() ? 0.0 : m / before.size();
-                  }()));
+                  percentile(during, 99) / std::max(1e-12, mean(before)));
     }
     if (args.on("measure-decode") && wb > wa && window_b.steps > window_a.steps) {
       const double span = secs(wa, wb);

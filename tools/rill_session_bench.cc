@@ -22,29 +22,15 @@
 #include "engine/error.h"
 #include "engine/scheduler/serving_engine.h"
 #include "tools/common/engine_flags.h"
+#include "tools/common/latency_stats.h"
 
 using namespace rill;
 using json = nlohmann::json;
+using rill::cli::mean;
+using rill::cli::percentile;
+using rill::cli::secs;
 
 namespace {
-
-double secs(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * (v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx), hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
-}
-
-double mean(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m += x;
-  return v.empty() ? 0 : m / v.size();
-}
 
 std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int vocab) {
   std::vector<int32_t> t(n);

@@ -22,6 +22,15 @@ const char* session_residence_name(SessionResidence r) {
   return "unknown";
 }
 
+const SessionPtr& SessionTable::live(const std::string& id) const {
+  auto it = live_.find(id);
+  if (it != live_.end()) return it->second;
+  auto ex = expired_.find(id);
+  if (ex != expired_.end())
+    throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
+  throw Error(ErrorCode::kNotFound, "session " + id + " not found");
+}
+
 bool turn_running(const SessionState& s) {
   return s.turn && !s.turn->finalized.load();
 }
@@ -52,14 +61,8 @@ SessionPtr SessionTable::create(SessionOptions options, const KvGeometry& geomet
 SessionPtr SessionTable::begin_turn(const std::string& id, const std::shared_ptr<Sequence>& turn,
                                     std::shared_ptr<Sequence>& previous) {
   std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) {
-    auto ex = expired_.find(id);
-    if (ex != expired_.end())
-      throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
-    throw Error(ErrorCode::kNotFound, "session " + id + " not found");
-  }
-  SessionState& s = *it->second;
+  const SessionPtr& found = live(id);
+  SessionState& s = *found;
   if (turn_running(s))
     throw Error(
         ErrorCode::kFailedPrecondition,
@@ -67,7 +70,7 @@ SessionPtr SessionTable::begin_turn(const std::string& id, const std::shared_ptr
             ": the previous turn is still running; send the next turn after its final message");
   previous = std::move(s.turn);
   s.turn = turn;
-  return it->second;
+  return found;
 }
 
 void SessionTable::abandon_turn(const SessionPtr& s, const std::shared_ptr<Sequence>& turn,
@@ -78,14 +81,7 @@ void SessionTable::abandon_turn(const SessionPtr& s, const std::shared_ptr<Seque
 
 SessionInfo SessionTable::info(const std::string& id, Clock::time_point now) const {
   std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) {
-    auto ex = expired_.find(id);
-    if (ex != expired_.end())
-      throw Error(ErrorCode::kNotFound, "session " + id + " expired: " + ex->second);
-    throw Error(ErrorCode::kNotFound, "session " + id + " not found");
-  }
-  const SessionState& s = *it->second;
+  const SessionState& s = *live(id);
   SessionInfo info;
   info.options = s.options;
   info.turns = s.turns;

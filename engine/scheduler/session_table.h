@@ -42,6 +42,8 @@ class SessionTable {
 
  private:
   void remember_expired(const std::string& id, std::string why);  // mu_ held
+  // The live session `id` (mu_ held); kNotFound, saying "expired" and why where it was dropped.
+  const SessionPtr& live(const std::string& id) const;
 
   const int max_sessions_;
   mutable std::mutex mu_;

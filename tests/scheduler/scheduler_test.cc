@@ -364,28 +364,12 @@ TEST(ServingEngine, DrainTimeoutCancelsWhatIsLeft) {
 
 // A runner whose steps take at most 4 sequences and 64 tokens (as a CUDA runner built with
 // max_batch 4 would): a scheduler configured past them is refused at construction.
-class SmallStepRunner final : public ModelRunner {
+class SmallStepRunner final : public testing::ForwardingRunner {
  public:
-  explicit SmallStepRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
+  using ForwardingRunner::ForwardingRunner;
   std::string name() const override { return "small"; }
-  const ModelConfig& config() const override { return inner_.config(); }
-  const KvCacheManager& kv() const override { return inner_.kv(); }
-  void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
-  void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
-  void restart_sampling(SeqId id, const SamplingParams& p) override { inner_.restart_sampling(id, p); }
-  int host_kv_blocks() const override { return inner_.host_kv_blocks(); }
-  int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
-  void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
-  void restore_sequence(SeqId id) override { inner_.restore_sequence(id); }
-  bool restore_done(SeqId id) override { return inner_.restore_done(id); }
-  std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
-  void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
-  StepOutput finish() override { return inner_.finish(); }
   int max_step_sequences() const override { return 4; }
   int max_step_tokens() const override { return 64; }
-
- private:
-  CpuRunner inner_;
 };
 
 TEST(ServingEngine, RefusesLimitsPastTheRunnersStep) {

@@ -35,6 +35,30 @@ struct EngineFixture {
   std::unique_ptr<ServingEngine> engine;
 };
 
+/// A runner that forwards everything to a CpuRunner: tests derive from it to change one thing
+/// (step limits, how long a restore takes) and keep the reference runner's results.
+class ForwardingRunner : public ModelRunner {
+ public:
+  explicit ForwardingRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  const KvCacheManager& kv() const override { return inner_.kv(); }
+  void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
+  void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
+  void restart_sampling(SeqId id, const SamplingParams& p) override { inner_.restart_sampling(id, p); }
+  int host_kv_blocks() const override { return inner_.host_kv_blocks(); }
+  int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
+  void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
+  void restore_sequence(SeqId id) override { inner_.restore_sequence(id); }
+  bool restore_done(SeqId id) override { return inner_.restore_done(id); }
+  std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
+  void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
+  StepOutput finish() override { return inner_.finish(); }
+
+ private:
+  CpuRunner inner_;
+};
+
 /// Everything one request produced.
 struct Collected {
   std::vector<int32_t> ids;

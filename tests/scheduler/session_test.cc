@@ -254,23 +254,15 @@ TEST(Sessions, ConcurrentTurnsOffloadsAndClosesFinishCleanly) {
 
 // The CPU runner with restores that take a few polls to finish, as the CUDA runner's copies do
 // while steps run: turns wait for their copy, restores for queued turns start ahead.
-class SlowRestoreRunner final : public ModelRunner {
+class SlowRestoreRunner final : public testing::ForwardingRunner {
  public:
-  explicit SlowRestoreRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
-  std::string name() const override { return "slow-restore"; }
-  const ModelConfig& config() const override { return inner_.config(); }
-  const KvCacheManager& kv() const override { return inner_.kv(); }
-  void add_sequence(const SequenceSpec& spec) override { inner_.add_sequence(spec); }
-  void remove_sequence(SeqId id) override { inner_.remove_sequence(id); }
+  using ForwardingRunner::ForwardingRunner;
   void restart_sampling(SeqId id, const SamplingParams& p) override {
     EXPECT_EQ(polls_.count(id), 0u) << "a sampler restarted before its restore finished";
-    inner_.restart_sampling(id, p);
+    ForwardingRunner::restart_sampling(id, p);
   }
-  int host_kv_blocks() const override { return inner_.host_kv_blocks(); }
-  int host_kv_blocks_free() const override { return inner_.host_kv_blocks_free(); }
-  void offload_sequence(SeqId id) override { inner_.offload_sequence(id); }
   void restore_sequence(SeqId id) override {
-    inner_.restore_sequence(id);
+    ForwardingRunner::restore_sequence(id);
     polls_[id] = 3;
   }
   bool restore_done(SeqId id) override {
@@ -280,16 +272,13 @@ class SlowRestoreRunner final : public ModelRunner {
     polls_.erase(it);
     return true;
   }
-  std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
   void launch(std::span<const StepInput> inputs) override {
     for (const StepInput& in : inputs)
       EXPECT_EQ(polls_.count(in.id), 0u) << "stepped while restoring";
-    inner_.launch(inputs);
+    ForwardingRunner::launch(inputs);
   }
-  StepOutput finish() override { return inner_.finish(); }
 
  private:
-  CpuRunner inner_;
   std::unordered_map<SeqId, int> polls_;  // restores still "copying": polls left
 };
 
