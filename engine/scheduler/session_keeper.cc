@@ -45,6 +45,7 @@ void SessionKeeper::turn_started(const SessionPtr& s) {
 
 void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_point now) {
   const SessionPtr& s = turn.session;
+  recheck_budget_ = true;
   if (turn.runner_id < 0) {  // never admitted: the session is as it was
     if (s->closed) {
       release(s);
@@ -160,9 +161,13 @@ void SessionKeeper::maintain(Clock::time_point now) {
     for (const SessionPtr& s : stale)
       drop(s, "idle_ttl", "idle for more than " + seconds_text(config_.session_idle_ttl) + " s");
   }
-  const int budget =
-      static_cast<int>(std::floor(config_.session_gpu_fraction * runner_.kv().num_blocks()));
-  while (!idle_.empty() && idle_blocks() > budget && evict_one(nullptr, false)) {
+  if (recheck_budget_) {  // idle sessions' blocks only grow when a turn ends
+    const int budget =
+        static_cast<int>(std::floor(config_.session_gpu_fraction * runner_.kv().num_blocks()));
+    while (!idle_.empty() && idle_blocks() > budget && evict_one(nullptr, false)) {
+    }
+    // Still over: the sessions left are not movable yet (a final event not out, a turn queued).
+    recheck_budget_ = !idle_.empty() && idle_blocks() > budget;
   }
   for (const KvTransfer& t : runner_.completed_transfers())
     (t.restore ? metrics_.session_restore_time : metrics_.session_offload_time).observe(t.seconds);

@@ -55,6 +55,7 @@ class SessionKeeper {
   std::vector<SessionPtr> parked_;  // caches in host memory, least recently used first
   int active_ = 0;                  // sessions with an admitted turn
   Clock::time_point next_ttl_check_{};
+  bool recheck_budget_ = false;  // a turn ended: idle sessions may hold more than the budget
 };
 
 }  // namespace rill

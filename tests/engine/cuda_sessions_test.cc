@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner_factory.h"
+#include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 
 #ifdef RILL_HAVE_CUDA
@@ -18,9 +19,6 @@
 
 namespace rill {
 namespace {
-
-#define REQUIRE_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 #ifdef RILL_HAVE_CUDA
 
