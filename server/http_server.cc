@@ -16,6 +16,7 @@
 #include <boost/beast/http.hpp>
 
 #include "server/error_mapping.h"
+#include "server/json_body.h"
 #include "server/metrics_exposition.h"
 #include "server/openai_api.h"
 #include "server/session_api.h"
@@ -206,21 +207,10 @@ class Session : public std::enable_shared_from_this<Session> {
     send(503, "application/json", dump_json({{"status", why}}), true);
   }
 
-  static json parse_object(const std::string& body) {
-    json b;
-    try {
-      b = json::parse(body);
-    } catch (const json::exception& e) {
-      throw Error(ErrorCode::kInvalidArgument, std::string("invalid JSON body: ") + e.what());
-    }
-    if (!b.is_object()) throw Error(ErrorCode::kInvalidArgument, "the body must be a JSON object");
-    return b;
-  }
-
   // vLLM's shapes: {"prompt": text, "add_special_tokens": bool} -> {"tokens", "count",
   // "max_model_len"}.
   void tokenize() {
-    const json b = parse_object(req_.body());
+    const json b = parse_json_object(req_.body());
     const Tokenizer& tok = ctx_.require_engine().tokenizer();
     const char* key = b.contains("prompt") ? "prompt" : "text";
     if (!b.contains(key) || !b[key].is_string())
@@ -241,7 +231,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // {"tokens": [ids]} -> {"prompt": text}.
   void detokenize() {
-    const json b = parse_object(req_.body());
+    const json b = parse_json_object(req_.body());
     const Tokenizer& tok = ctx_.require_engine().tokenizer();
     if (!b.contains("tokens") || !b["tokens"].is_array())
       throw FieldError("tokens", "'tokens' must be a list of token ids");

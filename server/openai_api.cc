@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/runner/runner.h"
+#include "server/json_body.h"
 #include "server/json_fields.h"
 
 namespace rill::server {
@@ -127,13 +128,7 @@ int parse_logprobs(ApiKind kind, const json& b) {
 }  // namespace
 
 ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::string& body_text) {
-  json b;
-  try {
-    b = json::parse(body_text);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::kInvalidArgument, std::string("invalid JSON body: ") + e.what());
-  }
-  if (!b.is_object()) throw Error(ErrorCode::kInvalidArgument, "the body must be a JSON object");
+  const json b = parse_json_object(body_text);
   ServingEngine& engine = ctx.require_engine();
   ApiRequest a;
   a.kind = kind;

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/openai_api.h"
 
@@ -10,13 +11,7 @@ namespace rill::server {
 using nlohmann::json;
 
 SessionOptions parse_session_options(const ServingContext& ctx, const std::string& body_text) {
-  json b;
-  try {
-    b = json::parse(body_text.empty() ? std::string("{}") : body_text);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::kInvalidArgument, std::string("invalid JSON body: ") + e.what());
-  }
-  if (!b.is_object()) throw Error(ErrorCode::kInvalidArgument, "the body must be a JSON object");
+  const json b = parse_json_object(body_text, /*empty_is_object=*/true);
   if (has_field(b, "model")) {
     if (!b["model"].is_string()) bad_field("model", "must be a string");
     const std::string model = b["model"].get<std::string>();

@@ -37,6 +37,14 @@ def body_bytes(spec):
         return b'{"prompt": "' + b"a" * MAX_BODY + b'"}'
     if spec == "@invalid_utf8":
         return b'{"prompt": "\xff\xfe"}'
+    # The attack shapes that overflowed the stack (before nesting was bounded at parse time).
+    if spec == "@deep_chat":
+        return (b'{"messages": [{"role": "user", "content": "hi", "name": ' + b"[" * 40000 + b"]" * 40000
+                + b"}]}")
+    if spec == "@deep_prompt":
+        return b'{"prompt": ' + b"[" * 200000 + b"]" * 200000 + b"}"
+    if spec == "@deep_session":
+        return b'{"cache": {"policy": "streaming"}, "x": ' + b"{\"a\":" * 1000 + b"1" + b"}" * 1000 + b"}"
     if spec == "@long_prompt":
         return json.dumps({"prompt": [5] * 600, "max_tokens": 1}).encode()
     return spec.encode()
@@ -78,6 +86,22 @@ class HttpErrorsTest(unittest.TestCase):
                 self.assertEqual(err["type"], typ)
                 self.assertEqual(err["param"], param, err["message"])
         self.assertEqual(self.server.get("/health")[0], 200)  # still serving
+
+    def test_deep_nesting_leaves_output_unchanged(self):
+        body = {"prompt": "ROMEO:", "max_tokens": 16, "temperature": 0}
+        status, before, _ = self.send("POST", "/v1/completions", json.dumps(body).encode())
+        self.assertEqual(status, 200)
+        for spec, path in (("@deep_chat", "/v1/chat/completions"), ("@deep_prompt", "/v1/completions")):
+            status, reply, _ = self.send("POST", path, body_bytes(spec))
+            self.assertEqual(status, 400)
+            self.assertIn("deeper than 64", json.loads(reply)["error"]["message"])
+        # 64 levels are accepted by the parser (and then refused by the field checks as usual).
+        status, reply, _ = self.send("POST", "/v1/completions",
+                                     b'{"prompt": "x", "user": ' + b"[" * 63 + b"]" * 63 + b"}")
+        self.assertNotIn("deeper than", reply.decode())
+        status, after, _ = self.send("POST", "/v1/completions", json.dumps(body).encode())
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(before)["choices"][0]["text"], json.loads(after)["choices"][0]["text"])
 
     def test_chat_template_error_is_the_templates_message(self):
         status, body, _ = self.send("POST", "/v1/chat/completions",
