@@ -19,7 +19,6 @@ std::string caller_scope(const grpc::CallbackServerContext& call);
 /// Request::id_scope for a request whose client-given id is `client_id`: "" when empty (the
 /// server assigns an unguessable id), else caller_scope(call). Throws FieldError "request_id"
 /// (kInvalidArgument) for an id over kMaxIdBytes or with other than visible ASCII characters.
-std::string request_id_scope(const std::string& client_id,
-                             const grpc::CallbackServerContext& call);
+std::string request_id_scope(const std::string& client_id, const grpc::CallbackServerContext& call);
 
 }  // namespace rill::server

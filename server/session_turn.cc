@@ -96,8 +96,8 @@ void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalE
       reply_end = engine->tokenizer().decode(std::vector<int32_t>{*f.stop_token},
                                              /*skip_special_tokens=*/false);
   }
-  plan.entry->set_history({plan.kind, next_chat_history(plan.history, plan.new_messages, reply),
-                           std::move(reply_end)});
+  plan.entry->set_history(
+      {plan.kind, next_chat_history(plan.history, plan.new_messages, reply), std::move(reply_end)});
 }
 
 SessionInfo create_session(ServingContext& ctx, SessionOptions options) {

@@ -30,9 +30,9 @@ struct TurnInput {
 /// What a turn feeds, and what to keep once it ends.
 struct TurnPlan {
   std::string session_id;
-  SessionInfo info;             // the session when planned: its incarnation, defaults, counters
+  SessionInfo info;                     // the session when planned: incarnation, defaults, counters
   std::shared_ptr<SessionEntry> entry;  // that session's server state (null: none)
-  std::vector<int32_t> prompt;  // the turn's new tokens
+  std::vector<int32_t> prompt;          // the turn's new tokens
   TurnKind kind = TurnKind::kRaw;
   nlohmann::json history;       // chat: the history this turn extends
   std::string reply_end;        // chat: fed after the history's reply (SessionEntry)

@@ -22,9 +22,9 @@ void fill_random(uint8_t* out, size_t n) {
     const ssize_t got = getrandom(out + done, n - done, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorCode::kInternal,
-                  std::string("getrandom failed: no random bytes for an id: ") +
-                      std::strerror(errno));
+      throw Error(
+          ErrorCode::kInternal,
+          std::string("getrandom failed: no random bytes for an id: ") + std::strerror(errno));
     }
     done += static_cast<size_t>(got);
   }

@@ -21,8 +21,8 @@ namespace rill {
 using Clock = std::chrono::steady_clock;
 
 struct Request {
-  std::string id;        // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
-                         // among live requests (empty: assigned, "req-" + 32 random hex digits)
+  std::string id;  // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
+                   // among live requests (empty: assigned, "req-" + 32 random hex digits)
   /// Who may name `id` (ServingEngine::cancel). Empty: the id is unguessable (assigned by the
   /// engine or a front end), and holding it is the right to cancel. Otherwise the id is the
   /// client's own and only a caller in this scope (a front end's notion: the gRPC connection)

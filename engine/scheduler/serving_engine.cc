@@ -165,7 +165,8 @@ class ServingEngine::Impl {
     {
       std::lock_guard lock(mu_);
       const std::string key = live_key(r.id_scope, r.id);
-      if (live_.count(key)) throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
+      if (live_.count(key))
+        throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
       seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
       live_.emplace(key, seq->channel);
       seq->order = next_order_++;
@@ -191,7 +192,7 @@ class ServingEngine::Impl {
   std::unique_ptr<OutputProcessor> output_;
   std::unique_ptr<EngineLoop> loop_;
   std::atomic<bool> draining_{false};
-  std::mutex mu_;  // live_, next_order_
+  std::mutex mu_;                                                          // live_, next_order_
   std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;  // by live_key
   SessionTable sessions_;
   uint64_t next_order_ = 0;
@@ -206,7 +207,9 @@ ServingEngine::~ServingEngine() = default;
 RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
   return impl_->submit(std::move(request), std::move(notify));
 }
-bool ServingEngine::cancel(const std::string& id, const std::string& scope) { return impl_->cancel(id, scope); }
+bool ServingEngine::cancel(const std::string& id, const std::string& scope) {
+  return impl_->cancel(id, scope);
+}
 SessionInfo ServingEngine::create_session(SessionOptions options) { return impl_->create_session(std::move(options)); }
 SessionInfo ServingEngine::session_info(const std::string& id) const { return impl_->session_info(id); }
 bool ServingEngine::close_session(const std::string& id, uint64_t incarnation) {

@@ -22,8 +22,8 @@ struct SessionAttachment {
 };
 
 struct SessionOptions {
-  std::string id;  // empty: assigned ("sess-" + 32 random hex digits); unique among live
-                   // sessions; at most kMaxIdBytes (ids.h)
+  std::string id;            // empty: assigned ("sess-" + 32 random hex digits); unique among live
+                             // sessions; at most kMaxIdBytes (ids.h)
   CachePolicy cache;         // must be streaming (sinks + window): the session's memory is constant
   SamplingParams sampling;   // defaults for its turns: stored for the front ends, which apply them
   int max_tokens = 256;      // likewise
@@ -46,7 +46,7 @@ struct SessionInfo {
   int64_t tokens_cached = 0;    // in the cache now: sinks + window part
   bool turn_running = false;    // a turn is queued or generating
   SessionResidence residence = SessionResidence::kNone;
-  double idle_s = 0;            // since its last turn ended or its creation (0 while one runs)
+  double idle_s = 0;  // since its last turn ended, or creation (0 during a turn)
 };
 
 const char* session_residence_name(SessionResidence r);

@@ -54,7 +54,7 @@ class SessionKeeper {
   const SchedulerConfig& config_;
   EngineMetrics& metrics_;
   SessionTable& table_;
-  std::vector<SessionPtr> new_;   // no cache yet (no turn admitted), oldest first
+  std::vector<SessionPtr> new_;     // no cache yet (no turn admitted), oldest first
   std::vector<SessionPtr> idle_;    // caches in the pool, least recently used first
   std::vector<SessionPtr> parked_;  // caches in host memory, least recently used first
   int active_ = 0;                  // sessions with an admitted turn

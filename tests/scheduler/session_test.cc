@@ -605,12 +605,11 @@ TEST(Sessions, IdsOverTheLimitAreRefusedNamingIt) {
   EngineFixture f;
   const std::string longest(kMaxIdBytes, 'a');
   EXPECT_EQ(f.engine->create_session(streaming_session(longest)).options.id, longest);
-  const std::string msg = error_of(
-      [&] { f.engine->create_session(streaming_session(longest + "a")); },
-      ErrorCode::kInvalidArgument);
+  const std::string msg =
+      error_of([&] { f.engine->create_session(streaming_session(longest + "a")); },
+               ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("session id is 129 bytes, over the limit of 128"), std::string::npos) << msg;
-  error_of([&] { f.engine->session_info(std::string(100000, 'a')); },
-           ErrorCode::kInvalidArgument);
+  error_of([&] { f.engine->session_info(std::string(100000, 'a')); }, ErrorCode::kInvalidArgument);
   EXPECT_FALSE(f.engine->close_session(std::string(100000, 'a')));
 }
 

@@ -46,8 +46,8 @@ TurnInput tokens(std::vector<int32_t> ids) {
 TurnInput chat(const std::string& content) {
   TurnInput in;
   in.kind = TurnInput::Kind::kChat;
-  in.messages = normalize_chat_messages(
-      nlohmann::json::array({{{"role", "user"}, {"content", content}}}));
+  in.messages =
+      normalize_chat_messages(nlohmann::json::array({{{"role", "user"}, {"content", content}}}));
   return in;
 }
 
@@ -109,11 +109,10 @@ TEST(SessionTurns, IdsOverTheLimitAreRefusedNamingIt) {
     EXPECT_STREQ(e.what(), "session id is 129 bytes, over the limit of 128");
   }
   const std::string huge(100000, 'i');
-  for (auto call : {+[](ServingContext& c, const std::string& id) { get_session(c, id); },
-                    +[](ServingContext& c, const std::string& id) { delete_session(c, id); },
-                    +[](ServingContext& c, const std::string& id) {
-                      plan_session_turn(c, id, tokens({1}));
-                    }}) {
+  for (auto call :
+       {+[](ServingContext&c, const std::string&id) { get_session(c, id); },
+        +[](ServingContext&c, const std::string&id) { delete_session(c, id); },
+        +[](ServingContext&c, const std::string&id) { plan_session_turn(c, id, tokens({1})); }}) {
     try {
       call(s.ctx, huge);
       ADD_FAILURE() << "no error";
