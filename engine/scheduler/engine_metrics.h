@@ -28,7 +28,7 @@ struct EngineMetrics {
   Gauge& requests_waiting;
   Gauge& kv_cache_usage;             // ratio of KV blocks in use
   // Sessions (session.h).
-  Gauge& sessions_active;            // a turn queued or running
+  Gauge& sessions_active;            // a turn admitted (prefilling or decoding)
   Gauge& sessions_idle;              // between turns, cache in the KV pool
   Gauge& sessions_offloaded;         // between turns, cache in host memory
   Gauge& sessions_new;               // no turn admitted yet: no cache
