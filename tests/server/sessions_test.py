@@ -358,6 +358,7 @@ class Stub:
         self.GetSession = unary("GetSession", pb.GetSessionRequest, pb.SessionInfo)
         self.DeleteSession = unary("DeleteSession", pb.DeleteSessionRequest, pb.DeleteSessionResponse)
         self.GetLoad = unary("GetLoad", pb.GetLoadRequest, pb.GetLoadResponse)
+        self.Cancel = unary("Cancel", pb.CancelRequest, pb.CancelResponse)
 
 
 class SessionCall:
@@ -554,6 +555,31 @@ class GrpcSessionTest(unittest.TestCase):
         self.assertEqual(attached.close(), [])
         self.assertEqual(self.stub.GetSession(pb.GetSessionRequest(session_id="grpc-re"), timeout=10).turns, 1)
         self.assertTrue(self.stub.DeleteSession(pb.DeleteSessionRequest(session_id="grpc-re"), timeout=10).found)
+        self.assert_kv_baseline()
+
+    def test_turn_ids_are_cancelled_only_from_their_connection(self):
+        # Regression (issue 27): any client could Cancel any request (session turns too) by its id.
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}",
+                                        options=[("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)])
+        self.addCleanup(channel.close)
+        other = Stub(channel)
+        call = SessionCall(self.stub)
+        call.send(open=pb.SessionOpen(create=self.options(max_tokens=4)))
+        call.next()
+        call.turn(request_id="my-turn", text="ROMEO:", max_tokens=100000, ignore_eos=True)
+        self.assertEqual(call.next().turn.request_id, "my-turn")
+        self.assertFalse(other.Cancel(pb.CancelRequest(request_id="my-turn"), timeout=10).found)
+        self.assertTrue(self.stub.Cancel(pb.CancelRequest(request_id="my-turn"), timeout=10).found)
+        _, _, final = call.read_turn()
+        self.assertEqual(final.finish_reason, "cancelled")
+        # A turn without request_id gets a server-assigned id: anyone holding it may cancel.
+        call.turn(text="\nJULIET:", max_tokens=100000, ignore_eos=True)
+        rid = call.next().turn.request_id
+        self.assertRegex(rid, r"^grpc-[0-9a-f]{32}$")
+        self.assertTrue(other.Cancel(pb.CancelRequest(request_id=rid), timeout=10).found)
+        _, _, final = call.read_turn()
+        self.assertEqual(final.finish_reason, "cancelled")
+        self.assertEqual(call.close(), [])
         self.assert_kv_baseline()
 
     def test_session_ids_over_128_bytes_are_invalid_argument(self):
