@@ -48,8 +48,9 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
   ctx.check_prompt(r.prompt, "input");
+  r.sampling = ctx.model().sampling_defaults;
   apply_sampling(in.sampling(), r.sampling);
-  apply_generation_fields(in, r);
+  apply_generation_fields(in, r, ctx.model().vocab_size);
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
@@ -230,7 +231,7 @@ class RillService final : public pb::Rill::CallbackService {
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* call,
                                           const pb::SessionOptions* in,
                                           pb::SessionInfo* out) override {
-    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in))); });
+    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in, ctx_.model().sampling_defaults))); });
   }
 
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* call,

@@ -120,7 +120,7 @@ class SessionReactor final
       const pb::SessionOpen& open = in_.open();
       SessionInfo info;
       if (open.has_create()) {
-        info = create_session(ctx_, from_pb(open.create()));
+        info = create_session(ctx_, from_pb(open.create(), ctx_.model().sampling_defaults));
         owned_ = true;
       } else if (!open.attach_session_id().empty()) {
         info = get_session(ctx_, open.attach_session_id());
@@ -158,7 +158,7 @@ class SessionReactor final
       r.id = id;
       r.id_scope = request_id_scope(t.request_id(), *call_);
       apply_sampling(t.sampling(), r.sampling);
-      apply_generation_fields(t, r);
+      apply_generation_fields(t, r, ctx_.model().vocab_size);
       ctx_.check_prompt(r.prompt, "input");
       tokenizer_ = &ctx_.require_engine().tokenizer();
       RequestHandle handle = submit_session_turn(ctx_, std::move(r), notifier());

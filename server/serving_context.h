@@ -24,6 +24,10 @@ struct ModelInfo {
   int context_length = 0;
   int vocab_size = 0;
   std::vector<int> eos_token_ids;
+  /// What a request or session starts from before its own sampling fields: the server's
+  /// override, then the model's generation_config.json, then OpenAI's defaults
+  /// (resolve_sampling_defaults; docs/api.md, "Sampling fields").
+  SamplingParams sampling_defaults;
 };
 
 /// One access-log line's worth of a finished request.
