@@ -28,7 +28,7 @@ namespace {
 namespace gpb = ::google::protobuf;
 
 // The proto field of a table row. A missing one is a build mismatch that
-// tests/server/sampling_fields_proto_test.cc catches before it ships.
+// tests/server/sampling_fields_server_test.cc catches before it ships.
 const gpb::FieldDescriptor& proto_field(const SamplingField& f) {
   const gpb::FieldDescriptor* fd = pb::SamplingParameters::descriptor()->FindFieldByName(f.name);
   if (!fd) throw Error(ErrorCode::kInternal, std::string("rill.proto lacks sampling field ") + f.name);
