@@ -38,7 +38,8 @@ class Error : public std::runtime_error {
 /// field (the OpenAI error body's "param", gRPC's `error-param` trailing metadata).
 class FieldError : public Error {
  public:
-  FieldError(std::string field, const std::string& message, ErrorCode code = ErrorCode::kInvalidArgument)
+  FieldError(std::string field, const std::string& message,
+             ErrorCode code = ErrorCode::kInvalidArgument)
       : Error(code, message), field_(std::move(field)) {}
   const std::string& field() const { return field_; }
 

@@ -31,20 +31,28 @@ namespace gpb = ::google::protobuf;
 // tests/server/sampling_fields_server_test.cc catches before it ships.
 const gpb::FieldDescriptor& proto_field(const SamplingField& f) {
   const gpb::FieldDescriptor* fd = pb::SamplingParameters::descriptor()->FindFieldByName(f.name);
-  if (!fd) throw Error(ErrorCode::kInternal, std::string("rill.proto lacks sampling field ") + f.name);
+  if (!fd)
+    throw Error(ErrorCode::kInternal, std::string("rill.proto lacks sampling field ") + f.name);
   return *fd;
 }
 
 SamplingNumber proto_number(const gpb::Message& m, const gpb::FieldDescriptor& fd) {
   const gpb::Reflection& r = *m.GetReflection();
   switch (fd.cpp_type()) {
-    case gpb::FieldDescriptor::CPPTYPE_FLOAT: return static_cast<double>(r.GetFloat(m, &fd));
-    case gpb::FieldDescriptor::CPPTYPE_DOUBLE: return r.GetDouble(m, &fd);
-    case gpb::FieldDescriptor::CPPTYPE_INT32: return static_cast<int64_t>(r.GetInt32(m, &fd));
-    case gpb::FieldDescriptor::CPPTYPE_INT64: return static_cast<int64_t>(r.GetInt64(m, &fd));
-    case gpb::FieldDescriptor::CPPTYPE_UINT32: return static_cast<uint64_t>(r.GetUInt32(m, &fd));
-    case gpb::FieldDescriptor::CPPTYPE_UINT64: return static_cast<uint64_t>(r.GetUInt64(m, &fd));
-    default: throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
+    case gpb::FieldDescriptor::CPPTYPE_FLOAT:
+      return static_cast<double>(r.GetFloat(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return r.GetDouble(m, &fd);
+    case gpb::FieldDescriptor::CPPTYPE_INT32:
+      return static_cast<int64_t>(r.GetInt32(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<int64_t>(r.GetInt64(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_UINT32:
+      return static_cast<uint64_t>(r.GetUInt32(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<uint64_t>(r.GetUInt64(m, &fd));
+    default:
+      throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
   }
 }
 
@@ -52,15 +60,22 @@ void set_proto_number(gpb::Message& m, const gpb::FieldDescriptor& fd, const Sam
   const gpb::Reflection& r = *m.GetReflection();
   const double d = std::visit([](auto x) { return static_cast<double>(x); }, v);
   switch (fd.cpp_type()) {
-    case gpb::FieldDescriptor::CPPTYPE_FLOAT: return r.SetFloat(&m, &fd, static_cast<float>(d));
-    case gpb::FieldDescriptor::CPPTYPE_DOUBLE: return r.SetDouble(&m, &fd, d);
-    case gpb::FieldDescriptor::CPPTYPE_INT32: return r.SetInt32(&m, &fd, static_cast<int32_t>(d));
-    case gpb::FieldDescriptor::CPPTYPE_INT64: return r.SetInt64(&m, &fd, static_cast<int64_t>(d));
-    case gpb::FieldDescriptor::CPPTYPE_UINT32: return r.SetUInt32(&m, &fd, static_cast<uint32_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_FLOAT:
+      return r.SetFloat(&m, &fd, static_cast<float>(d));
+    case gpb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return r.SetDouble(&m, &fd, d);
+    case gpb::FieldDescriptor::CPPTYPE_INT32:
+      return r.SetInt32(&m, &fd, static_cast<int32_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_INT64:
+      return r.SetInt64(&m, &fd, static_cast<int64_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_UINT32:
+      return r.SetUInt32(&m, &fd, static_cast<uint32_t>(d));
     case gpb::FieldDescriptor::CPPTYPE_UINT64:
-      return r.SetUInt64(&m, &fd, std::holds_alternative<uint64_t>(v) ? std::get<uint64_t>(v)
-                                                                       : static_cast<uint64_t>(d));
-    default: throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
+      return r.SetUInt64(
+          &m, &fd,
+          std::holds_alternative<uint64_t>(v) ? std::get<uint64_t>(v) : static_cast<uint64_t>(d));
+    default:
+      throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
   }
 }
 
@@ -89,8 +104,10 @@ pb::CachePolicy to_pb(const CachePolicy& c) {
 
 CachePolicy from_pb(const pb::CachePolicy& c) {
   switch (c.kind()) {
-    case pb::CachePolicy::KIND_FULL: return CachePolicy::full();
-    case pb::CachePolicy::KIND_STREAMING: return checked_streaming_cache(c.n_sink(), c.window());
+    case pb::CachePolicy::KIND_FULL:
+      return CachePolicy::full();
+    case pb::CachePolicy::KIND_STREAMING:
+      return checked_streaming_cache(c.n_sink(), c.window());
     default:  // proto3 enums are open: a newer client's kind arrives as its number
       throw FieldError("cache.kind", "'cache.kind' must be KIND_FULL or KIND_STREAMING (got " +
                                          std::to_string(static_cast<int>(c.kind())) + ")");

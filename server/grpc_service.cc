@@ -231,7 +231,9 @@ class RillService final : public pb::Rill::CallbackService {
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* call,
                                           const pb::SessionOptions* in,
                                           pb::SessionInfo* out) override {
-    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in, ctx_.model().sampling_defaults))); });
+    return unary(call, [&] {
+      fill_session_info(*out, create_session(ctx_, from_pb(*in, ctx_.model().sampling_defaults)));
+    });
   }
 
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* call,

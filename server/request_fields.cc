@@ -26,11 +26,12 @@ std::vector<std::string> checked_stop_strings(const std::vector<std::string>& st
   for (const std::string& s : stop)
     if (!s.empty()) out.push_back(s);
   if (out.size() > kMaxStopStrings)
-    throw FieldError("stop", "'stop' has more than " + std::to_string(kMaxStopStrings) + " strings");
+    throw FieldError("stop",
+                     "'stop' has more than " + std::to_string(kMaxStopStrings) + " strings");
   for (const std::string& s : out)
     if (s.size() > kMaxStopStringBytes)
-      throw FieldError("stop", "'stop' has a string over " + std::to_string(kMaxStopStringBytes) +
-                                   " bytes");
+      throw FieldError(
+          "stop", "'stop' has a string over " + std::to_string(kMaxStopStringBytes) + " bytes");
   return out;
 }
 

@@ -21,16 +21,20 @@ double float_json_value(double stored) {
 
 json value_json(const SamplingField& f, const SamplingNumber& v) {
   switch (sampling_field_type(f)) {
-    case SamplingFieldType::kFloat: return float_json_value(std::get<double>(v));
-    case SamplingFieldType::kInt32: return static_cast<int64_t>(std::get<double>(v));
-    case SamplingFieldType::kUint64: return std::get<uint64_t>(v);
+    case SamplingFieldType::kFloat:
+      return float_json_value(std::get<double>(v));
+    case SamplingFieldType::kInt32:
+      return static_cast<int64_t>(std::get<double>(v));
+    case SamplingFieldType::kUint64:
+      return std::get<uint64_t>(v);
   }
   return nullptr;
 }
 
 }  // namespace
 
-SamplingNumber sampling_json_number(const json& v, const SamplingField& f, const std::string& field) {
+SamplingNumber sampling_json_number(const json& v, const SamplingField& f,
+                                    const std::string& field) {
   const bool integral = sampling_field_type(f) != SamplingFieldType::kFloat;
   if (!v.is_number())
     throw FieldError(field, "'" + field + "' must be " + (integral ? "an integer" : "a number"));
@@ -49,12 +53,14 @@ void parse_sampling_fields(const json& body, SamplingParams& s) {
 
 json sampling_json(const SamplingParams& s) {
   json j = json::object();
-  for (const SamplingField& f : sampling_fields()) j[f.name] = value_json(f, get_sampling_field(s, f));
+  for (const SamplingField& f : sampling_fields())
+    j[f.name] = value_json(f, get_sampling_field(s, f));
   return j;
 }
 
 SamplingOverrides sampling_overrides_from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) throw FieldError(where, "'" + where + "' must be an object of sampling fields");
+  if (!j.is_object())
+    throw FieldError(where, "'" + where + "' must be an object of sampling fields");
   SamplingOverrides o;
   for (const auto& [key, value] : j.items()) {
     const std::string field = where + "." + key;

@@ -17,8 +17,8 @@
 namespace rill::server {
 namespace {
 
-using Target = std::variant<int*, int64_t*, double*, bool*, std::string*, std::chrono::milliseconds*,
-                            SamplingOverrides*>;
+using Target = std::variant<int*, int64_t*, double*, bool*, std::string*,
+                            std::chrono::milliseconds*, SamplingOverrides*>;
 
 // One configurable value: its JSON place ("section.key" or "key"), its flag and its help.
 struct Field {

@@ -29,7 +29,7 @@ struct ServerConfig {
   // Sampling defaults of requests that leave a field unset (docs/api.md, "Sampling fields"):
   // default_sampling, then the generation_config.json named here, then OpenAI's.
   std::string generation_config = "auto";  // auto (the model's) | none | a file or directory
-  SamplingOverrides default_sampling;       // {"temperature": 0.7, ...}: over the model's
+  SamplingOverrides default_sampling;      // {"temperature": 0.7, ...}: over the model's
   EngineOptions engine;
   SchedulerConfig scheduler;
   std::set<std::string> explicit_fields;  // paths set by the file or a flag

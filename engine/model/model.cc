@@ -52,12 +52,15 @@ GenerationDefaults load_generation_config(const fs::path& file) {
   } catch (const json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument, file.string() + ": " + e.what());
   }
-  if (!j.is_object()) throw Error(ErrorCode::kInvalidArgument, file.string() + ": expected a JSON object");
-  const bool greedy = j.contains("do_sample") && j["do_sample"].is_boolean() && !j["do_sample"].get<bool>();
+  if (!j.is_object())
+    throw Error(ErrorCode::kInvalidArgument, file.string() + ": expected a JSON object");
+  const bool greedy =
+      j.contains("do_sample") && j["do_sample"].is_boolean() && !j["do_sample"].get<bool>();
   try {
     for (const SamplingField& f : sampling_fields()) {
       if (!f.in_generation_config || !j.contains(f.name) || !j[f.name].is_number()) continue;
-      if (greedy && std::string_view(f.name) != "repetition_penalty") continue;  // greedy ignores them
+      // Greedy decoding ignores the kept-set fields; penalties still apply.
+      if (greedy && std::string_view(f.name) != "repetition_penalty") continue;
       const json& v = j[f.name];
       g.sampling.set(f, v.is_number_unsigned()  ? SamplingNumber(v.get<uint64_t>())
                         : v.is_number_integer() ? SamplingNumber(v.get<int64_t>())

@@ -22,7 +22,8 @@ constexpr std::array<SamplingField, 8> kFields = {{
      "keep the smallest set of tokens (within top_k) whose probability reaches p; 1: off"},
     {"min_p", &SamplingParams::min_p, 0, 1, false, std::nullopt, true,
      "drop tokens less likely than min_p times the most likely one; 0: off"},
-    {"repetition_penalty", &SamplingParams::repetition_penalty, 0.01, 100, false, std::nullopt, true,
+    {"repetition_penalty", &SamplingParams::repetition_penalty, 0.01, 100, false, std::nullopt,
+     true,
      "divides positive (multiplies negative) logits of tokens in the prompt or output; 1: off"},
     {"presence_penalty", &SamplingParams::presence_penalty, -2, 2, false, std::nullopt, false,
      "subtracted once from the logit of every token already generated; 0: off"},
@@ -130,7 +131,9 @@ size_t field_index(const SamplingField& f) {
 
 }  // namespace
 
-std::span<const SamplingField> sampling_fields() { return kFields; }
+std::span<const SamplingField> sampling_fields() {
+  return kFields;
+}
 
 const SamplingField* find_sampling_field(std::string_view name) {
   for (const SamplingField& f : kFields)
@@ -144,9 +147,12 @@ SamplingFieldType sampling_field_type(const SamplingField& f) {
 
 const char* sampling_field_type_name(const SamplingField& f) {
   switch (sampling_field_type(f)) {
-    case SamplingFieldType::kFloat: return "float";
-    case SamplingFieldType::kInt32: return "int32";
-    case SamplingFieldType::kUint64: return "uint64";
+    case SamplingFieldType::kFloat:
+      return "float";
+    case SamplingFieldType::kInt32:
+      return "int32";
+    case SamplingFieldType::kUint64:
+      return "uint64";
   }
   return "?";
 }

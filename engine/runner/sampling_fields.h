@@ -39,7 +39,8 @@ struct SamplingField {
   SamplingMember member;  // where SamplingParams keeps it (its initializer is the default)
   double lo = 0, hi = 0;  // valid stored values; unused for kUint64 (every value is valid)
   bool lo_open = false;   // (lo, hi] instead of [lo, hi]
-  std::optional<double> off_alias;  // also accepted, meaning off, stored as the default (vLLM's top_k -1)
+  // Also accepted, meaning off, and stored as the default (vLLM's top_k -1).
+  std::optional<double> off_alias;
   bool in_generation_config = false;  // read from generation_config.json under the same key
   const char* doc;                    // one line for docs and --help
 };
@@ -52,8 +53,9 @@ SamplingFieldType sampling_field_type(const SamplingField& f);
 /// "float", "int32" or "uint64".
 const char* sampling_field_type_name(const SamplingField& f);
 
-/// The accepted values as messages and docs write them: "[0, 100]", "(0, 1]", "-1 or [0, 2147483647]",
-/// "any integer in [-2^63, 2^64)" (a negative seed is taken as its two's complement, as vLLM does).
+/// The accepted values as messages and docs write them: "[0, 100]", "(0, 1]",
+/// "-1 or [0, 2147483647]", "[-2^63, 2^64)" (uint64: a negative integer is taken as its two's
+/// complement, as OpenAI clients send signed seeds).
 std::string sampling_range_text(const SamplingField& f);
 
 /// Checks `value` against f's range and type and writes it into `p` (an off alias as the default).
@@ -87,6 +89,7 @@ class SamplingOverrides {
 
 /// The defaults a request starts from, in precedence order after the request itself: the
 /// server's override, then the model's generation_config.json, then OpenAI's (SamplingParams{}).
-SamplingParams resolve_sampling_defaults(const SamplingOverrides& server, const SamplingOverrides& model);
+SamplingParams resolve_sampling_defaults(const SamplingOverrides& server,
+                                         const SamplingOverrides& model);
 
 }  // namespace rill

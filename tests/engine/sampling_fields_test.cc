@@ -62,7 +62,8 @@ TEST(SamplingFields, RangesAndMessages) {
   EXPECT_EQ(refusal("temperature", std::nan("")), "'temperature' must be in [0, 100]");
   EXPECT_EQ(refusal("temperature", 1e300), "'temperature' must be in [0, 100]");
   EXPECT_EQ(refusal("repetition_penalty", 0.005), "'repetition_penalty' must be in [0.01, 100]");
-  EXPECT_EQ(refusal("top_p", 0.0), "'top_p' must be in (0, 1]");  // an open bound names the field too
+  EXPECT_EQ(refusal("top_p", 0.0),
+            "'top_p' must be in (0, 1]");  // an open bound names the field too
   EXPECT_EQ(refusal("top_p", 1.5), "'top_p' must be in (0, 1]");
   EXPECT_EQ(refusal("top_k", int64_t{-2}), "'top_k' must be -1 (off) or in [0, 2147483647]");
   EXPECT_EQ(refusal("top_k", uint64_t{1} << 40), "'top_k' must be -1 (off) or in [0, 2147483647]");
@@ -93,7 +94,8 @@ TEST(SamplingFields, AliasesAndSignedSeeds) {
   set_sampling_field(p, field("temperature"), int64_t{2});
   EXPECT_EQ(p.temperature, 2.0f);
   EXPECT_EQ(std::get<double>(get_sampling_field(p, field("temperature"))), 2.0);
-  EXPECT_EQ(std::get<uint64_t>(get_sampling_field(p, field("seed"))), std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(std::get<uint64_t>(get_sampling_field(p, field("seed"))),
+            std::numeric_limits<uint64_t>::max());
 }
 
 TEST(SamplingFields, ValidateNamesTheFieldAndTakesNoAlias) {
@@ -187,7 +189,8 @@ TEST_F(GenerationConfigTest, BadValuesNameTheFileAndTheKey) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'top_p' must be in (0, 1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'top_p' must be in (0, 1]"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(load_generation_config(write("{")), Error);
   EXPECT_THROW(load_generation_config(write("[1]")), Error);
@@ -197,8 +200,8 @@ TEST_F(GenerationConfigTest, BadValuesNameTheFileAndTheKey) {
 std::string docs_row(const SamplingField& f) {
   std::ostringstream row;
   row << "| `" << f.name << "` | " << sampling_field_type_name(f) << " | "
-      << format_sampling_number(default_sampling_value(f)) << " | " << sampling_range_text(f) << " | "
-      << (f.in_generation_config ? "yes" : "no") << " | " << f.doc << " |";
+      << format_sampling_number(default_sampling_value(f)) << " | " << sampling_range_text(f)
+      << " | " << (f.in_generation_config ? "yes" : "no") << " | " << f.doc << " |";
   return row.str();
 }
 
@@ -208,9 +211,12 @@ TEST(SamplingFields, DocsTableIsTheTable) {
   std::vector<std::string> rows;
   bool inside = false;
   for (std::string line; std::getline(in, line);) {
-    if (line == "<!-- sampling-fields-table: begin -->") inside = true;
-    else if (line == "<!-- sampling-fields-table: end -->") inside = false;
-    else if (inside && line.starts_with("| `")) rows.push_back(line);
+    if (line == "<!-- sampling-fields-table: begin -->")
+      inside = true;
+    else if (line == "<!-- sampling-fields-table: end -->")
+      inside = false;
+    else if (inside && line.starts_with("| `"))
+      rows.push_back(line);
   }
   std::string expected;
   for (const SamplingField& f : sampling_fields()) expected += docs_row(f) + "\n";

@@ -16,7 +16,7 @@ int main() {
     json row = {{"name", f.name},
                 {"type", rill::sampling_field_type_name(f)},
                 {"default", std::holds_alternative<uint64_t>(d) ? json(std::get<uint64_t>(d))
-                                                                 : json(std::get<double>(d))},
+                                                                : json(std::get<double>(d))},
                 {"lo", f.lo},
                 {"hi", f.hi},
                 {"lo_open", f.lo_open},

@@ -42,7 +42,9 @@ TEST(SamplingProto, SamplingParametersHasExactlyTheTablesFields) {
     const auto t = fd->cpp_type();
     switch (sampling_field_type(f)) {
       case SamplingFieldType::kFloat:
-        EXPECT_TRUE(t == gpb::FieldDescriptor::CPPTYPE_FLOAT || t == gpb::FieldDescriptor::CPPTYPE_DOUBLE) << f.name;
+        EXPECT_TRUE(t == gpb::FieldDescriptor::CPPTYPE_FLOAT ||
+                    t == gpb::FieldDescriptor::CPPTYPE_DOUBLE)
+            << f.name;
         break;
       case SamplingFieldType::kInt32:
         EXPECT_EQ(t, gpb::FieldDescriptor::CPPTYPE_INT32) << f.name;
@@ -53,7 +55,8 @@ TEST(SamplingProto, SamplingParametersHasExactlyTheTablesFields) {
     }
   }
   for (int i = 0; i < d->field_count(); ++i)
-    EXPECT_TRUE(table.count(d->field(i)->name())) << d->field(i)->name() << " is not in the sampling table";
+    EXPECT_TRUE(table.count(d->field(i)->name()))
+        << d->field(i)->name() << " is not in the sampling table";
 }
 
 TEST(SamplingProto, BothProtocolsRefuseTheSameValueAlike) {
@@ -66,8 +69,9 @@ TEST(SamplingProto, BothProtocolsRefuseTheSameValueAlike) {
   EXPECT_EQ(grpc.first, "top_p");
   m.Clear();
   m.set_temperature(150);
-  EXPECT_EQ(refusal([&] { apply_sampling(m, s); }),
-            refusal([&] { parse_sampling_fields(json{{"temperature", 150}}, s); }));
+  EXPECT_EQ(refusal([&] { apply_sampling(m, s); }), refusal([&] {
+              parse_sampling_fields(json{{"temperature", 150}}, s);
+            }));
   m.Clear();
   m.set_repetition_penalty(0.005f);
   EXPECT_EQ(refusal([&] { apply_sampling(m, s); }).second,
@@ -101,23 +105,34 @@ TEST(SamplingProto, UnsetFieldsKeepTheDefaultsAndRoundTrip) {
 
 TEST(SamplingJson, TypeErrorsNameTheField) {
   SamplingParams s;
-  EXPECT_EQ(refusal([&] { parse_sampling_fields(json{{"top_k", "5"}}, s); }),
+  EXPECT_EQ(refusal([&] {
+              parse_sampling_fields(json{{"top_k", "5"}}, s);
+            }),
             std::make_pair(std::string("top_k"), std::string("'top_k' must be an integer")));
-  EXPECT_EQ(refusal([&] { parse_sampling_fields(json{{"temperature", true}}, s); }).second,
+  EXPECT_EQ(refusal([&] {
+              parse_sampling_fields(json{{"temperature", true}}, s);
+            }).second,
             "'temperature' must be a number");
   EXPECT_NO_THROW(parse_sampling_fields(json{{"temperature", nullptr}, {"seed", -3}}, s));
   EXPECT_EQ(s.seed, static_cast<uint64_t>(-3));
 }
 
 TEST(SamplingJson, OverridesNameTheirPlace) {
-  const SamplingOverrides o = sampling_overrides_from_json(json{{"temperature", 0.7}}, "default_sampling");
+  const SamplingOverrides o =
+      sampling_overrides_from_json(json{{"temperature", 0.7}}, "default_sampling");
   EXPECT_EQ(sampling_overrides_json(o), (json{{"temperature", 0.7}}));
-  EXPECT_EQ(refusal([] { sampling_overrides_from_json(json{{"top_p", 2}}, "default_sampling"); }),
+  EXPECT_EQ(refusal([] {
+              sampling_overrides_from_json(json{{"top_p", 2}}, "default_sampling");
+            }),
             std::make_pair(std::string("default_sampling.top_p"),
                            std::string("'default_sampling.top_p' must be in (0, 1]")));
-  EXPECT_EQ(refusal([] { sampling_overrides_from_json(json{{"temp", 1}}, "default_sampling"); }).second,
+  EXPECT_EQ(refusal([] {
+              sampling_overrides_from_json(json{{"temp", 1}}, "default_sampling");
+            }).second,
             "'default_sampling.temp' is not a sampling field");
-  EXPECT_EQ(refusal([] { sampling_overrides_from_json(json{{"top_k", 1.5}}, "default_sampling"); }).second,
+  EXPECT_EQ(refusal([] {
+              sampling_overrides_from_json(json{{"top_k", 1.5}}, "default_sampling");
+            }).second,
             "'default_sampling.top_k' must be an integer");
   EXPECT_THROW(sampling_overrides_from_json(json::array(), "default_sampling"), FieldError);
 }
@@ -150,18 +165,20 @@ TEST(SamplingDefaults, ServerOverModelOverOpenAI) {
 
 TEST(SamplingDefaults, ConfigFileAndFlagTakeAnOverride) {
   const auto file = std::filesystem::temp_directory_path() / "rill_default_sampling_test.json";
-  std::ofstream(file) << R"({"default_sampling": {"temperature": 0.25}, "generation_config": "none"})";
+  std::ofstream(file)
+      << R"({"default_sampling": {"temperature": 0.25}, "generation_config": "none"})";
   ServerConfig c = load_config_file(file.string());
   EXPECT_EQ(c.generation_config, "none");
   EXPECT_FLOAT_EQ(c.default_sampling.values().temperature, 0.25f);
   EXPECT_EQ(json::parse(config_to_json(c))["default_sampling"], (json{{"temperature", 0.25}}));
   std::string path = file.string(), arg = R"({"top_k": 3})";
-  std::vector<char*> argv = {const_cast<char*>("rill-server"), const_cast<char*>("--config"), path.data(),
-                             const_cast<char*>("--default-sampling"), arg.data()};
+  std::vector<char*> argv = {const_cast<char*>("rill-server"), const_cast<char*>("--config"),
+                             path.data(), const_cast<char*>("--default-sampling"), arg.data()};
   ServerConfig d;
   ASSERT_TRUE(parse_command_line(static_cast<int>(argv.size()), argv.data(), d));
   EXPECT_TRUE(d.default_sampling.has(*find_sampling_field("top_k")));
-  EXPECT_FALSE(d.default_sampling.has(*find_sampling_field("temperature")));  // the flag replaces it
+  EXPECT_FALSE(
+      d.default_sampling.has(*find_sampling_field("temperature")));  // the flag replaces it
   std::ofstream(file) << R"({"default_sampling": {"top_p": 0}})";
   try {
     load_config_file(file.string());

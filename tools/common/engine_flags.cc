@@ -70,7 +70,8 @@ void add_sampling_flags(Args& a) {
     const std::string source = f.in_generation_config
                                    ? "default: generation_config.json, else " + fallback
                                    : "default " + fallback;
-    a.option(flag_name(f), "", std::string(f.doc) + "; " + sampling_range_text(f) + " (" + source + ")");
+    a.option(flag_name(f), "",
+             std::string(f.doc) + "; " + sampling_range_text(f) + " (" + source + ")");
   }
   a.flag("greedy", "greedy decoding (temperature 0)");
 }
