@@ -38,15 +38,6 @@ int64_t get_int_field(const json& j, const char* key, int64_t lo, int64_t hi) {
   return get_int_value(j[key], key, lo, hi);
 }
 
-float get_float_field(const json& j, const char* key, double lo, double hi) {
-  const json& v = j[key];
-  if (!v.is_number()) bad_field(key, "must be a number");
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi)
-    bad_field(key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
-  return static_cast<float>(d);
-}
-
 bool get_bool_field(const json& j, const char* key) {
   if (!j[key].is_boolean()) bad_field(key, "must be a boolean");
   return j[key].get<bool>();

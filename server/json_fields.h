@@ -25,8 +25,6 @@ bool has_field(const nlohmann::json& j, const char* key);
 int64_t get_int_field(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi);
 /// The same for a value already looked up, named `field` in errors ("cache.window").
 int64_t get_int_value(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi);
-/// A finite number in [lo, hi].
-float get_float_field(const nlohmann::json& j, const char* key, double lo, double hi);
 bool get_bool_field(const nlohmann::json& j, const char* key);
 /// A list of int32 token ids (range against the vocabulary is the caller's check).
 std::vector<int32_t> get_id_list(const nlohmann::json& v, const char* key);

@@ -37,6 +37,7 @@ constexpr std::array<SamplingField, 8> kFields = {{
 // undocumented: the size of the struct is pinned to the rows above (7 x 4 bytes + padding + 8).
 static_assert(sizeof(SamplingParams) == 40,
               "SamplingParams changed: add the new member's row to kFields and update this size");
+static_assert(kFields.size() <= 32, "SamplingOverrides keeps one bit per field in a uint32_t");
 
 [[noreturn]] void bad(const SamplingField& f, const std::string& why) {
   throw FieldError(f.name, "'" + std::string(f.name) + "' must be " + why);
