@@ -17,9 +17,6 @@
 #include <thread>
 
 #include "engine/error.h"
-#ifdef RILL_HAVE_CUDA
-#include "engine/cuda/cuda_runner.h"
-#endif
 #include "engine/scheduler/serving_engine.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/latency_stats.h"
@@ -79,6 +76,11 @@ int main(int argc, char** argv) {
   args.option("rate", "inf", "requests per second (Poisson arrivals); inf: all at once");
   args.option("max-num-seqs", "256", "sequences per step");
   args.option("max-num-batched-tokens", "8192", "tokens per step (decode + prefill chunks)");
+  args.option("tpot-aware", "true",
+              "size prefill by the step-cost model within the streams' TPOT targets (false: fill "
+              "--max-num-batched-tokens every step)");
+  args.option("tpot-target-ms", "0", "TPOT target of every request (0: auto, 2x the steady decode step)");
+  args.option("ttft-target-ms", "0", "TTFT target of every request (0: auto, 2x the unqueued TTFT)");
   args.option("temperature", "0", "sampling temperature (0: greedy)");
   args.option("seed", "1", "prompt and sampling seed");
   args.option("decode-streams", "0", "long generations running before the requests arrive");
@@ -95,6 +97,11 @@ int main(int argc, char** argv) {
     SchedulerConfig sc;
     sc.max_num_seqs = args.get_int("max-num-seqs");
     sc.max_num_batched_tokens = args.get_int("max-num-batched-tokens");
+    const std::string aware = args.get("tpot-aware");
+    if (aware != "true" && aware != "false") args.fail("--tpot-aware must be true or false");
+    sc.tpot_aware = aware == "true";
+    sc.tpot_target = std::chrono::milliseconds(args.get_int("tpot-target-ms"));
+    sc.ttft_target = std::chrono::milliseconds(args.get_int("ttft-target-ms"));
     eo.max_batch = sc.max_num_seqs;
     eo.max_step_tokens = std::max(sc.max_num_batched_tokens, sc.max_num_seqs);
     const int n = args.get_int("num-requests"), in_len = args.get_int("input-len"),
@@ -109,9 +116,6 @@ int main(int argc, char** argv) {
     const std::vector<int> stops = model.stop_token_ids();
     sc.eos_token_ids.assign(stops.begin(), stops.end());
     std::unique_ptr<ModelRunner> runner = make_runner(model, eo);
-#ifdef RILL_HAVE_CUDA
-    if (auto* cuda = dynamic_cast<CudaRunner*>(runner.get())) cuda->set_step_timing(args.on("measure-decode"));
-#endif
     const std::string runner_name = runner->name();
     MetricsRegistry metrics;
     ServingEngine engine(std::move(runner), *model.tokenizer, sc, metrics);

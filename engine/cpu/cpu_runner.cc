@@ -385,7 +385,9 @@ void CpuRunner::launch(std::span<const StepInput> inputs) {
   validate_step(
       inputs, config_.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; },
       [&](SeqId id) { return last_sampled_.count(id) != 0; });
+  const auto t0 = std::chrono::steady_clock::now();
   StepOutput out = run(resolved);
+  finished_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   last_sampled_.clear();
   for (size_t k = 0; k < inputs.size(); ++k)
     if (out.sampled[k] >= 0) last_sampled_[inputs[k].id] = out.sampled[k];
@@ -396,6 +398,8 @@ StepOutput CpuRunner::finish() {
   if (finished_.empty()) throw_nothing_in_flight();
   StepOutput out = std::move(finished_.front());
   finished_.pop_front();
+  last_step_ms_ = finished_ms_.front();
+  finished_ms_.pop_front();
   return out;
 }
 

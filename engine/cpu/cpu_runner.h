@@ -48,6 +48,9 @@ class CpuRunner final : public ModelRunner {
   /// Runs the step at once (the CPU has nothing to overlap); finish() hands its output back.
   void launch(std::span<const StepInput> inputs) override;
   StepOutput finish() override;
+  /// The host time the step finish() last returned took to compute (the serving engine's
+  /// step-cost model learns from it).
+  double last_step_device_ms() const override { return last_step_ms_; }
 
  private:
   struct Layer;
@@ -84,6 +87,8 @@ class CpuRunner final : public ModelRunner {
   int host_blocks_ = 0, host_blocks_used_ = 0;
   std::vector<KvTransfer> transfers_;
   std::deque<StepOutput> finished_;                  // launched, not yet handed back by finish()
+  std::deque<double> finished_ms_;                   // their compute times
+  double last_step_ms_ = 0;
   std::unordered_map<SeqId, int32_t> last_sampled_;  // tokens sampled by the last launched step
 };
 

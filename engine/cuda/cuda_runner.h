@@ -77,8 +77,9 @@ class CudaRunner final : public ModelRunner {
   /// Stops recording and keeps what was recorded in profile().
   void profile_snapshot_and_stop();
   const StepProfile& profile() const { return profile_; }
-  /// While on, each step records CUDA events from its first upload to its last download (graphs
-  /// stay on); last_step_gpu_ms() is that span, so wall time minus it is time on the host.
+  /// While on (the default: the serving engine's step-cost model reads it), each step records
+  /// CUDA events from its first upload to its last download (graphs stay on); last_step_gpu_ms()
+  /// is that span, so wall time minus it is time on the host.
   void set_step_timing(bool on) { step_timing_ = on; }
   double last_step_gpu_ms() const { return last_step_gpu_ms_; }
   double last_step_device_ms() const override { return step_timing_ ? last_step_gpu_ms_ : 0; }
@@ -154,7 +155,7 @@ class CudaRunner final : public ModelRunner {
 
   ModelConfig config_;
   EngineOptions options_;
-  bool step_timing_ = false;
+  bool step_timing_ = true;
   double last_step_gpu_ms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;

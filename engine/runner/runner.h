@@ -128,7 +128,9 @@ class ModelRunner {
   virtual int max_step_sequences() const { return std::numeric_limits<int>::max(); }
   virtual int max_step_tokens() const { return std::numeric_limits<int>::max(); }
   /// Device time of the step finish() last returned, from its first copy to its last, when the
-  /// runner measures it (the CUDA runner with step timing on); 0 otherwise.
+  /// runner measures it (the CUDA runner with step timing on, as by default; the CPU runner: the
+  /// step's compute time on the host); 0 otherwise. The serving engine's step-cost model learns
+  /// from it.
   virtual double last_step_device_ms() const { return 0; }
   /// launch() and finish() of one step.
   StepOutput step(std::span<const StepInput> inputs) {

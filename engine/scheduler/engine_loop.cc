@@ -13,6 +13,7 @@ int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 constexpr auto kRateWindow = std::chrono::seconds(5);
+constexpr auto kCostModelLogEvery = std::chrono::seconds(30);
 
 }  // namespace
 
@@ -85,6 +86,10 @@ void EngineLoop::take_inbox(std::vector<SequencePtr>& stopped) {
       finish(s, FinishReason::kLength);
       continue;
     }
+    // Auto TTFT target: kAutoTtftFactor x the TTFT it would get unqueued beside the streams now.
+    if (s->ttft_target.kind == LatencyTarget::Kind::kAuto)
+      s->auto_ttft_target_s.store(
+          kAutoTtftFactor * planner_.unqueued_ttft_s(s->geometry, static_cast<int64_t>(s->request.prompt.size())));
     waiting_.push_back(std::move(s));
   }
 }
@@ -119,6 +124,14 @@ void EngineLoop::launch(PlannedStep& step) {
     return;
   }
   InFlight f;
+  f.composition = step.composition;
+  if (step.steady_s > 0)  // auto TPOT targets: kAutoTpotFactor x the mean steady step they decoded in
+    for (int k = 0; k < step.decodes; ++k) {
+      Sequence& s = *step.seqs[k];
+      s.steady_sum_s += step.steady_s;
+      ++s.steady_steps;
+      s.auto_tpot_target_s.store(kAutoTpotFactor * s.steady_sum_s / s.steady_steps);
+    }
   for (const SequencePtr& s : running_) s->sampled_in_last_launch = false;
   for (size_t k = 0; k < step.inputs.size(); ++k) {
     const StepInput& in = step.inputs[k];
@@ -152,6 +165,7 @@ void EngineLoop::finish_oldest() {
   last_step_ns_.store(to_ns(now));
   ++steps_;
   device_busy_s_ += runner_.last_step_device_ms() * 1e-3;
+  learn_step_cost(f.composition);
   int sampled = 0;
   for (const SequencePtr& s : f.seqs)
     if (s->session) --s->session->steps_in_flight;
@@ -180,6 +194,22 @@ void EngineLoop::finish_oldest() {
       finish(s, FinishReason::kLength);
   recent_steps_.emplace_back(now, sampled);
   while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow) recent_steps_.pop_front();
+}
+
+void EngineLoop::learn_step_cost(const StepComposition& c) {
+  const double device_ms = runner_.last_step_device_ms();
+  if (device_ms <= 0) return;  // the runner does not time its steps
+  planner_.observe(c, device_ms * 1e-3);
+  const StepCostModel& m = planner_.cost_model();
+  const auto now = Clock::now();
+  if (m.trusted() && !cost_model_trusted_) {
+    cost_model_trusted_ = true;
+    cost_model_logged_ = now;
+    spdlog::info("{}", m.describe());
+  } else if (now - cost_model_logged_ > kCostModelLogEvery) {
+    cost_model_logged_ = now;
+    spdlog::debug("{}", m.describe());
+  }
 }
 
 void EngineLoop::fail_all(const std::string& message) {
@@ -217,6 +247,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   stats_.preemptions = planner_.preemptions();
   stats_.steps = steps_;
   stats_.device_busy_s = device_busy_s_;
+  stats_.step_cost_trusted = planner_.cost_model().trusted();
   double span = recent_steps_.empty() ? 0 : seconds(recent_steps_.front().first, now);
   int tokens = 0;
   for (const auto& [t, n] : recent_steps_) tokens += n;

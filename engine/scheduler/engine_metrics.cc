@@ -59,6 +59,16 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       session_restore_time(r.histogram("rill_session_restore_seconds",
                                        "Device time of one session cache's copy back to the KV pool.",
                                        kTransferBuckets)),
+      slo_ttft_met(r.counter("rill_slo_met_total", "Finished requests that met their latency target, by target kind.",
+                             {{"kind", "ttft"}})),
+      slo_ttft_missed(r.counter("rill_slo_missed_total",
+                                "Finished requests that missed their latency target, by target kind.",
+                                {{"kind", "ttft"}})),
+      slo_tpot_met(r.counter("rill_slo_met_total", "Finished requests that met their latency target, by target kind.",
+                             {{"kind", "tpot"}})),
+      slo_tpot_missed(r.counter("rill_slo_missed_total",
+                                "Finished requests that missed their latency target, by target kind.",
+                                {{"kind", "tpot"}})),
       registry_(r) {
   // Every finish reason and rejection reason exists from the start, at 0.
   for (FinishReason f : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled,
@@ -72,6 +82,11 @@ Counter& EngineMetrics::sessions_expired(const std::string& reason) {
   return registry_.counter("rill_sessions_expired_total",
                            "Sessions dropped by the server (their next turn gets \"session expired\"), by reason.",
                            {{"reason", reason}});
+}
+
+void EngineMetrics::record_slo(const SloOutcome& slo) {
+  if (slo.ttft_met) (*slo.ttft_met ? slo_ttft_met : slo_ttft_missed).add();
+  if (slo.tpot_met) (*slo.tpot_met ? slo_tpot_met : slo_tpot_missed).add();
 }
 
 Counter& EngineMetrics::requests_finished(FinishReason reason) {

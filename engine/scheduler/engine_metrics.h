@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/finish_reason.h"
+#include "engine/scheduler/request.h"
 #include "engine/scheduler/metrics_registry.h"
 
 namespace rill {
@@ -36,8 +37,15 @@ struct EngineMetrics {
   Counter& session_restores;
   Histogram& session_offload_time;   // seconds of device copy per offload
   Histogram& session_restore_time;   // likewise per restore
+  // Latency targets (latency_targets.h): finished requests judged against each kind of target.
+  Counter& slo_ttft_met;
+  Counter& slo_ttft_missed;
+  Counter& slo_tpot_met;
+  Counter& slo_tpot_missed;
 
   Counter& requests_finished(FinishReason reason);
+  /// Counts a judged request (slo_*: a target it met or missed; nothing for one not judged).
+  void record_slo(const SloOutcome& slo);
   /// reason: "queue_full", "invalid", "draining".
   Counter& requests_rejected(const std::string& reason);
   /// reason: "idle_ttl", "memory" (no room in the pool or host memory), "error".

@@ -42,6 +42,9 @@ struct Request {
   int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
   std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
   std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+  /// Latency targets (latency_targets.h): nullopt takes the server's default
+  /// (SchedulerConfig::ttft_target / tpot_target), 0 is none; at most kMaxLatencyTarget.
+  std::optional<std::chrono::milliseconds> ttft_target, tpot_target;
   /// A turn of this session (ServingEngine::create_session): `prompt` holds only the turn's new
   /// tokens, which the session's cache follows; its cache policy applies (`cache` is ignored).
   std::string session_id;
@@ -64,12 +67,21 @@ struct Usage {
   int preemptions = 0;           // times recomputed after losing its KV blocks
 };
 
+/// Whether a request met its latency targets (latency_targets.h, judge_slo).
+struct SloOutcome {
+  double ttft_target_s = 0;      // the targets it was held to (an auto one as derived); 0: none
+  double tpot_target_s = 0;
+  std::optional<bool> ttft_met;  // nullopt: no target, or nothing to judge (no token, an error)
+  std::optional<bool> tpot_met;  // nullopt: no target, or fewer than two tokens
+};
+
 /// Seconds, measured by the engine from the request's arrival.
 struct RequestTimings {
   double queue_s = 0;  // arrival -> first scheduled
   double ttft_s = 0;   // arrival -> first token (0 when none was generated)
   double tpot_s = 0;   // mean time per output token after the first
   double e2e_s = 0;    // arrival -> final event
+  SloOutcome slo;      // against the request's targets
 };
 
 struct FinalEvent {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/scheduler/latency_targets.h"
 
 namespace rill {
 
@@ -34,6 +35,12 @@ void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManag
         " KV blocks; the pool has " + std::to_string(kv_blocks_total));
 }
 
+void validate_target(const char* name, std::optional<std::chrono::milliseconds> t) {
+  if (t && (t->count() < 0 || *t > kMaxLatencyTarget))
+    bad(std::string(name) + " must be in [0, " + std::to_string(kMaxLatencyTarget.count()) + "] ms (got " +
+        std::to_string(t->count()) + ")");
+}
+
 }  // namespace
 
 void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv, int kv_blocks_total,
@@ -56,6 +63,8 @@ void validate_request(const Request& r, const ModelConfig& model, const KvCacheM
   for (const std::string& s : r.stop)
     if (s.empty() || s.size() > kMaxStopStringBytes)
       bad("stop strings must have 1 to " + std::to_string(kMaxStopStringBytes) + " bytes");
+  validate_target("ttft_target", r.ttft_target);
+  validate_target("tpot_target", r.tpot_target);
   validate_cache(r.cache, static_cast<int64_t>(r.prompt.size()), kv, kv_blocks_total, config);
 }
 
@@ -88,6 +97,10 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   need(c.session_gpu_fraction >= 0 && c.session_gpu_fraction <= 1, "session_gpu_fraction must be in [0, 1]");
   need(c.session_idle_ttl.count() > 0, "session_idle_ttl must be > 0");
   need(c.max_restores_per_step > 0, "max_restores_per_step must be > 0");
+  need(c.ttft_target.count() >= 0 && c.ttft_target <= kMaxLatencyTarget, "ttft_target must be in [0, 3600000] ms");
+  need(c.tpot_target.count() >= 0 && c.tpot_target <= kMaxLatencyTarget, "tpot_target must be in [0, 3600000] ms");
+  need(c.min_prefill_tokens > 0, "min_prefill_tokens must be > 0");
+  need(c.warmup_prefill_tokens > 0, "warmup_prefill_tokens must be > 0");
 }
 
 }  // namespace rill

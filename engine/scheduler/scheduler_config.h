@@ -14,6 +14,19 @@ struct SchedulerConfig {
                                        // empty: the tokenizer's EOS
   int max_num_seqs = 256;             // sequences in one step (decode + prefill)
   int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
+                                      // (with tpot_aware, an upper bound on what the model allows)
+  /// TPOT-aware prefill (docs/scheduler.md, "Sizing prefill"): each step takes as many prompt
+  /// tokens as the step-cost model says fit within the tightest running stream's TPOT target.
+  /// false: every step fills max_num_batched_tokens (chunked prefill with a fixed budget).
+  bool tpot_aware = true;
+  /// Default latency targets of requests that set none (latency_targets.h); 0: auto (derived
+  /// from the measured steps). A request's own 0 means no target.
+  std::chrono::milliseconds ttft_target{0};
+  std::chrono::milliseconds tpot_target{0};
+  /// Prompt tokens a step feeds at least when some wait, whatever the targets (an unreachable
+  /// target slows prefill, never stops it), and per step while the cost model warms up.
+  int min_prefill_tokens = 64;
+  int warmup_prefill_tokens = 256;
   int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
   int64_t max_queued_prompt_tokens = 1 << 20;  // prompt tokens waiting, likewise
   std::chrono::milliseconds queue_timeout{60'000};  // default longest wait to be scheduled

@@ -10,6 +10,7 @@
 #include "engine/scheduler/engine_loop.h"
 #include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/ids.h"
+#include "engine/scheduler/latency_targets.h"
 #include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/request_validation.h"
 #include "engine/scheduler/session_table.h"
@@ -173,6 +174,9 @@ class ServingEngine::Impl {
     }
     seq->arrival = now;
     seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
+    seq->ttft_target = resolve_target(r.ttft_target, config_.ttft_target);
+    seq->tpot_target = resolve_target(r.tpot_target, config_.tpot_target);
+    seq->order_deadline = now + ordering_slack(seq->ttft_target, r.queue_timeout.value_or(config_.queue_timeout));
     if (!r.ignore_eos) seq->eos_ids = eos_ids_;
     seq->geometry = runner_->kv().geometry_for(r.cache);
     seq->request = std::move(r);

@@ -9,8 +9,10 @@ namespace {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// Priority, then TTFT target (tight first: order_deadline), then arrival.
 bool by_priority(const SequencePtr& a, const SequencePtr& b) {
   if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
+  if (a->order_deadline != b->order_deadline) return a->order_deadline < b->order_deadline;
   return a->order < b->order;
 }
 
@@ -19,10 +21,11 @@ bool contains(const std::vector<SequencePtr>& v, const SequencePtr& s) { return 
 }  // namespace
 
 void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now) {
-  auto effective = [&](const Sequence& s) { return s.request.priority - aging_per_s * seconds(s.arrival, now); };
+  auto effective = [&](const Sequence& s) { return s.request.priority - aging_per_s * seconds(s.order_deadline, now); };
   std::stable_sort(waiting.begin(), waiting.end(), [&](const SequencePtr& a, const SequencePtr& b) {
     const double ea = effective(*a), eb = effective(*b);
     if (ea != eb) return ea < eb;
+    if (a->order_deadline != b->order_deadline) return a->order_deadline < b->order_deadline;
     return a->order < b->order;
   });
 }
@@ -194,6 +197,22 @@ void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clo
   if (s->queue_s.load() < 0) s->queue_s.store(seconds(s->arrival, now));
 }
 
+PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
+                                          const StepComposition& decodes, int token_cap, PlannedStep& step) {
+  // The steady step is that of the batch being built: the decoding streams, the prompts being
+  // fed and those queued (up to max_num_seqs), as they will all decode.
+  int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting);
+  for (const SequencePtr& s : running)
+    if (s->prefilling()) ++rows;
+  step.steady_s = steady_step_s(cost_model_, decodes, static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
+  const std::span<const LatencyTarget> targets =
+      config_.tpot_aware ? std::span<const LatencyTarget>(targets_) : std::span<const LatencyTarget>();
+  last_limits_ = step_limits(targets, step.steady_s, cost_model_.trusted(), token_cap, config_.min_prefill_tokens,
+                             config_.warmup_prefill_tokens);
+  last_decodes_ = decodes;
+  return PrefillBudget(cost_model_, decodes, last_limits_);
+}
+
 void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample) {
   if (!s->request.cache.is_streaming()) {
     s->step_blocks = runner_.kv().blocks_to_append(s->runner_id, static_cast<int64_t>(tokens.size()));
@@ -215,6 +234,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   restores_ = 0;
   for (const SequencePtr& s : running) s->step_blocks = 0;
   std::vector<SequencePtr> scheduled;
+  StepComposition decodes;
+  targets_.clear();
 
   // 1. Decode: one token for every running sequence whose prompt is fed.
   for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0;) {
@@ -231,32 +252,43 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     }
     decode_tokens_.push_back(s->sampled_in_last_launch ? kLastSampled : s->generated.back());
     add_input(step, s, std::span<const int32_t>(&decode_tokens_.back(), 1), true);
+    const KvSequence& ks = kv.sequence(s->runner_id);
+    ++decodes.decode_rows;
+    decodes.decode_keys += attended_keys(ks.geometry, ks.num_tokens, 1);
+    targets_.push_back(s->tpot_target);
     scheduled.push_back(s);
     --b.tokens, --b.seqs, ++i;
   }
-  // 2. Prefill chunks of admitted sequences, highest priority first.
-  for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0; ++i) {
+  step.decodes = static_cast<int>(step.inputs.size());
+  PrefillBudget budget = prefill_budget(running, waiting.size(), decodes, b.tokens, step);
+  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first.
+  for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
     const SequencePtr s = running[i];
     if (!s->prefilling()) continue;
-    int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()) - s->fed, b.tokens);
+    const KvGeometry g = kv.sequence(s->runner_id).geometry;
+    const int64_t start = kv.sequence(s->runner_id).num_tokens;
+    const int64_t fits = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
+    if (fits == 0) continue;
+    int64_t n = fits;
     if (!s->request.cache.is_streaming()) {
       n = chunk_that_fits(*s, n, free_blocks_for_growth(running));
       if (n == 0) {
         if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled)) continue;
-        n = chunk_that_fits(*s, std::min<int64_t>(static_cast<int64_t>(s->prefix.size()) - s->fed, b.tokens),
-                            free_blocks_for_growth(running));
+        n = chunk_that_fits(*s, fits, free_blocks_for_growth(running));
         if (n == 0) continue;
       }
     }
     const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
     add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
+    budget.take(n, g, start);
     s->fed += n;
     scheduled.push_back(s);
-    b.tokens -= static_cast<int>(n), --b.seqs;
+    --b.seqs;
   }
   // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
   //    ahead: a large request is never starved by smaller ones behind it).
-  while (!waiting.empty() && b.tokens > 0 && b.seqs > 0 && static_cast<int>(running.size()) < config_.max_num_seqs) {
+  while (!waiting.empty() && !budget.exhausted() && b.seqs > 0 &&
+         static_cast<int>(running.size()) < config_.max_num_seqs) {
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
     int shortfall = 0;
@@ -266,13 +298,18 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
       break;
     waiting.erase(waiting.begin());
     running.push_back(s);
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()), b.tokens);
-    const bool last = n == static_cast<int64_t>(s->prefix.size());
-    add_input(step, s, std::span<const int32_t>(s->prefix.data(), static_cast<size_t>(n)), last);
-    s->fed = n;
+    const KvGeometry g = kv.sequence(s->runner_id).geometry;
+    const int64_t start = kv.sequence(s->runner_id).num_tokens;
+    const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
+    if (n == 0) break;  // admitted; fed from the next step on
+    const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
+    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
+    budget.take(n, g, start);
+    s->fed += n;
     scheduled.push_back(s);
-    b.tokens -= static_cast<int>(n), --b.seqs;
+    --b.seqs;
   }
+  step.composition = budget.composition();
   prefetch_restores(running, waiting);
   return step;
 }

@@ -2,6 +2,12 @@
 // sequence, then prefill chunks of partly prefilled ones, then new admissions from the waiting
 // queue, within max_num_seqs, max_num_batched_tokens and the KV pool.
 //
+// Prefill sizing (prefill_budget.h). The prompt tokens a step takes beside its decodes are as
+// many as the step-cost model (step_cost_model.h, fitted from the steps the loop measures)
+// predicts keep the step within the tightest TPOT target of the streams decoding in it;
+// max_num_batched_tokens bounds them. Chunks and admissions go in order of priority, then TTFT
+// target (tight ones first), then arrival.
+//
 // KV budget. A `streaming` sequence needs a constant number of blocks for its whole life: it is
 // admitted only when they are all free, and they stay reserved for it (never preempted for
 // growth). A `full` sequence is admitted when its whole prefill fits beside the reservations,
@@ -25,14 +31,19 @@
 #include <vector>
 
 #include "engine/runner/runner.h"
+#include "engine/scheduler/prefill_budget.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/sequence.h"
+#include "engine/scheduler/step_cost_model.h"
 
 namespace rill {
 
 struct PlannedStep {
   std::vector<StepInput> inputs;
   std::vector<SequencePtr> seqs;  // parallel to inputs
+  int decodes = 0;                // the first `decodes` inputs are decode tokens
+  StepComposition composition;    // what the cost model learns from once the step is timed
+  double steady_s = 0;            // the steady decode step predicted for this batch (0: unknown)
   bool empty() const { return inputs.empty(); }
 };
 
@@ -52,6 +63,15 @@ class StepPlanner {
 
   int64_t preemptions() const { return preemptions_; }
 
+  /// A step the runner measured (seconds on the device): the cost model learns from it.
+  void observe(const StepComposition& c, double seconds) { cost_model_.observe(c, seconds); }
+  const StepCostModel& cost_model() const { return cost_model_; }
+  /// The unqueued TTFT (latency_targets.h) of a prompt of `tokens` tokens in a cache of geometry
+  /// `g`, beside the streams of the last planned step; 0 while the cost model warms up.
+  double unqueued_ttft_s(const KvGeometry& g, int64_t tokens) const {
+    return rill::unqueued_ttft_s(cost_model_, last_decodes_, last_limits_, g, tokens);
+  }
+
  private:
   struct Budget {
     int tokens;
@@ -69,6 +89,10 @@ class StepPlanner {
   void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now);
   void prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
+  // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
+  // step.steady_s. `waiting`: requests queued.
+  PrefillBudget prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
+                               const StepComposition& decodes, int token_cap, PlannedStep& step);
 
   ModelRunner& runner_;
   const SchedulerConfig& config_;
@@ -79,10 +103,15 @@ class StepPlanner {
   int64_t preemptions_ = 0;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)
   int promised_ = 0;                     // blocks the step being planned takes for `full` sequences
+  StepCostModel cost_model_;
+  std::vector<LatencyTarget> targets_;   // TPOT targets of the step's decoding sequences
+  StepComposition last_decodes_;         // the last planned step's decodes and limits
+  StepLimits last_limits_;
 };
 
-/// Orders `waiting` for scheduling: effective priority (priority - aging_per_s * seconds
-/// waited; lower first), then arrival.
+/// Orders `waiting` for scheduling: effective priority (priority - aging_per_s * seconds since
+/// the request's order_deadline, i.e. arrival + its TTFT target's slack; lower first), then
+/// order_deadline, then arrival.
 void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now);
 
 }  // namespace rill

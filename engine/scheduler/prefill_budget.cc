@@ -1,0 +1,96 @@
+#include "engine/scheduler/prefill_budget.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace rill {
+
+int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n) {
+  if (n <= 0) return 0;
+  // Query at position i reads min(i + 1, cap) keys: sum v = i + 1 over [a, b], capped at `cap`.
+  const int64_t a = start + 1, b = start + n;
+  const int64_t cap = g.window > 0 ? int64_t{g.n_sink} + g.window : std::numeric_limits<int64_t>::max();
+  auto ramp = [](int64_t lo, int64_t hi) { return (lo + hi) * (hi - lo + 1) / 2; };  // lo + ... + hi
+  if (b <= cap) return ramp(a, b);
+  if (a > cap) return n * cap;
+  return ramp(a, cap) + (b - cap) * cap;
+}
+
+double steady_step_s(const StepCostModel& model, const StepComposition& decodes, int rows) {
+  if (decodes.decode_rows <= 0 || rows <= 0) return 0;
+  StepComposition steady;
+  steady.decode_rows = rows;
+  steady.decode_keys = decodes.decode_keys * rows / decodes.decode_rows;
+  return model.predict(steady);
+}
+
+StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted, int token_cap,
+                       int min_tokens, int warmup_tokens) {
+  StepLimits l;
+  l.token_cap = std::max(0, token_cap);
+  l.min_tokens = min_tokens;
+  l.warmup_tokens = warmup_tokens;
+  double tightest = std::numeric_limits<double>::infinity();
+  for (const LatencyTarget& t : targets) {
+    if (t.none()) continue;
+    l.constrained = true;
+    if (t.kind == LatencyTarget::Kind::kFixed) tightest = std::min(tightest, t.seconds);
+    else if (steady_s > 0) tightest = std::min(tightest, kAutoTpotFactor * steady_s);
+  }
+  if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())
+    l.target_s = kStepHeadroom * tightest;
+  return l;
+}
+
+PrefillBudget::PrefillBudget(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits)
+    : model_(model), limits_(limits), step_(decodes) {}
+
+bool PrefillBudget::within_target(const StepComposition& c) const { return model_.predict(c) <= limits_.target_s; }
+
+int64_t PrefillBudget::fit(int64_t want, const KvGeometry& g, int64_t start) const {
+  int64_t n = std::min<int64_t>(want, limits_.token_cap - taken_);
+  if (n <= 0 || !limits_.constrained) return std::max<int64_t>(n, 0);
+  if (limits_.target_s <= 0)  // warming up: a fixed small allowance per step
+    return std::max<int64_t>(0, std::min<int64_t>(n, limits_.warmup_tokens - taken_));
+  const int64_t floor = taken_ == 0 ? std::min<int64_t>(n, limits_.min_tokens) : 0;
+  if (within_target(step_.with_chunk(n, attended_keys(g, start, n)))) return n;
+  int64_t lo = 0, hi = n;  // lo fits (or is 0), hi does not
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (within_target(step_.with_chunk(mid, attended_keys(g, start, mid))) ? lo : hi) = mid;
+  }
+  return std::max(lo, floor);
+}
+
+void PrefillBudget::take(int64_t n, const KvGeometry& g, int64_t start) {
+  if (n <= 0) return;
+  step_ = step_.with_chunk(n, attended_keys(g, start, n));
+  taken_ += n;
+}
+
+bool PrefillBudget::exhausted() const {
+  if (taken_ >= limits_.token_cap) return true;
+  if (!limits_.constrained || taken_ == 0) return false;
+  if (limits_.target_s <= 0) return taken_ >= limits_.warmup_tokens;
+  return !within_target(step_.with_chunk(1, 1));  // not even one more token of a fresh prompt
+}
+
+double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits,
+                       const KvGeometry& g, int64_t tokens) {
+  if (!model.trusted() || tokens <= 0) return 0;
+  StepLimits l = limits;  // a step the decodes fill now has room again later: at least min_tokens
+  l.token_cap = std::max(l.token_cap, std::max(1, l.min_tokens));
+  constexpr int kMaxSteps = 1024;  // past this many steps, the rest is extrapolated (bounded work)
+  double total = 0;
+  int64_t fed = 0;
+  for (int steps = 0; fed < tokens && steps < kMaxSteps; ++steps) {
+    const PrefillBudget step(model, decodes, l);
+    const int64_t n = std::max<int64_t>(1, step.fit(tokens - fed, g, fed));
+    total += model.predict(decodes.with_chunk(n, attended_keys(g, fed, n)));
+    fed += n;
+  }
+  if (fed < tokens) total *= static_cast<double>(tokens) / static_cast<double>(fed);
+  return total;
+}
+
+}  // namespace rill

@@ -1,0 +1,77 @@
+// How many prompt tokens one step may carry (docs/scheduler.md, "Sizing prefill"). The planner
+// first gives every decoding stream its token, then asks a PrefillBudget for each prefill chunk:
+// as many tokens as keep the step's predicted time (step_cost_model.h) within the tightest TPOT
+// target of the streams in it, so everything the target leaves goes to prefill and TTFT is as
+// short as the target allows. max_num_batched_tokens stays an upper bound. Pure functions of the
+// model and the step: no engine state.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/kv/cache_policy.h"
+#include "engine/scheduler/latency_targets.h"
+#include "engine/scheduler/step_cost_model.h"
+
+namespace rill {
+
+/// Keys the attention of `n` tokens appended at stream position `start` reads, summed over the
+/// tokens, in a cache of geometry `g` (a query at position i reads min(i + 1, n_sink + window)
+/// keys, or i + 1 without a window).
+int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n);
+
+/// What bounds one step's prefill.
+struct StepLimits {
+  bool constrained = false;  // some decoding stream in the step has a TPOT target
+  double target_s = 0;       // with a trusted model: the step time to stay within
+  int token_cap = 0;         // tokens left under max_num_batched_tokens after the decodes
+  int min_tokens = 0;        // the step's first chunk gets at least this much (when it wants it)
+  int warmup_tokens = 0;     // constrained, model not trusted yet (or no target known): per step
+};
+
+/// The steady decode step: the model's time for a decode-only step of `rows` rows, each reading
+/// as many keys as the mean row of `decodes` (0 when `decodes` has no row).
+double steady_step_s(const StepCostModel& model, const StepComposition& decodes, int rows);
+
+/// The limits of a step whose decoding streams have TPOT targets `targets`: the tightest fixed
+/// target, an auto one standing for kAutoTpotFactor x `steady_s`, times kStepHeadroom. Streams
+/// without a target (batch) do not constrain. `token_cap`, `min_tokens`, `warmup_tokens` are
+/// copied.
+StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted, int token_cap,
+                       int min_tokens, int warmup_tokens);
+
+/// Hands out one step's prefill tokens, chunk by chunk.
+class PrefillBudget {
+ public:
+  /// `decodes`: the step's decode rows, already placed. `model` must outlive the budget.
+  PrefillBudget(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits);
+
+  /// The most tokens (<= `want`) a chunk of a sequence with cache geometry `g` and `start`
+  /// tokens in its stream may feed in this step: within the cap, and within the target when the
+  /// model is trusted (at least limits.min_tokens for the step's first chunk), or the warm-up
+  /// allowance when it is not. Does not change the budget.
+  int64_t fit(int64_t want, const KvGeometry& g, int64_t start) const;
+  /// Records a chunk of `n` tokens the planner placed (n <= what fit allowed).
+  void take(int64_t n, const KvGeometry& g, int64_t start);
+  /// No further chunk can get a token.
+  bool exhausted() const;
+  /// Decodes plus the chunks taken.
+  const StepComposition& composition() const { return step_; }
+  const StepLimits& limits() const { return limits_; }
+
+ private:
+  bool within_target(const StepComposition& c) const;
+
+  const StepCostModel& model_;
+  StepLimits limits_;
+  StepComposition step_;
+  int64_t taken_ = 0;  // prefill tokens placed
+};
+
+/// The unqueued TTFT of a prompt of `tokens` tokens (geometry `g`): the predicted time of the
+/// steps that would feed it alone beside the decodes `decodes` under `limits`, chunk by chunk.
+/// 0 when the model is not trusted.
+double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits,
+                       const KvGeometry& g, int64_t tokens);
+
+}  // namespace rill
