@@ -141,6 +141,11 @@ void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
   f.mutable_timings()->set_ttft_s(e.timings.ttft_s);
   f.mutable_timings()->set_tpot_s(e.timings.tpot_s);
   f.mutable_timings()->set_e2e_s(e.timings.e2e_s);
+  pb::Slo& slo = *f.mutable_slo();
+  slo.set_ttft_target_s(e.timings.slo.ttft_target_s);
+  slo.set_tpot_target_s(e.timings.slo.tpot_target_s);
+  if (e.timings.slo.ttft_met) slo.set_ttft_met(*e.timings.slo.ttft_met);
+  if (e.timings.slo.tpot_met) slo.set_tpot_met(*e.timings.slo.tpot_met);
   f.set_message(e.error_message);
 }
 

@@ -130,6 +130,25 @@ int parse_logprobs(ApiKind kind, const json& b) {
   return on ? top : -1;
 }
 
+// A latency target (Rill extension, docs/api.md "Latency targets"): milliseconds, 0 for none;
+// nullopt when absent (the server's default).
+std::optional<std::chrono::milliseconds> latency_target(const json& b, const char* key) {
+  if (!has_field(b, key)) return std::nullopt;
+  return checked_latency_target(
+      key, get_int_field(b, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+}
+
+// The final message's "slo": each target (ms; null: none) and whether it was met (null: not
+// judged).
+json slo_json(const SloOutcome& s) {
+  auto target = [](double seconds) { return seconds > 0 ? json(seconds * 1e3) : json(nullptr); };
+  auto met = [](const std::optional<bool>& m) { return m ? json(*m) : json(nullptr); };
+  return {{"ttft_target_ms", target(s.ttft_target_s)},
+          {"ttft_met", met(s.ttft_met)},
+          {"tpot_target_ms", target(s.tpot_target_s)},
+          {"tpot_met", met(s.tpot_met)}};
+}
+
 }  // namespace
 
 ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::string& body_text) {
@@ -192,6 +211,8 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
       bad_field("cache", "must be the session's cache policy (" + r.cache.to_string() + ")");
     r.cache = *cache;
   }
+  if (const auto t = latency_target(b, "ttft_target_ms")) r.ttft_target = t;
+  if (const auto t = latency_target(b, "tpot_target_ms")) r.tpot_target = t;
   a.top_logprobs = parse_logprobs(kind, b);
   r.logprobs = a.top_logprobs;
   // A full cache holds prompt + generated tokens within the context (vLLM answers 400 too).
@@ -326,6 +347,7 @@ std::string ApiResponder::final(const FinalEvent& f) {
     if (return_ids_) choice["token_ids"] = json::array();
     json j = envelope(true);
     j["choices"] = json::array({choice});
+    j["slo"] = slo_json(f.timings.slo);
     std::string out = sse(j);
     if (include_usage_) {
       json u = envelope(true);
@@ -345,6 +367,7 @@ std::string ApiResponder::final(const FinalEvent& f) {
   json j = envelope(false);
   j["choices"] = json::array({choice});
   j["usage"] = usage;
+  j["slo"] = slo_json(f.timings.slo);
   return dump_json(j);
 }
 

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "engine/error.h"
+#include "engine/scheduler/latency_targets.h"
 #include "engine/scheduler/request_validation.h"
 
 namespace rill::server {
@@ -41,6 +42,11 @@ void check_stop_token_ids(const std::vector<int32_t>& ids, int vocab_size) {
       throw FieldError("stop_token_ids", "'stop_token_ids' has token id " + std::to_string(id) +
                                              ", out of range [0, " + std::to_string(vocab_size) +
                                              ")");
+}
+
+std::chrono::milliseconds checked_latency_target(const std::string& field, int64_t value) {
+  check_range(field, value, 0, kMaxLatencyTarget.count());
+  return std::chrono::milliseconds(value);
 }
 
 CachePolicy checked_streaming_cache(int64_t n_sink, int64_t window) {

@@ -4,6 +4,7 @@
 // and message on both. Sampling fields have their own table (engine/runner/sampling_fields.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ std::vector<std::string> checked_stop_strings(const std::vector<std::string>& st
 
 /// FieldError("stop_token_ids") for an id outside [0, vocab_size).
 void check_stop_token_ids(const std::vector<int32_t>& ids, int vocab_size);
+
+/// A latency target in milliseconds ("ttft_target_ms", "tpot_target_ms"; 0: none):
+/// FieldError(field) unless in [0, kMaxLatencyTarget] (latency_targets.h).
+std::chrono::milliseconds checked_latency_target(const std::string& field, int64_t value);
 
 /// A streaming policy from its parts: FieldError("cache.n_sink") unless n_sink is in
 /// [0, kMaxSinkLimit], FieldError("cache.window") unless window is in [1, 2^31 - 1]. The engine

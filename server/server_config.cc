@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/scheduler/latency_targets.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
@@ -76,8 +77,21 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
        &e.cuda_tuning.fused_decode},
       {"scheduler.max_num_seqs", "--max-num-seqs", "sequences in one step", &s.max_num_seqs},
-      {"scheduler.max_num_batched_tokens", "--max-num-batched-tokens", "tokens in one step",
-       &s.max_num_batched_tokens},
+      {"scheduler.max_num_batched_tokens", "--max-num-batched-tokens",
+       "tokens in one step (with --tpot-aware, an upper bound)", &s.max_num_batched_tokens},
+      {"scheduler.tpot_aware", "--tpot-aware",
+       "size each step's prefill by the step-cost model within the streams' TPOT targets",
+       &s.tpot_aware},
+      {"scheduler.ttft_target_ms", "--ttft-target-ms",
+       "TTFT target of requests that set none (0: auto, 2x the unqueued TTFT)", &s.ttft_target},
+      {"scheduler.tpot_target_ms", "--tpot-target-ms",
+       "TPOT target of requests that set none (0: auto, 2x the steady decode step)", &s.tpot_target},
+      {"scheduler.min_prefill_tokens", "--min-prefill-tokens",
+       "prompt tokens a step feeds at least when some wait, whatever the targets",
+       &s.min_prefill_tokens},
+      {"scheduler.warmup_prefill_tokens", "--warmup-prefill-tokens",
+       "prompt tokens per step beside targeted streams while the step-cost model warms up",
+       &s.warmup_prefill_tokens},
       {"scheduler.max_queued_requests", "--max-queued-requests",
        "waiting requests before refusing (503)", &s.max_queued_requests},
       {"scheduler.max_queued_prompt_tokens", "--max-queued-prompt-tokens",
@@ -253,6 +267,12 @@ void validate_config(const ServerConfig& c) {
         "scheduler.session_gpu_fraction", "must be in [0, 1]");
   check(s.session_idle_ttl.count() > 0, "scheduler.session_idle_ttl_ms", "must be > 0");
   check(s.max_restores_per_step >= 1, "scheduler.max_restores_per_step", "must be >= 1");
+  check(s.ttft_target.count() >= 0 && s.ttft_target <= kMaxLatencyTarget, "scheduler.ttft_target_ms",
+        "must be in [0, 3600000]");
+  check(s.tpot_target.count() >= 0 && s.tpot_target <= kMaxLatencyTarget, "scheduler.tpot_target_ms",
+        "must be in [0, 3600000]");
+  check(s.min_prefill_tokens >= 1, "scheduler.min_prefill_tokens", "must be >= 1");
+  check(s.warmup_prefill_tokens >= 1, "scheduler.warmup_prefill_tokens", "must be >= 1");
 }
 
 bool parse_command_line(int argc, char** argv, ServerConfig& config) {

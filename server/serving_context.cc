@@ -57,16 +57,24 @@ void ServingContext::check_prompt(const std::vector<int32_t>& ids, const std::st
                                 " tokens, over the limit of " + std::to_string(limit));
 }
 
+namespace {
+
+// "met", "missed" or "-" (no target, or not judged).
+const char* slo_word(const std::optional<bool>& met) { return !met ? "-" : *met ? "met" : "missed"; }
+
+}  // namespace
+
 void ServingContext::access_log(const AccessRecord& r) const {
   if (!config_.access_log) return;
+  const SloOutcome& slo = r.timings.slo;
   spdlog::info(
       "access {} \"{}\" id={} status={} finish={} prompt_tokens={} completion_tokens={} "
       "queue_ms={:.1f} "
-      "ttft_ms={:.1f} tpot_ms={:.2f} e2e_ms={:.1f}",
+      "ttft_ms={:.1f} tpot_ms={:.2f} e2e_ms={:.1f} ttft_slo={} tpot_slo={}",
       r.protocol, r.method, r.request_id.empty() ? "-" : r.request_id, r.status,
       r.finish_reason.empty() ? "-" : r.finish_reason, r.prompt_tokens, r.completion_tokens,
       r.timings.queue_s * 1e3, r.timings.ttft_s * 1e3, r.timings.tpot_s * 1e3,
-      r.timings.e2e_s * 1e3);
+      r.timings.e2e_s * 1e3, slo_word(slo.ttft_met), slo_word(slo.tpot_met));
 }
 
 }  // namespace rill::server

@@ -25,11 +25,13 @@ class Server:
                 "--log-level", "warn", *extra_args]
         self.proc = subprocess.Popen(args, cwd=SOURCE_DIR, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
         self.http_port = self.grpc_port = None
+        self.log_lines = []  # every stdout line (the log, access lines included)
         deadline = time.time() + startup_timeout
         line_holder = {}
 
         def read_stdout():
             for line in self.proc.stdout:
+                self.log_lines.append(line.rstrip("\n"))
                 try:
                     event = json.loads(line)
                 except ValueError:
