@@ -98,8 +98,10 @@ std::string ChatTemplate::render(const ordered_json& messages,
   using jinja::Value;
   if (!messages.is_array())
     throw Error(ErrorCode::kInvalidArgument, "chat messages must be a list");
+  // Declared before the scopes so that it is destroyed after them (see NamespaceRegistry).
+  jinja::NamespaceRegistry namespaces;
   auto globals = std::make_shared<jinja::Scope>();
-  for (auto& [name, fn] : jinja::global_functions()) globals->set(name, fn);
+  for (auto& [name, fn] : jinja::global_functions(&namespaces)) globals->set(name, fn);
   // Like transformers' special_tokens_map: a token the model does not have stays undefined.
   if (!bos_token_.empty()) globals->set("bos_token", Value(bos_token_));
   if (!eos_token_.empty()) globals->set("eos_token", Value(eos_token_));
