@@ -401,9 +401,7 @@ std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit
       while (i < text.size() && python_isspace(text[i])) ++i;
       if (i >= text.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t end = text.size();
-        while (end > i && python_isspace(text[end - 1])) --end;
-        out.push_back(encode(text.substr(i, end - i)));
+        out.push_back(encode(text.substr(i)));  // the rest keeps its trailing whitespace
         break;
       }
       size_t j = i;
@@ -418,9 +416,7 @@ std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit
     while (end > 0 && python_isspace(text[end - 1])) --end;
     if (end == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t begin = 0;
-      while (begin < end && python_isspace(text[begin])) ++begin;
-      out.push_back(encode(text.substr(begin, end - begin)));
+      out.push_back(encode(text.substr(0, end)));  // the rest keeps its leading whitespace
       break;
     }
     size_t j = end;
