@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,7 +15,8 @@ namespace rill {
 
 namespace jinja {
 struct Node;
-}
+class Value;
+}  // namespace jinja
 
 /// What apply_chat_template passes to the template besides the messages.
 struct ChatTemplateOptions {
@@ -55,6 +57,11 @@ class ChatTemplate {
   const std::string& eos_token() const { return eos_token_; }
 
  private:
+  // Renders with `messages` converted by the caller's overload (both convert without
+  // recursing deeper than the interpreter's value bound).
+  std::string render_value(const std::function<jinja::Value()>& messages,
+                           const ChatTemplateOptions& options) const;
+
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;

@@ -80,8 +80,7 @@ std::string html_unescape(const std::string& s);
 bool python_isspace(char32_t cp);
 /// Python's str.split() without a separator: runs of Unicode whitespace, at most `maxsplit`
 /// splits (-1: all), from the right when `from_right` (rsplit).
-std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit,
-                                          bool from_right);
+std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit, bool from_right);
 /// Python's str.splitlines(): breaks at LF, CR, CRLF, VT, FF, U+001C..U+001E, U+0085,
 /// U+2028, U+2029.
 std::vector<std::string> python_splitlines(const std::string& s, bool keepends);

@@ -104,8 +104,8 @@ class Evaluator {
         assign(n, scope, filtered_body(n, scope));
         return Flow::kNormal;
       case Node::Kind::kMacro:
-        scope->set(n.text, make_macro({n.text, &n.params, &n.body, n.uses_caller,
-                                       n.uses_varargs, n.uses_kwargs},
+        scope->set(n.text, make_macro({n.text, &n.params, &n.body, n.uses_caller, n.uses_varargs,
+                                       n.uses_kwargs},
                                       scope));
         return Flow::kNormal;
       case Node::Kind::kBreak:
@@ -237,8 +237,7 @@ class Evaluator {
     return Value::function("loop", std::move(recurse), std::move(attrs), std::move(display));
   }
 
-  std::string render_loop(const Node& n, const Value& iterable, const ScopePtr& scope,
-                          int depth) {
+  std::string render_loop(const Node& n, const Value& iterable, const ScopePtr& scope, int depth) {
     std::string out;
     ValueList items;
     for (Value& item : iterable.iterate()) {
@@ -321,7 +320,7 @@ class Evaluator {
     auto scope = std::make_shared<Scope>(defining_scope);
     for (size_t i = 0; i < count; ++i) {
       const auto& [name, fallback] = params[i];
-      Value v = values[i] ? *values[i]
+      Value v = values[i]  ? *values[i]
                 : fallback ? eval(*fallback, scope)  // sees the parameters before it
                            : Value::undefined("parameter '" + name + "' was not provided");
       scope->set(name, std::move(v));

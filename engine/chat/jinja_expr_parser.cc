@@ -16,9 +16,9 @@ void ExprParser::add_arg(Expr& parent, ExprPtr child) {
   if (child) {
     parent.depth = std::max(parent.depth, child->depth + 1);
     if (parent.depth > kMaxExprDepth)
-      throw TemplateError("expression nested too deeply (more than " +
-                              std::to_string(kMaxExprDepth) + " levels)",
-                          parent.line);
+      throw TemplateError(
+          "expression nested too deeply (more than " + std::to_string(kMaxExprDepth) + " levels)",
+          parent.line);
   }
   parent.args.push_back(std::move(child));
 }
@@ -26,9 +26,9 @@ void ExprParser::add_arg(Expr& parent, ExprPtr child) {
 void ExprParser::add_kwarg(Expr& parent, std::string name, ExprPtr value) {
   parent.depth = std::max(parent.depth, value->depth + 1);
   if (parent.depth > kMaxExprDepth)
-    throw TemplateError("expression nested too deeply (more than " +
-                            std::to_string(kMaxExprDepth) + " levels)",
-                        parent.line);
+    throw TemplateError(
+        "expression nested too deeply (more than " + std::to_string(kMaxExprDepth) + " levels)",
+        parent.line);
   parent.kwargs.emplace_back(std::move(name), std::move(value));
 }
 

@@ -55,7 +55,8 @@ std::optional<double> parse_python_float(const std::string& raw) {
   std::string digits;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '_') {
-      const bool ok = i > 0 && i + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[i - 1])) &&
+      const bool ok = i > 0 && i + 1 < s.size() &&
+                      std::isdigit(static_cast<unsigned char>(s[i - 1])) &&
                       std::isdigit(static_cast<unsigned char>(s[i + 1]));
       if (!ok) return std::nullopt;
       continue;
@@ -73,7 +74,8 @@ std::optional<double> parse_python_float(const std::string& raw) {
   if (word.empty() || !(std::isdigit(static_cast<unsigned char>(word[0])) || word[0] == '.'))
     return std::nullopt;
   for (char c : word)
-    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != '+' && c != '-')
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != '+' &&
+        c != '-')
       return std::nullopt;
   char* end = nullptr;
   const double v = std::strtod(digits.c_str(), &end);
@@ -141,8 +143,7 @@ Value f_lower(const Value& v, const CallArgs&) {
 Value f_capitalize(const Value& v, const CallArgs&) {
   const std::vector<std::string> chars = utf8_chars(v.str());
   std::string out;
-  for (size_t i = 0; i < chars.size(); ++i)
-    out += i == 0 ? py_upper(chars[i]) : py_lower(chars[i]);
+  for (size_t i = 0; i < chars.size(); ++i) out += i == 0 ? py_upper(chars[i]) : py_lower(chars[i]);
   return Value(std::move(out));
 }
 
@@ -151,8 +152,8 @@ Value f_title(const Value& v, const CallArgs&) {
   std::string out;
   bool word_start = true;
   for (const std::string& c : utf8_chars(v.str())) {
-    const bool sep = c.size() == 1 && (is_py_space(c[0]) || std::string("-({[<").find(c[0]) !=
-                                                                 std::string::npos);
+    const bool sep = c.size() == 1 &&
+                     (is_py_space(c[0]) || std::string("-({[<").find(c[0]) != std::string::npos);
     out += sep ? c : word_start ? py_upper(c) : py_lower(c);
     word_start = sep;
   }
@@ -247,9 +248,9 @@ Value f_round(const Value& v, const CallArgs& a) {
     return round_int(v.is_bool() ? Value(int64_t{v.as_bool()}) : v, precision);
   }
   // jinja2: math.ceil / floor(value * 10**precision) / 10**precision, a float.
-  const Value scale = precision >= 0 ? Value(BigInt::pow(BigInt(10), static_cast<uint64_t>(
-                                                                        precision)))
-                                     : Value(std::pow(10.0, static_cast<double>(precision)));
+  const Value scale = precision >= 0
+                          ? Value(BigInt::pow(BigInt(10), static_cast<uint64_t>(precision)))
+                          : Value(std::pow(10.0, static_cast<double>(precision)));
   const Value scaled = binary("*", v, scale);
   Value whole = scaled;
   if (scaled.is_float()) {
@@ -280,13 +281,16 @@ Value f_safe(const Value& v, const CallArgs&) {
 const FilterTable& filters() {
   static const FilterTable kFilters = [] {
     FilterTable t = {
-        {"trim", f_trim},       {"length", f_length},   {"count", f_length},
-        {"tojson", f_tojson},   {"join", f_join},       {"upper", f_upper},
+        {"trim", f_trim},       {"length", f_length},
+        {"count", f_length},    {"tojson", f_tojson},
+        {"join", f_join},       {"upper", f_upper},
         {"lower", f_lower},     {"capitalize", f_capitalize},
-        {"title", f_title},     {"replace", f_replace}, {"first", f_first},
-        {"last", f_last},       {"default", f_default}, {"d", f_default},
-        {"string", f_string},   {"int", f_int},         {"float", f_float},
-        {"abs", f_abs},         {"round", f_round},     {"attr", f_attr},
+        {"title", f_title},     {"replace", f_replace},
+        {"first", f_first},     {"last", f_last},
+        {"default", f_default}, {"d", f_default},
+        {"string", f_string},   {"int", f_int},
+        {"float", f_float},     {"abs", f_abs},
+        {"round", f_round},     {"attr", f_attr},
         {"format", f_format},   {"safe", f_safe},
     };
     add_sequence_filters(t);
@@ -315,10 +319,10 @@ Value lookup_path(const Value& item, const Value& attribute, const Value& fallba
     while (true) {
       const size_t dot = path.find('.', start);
       const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
-      const bool digits = !part.empty() && part.size() < 19 &&
-                          std::all_of(part.begin(), part.end(), [](char c) {
-                            return std::isdigit(static_cast<unsigned char>(c));
-                          });
+      const bool digits =
+          !part.empty() && part.size() < 19 && std::all_of(part.begin(), part.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c));
+          });
       parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
       if (dot == std::string::npos) break;
       start = dot + 1;

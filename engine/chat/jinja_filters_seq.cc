@@ -58,9 +58,12 @@ Value f_map(const Value& v, const CallArgs& a) {
   if (a.args.empty()) {
     Value attribute, fallback;
     for (const auto& [k, x] : a.kwargs) {
-      if (k == "attribute") attribute = x;
-      else if (k == "default") fallback = x.is_none() ? Value() : x;
-      else fail("Unexpected keyword argument '" + k + "'");
+      if (k == "attribute")
+        attribute = x;
+      else if (k == "default")
+        fallback = x.is_none() ? Value() : x;
+      else
+        fail("Unexpected keyword argument '" + k + "'");
     }
     if (attribute.is_undefined()) fail("map requires a filter argument");
     for (const Value& item : v.iterate()) out.push_back(lookup_path(item, attribute, fallback));
@@ -136,7 +139,8 @@ Value f_sort(const Value& v, const CallArgs& a) {
     const std::string& spec = attribute.as_string();
     for (size_t start = 0;;) {
       const size_t comma = spec.find(',', start);
-      attributes.emplace_back(spec.substr(start, comma == std::string::npos ? comma : comma - start));
+      attributes.emplace_back(
+          spec.substr(start, comma == std::string::npos ? comma : comma - start));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -237,7 +241,8 @@ Value f_batch(const Value& v, const CallArgs& a) {
   ValueList out, row;
   for (const Value& item : v.iterate()) {
     row.push_back(item);
-    if (static_cast<int64_t>(row.size()) == size) out.push_back(Value::list(std::move(row))), row = {};
+    if (static_cast<int64_t>(row.size()) == size)
+      out.push_back(Value::list(std::move(row))), row = {};
   }
   if (!row.empty()) {
     if (!fill.is_none())

@@ -141,7 +141,8 @@ Value f_striptags(const Value& v, const CallArgs&) {
 std::string url_quote(const Value& v, bool for_query) {
   std::string out;
   for (unsigned char c : v.str()) {
-    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_query && c == '/')) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' ||
+        (!for_query && c == '/')) {
       out += static_cast<char>(c);
     } else if (for_query && c == ' ') {
       out += '+';
@@ -155,7 +156,8 @@ std::string url_quote(const Value& v, bool for_query) {
 }
 
 Value f_urlencode(const Value& v, const CallArgs&) {
-  if (v.is_string() || !(v.is_list() || v.is_dict() || v.is_undefined())) return Value(url_quote(v, false));
+  if (v.is_string() || !(v.is_list() || v.is_dict() || v.is_undefined()))
+    return Value(url_quote(v, false));
   std::string out;
   auto add = [&](const Value& k, const Value& x) {
     out += (out.empty() ? "" : "&") + url_quote(k, true) + "=" + url_quote(x, true);
@@ -166,9 +168,9 @@ Value f_urlencode(const Value& v, const CallArgs&) {
     for (const Value& pair : v.iterate()) {
       const ValueList kv = pair.iterate();
       if (kv.size() != 2)
-        fail(kv.size() < 2 ? "not enough values to unpack (expected 2, got " +
-                                 std::to_string(kv.size()) + ")"
-                           : "too many values to unpack (expected 2)");
+        fail(kv.size() < 2
+                 ? "not enough values to unpack (expected 2, got " + std::to_string(kv.size()) + ")"
+                 : "too many values to unpack (expected 2)");
       add(kv[0], kv[1]);
     }
   }
@@ -187,8 +189,8 @@ Value f_xmlattr(const Value& v, const CallArgs& a) {
       if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || c == '/' ||
           c == '>' || c == '=')
         fail("Invalid character in attribute name: " + k.repr());
-    out += (out.empty() ? "" : " ") + escape_html(k.as_string()) + "=\"" + escape_html(x.str()) +
-           "\"";
+    out +=
+        (out.empty() ? "" : " ") + escape_html(k.as_string()) + "=\"" + escape_html(x.str()) + "\"";
   }
   return Value(autospace && !out.empty() ? " " + out : out);
 }

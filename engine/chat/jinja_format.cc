@@ -82,12 +82,18 @@ Spec parse_spec(const std::string& fmt, size_t& i, ArgSource& source) {
   Spec spec;
   for (; i < fmt.size(); ++i) {
     const char c = fmt[i];
-    if (c == '-') spec.left = true;
-    else if (c == '+') spec.plus = true;
-    else if (c == ' ') spec.space = true;
-    else if (c == '#') spec.alternate = true;
-    else if (c == '0') spec.zero = true;
-    else break;
+    if (c == '-')
+      spec.left = true;
+    else if (c == '+')
+      spec.plus = true;
+    else if (c == ' ')
+      spec.space = true;
+    else if (c == '#')
+      spec.alternate = true;
+    else if (c == '0')
+      spec.zero = true;
+    else
+      break;
   }
   if (i < fmt.size() && fmt[i] == '*') {
     ++i;
@@ -194,12 +200,18 @@ std::string ascii_repr(const Value& x) {
       out += ch;
       continue;
     }
-    uint32_t cp = static_cast<unsigned char>(ch[0]) & (ch.size() == 2 ? 0x1F : ch.size() == 3 ? 0x0F : 0x07);
-    for (size_t k = 1; k < ch.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
+    uint32_t cp = static_cast<unsigned char>(ch[0]) & (ch.size() == 2   ? 0x1F
+                                                       : ch.size() == 3 ? 0x0F
+                                                                        : 0x07);
+    for (size_t k = 1; k < ch.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
     char buf[16];
-    if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", cp);
-    else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-    else std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+    if (cp < 0x100)
+      std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+    else if (cp < 0x10000)
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+    else
+      std::snprintf(buf, sizeof buf, "\\U%08x", cp);
     out += buf;
   }
   return out;
@@ -347,8 +359,10 @@ double python_round(double x, int64_t ndigits) {
   if (up) {  // increment the decimal string
     size_t k = head.size();
     while (k > 0 && head[k - 1] == '9') head[--k] = '0';
-    if (k == 0) head.insert(0, "1");
-    else ++head[k - 1];
+    if (k == 0)
+      head.insert(0, "1");
+    else
+      ++head[k - 1];
   }
   const double magnitude = std::strtod((head + std::string(cut, '0')).c_str(), nullptr);
   return std::copysign(magnitude, x);

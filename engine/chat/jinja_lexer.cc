@@ -160,7 +160,8 @@ class Lexer {
       end_end = match_bare_tag(end_at, "endraw", end_open, end_close);
       if (end_end != std::string::npos) break;
     }
-    if (end_at == std::string::npos) throw TemplateError("Missing end of raw directive", start_line);
+    if (end_at == std::string::npos)
+      throw TemplateError("Missing end of raw directive", start_line);
     std::string text = src_.substr(pos_, end_at - pos_);
     if (end_open == '-') {
       size_t keep = text.size();

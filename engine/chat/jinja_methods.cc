@@ -102,7 +102,8 @@ Value g_range(CallArgs& a) {
 DictItems kwargs_with_mapping(CallArgs& a) {
   DictItems items;
   if (!a.args.empty()) {
-    if (a.args.size() > 1) fail("expected at most 1 argument, got " + std::to_string(a.args.size()));
+    if (a.args.size() > 1)
+      fail("expected at most 1 argument, got " + std::to_string(a.args.size()));
     if (!a.args[0].is_dict()) fail("expected a mapping argument");
     items = a.args[0].as_dict().items;
   }

@@ -148,8 +148,7 @@ int order(const Value& a, const Value& b, const std::string& op, int level = 1) 
   if (a.is_number() && b.is_number()) return compare_numbers(a, b);
   if (a.is_string() && b.is_string())
     return a.as_string().compare(b.as_string()) < 0 ? -1 : a.as_string() == b.as_string() ? 0 : 1;
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_lazy() &&
-      !b.is_lazy()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_lazy() && !b.is_lazy()) {
     check_walk_level(level);
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
@@ -239,8 +238,7 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
       fail("can't multiply sequence by non-int of type '" +
            (a.is_string() || a.is_list() ? b : a).type_name() + "'");
   }
-  if (op == "%" && a.is_string())
-    return Value(percent_format(a.as_string(), b));
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   unsupported(op, a, b);
 }
 

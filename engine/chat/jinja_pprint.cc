@@ -55,7 +55,8 @@ class Printer {
       return "{" + parts + "}";
     }
     const List& l = v.as_list();
-    for (const Value& item : l.items) parts += (parts.empty() ? "" : ", ") + safe_repr(item, level + 1);
+    for (const Value& item : l.items)
+      parts += (parts.empty() ? "" : ", ") + safe_repr(item, level + 1);
     if (!l.is_tuple) return "[" + parts + "]";
     return l.items.size() == 1 ? "(" + parts + ",)" : "(" + parts + ")";
   }

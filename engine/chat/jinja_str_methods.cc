@@ -283,28 +283,27 @@ Value strip_method(const std::string& s, CallArgs& a, bool left, bool right) {
 
 const std::unordered_map<std::string, StrMethod>& methods() {
   static const std::unordered_map<std::string, StrMethod> kMethods = {
-      {"startswith", [](const std::string& s, CallArgs& a) {
-         return Value(affix_match(s, a.get(0, "prefix"), true));
-       }},
-      {"endswith", [](const std::string& s, CallArgs& a) {
-         return Value(affix_match(s, a.get(0, "suffix"), false));
-       }},
+      {"startswith", [](const std::string& s,
+                        CallArgs& a) { return Value(affix_match(s, a.get(0, "prefix"), true)); }},
+      {"endswith", [](const std::string& s,
+                      CallArgs& a) { return Value(affix_match(s, a.get(0, "suffix"), false)); }},
       {"strip", [](const std::string& s, CallArgs& a) { return strip_method(s, a, true, true); }},
       {"lstrip", [](const std::string& s, CallArgs& a) { return strip_method(s, a, true, false); }},
       {"rstrip", [](const std::string& s, CallArgs& a) { return strip_method(s, a, false, true); }},
       {"split", [](const std::string& s, CallArgs& a) { return m_split(s, a, false); }},
       {"rsplit", [](const std::string& s, CallArgs& a) { return m_split(s, a, true); }},
-      {"splitlines", [](const std::string& s, CallArgs& a) {
+      {"splitlines",
+       [](const std::string& s, CallArgs& a) {
          return string_list(python_splitlines(s, a.get(0, "keepends", Value(false)).truthy()));
        }},
       {"upper", [](const std::string& s, CallArgs&) { return Value(py_upper(s)); }},
       {"lower", [](const std::string& s, CallArgs&) { return Value(py_lower(s)); }},
       {"casefold", [](const std::string& s, CallArgs&) { return Value(py_lower(s)); }},
       {"title", [](const std::string& s, CallArgs&) { return Value(title_case(s)); }},
-      {"capitalize", [](const std::string& s, CallArgs& a) {
-         return apply_filter("capitalize", Value(s), a);
-       }},
-      {"swapcase", [](const std::string& s, CallArgs&) {
+      {"capitalize",
+       [](const std::string& s, CallArgs& a) { return apply_filter("capitalize", Value(s), a); }},
+      {"swapcase",
+       [](const std::string& s, CallArgs&) {
          std::string out;
          for (char32_t cp : utf8::to_u32(s)) {
            const std::string c = utf8::encode(cp);
@@ -312,15 +311,21 @@ const std::unordered_map<std::string, StrMethod>& methods() {
          }
          return Value(std::move(out));
        }},
-      {"replace", [](const std::string& s, CallArgs& a) {
+      {"replace",
+       [](const std::string& s, CallArgs& a) {
          return Value(replace_all(s, str_arg(a, 0, "old"), str_arg(a, 1, "new"),
                                   int_arg(a, 2, "count", -1)));
        }},
-      {"find", [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, false, false)); }},
-      {"rfind", [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, true, false)); }},
-      {"index", [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, false, true)); }},
-      {"rindex", [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, true, true)); }},
-      {"count", [](const std::string& s, CallArgs& a) {
+      {"find",
+       [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, false, false)); }},
+      {"rfind",
+       [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, true, false)); }},
+      {"index",
+       [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, false, true)); }},
+      {"rindex",
+       [](const std::string& s, CallArgs& a) { return Value(find_in(s, a, true, true)); }},
+      {"count",
+       [](const std::string& s, CallArgs& a) {
          const std::string sub = str_arg(a, 0, "sub");
          if (sub.empty()) return Value(static_cast<int64_t>(utf8::count(s)) + 1);
          int64_t n = 0;
@@ -328,7 +333,8 @@ const std::unordered_map<std::string, StrMethod>& methods() {
            ++n;
          return Value(n);
        }},
-      {"join", [](const std::string& s, CallArgs& a) {
+      {"join",
+       [](const std::string& s, CallArgs& a) {
          std::string out;
          bool first = true;
          for (const Value& v : a.get(0, "iterable").iterate()) {
@@ -344,14 +350,16 @@ const std::unordered_map<std::string, StrMethod>& methods() {
       {"ljust", [](const std::string& s, CallArgs& a) { return pad(s, a, -1); }},
       {"rjust", [](const std::string& s, CallArgs& a) { return pad(s, a, 1); }},
       {"zfill", [](const std::string& s, CallArgs& a) { return zfill(s, a); }},
-      {"removeprefix", [](const std::string& s, CallArgs& a) {
+      {"removeprefix",
+       [](const std::string& s, CallArgs& a) {
          const std::string p = str_arg(a, 0, "prefix");
          return Value(s.compare(0, p.size(), p) == 0 ? s.substr(p.size()) : s);
        }},
-      {"removesuffix", [](const std::string& s, CallArgs& a) {
+      {"removesuffix",
+       [](const std::string& s, CallArgs& a) {
          const std::string p = str_arg(a, 0, "suffix");
-         const bool ends = !p.empty() && p.size() <= s.size() &&
-                           s.compare(s.size() - p.size(), p.size(), p) == 0;
+         const bool ends =
+             !p.empty() && p.size() <= s.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
          return Value(ends ? s.substr(0, s.size() - p.size()) : s);
        }},
       {"partition", [](const std::string& s, CallArgs& a) { return partition(s, a, false); }},
@@ -359,16 +367,20 @@ const std::unordered_map<std::string, StrMethod>& methods() {
       {"isdigit", [](const std::string& s, CallArgs&) { return Value(all_of(s, is_decimal)); }},
       {"isdecimal", [](const std::string& s, CallArgs&) { return Value(all_of(s, is_decimal)); }},
       {"isnumeric", [](const std::string& s, CallArgs&) { return Value(all_of(s, is_numeric)); }},
-      {"isalpha", [](const std::string& s, CallArgs&) {
+      {"isalpha",
+       [](const std::string& s, CallArgs&) {
          return Value(all_of(s, [](char32_t cp) { return unicode::is_letter(cp); }));
        }},
-      {"isalnum", [](const std::string& s, CallArgs&) {
-         return Value(all_of(s, [](char32_t cp) { return unicode::is_letter(cp) || is_numeric(cp); }));
+      {"isalnum",
+       [](const std::string& s, CallArgs&) {
+         return Value(
+             all_of(s, [](char32_t cp) { return unicode::is_letter(cp) || is_numeric(cp); }));
        }},
       {"isspace", [](const std::string& s, CallArgs&) { return Value(all_of(s, python_isspace)); }},
       {"islower", [](const std::string& s, CallArgs&) { return case_test(s, true); }},
       {"isupper", [](const std::string& s, CallArgs&) { return case_test(s, false); }},
-      {"istitle", [](const std::string& s, CallArgs&) {
+      {"istitle",
+       [](const std::string& s, CallArgs&) {
          // Upper case only after uncased characters, lower case only after cased ones.
          bool cased = false, prev_cased = false;
          for (char32_t cp : utf8::to_u32(s)) {
@@ -391,8 +403,7 @@ bool python_isspace(char32_t cp) {
   return unicode::is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F);
 }
 
-std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit,
-                                          bool from_right) {
+std::vector<std::string> split_whitespace(const std::string& s, int64_t maxsplit, bool from_right) {
   const U32 text = utf8::to_u32(s);
   std::vector<std::string> out;
   if (!from_right) {

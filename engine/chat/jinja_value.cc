@@ -91,25 +91,26 @@ Value Value::function(std::string name, Function fn, DictEntries attrs, std::str
 namespace {
 
 // Walks the JSON with an explicit level so that input nested deeper than any list may be is
-// refused before the recursion goes further.
-Value json_to_value(const nlohmann::ordered_json& j, int level) {
-  using T = nlohmann::ordered_json::value_t;
+// refused before the recursion goes further. Json: nlohmann::json or ordered_json.
+template <typename Json>
+Value json_to_value(const Json& j, int level) {
+  using T = typename Json::value_t;
   switch (j.type()) {
     case T::null:
       return Value(None{});
     case T::boolean:
-      return Value(j.get<bool>());
+      return Value(j.template get<bool>());
     case T::number_integer:
-      return Value(j.get<int64_t>());
+      return Value(j.template get<int64_t>());
     case T::number_unsigned: {
-      const auto u = j.get<uint64_t>();
+      const auto u = j.template get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<int64_t>(u));
       return Value(*BigInt::parse(std::to_string(u)));
     }
     case T::number_float:
-      return Value(j.get<double>());
+      return Value(j.template get<double>());
     case T::string:
-      return Value(j.get<std::string>());
+      return Value(j.template get<std::string>());
     case T::array: {
       check_walk_level(level);
       ValueList items;
@@ -133,6 +134,10 @@ Value json_to_value(const nlohmann::ordered_json& j, int level) {
 }  // namespace
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
+  return json_to_value(j, 1);
+}
+
+Value Value::from_json(const nlohmann::json& j) {
   return json_to_value(j, 1);
 }
 
@@ -342,8 +347,8 @@ std::string Value::repr_at(int level) const {
 }
 
 std::string Value::type_name() const {
-  static const char* const kNames[] = {"Undefined", "NoneType", "bool",      "int",
-                                       "float",     "str",      "list",      "dict",
+  static const char* const kNames[] = {"Undefined", "NoneType", "bool", "int",
+                                       "float",     "str",      "list", "dict",
                                        "Namespace", "function", "int"};
   if (is_tuple()) return "tuple";
   if (is_list() && as_list().view) return as_list().view;

@@ -120,6 +120,8 @@ class Value {
   /// A JSON value as Python would see it after json.loads (objects keep their key order).
   /// Throws TemplateError when nested deeper than kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
+  /// The same from a nlohmann::json (its objects iterate in key order).
+  static Value from_json(const nlohmann::json& j);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
   bool is_none() const { return std::holds_alternative<None>(v_); }
