@@ -57,9 +57,30 @@ std::optional<Value> take_kwarg(DictEntries& kwargs, const std::string& name) {
   return std::nullopt;
 }
 
+// Counts the evaluator's own recursion (nested blocks and expressions, across macro calls):
+// each level is bounded by the parser, but a recursive macro multiplies them, so the total is
+// bounded too, well inside a thread's stack.
+class Nesting {
+ public:
+  explicit Nesting(int& depth) : depth_(depth) {
+    if (++depth_ > kMaxRenderNesting) {
+      --depth_;
+      fail("template nested too deeply while rendering (more than " +
+           std::to_string(kMaxRenderNesting) + " levels of blocks and expressions)");
+    }
+  }
+  ~Nesting() { --depth_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  int& depth_;
+};
+
 class Evaluator {
  public:
   Flow exec(const NodeList& nodes, const ScopePtr& scope, std::string& out) {
+    const Nesting nesting(nesting_);
     for (const auto& node : nodes) {
       try {
         const Flow flow = exec_node(*node, scope, out);
@@ -73,6 +94,7 @@ class Evaluator {
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
+    const Nesting nesting(nesting_);
     try {
       return eval_expr(e, scope);
     } catch (const TemplateError& err) {
@@ -437,6 +459,7 @@ class Evaluator {
   }
 
   int call_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

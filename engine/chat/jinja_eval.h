@@ -28,6 +28,8 @@ class Scope {
 /// Macro, caller and recursive-loop calls nest at most this deep (Python would stop runaway
 /// recursion with RecursionError; this stops it before the stack does).
 inline constexpr int kMaxCallDepth = 100;
+/// Nested blocks and expressions being evaluated at once, across those calls.
+inline constexpr int kMaxRenderNesting = 4000;
 
 /// Renders `nodes` with `globals` as the outermost scope. Throws TemplateError with the line of
 /// the node that failed (raise_exception errors keep only the template's message).

@@ -1,6 +1,9 @@
 #include "engine/chat/jinja_expr_parser.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 namespace rill::jinja {
 

@@ -1,6 +1,9 @@
 // Jinja filters on single values (jinja2 3.1 semantics) and the filter dispatch.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"

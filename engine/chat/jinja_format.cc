@@ -1,8 +1,12 @@
 // Python's printf-style formatting (`'%.2f' % x`, jinja2's format filter) and round(): the
 // spec grammar %[(key)][flags][width][.precision][length]conversion, with Python's rules for
 // which values each conversion accepts and its error messages.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"

@@ -107,6 +107,14 @@ TEST(JinjaLimits, RunawayRecursionIsAnError) {
                          "{% macro r() %}{% call m() %}{{ r() }}{% endcall %}{% endmacro %}"
                          "{{ r() }}"),
             "chat template line 1: maximum recursion depth exceeded");
+  // Recursion through deeply nested blocks: bounded in total, not only per level.
+  std::string nested = "{% macro m(n) %}";
+  for (int i = 0; i < 150; ++i) nested += "{% if true %}";
+  nested += "{{ m(n + 1) }}";
+  for (int i = 0; i < 150; ++i) nested += "{% endif %}";
+  nested += "{% endmacro %}{{ m(0) }}";
+  EXPECT_NE(render_error(nested).find("template nested too deeply while rendering"),
+            std::string::npos);
   // 60 levels of a recursive loop over client-shaped data are fine.
   EXPECT_EQ(render("{% for x in [v] recursive %}{% if x is sequence and x is not string %}"
                    "{{ loop(x) }}{% else %}{{ x }}{% endif %}{% endfor %}",
