@@ -208,55 +208,73 @@ class Evaluator {
 
   // ---- loops ----
 
-  // jinja2's LoopContext for item i of `items` at recursion `depth` (1 for the outer loop).
-  Value loop_object(const Node& n, const ValueList& items, size_t i, int depth,
-                    const std::weak_ptr<Scope>& outer,
-                    const std::shared_ptr<std::optional<ValueList>>& last_changed) {
-    const auto length = static_cast<int64_t>(items.size());
-    const auto index = static_cast<int64_t>(i);
-    DictEntries attrs = {
-        {"index", Value(index + 1)},
-        {"index0", Value(index)},
-        {"revindex", Value(length - index)},
-        {"revindex0", Value(length - index - 1)},
-        {"first", Value(i == 0)},
-        {"last", Value(index == length - 1)},
-        {"length", Value(length)},
-        {"depth", Value(depth)},
-        {"depth0", Value(depth - 1)},
-        {"previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
-        {"nextitem", index + 1 < length ? items[i + 1] : Value::undefined("there is no next item")},
-        {"cycle", Value::function("cycle",
-                                  [i](CallArgs& a) -> Value {
-                                    if (a.args.empty()) fail("no items for cycling given");
-                                    return a.args[i % a.args.size()];
-                                  })},
-        // True when the arguments differ from the previous call's (first call: True).
-        {"changed", Value::function("changed",
-                                    [last_changed](CallArgs& a) -> Value {
-                                      const ValueList& now = a.args;
-                                      const std::optional<ValueList>& prev = *last_changed;
-                                      bool same = prev && prev->size() == now.size();
-                                      for (size_t k = 0; same && k < now.size(); ++k)
-                                        same = (*prev)[k].equals(now[k]);
-                                      if (same) return Value(false);
-                                      *last_changed = now;
-                                      return Value(true);
-                                    })},
+  // One run of a for loop: what every iteration's `loop` object reads from.
+  struct LoopRun {
+    ValueList items;
+    int depth;                              // 1 for the outer loop, +1 per loop(...) call
+    std::optional<ValueList> last_changed;  // loop.changed()'s memory
+  };
+
+  // jinja2's LoopContext for iteration i: its attributes are computed when read, since most
+  // templates read one or two of them, and loop(items) renders the loop one level deeper.
+  Value loop_object(const Node& n, const std::shared_ptr<LoopRun>& run, size_t i,
+                    const std::weak_ptr<Scope>& outer) {
+    struct Iteration {
+      std::shared_ptr<LoopRun> run;
+      size_t i;
     };
-    // loop(items) renders the loop again one level deeper, for `recursive` loops.
+    const auto it = std::make_shared<const Iteration>(Iteration{run, i});
     const Node* node = &n;
-    Function recurse = [this, node, outer, depth](CallArgs& a) -> Value {
+    Function recurse = [this, node, outer, it](CallArgs& a) -> Value {
       if (!node->recursive)
         fail("The loop must have the 'recursive' marker to be called recursively.");
       const ScopePtr scope = outer.lock();
       if (!scope || a.args.size() != 1) fail("loop() takes exactly one argument");
       const CallDepth guard(call_depth_);
-      return Value(render_loop(*node, a.args[0], scope, depth + 1));
+      return Value(render_loop(*node, a.args[0], scope, it->run->depth + 1));
     };
-    std::string display =
-        "<LoopContext " + std::to_string(index + 1) + "/" + std::to_string(length) + ">";
-    return Value::function("loop", std::move(recurse), std::move(attrs), std::move(display));
+    auto describe = [it] {
+      return "<LoopContext " + std::to_string(it->i + 1) + "/" +
+             std::to_string(it->run->items.size()) + ">";
+    };
+    return Value::object("loop", std::move(recurse), loop_attribute(it->run, i),
+                         std::move(describe));
+  }
+
+  static std::function<Value(const std::string&)> loop_attribute(std::shared_ptr<LoopRun> run,
+                                                                 size_t i) {
+    return [run = std::move(run), i](const std::string& name) -> Value {
+      const auto length = static_cast<int64_t>(run->items.size());
+      const auto index = static_cast<int64_t>(i);
+      if (name == "index") return Value(index + 1);
+      if (name == "index0") return Value(index);
+      if (name == "revindex") return Value(length - index);
+      if (name == "revindex0") return Value(length - index - 1);
+      if (name == "first") return Value(i == 0);
+      if (name == "last") return Value(index == length - 1);
+      if (name == "length") return Value(length);
+      if (name == "depth") return Value(run->depth);
+      if (name == "depth0") return Value(run->depth - 1);
+      if (name == "previtem")
+        return i > 0 ? run->items[i - 1] : Value::undefined("there is no previous item");
+      if (name == "nextitem")
+        return index + 1 < length ? run->items[i + 1] : Value::undefined("there is no next item");
+      if (name == "cycle")
+        return Value::function("cycle", [i](CallArgs& a) -> Value {
+          if (a.args.empty()) fail("no items for cycling given");
+          return a.args[i % a.args.size()];
+        });
+      if (name == "changed")  // True when the arguments differ from the previous call's
+        return Value::function("changed", [run](CallArgs& a) -> Value {
+          const std::optional<ValueList>& prev = run->last_changed;
+          bool same = prev && prev->size() == a.args.size();
+          for (size_t k = 0; same && k < a.args.size(); ++k) same = (*prev)[k].equals(a.args[k]);
+          if (same) return Value(false);
+          run->last_changed = a.args;
+          return Value(true);
+        });
+      return Value::undefined("'LoopContext object' has no attribute '" + name + "'");
+    };
   }
 
   std::string render_loop(const Node& n, const Value& iterable, const ScopePtr& scope, int depth) {
@@ -274,11 +292,11 @@ class Evaluator {
       exec(n.else_body, scope, out);
       return out;
     }
-    const auto last_changed = std::make_shared<std::optional<ValueList>>();
-    for (size_t i = 0; i < items.size(); ++i) {
+    const auto run = std::make_shared<LoopRun>(LoopRun{std::move(items), depth, std::nullopt});
+    for (size_t i = 0; i < run->items.size(); ++i) {
       auto body_scope = std::make_shared<Scope>(scope);
-      body_scope->set("loop", loop_object(n, items, i, depth, scope, last_changed));
-      assign_targets(*body_scope, n.targets, items[i]);
+      body_scope->set("loop", loop_object(n, run, i, scope));
+      assign_targets(*body_scope, n.targets, run->items[i]);
       if (exec(n.body, body_scope, out) == Flow::kBreak) break;
     }
     return out;

@@ -195,8 +195,13 @@ Value get_attribute(const Value& obj, const std::string& name) {
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_namespace().find(name)) return *v;
   } else if (obj.is_callable()) {  // loop.index, a macro's name
-    for (const auto& [k, v] : obj.as_callable().attrs)
+    const Callable& c = obj.as_callable();
+    for (const auto& [k, v] : c.attrs)
       if (k == name) return v;
+    if (c.lookup) {
+      Value v = c.lookup(name);
+      if (!v.is_undefined()) return v;
+    }
   } else if (obj.is_list() && obj.as_list().fields) {  // groupby's grouper / list
     const auto& fields = *obj.as_list().fields;
     for (size_t i = 0; i < fields.size(); ++i)

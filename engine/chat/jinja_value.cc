@@ -84,7 +84,15 @@ Value Value::make_namespace(DictEntries attrs) {
 Value Value::function(std::string name, Function fn, DictEntries attrs, std::string display) {
   Value v;
   v.v_ = std::make_shared<const Callable>(
-      Callable{std::move(name), std::move(fn), std::move(attrs), std::move(display)});
+      Callable{std::move(name), std::move(fn), std::move(attrs), std::move(display), {}, {}});
+  return v;
+}
+
+Value Value::object(std::string name, Function fn, std::function<Value(const std::string&)> lookup,
+                    std::function<std::string()> describe) {
+  Value v;
+  v.v_ = std::make_shared<const Callable>(
+      Callable{std::move(name), std::move(fn), {}, {}, std::move(lookup), std::move(describe)});
   return v;
 }
 
@@ -340,7 +348,8 @@ std::string Value::repr_at(int level) const {
                    x->attrs[i].second.repr_at(level + 1);
           return out + "}>";
         } else {
-          return x->display.empty() ? "<function " + x->name + ">" : x->display;
+          if (!x->display.empty()) return x->display;
+          return x->describe ? x->describe() : "<function " + x->name + ">";
         }
       },
       v_);

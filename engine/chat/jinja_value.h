@@ -77,10 +77,14 @@ struct Namespace {
 struct Callable {
   std::string name;
   Function fn;
-  /// Attributes a template can read (loop.index, a macro's name and arguments).
+  /// Attributes a template can read (a macro's name and arguments).
   DictEntries attrs;
-  /// How str() shows it ("<Macro 'm'>", "<LoopContext 1/3>"); empty: "<function name>".
+  /// How str() shows it ("<Macro 'm'>"); empty: describe(), else "<function name>".
   std::string display;
+  /// Attributes computed when read (loop.index, loop.cycle, ...): the value, or undefined. A
+  /// loop object is made for every iteration, so it computes what a template asks for only.
+  std::function<Value(const std::string&)> lookup;
+  std::function<std::string()> describe;
 };
 
 class Value {
@@ -117,6 +121,10 @@ class Value {
   static Value make_namespace(DictEntries attrs);
   static Value function(std::string name, Function fn, DictEntries attrs = {},
                         std::string display = {});
+  /// A callable object whose attributes and printed form are computed on demand.
+  static Value object(std::string name, Function fn,
+                      std::function<Value(const std::string&)> lookup,
+                      std::function<std::string()> describe);
   /// A JSON value as Python would see it after json.loads (objects keep their key order).
   /// Throws TemplateError when nested deeper than kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
