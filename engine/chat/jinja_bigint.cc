@@ -33,7 +33,7 @@ bool bit_at(const Limbs& limbs, size_t bit) {
   return (limbs[bit / 32] >> (bit % 32)) & 1u;
 }
 
-Limbs shift_left(const Limbs& limbs, size_t bits) {
+Limbs shift_limbs_left(const Limbs& limbs, size_t bits) {
   if (limbs.empty()) return {};
   Limbs out(bits / 32, 0);
   const unsigned s = bits % 32;
@@ -103,7 +103,7 @@ BigInt BigInt::from_double(double integral) {
   const auto mantissa = static_cast<uint64_t>(std::ldexp(fraction, 53));
   const int shift = exponent - 53;
   if (shift >= 0) {
-    out.limbs_ = shift_left(from_uint64(mantissa), static_cast<size_t>(shift));
+    out.limbs_ = shift_limbs_left(from_uint64(mantissa), static_cast<size_t>(shift));
   } else {
     out.limbs_ = from_uint64(mantissa >> -shift);  // exact: the value is integral
   }
@@ -220,7 +220,7 @@ void BigInt::divmod_floor(const BigInt& a, const BigInt& b, BigInt& quotient, Bi
   // Binary long division of the magnitudes: O(bits(a) * limbs(b)), fine at these sizes.
   Limbs q(a.limbs_.size(), 0), r;
   for (size_t bit = a.bit_length(); bit-- > 0;) {
-    r = shift_left(r, 1);
+    r = shift_limbs_left(r, 1);
     if (bit_at(a.limbs_, bit)) {
       if (r.empty()) r.push_back(0);
       r[0] |= 1;
@@ -256,6 +256,14 @@ BigInt BigInt::pow(const BigInt& a, uint64_t exponent) {
     if (e > 1) base = base * base;
   }
   return result;
+}
+
+BigInt BigInt::shift_left(const BigInt& a, size_t bits) {
+  BigInt out;
+  out.limbs_ = shift_limbs_left(a.limbs_, bits);
+  out.negative_ = a.negative_;
+  out.trim();
+  return out;
 }
 
 int BigInt::compare(const BigInt& a, const BigInt& b) {

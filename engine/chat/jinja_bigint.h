@@ -49,6 +49,8 @@ class BigInt {
   static BigInt pow(const BigInt& a, uint64_t exponent);
   /// -1, 0, 1.
   static int compare(const BigInt& a, const BigInt& b);
+  /// a * 2^bits without the size limit: for intermediate values whose size the caller bounds.
+  static BigInt shift_left(const BigInt& a, size_t bits);
 
  private:
   // |a| vs |b|.

@@ -8,6 +8,8 @@
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_filter_table.h"
 #include "engine/chat/jinja_ops.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace rill::jinja {
 namespace {
@@ -63,12 +65,14 @@ Value f_indent(const Value& v, const CallArgs& a) {
   return Value(first ? pad + out : out);
 }
 
+// len(re.findall(r"\w+", s)): Python's \w is a letter, a number or '_'.
 Value f_wordcount(const Value& v, const CallArgs&) {
   int64_t n = 0;
   bool in_word = false;
-  for (char c : v.str()) {
-    const bool w = std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                   static_cast<unsigned char>(c) >= 0x80;
+  const std::string s = v.str();
+  for (size_t i = 0; i < s.size();) {
+    const char32_t cp = utf8::next(s, i);
+    const bool w = cp == '_' || unicode::is_letter(cp) || unicode::is_number(cp);
     if (w && !in_word) ++n;
     in_word = w;
   }

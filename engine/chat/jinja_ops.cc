@@ -121,10 +121,34 @@ void float_divmod(double x, double y, double& floordiv, double& mod) {
   }
 }
 
+// Python's int / int: the double nearest the exact quotient. Small ints convert exactly, so one
+// division rounds once; larger ones divide to a quotient of 66+ bits whose last bit is sticky
+// (set when the remainder is not zero), which the conversion to double then rounds once.
+double int_true_divide(const Value& a, const Value& b) {
+  const BigInt x = a.as_big_int(), y = b.as_big_int();
+  if (x.bit_length() <= 53 && y.bit_length() <= 53) return a.to_double() / b.to_double();
+  const bool negative = x.negative() != y.negative();
+  const BigInt ax = x.negative() ? -x : x, ay = y.negative() ? -y : y;
+  const auto diff = static_cast<int64_t>(ax.bit_length()) - static_cast<int64_t>(ay.bit_length());
+  if (diff > 1100) fail("integer division result too large for a float");
+  if (diff < -1100) return negative ? -0.0 : 0.0;  // below the smallest double
+  const int64_t shift = 66 - diff;                 // |shift| <= 1166: bounded sizes
+  const BigInt num = shift > 0 ? BigInt::shift_left(ax, static_cast<size_t>(shift)) : ax;
+  const BigInt den = shift < 0 ? BigInt::shift_left(ay, static_cast<size_t>(-shift)) : ay;
+  BigInt q, r;
+  BigInt::divmod_floor(num, den, q, r);
+  q = BigInt::shift_left(q, 1);
+  if (!r.is_zero()) q = q + BigInt(1);
+  const double magnitude = std::ldexp(q.to_double(), static_cast<int>(-shift - 1));
+  if (std::isinf(magnitude)) fail("integer division result too large for a float");
+  return negative ? -magnitude : magnitude;
+}
+
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const bool ints = is_integral(a) && is_integral(b);
   if (op == "/") {
     if (!b.truthy()) fail("division by zero");
+    if (ints) return Value(int_true_divide(a, b));
     return Value(a.to_double() / b.to_double());
   }
   if (op == "//" || op == "%") {
