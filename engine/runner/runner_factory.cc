@@ -55,6 +55,7 @@ std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions
   c.kv_cache_bytes = o.cpu_kv_cache_bytes;
   c.host_kv_cache_bytes = o.host_kv_cache_bytes;
   c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  c.quantization = resolve_quantization(o.quantization, model.config.quant);
   return std::make_unique<CpuRunner>(model, c);
 }
 
