@@ -32,7 +32,8 @@ DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& o, bool cu
 #endif
   }
   const auto why = cuda_unsupported_reason(c, cuda_compute_dtype(o.dtype, c.stored_dtype),
-                                           parse_kv_cache_dtype(o.kv_cache_dtype));
+                                           parse_kv_cache_dtype(o.kv_cache_dtype),
+                                           resolve_quantization(o.quantization, c.quant));
   if (!why) return {.cuda = true};
   if (o.device == "cuda")
     throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
