@@ -8,10 +8,9 @@
 // {4j+2, 4j+3}, identically for w (A) and x (B), which is all a dot product needs.
 //
 // e4m3 -> 16-bit pairs without conversion instructions (those run at a quarter of the integer
-// rate on Hopper, and two cvts per weight pair would cap the kernel well below bandwidth): the
-// sign and the 7 exponent+mantissa bits are shifted into place. For fp16 that is the weight times
-// 2^-8 exactly, subnormals included (undone on the fp32 sums); for bf16 it is the weight times
-// 2^-120, made exact by one bf16x2 multiply by 2^120.
+// rate on Hopper; bf16 would need four per pair and cap the kernel below bandwidth): the sign and
+// the 7 exponent+mantissa bits are shifted into place, then one half-precision multiply by a
+// power of two corrects the exponent bias (e4m3x2 below).
 //
 // Scales: kPerRow multiplies each row's fp32 sum in the epilogue; kBlock128 multiplies each
 // step's mma result (the four lanes of a step cover 64 columns inside one 128-column block)
@@ -41,8 +40,11 @@ struct Config {
 constexpr Config kConfigs[] = {{16, 2}, {8, 2}, {8, 4}, {16, 1}, {32, 1}, {4, 4}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
-/// Two e4m3 values (bytes `b0` and `b1` of `v`, selected by __byte_perm) as a pair of T:
-/// fp16 pairs hold 2^-8 times the values, bf16 pairs the values (see the file comment).
+/// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
+/// exponent+mantissa bits are shifted into T's places, which gives the value times 2^-8 (fp16) or
+/// 2^-120 (bf16), subnormal e4m3 landing on subnormal T; one T x2 multiply by 2^8 / 2^120 makes it
+/// the value (half-precision multiplies take subnormal inputs, so every code converts exactly and
+/// the mma sees normal numbers).
 template <typename T, int B0, int B1>
 __device__ __forceinline__ uint32_t e4m3x2(uint32_t v) {
   // Byte B0 to bits 0..7 and byte B1 to bits 16..23 (selector 4: a zero byte of the second
@@ -50,20 +52,18 @@ __device__ __forceinline__ uint32_t e4m3x2(uint32_t v) {
   const uint32_t w = __byte_perm(v, 0u, B0 | (4 << 4) | (B1 << 8) | (4 << 12));
   const uint32_t sign = (w & 0x00800080u) << 8;
   if constexpr (std::is_same_v<T, __half>) {
-    return sign | ((w & 0x007f007fu) << 7);
+    const uint32_t scaled = sign | ((w & 0x007f007fu) << 7);  // the values times 2^-8
+    const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&scaled),
+                              __halves2half2(__ushort_as_half(0x5c00), __ushort_as_half(0x5c00)));
+    return *reinterpret_cast<const uint32_t*>(&p);
   } else {
-    const uint32_t scaled = sign | ((w & 0x007f007fu) << 4);  // the value times 2^-120
-    __nv_bfloat162 p = *reinterpret_cast<const __nv_bfloat162*>(&scaled);
-    const __nv_bfloat162 k2p120 = __halves2bfloat162(__ushort_as_bfloat16(0x7b80),
-                                                     __ushort_as_bfloat16(0x7b80));  // 2^120
-    p = __hmul2(p, k2p120);
+    const uint32_t scaled = sign | ((w & 0x007f007fu) << 4);  // the values times 2^-120
+    const __nv_bfloat162 p =
+        __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&scaled),
+                __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80)));
     return *reinterpret_cast<const uint32_t*>(&p);
   }
 }
-
-/// What the fp32 sums are multiplied by to undo the pairs' factor.
-template <typename T>
-constexpr float kSumUnit = std::is_same_v<T, __half> ? 256.0f : 1.0f;
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(W * 32)
       sum[i] = partial[0][mt][i][lane];
 #pragma unroll
       for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
-      sum[i] *= kSumUnit<T> * row_scale[i >> 1];
+      sum[i] *= row_scale[i >> 1];
     }
     store_tile<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t, mt);
   }
