@@ -197,8 +197,11 @@ def base_config(tied, dtype):
         "hidden_size": HIDDEN, "intermediate_size": INTER, "num_hidden_layers": LAYERS,
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "hidden_act": "silu", "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "attention_bias": False, "mlp_bias": False,
-        "tie_word_embeddings": tied, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": dtype,
+        # Both spellings of transformers 4.x (rope_theta, torch_dtype) and 5.x (rope_parameters,
+        # dtype), so either version loads the dequantized model.
+        "rope_theta": 10000.0, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": tied,
+        "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": dtype, "dtype": dtype,
     }
 
 

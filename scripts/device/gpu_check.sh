@@ -37,7 +37,7 @@ fp8_summary() {  # the lines that hold the fp8 figures, from the fp8 sections' l
   for f in "$OUT"/gpu_fp8*.txt; do
     [ -f "$f" ] || continue
     echo "--- $(basename "$f")"
-    grep -aE "PASSED|FAILED|relative L2 error of logits|^(qkv|o|gate_up|down|l3_[a-z]+) |layers of fp8|^  (default|[0-9]+w x)|linear layers|^ +(1|8|16|32|64|128) +[0-9]+ |^ +2048 |cosine|perplexity|^full|output tok/s|TPOT" "$f" | cut -c1-220
+    grep -aE "PASSED|FAILED|relative L2 error of logits|^(qkv|o|gate_up|down|l3_[a-z]+) |layers of fp8|^  (default|[0-9]+w x)|linear layers|^ +(1|8|16|32|64|128) +[0-9]+ |^ +2048 |cosine|^(full|window|recompute|streaming) |tolerance|output [0-9.]+ tok/s|decode window|TPOT" "$f" | cut -c1-220
   done
 }
 sections=("$@")
