@@ -215,11 +215,12 @@ struct Rows {
 // Prefill of every prompt (one step, all logits), then `steps` teacher-forced decode steps of the
 // whole batch feeding `tokens[step][seq]`.
 Rows run(ModelRunner& r, const std::vector<std::vector<int32_t>>& prompts,
-         const std::vector<std::vector<int32_t>>& tokens) {
+         const std::vector<std::vector<int32_t>>& tokens,
+         const CachePolicy& policy = CachePolicy::full()) {
   Rows out;
   std::vector<StepInput> in;
   for (size_t s = 0; s < prompts.size(); ++s) {
-    r.add_sequence({SeqId(s + 1), CachePolicy::full(), {.temperature = 0.0f}});
+    r.add_sequence({SeqId(s + 1), policy, {.temperature = 0.0f}});
     in.push_back({SeqId(s + 1), prompts[s], LogitsMode::kAll, false});
   }
   const StepOutput p = r.step(in);
@@ -248,10 +249,17 @@ std::vector<std::vector<int32_t>> prompts_for(const Model& m, int batch, int len
   return p;
 }
 
+// What compare() runs besides the model and the quantization.
+struct RunSetup {
+  CudaTuning tuning;
+  std::string kv_cache_dtype = "auto";
+  CachePolicy policy = CachePolicy::full();
+};
+
 // CUDA against CPU on `m` (quantization `quant`), a batch of `batch` prompts of ~`len` tokens and
 // `steps` decode steps; returns the worst decode error.
 double compare(const Model& m, const std::string& quant, int batch, int len, int steps,
-               CudaTuning tuning = {}) {
+               const RunSetup& setup = {}) {
   const int V = m.config.vocab_size;
   EngineOptions o;
   o.device = "cuda";
@@ -259,13 +267,16 @@ double compare(const Model& m, const std::string& quant, int batch, int len, int
   o.max_step_tokens = 2048;
   o.gpu_memory_fraction = 0.3;
   o.quantization = quant;
-  o.cuda_tuning = tuning;
+  o.cuda_tuning = setup.tuning;
+  o.kv_cache_dtype = setup.kv_cache_dtype;
   CudaRunner gpu(m, o);
-  CpuRunner cpu(m, {.num_threads = 4, .quantization = resolve_quantization(quant, m.config.quant)});
+  CpuRunner cpu(m, {.num_threads = 4,
+                    .kv_cache_dtype = parse_kv_cache_dtype(setup.kv_cache_dtype),
+                    .quantization = resolve_quantization(quant, m.config.quant)});
   const auto prompts = prompts_for(m, batch, len);
   // Teacher forcing: the CPU's greedy tokens, found step by step.
   std::vector<std::vector<int32_t>> tokens;
-  Rows ref = run(cpu, prompts, {});
+  Rows ref = run(cpu, prompts, {}, setup.policy);
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> next(batch);
     for (int s = 0; s < batch; ++s) {
@@ -274,9 +285,9 @@ double compare(const Model& m, const std::string& quant, int batch, int len, int
       next[s] = int32_t(std::max_element(row, row + V) - row);
     }
     tokens.push_back(next);
-    ref = run(cpu, prompts, tokens);
+    ref = run(cpu, prompts, tokens, setup.policy);
   }
-  const Rows got = run(gpu, prompts, tokens);
+  const Rows got = run(gpu, prompts, tokens, setup.policy);
   double worst_prefill = 0, worst_decode = 0;
   for (int s = 0; s < batch; ++s)
     for (size_t pos = 0; pos < prompts[s].size(); ++pos)
@@ -314,9 +325,21 @@ TEST(CudaFp8, DefaultModelQuantizedAtLoadMatchesTheCpuEngine) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));
   compare(m, "fp8", 4, 64, 8);
-  CudaTuning all_gemm;
-  all_gemm.fp8_gemv_max_rows = 0;  // every step through the W8A8 GEMM
+  RunSetup all_gemm;
+  all_gemm.tuning.fp8_gemv_max_rows = 0;  // every step through the W8A8 GEMM
   compare(m, "fp8", 4, 64, 4, all_gemm);
+}
+
+// fp8 weights with the fp8 KV cache and StreamingLLM caches (sinks + a window the decode steps
+// wrap around), against the CPU emulating the same cache.
+TEST(CudaFp8, CombinesWithFp8KvAndStreamingCaches) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  RunSetup s;
+  s.kv_cache_dtype = "fp8";
+  compare(m, "fp8", 3, 40, 6, s);
+  s.policy = CachePolicy::streaming(4, 36);
+  compare(m, "fp8", 3, 40, 12, s);
 }
 
 TEST(CudaFp8, GraphsChangeNothing) {
