@@ -293,6 +293,7 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_architecture(m.architecture);
       out->set_context_length(m.context_length);
       out->set_dtype(m.dtype);
+      out->set_quantization(m.quantization);
       out->set_vocab_size(m.vocab_size);
       out->set_max_sink(e.config().max_sink);
       out->set_max_window(e.config().max_window);

@@ -80,11 +80,14 @@ std::string default_served_name(const std::string& model_path) {
   return name.empty() ? "rill" : name;
 }
 
-ModelInfo model_info(const Model& model, const std::string& served_name) {
+ModelInfo model_info(const Model& model, const std::string& served_name,
+                     const std::string& quantization) {
   ModelInfo m;
   m.served_name = served_name;
   m.architecture = model.config.architecture;
   m.dtype = dtype_name(model.config.stored_dtype);
+  m.quantization = describe_quantization(resolve_quantization(quantization, model.config.quant),
+                                         model.config.quant);
   m.context_length = model.config.max_position_embeddings;
   m.vocab_size = model.tokenizer->vocab_size();
   m.eos_token_ids = model.stop_token_ids();
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot load {}: {}", config.model, e.what());
     return 1;
   }
-  ModelInfo info = model_info(*model, config.served_model_name);
+  ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
   info.sampling_defaults = sampling;
   spdlog::info("sampling defaults: {}", dump_json(sampling_json(sampling)));
   ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));

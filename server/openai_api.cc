@@ -388,7 +388,8 @@ std::string models_body(const ServingContext& ctx) {
                       {"object", "model"},
                       {"created", 0},
                       {"owned_by", "rill"},
-                      {"max_model_len", ctx.model().context_length}};
+                      {"max_model_len", ctx.model().context_length},
+                      {"quantization", ctx.model().quantization}};
   return dump_json({{"object", "list"}, {"data", json::array({model})}});
 }
 

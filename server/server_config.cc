@@ -60,6 +60,8 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.device", "--device", "auto, cpu or cuda", &e.device},
       {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
+      {"engine.quantization", "--quantization",
+       "linear weights: auto (what the checkpoint says), fp8 or none", &e.quantization},
       {"engine.block_size", "--block-size", "tokens per KV block", &e.block_size},
       {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads},
       {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
@@ -239,6 +241,8 @@ void validate_config(const ServerConfig& c) {
         "must be auto, float16 or bfloat16");
   check(e.kv_cache_dtype == "auto" || e.kv_cache_dtype == "fp8", "engine.kv_cache_dtype",
         "must be auto or fp8");
+  check(e.quantization == "auto" || e.quantization == "fp8" || e.quantization == "none",
+        "engine.quantization", "must be auto, fp8 or none");
   check(e.block_size >= 1 && e.block_size <= 1024 && (e.block_size & (e.block_size - 1)) == 0,
         "engine.block_size", "must be a power of two in [1, 1024]");
   check(e.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0");

@@ -21,6 +21,7 @@ struct ModelInfo {
   std::string served_name;
   std::string architecture;
   std::string dtype;
+  std::string quantization = "none";  // describe_quantization (engine/model/quantization.h)
   int context_length = 0;
   int vocab_size = 0;
   std::vector<int> eos_token_ids;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/model/fp8_weights.h"
 #include "engine/model/llama2c.h"
 #include "engine/model/safetensors.h"
 
@@ -19,6 +20,7 @@ Model load_hf(const fs::path& dir) {
   m.path = dir;
   m.config = load_hf_config(dir / "config.json");
   auto tensors = load_safetensors_dir(dir);
+  attach_fp8_scales(m.config.quant, tensors, dir.string());
   m.weights = map_hf_weights(m.config, tensors, dir.string());
   if (!fs::exists(dir / "tokenizer.json"))
     throw Error(ErrorCode::kNotFound, dir.string() + ": no tokenizer.json");

@@ -9,8 +9,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .carry
 for exe in bench/rill-bench bench/rill-gemv-bench bench/rill-attention-bench bench/rill-sampling-bench \
-  tests/kernels/kernel_tests tests/engine/cuda_engine_tests \
-  tools/rill-make-model tools/rill-ppl; do
+  bench/rill-gemv-fp8-bench tests/kernels/kernel_tests tests/engine/cuda_engine_tests \
+  tools/rill-make-model tools/rill-ppl tools/rill-quant-check tools/rill-serve-bench; do
   cp "$build/$exe" "$stage/bin/"
 done
 strip "$stage"/bin/*

@@ -313,6 +313,7 @@ class GrpcApiTest(unittest.TestCase):
         self.assertEqual(m.architecture, "LlamaForCausalLM")
         self.assertEqual(m.context_length, 512)
         self.assertEqual(m.vocab_size, 4096)
+        self.assertEqual(m.quantization, "none")
         s = self.stub.GetServerInfo(pb.GetServerInfoRequest())
         self.assertGreater(s.kv_block_size, 0)
         self.assertGreater(s.kv_blocks_total, 0)

@@ -18,6 +18,9 @@ void add_engine_flags(Args& a) {
   a.option("gpu-memory-fraction", "0.9", "share of free GPU memory for weights and KV cache");
   a.option("kv-cache-dtype", "auto",
            "KV-cache element type: auto (the model's dtype) | fp8 (e4m3, half the bytes)");
+  a.option("quantization", "auto",
+           "linear weights: auto (what the checkpoint says) | fp8 (e4m3; per-channel scales at "
+           "load where the checkpoint has none) | none (the model dtype)");
   a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
   a.flag("no-fused-decode",
          "run SiLU-and-mul of small-batch decode as its own kernel instead of in the gate|up GEMV");
@@ -37,6 +40,9 @@ EngineOptions engine_options(const Args& a) {
   if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8")
     a.fail("--kv-cache-dtype must be auto or fp8, got '" + o.kv_cache_dtype + "'");
+  o.quantization = a.get("quantization");
+  if (o.quantization != "auto" && o.quantization != "fp8" && o.quantization != "none")
+    a.fail("--quantization must be auto, fp8 or none, got '" + o.quantization + "'");
   return o;
 }
 
