@@ -68,8 +68,27 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
       line(out, ("  check " + c.name + ":").c_str(),
            std::string(c.passed ? "ok" : "MISMATCH") + " (" + c.detail + ")");
   }
+  if (d && d->itl_p50_s)
+    line(out, "  ITL p50 / p99 (ms, histogram):", num(*d->itl_p50_s * 1e3) + " / " + num(d->itl_p99_s.value_or(0) * 1e3));
+  if (p.streams) {
+    std::fprintf(out, "-------Long-lived streams during the load--------\n");
+    line(out, "  ITL mean / p50 / p99 (ms):",
+         num(p.streams->itl.mean * 1e3) + " / " + num(p.streams->itl.median * 1e3) + " / " +
+             num(p.streams->itl.p99 * 1e3));
+    line(out, "  ITL p99 / steady mean:", num(p.streams->p99_over_steady) + "x");
+    line(out, "  All gaps p50 / p99 (ms, + requests):",
+         num(p.streams->itl_all.median * 1e3) + " / " + num(p.streams->itl_all.p99 * 1e3));
+  }
   if (p.saturated) line(out, "Saturated:", p.saturation_reason);
   std::fprintf(out, "==================================================\n");
+}
+
+void print_streams(const StreamsBaseline& b, std::FILE* out) {
+  std::fprintf(out, "======== Long-lived streams before the load ========\n");
+  line(out, "Streams:", count(b.streams) + (b.failed ? " (" + count(b.failed) + " ended early)" : ""));
+  line(out, "Steady window (s):", num(b.load_start_s - b.ready_s));
+  line(out, "ITL mean / p50 / p99 (ms):",
+       num(b.itl_before.mean * 1e3) + " / " + num(b.itl_before.median * 1e3) + " / " + num(b.itl_before.p99 * 1e3));
 }
 
 }  // namespace
@@ -81,6 +100,7 @@ void print_console_report(const RunReport& report, std::FILE* out) {
                  static_cast<long long>(report.warmup_errors));
   if (!report.metrics_error.empty())
     std::fprintf(out, "Server /metrics not available: %s\n", report.metrics_error.c_str());
+  if (report.streams) print_streams(*report.streams, out);
   for (const PhaseReport& p : report.phases) print_phase(p, out);
   if (!report.sweep()) return;
   std::fprintf(out, "Sweep (%s):\n%12s %12s %12s %12s %12s %12s  %s\n",

@@ -40,6 +40,8 @@ pb::GenerateRequest make_request(const RequestSpec& spec) {
     c->set_n_sink(spec.sink);
     c->set_window(spec.window);
   }
+  if (spec.ttft_target_ms) req.set_ttft_target_ms(static_cast<uint32_t>(*spec.ttft_target_ms));
+  if (spec.tpot_target_ms) req.set_tpot_target_ms(static_cast<uint32_t>(*spec.tpot_target_ms));
   return req;
 }
 
@@ -53,6 +55,7 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
         record_(std::move(record)),
         done_(std::move(done)),
         cancel_after_(spec.cancel_after_tokens),
+        control_(spec.control),
         keep_text_(spec.keep_text) {
     if (options.timeout_s > 0)
       context_.set_deadline(std::chrono::system_clock::now() +
@@ -74,6 +77,7 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
       record_.chunk_times_s.push_back(now);
       record_.chunk_tokens.push_back(response_.token_ids_size());
       if (keep_text_) record_.text += response_.text();
+      if (control_) control_->started.store(true);
     }
     if (response_.has_final()) {
       const pb::FinalInfo& f = response_.final();
@@ -83,8 +87,9 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
       record_.usage_seen = true;
     }
     // A request whose final message arrived has finished: nothing left to cancel.
-    if (cancel_after_ > 0 && !record_.cancelled && !response_.has_final() &&
-        record_.tokens_received() >= cancel_after_) {
+    const bool stop = (cancel_after_ > 0 && record_.tokens_received() >= cancel_after_) ||
+                      (control_ && control_->stop.load());
+    if (stop && !record_.cancelled && !response_.has_final()) {
       record_.cancelled = true;
       context_.TryCancel();  // the server cancels the request; OnDone sees CANCELLED
       return;
@@ -113,6 +118,7 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
   RequestRecord record_;
   DoneCallback done_;
   int cancel_after_;
+  std::shared_ptr<StreamControl> control_;
   bool keep_text_;
 };
 

@@ -151,6 +151,27 @@ window.addEventListener("error", function (e) {
               p.checks.map(function (c) { return c.name + " " + ok(c.passed); }).join(", ")];
     }));
 
+  if (data.streams) {  // --streams: the long-lived streams' ITL before and during the load
+    var b = data.streams;
+    var head = document.createElement("h2");
+    head.textContent = "Long-lived streams (" + b.streams + ")";
+    sumDiv.appendChild(head);
+    var rows = [["before the load", fmt(b.itl_before_s.mean * 1000), fmt(b.itl_before_s.median * 1000),
+                 fmt(b.itl_before_s.p99 * 1000), "-", "-"]];
+    data.phases.forEach(function (p) {
+      if (!p.streams) return;
+      var s = p.streams;
+      rows.push([phaseName(p), fmt(s.itl_s.mean * 1000), fmt(s.itl_s.median * 1000), fmt(s.itl_s.p99 * 1000),
+                 fmt(s.p99_over_steady) + "x", fmt(p.summary.ttft_s.median * 1000)]);
+    });
+    table(sumDiv, ["window", "ITL mean ms", "ITL p50 ms", "ITL p99 ms", "ITL p99 / steady",
+                   "arrivals' TTFT p50 ms"], rows);
+    chart("chart-streams-itl", "Long-lived streams' ITL (CDF)", "ITL (ms)", "fraction of gaps",
+          [{name: "before the load", points: cdf(b.gaps_before_s)}].concat(
+            data.phases.filter(function (p) { return p.streams; }).map(function (p) {
+              return {name: phaseName(p), points: cdf(p.streams.gaps_s)};
+            })));
+  }
   if (data.sweep.length) {
     var metrics = [["ttft_median_s", "TTFT p50"], ["tpot_median_s", "TPOT p50"],
                    ["e2e_median_s", "E2E p50"]];

@@ -50,6 +50,8 @@ json make_body(const RequestSpec& spec, const std::string& model) {
   if (spec.temperature) body["temperature"] = *spec.temperature;
   if (!spec.cache.empty())
     body["cache"] = {{"policy", spec.cache}, {"n_sink", spec.sink}, {"window", spec.window}};
+  if (spec.ttft_target_ms) body["ttft_target_ms"] = *spec.ttft_target_ms;
+  if (spec.tpot_target_ms) body["tpot_target_ms"] = *spec.tpot_target_ms;
   return body;
 }
 
@@ -66,6 +68,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         record_(std::move(record)),
         done_(std::move(done)),
         cancel_after_(spec.cancel_after_tokens),
+        control_(spec.control),
         keep_text_(spec.keep_text),
         chat_(spec.chat) {
     request_ = {http::verb::post, chat_ ? "/v1/chat/completions" : "/v1/completions", 11};
@@ -155,12 +158,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (tokens > 0) {
         record_.chunk_times_s.push_back(now);
         record_.chunk_tokens.push_back(tokens);
+        if (control_) control_->started.store(true);
       }
       if (c.contains("finish_reason") && c["finish_reason"].is_string())
         record_.finish_reason = c["finish_reason"].get<std::string>();
       // A chunk with a finish reason ends the request: nothing left to cancel.
-      if (cancel_after_ > 0 && record_.finish_reason.empty() &&
-          record_.tokens_received() >= cancel_after_) {
+      const bool stop = (cancel_after_ > 0 && record_.tokens_received() >= cancel_after_) ||
+                        (control_ && control_->stop.load());
+      if (stop && record_.finish_reason.empty()) {
         record_.cancelled = true;
         // Closing the connection is how an HTTP client cancels: the server sees the disconnect.
         beast::error_code ignored;
@@ -211,6 +216,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   RequestRecord record_;
   DoneCallback done_;
   int cancel_after_;
+  std::shared_ptr<StreamControl> control_;
   bool keep_text_, chat_;
   bool finished_ = false;
   unsigned status_ = 0;

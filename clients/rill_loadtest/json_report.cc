@@ -1,4 +1,5 @@
 // PREFIX.json (everything) and PREFIX.csv (one row per request).
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -9,6 +10,13 @@ namespace rill::loadtest {
 namespace {
 
 using nlohmann::json;
+
+// Gaps to the microsecond (the streams' thousands of them).
+json rounded(const std::vector<double>& gaps) {
+  json out = json::array();
+  for (double g : gaps) out.push_back(std::round(g * 1e6) / 1e6);
+  return out;
+}
 
 json summary_json(const Summary& s) {
   return {{"count", s.count}, {"mean", s.mean},     {"std", s.std},
@@ -55,6 +63,8 @@ json server_json(const ServerDelta& d) {
           {"tpot_mean_s", optional_json(d.tpot_mean_s)},
           {"itl_mean_s", optional_json(d.itl_mean_s)},
           {"e2e_mean_s", optional_json(d.e2e_mean_s)},
+          {"itl_p50_s", optional_json(d.itl_p50_s)},
+          {"itl_p99_s", optional_json(d.itl_p99_s)},
           {"running_before", d.running_before},
           {"running_after", d.running_after}};
 }
@@ -95,6 +105,12 @@ json phase_json(const PhaseReport& p) {
   json records = json::array();
   for (const RequestRecord& r : p.result.records)
     records.push_back(record_json(r, p.result.start_s));
+  json streams = nullptr;
+  if (p.streams)
+    streams = {{"itl_s", summary_json(p.streams->itl)},
+               {"itl_all_s", summary_json(p.streams->itl_all)},
+               {"p99_over_steady", p.streams->p99_over_steady},
+               {"gaps_s", rounded(p.streams->itl_s)}};
   return {{"mode", p.mode},
           {"load", p.load},
           {"summary", run_summary_json(p.summary)},
@@ -102,6 +118,7 @@ json phase_json(const PhaseReport& p) {
           {"checks", checks},
           {"saturated", p.saturated},
           {"saturation_reason", p.saturation_reason},
+          {"streams", streams},
           {"time_series", series},
           {"requests", records}};
 }
@@ -139,6 +156,12 @@ json config_json(const LoadTestOptions& o) {
           {"window", w.window},
           {"cancel_fraction", w.cancel_fraction},
           {"slo", o.slo_spec},
+          {"targets", o.targets_spec},
+          {"streams", {{"count", o.streams.count},
+                       {"prompt_len", o.streams.prompt_len},
+                       {"sink", o.streams.sink},
+                       {"window", o.streams.window},
+                       {"settle_s", o.streams.settle_s}}},
           {"seed", o.seed}};
 }
 
@@ -160,10 +183,19 @@ json report_json(const RunReport& report) {
                        {"e2e_median_s", p.summary.e2e.median},
                        {"saturated", p.saturated},
                        {"saturation_reason", p.saturation_reason}});
+  json streams = nullptr;
+  if (report.streams)
+    streams = {{"streams", report.streams->streams},
+               {"failed", report.streams->failed},
+               {"ready_s", report.streams->ready_s},
+               {"load_start_s", report.streams->load_start_s},
+               {"itl_before_s", summary_json(report.streams->itl_before)},
+               {"gaps_before_s", rounded(report.streams->itl_before_s)}};
   return {{"tool", "rill-loadtest"},
           {"config", config_json(*report.options)},
           {"warmup", {{"requests", report.warmup_requests}, {"errors", report.warmup_errors}}},
           {"metrics_error", report.metrics_error},
+          {"streams", streams},
           {"phases", phases},
           {"sweep", sweep}};
 }

@@ -14,7 +14,7 @@ namespace {
 
 // The flags as plain values before validation.
 struct RawFlags {
-  std::string grpc, http, rate = "inf", sweep, slo, input_dist = "fixed", output_dist = "fixed";
+  std::string grpc, http, rate = "inf", sweep, slo, targets, input_dist = "fixed", output_dist = "fixed";
   std::string cache;
   int input_len = 32, output_len = 64, concurrency = 0;
   double temperature = 0;
@@ -70,6 +70,20 @@ void add_flags(CLI::App& app, LoadTestOptions& o, RawFlags& f) {
                  "fraction of requests cancelled mid-stream")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--slo", f.slo, "goodput objectives in ms: ttft:MS,tpot:MS,e2e:MS");
+  app.add_option("--targets", f.targets,
+                 "latency targets each request sends, in ms: ttft:MS,tpot:MS (0: none)");
+  app.add_option("--streams", o.streams.count,
+                 "long-lived streams decoding beside the load (their ITL before and during it)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stream-prompt-len", o.streams.prompt_len, "prompt tokens of each stream")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stream-sink", o.streams.sink, "the streams' attention sinks")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--stream-window", o.streams.window, "the streams' window tokens")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stream-settle", o.streams.settle_s,
+                 "seconds of steady decoding before the load starts")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", o.transport.timeout_s, "seconds per request (0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--io-threads", o.transport.io_threads, "HTTP event-loop threads")
@@ -118,6 +132,12 @@ void finish_options(CLI::App& app, LoadTestOptions& o, const RawFlags& f) {
     throw std::invalid_argument("--rate inf needs --num-requests");
   if (!f.slo.empty()) o.slo = parse_slo(f.slo);
   o.slo_spec = f.slo;
+  if (!f.targets.empty()) {
+    const Targets t = parse_targets(f.targets);
+    o.workload.ttft_target_ms = t.ttft_ms;
+    o.workload.tpot_target_ms = t.tpot_ms;
+  }
+  o.targets_spec = f.targets;
   o.workload.input_len = parse_length_dist(f.input_len, f.input_dist);
   o.workload.output_len = parse_length_dist(f.output_len, f.output_dist);
   if (app.count("--temperature")) o.workload.temperature = f.temperature;

@@ -7,6 +7,7 @@
 #include <variant>
 #include <vector>
 
+#include "clients/rill_loadtest/background_streams.h"
 #include "clients/rill_loadtest/stats.h"
 #include "clients/rill_loadtest/stream_client.h"
 #include "clients/rill_loadtest/workload.h"
@@ -43,6 +44,8 @@ struct LoadTestOptions {
   WorkloadConfig workload;
   Slo slo;
   std::string slo_spec;
+  std::string targets_spec;  // --targets, as given
+  StreamsOptions streams;    // --streams: long-lived streams beside the load
 
   std::string out_prefix;  // PREFIX.json and PREFIX.csv
   std::string html_path;

@@ -97,4 +97,25 @@ std::vector<std::string> PromSnapshot::label_values(const std::string& name,
   return out;
 }
 
+std::optional<double> histogram_quantile(const PromSnapshot& before, const PromSnapshot& after,
+                                         const std::string& name, double q) {
+  const std::string bucket = name + "_bucket";
+  std::vector<std::pair<double, double>> cumulative;  // (upper bound, observations gained)
+  for (const std::string& le : after.label_values(bucket, "le"))
+    cumulative.emplace_back(parse_value(le), after.sum(bucket, {{"le", le}}) - before.sum(bucket, {{"le", le}}));
+  std::sort(cumulative.begin(), cumulative.end());
+  if (cumulative.empty() || cumulative.back().second <= 0) return std::nullopt;
+  const double rank = q * cumulative.back().second;
+  double lower = 0, below = 0;
+  for (const auto& [bound, count] : cumulative) {
+    if (count >= rank && count > below) {
+      if (std::isinf(bound)) return lower;
+      return lower + (bound - lower) * (rank - below) / (count - below);
+    }
+    lower = bound;
+    below = count;
+  }
+  return lower;
+}
+
 }  // namespace rill::loadtest

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,12 @@ class PromSnapshot {
  private:
   std::vector<PromSample> samples_;
 };
+
+/// The q-quantile (q in [0, 1]) of the observations histogram `name` (its `name_bucket{le=...}`
+/// series, summed over other labels) gained between two scrapes, interpolated linearly within
+/// the bucket as Prometheus' histogram_quantile does (a quantile in the +Inf bucket is the
+/// largest finite bound); nullopt without observations.
+std::optional<double> histogram_quantile(const PromSnapshot& before, const PromSnapshot& after,
+                                         const std::string& name, double q);
 
 }  // namespace rill::loadtest

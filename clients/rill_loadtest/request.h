@@ -2,7 +2,9 @@
 // shared by both transports, the runner and the reports.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,13 @@ namespace rill::loadtest {
 struct ChatMessage {
   std::string role;  // system | user | assistant
   std::string content;
+};
+
+/// A long-lived stream's handle (--streams): the transport sets `started` at its first token, and
+/// cancels the request at its next chunk once the client sets `stop`.
+struct StreamControl {
+  std::atomic<bool> started{false};
+  std::atomic<bool> stop{false};
 };
 
 /// One request. Exactly one input is used: `messages` when `chat`, else `prompt_ids` when not
@@ -28,6 +37,8 @@ struct RequestSpec {
   int32_t sink = 0, window = 0;
   int cancel_after_tokens = -1;  // >= 1: the client cancels once it received this many tokens
   bool keep_text = false;        // multi-turn: the answer is the next turn's history
+  std::optional<int> ttft_target_ms, tpot_target_ms;  // latency targets sent (--targets)
+  std::shared_ptr<StreamControl> control;             // a long-lived stream (--streams)
 };
 
 /// What happened to one request. Times are seconds since the run's epoch (steady clock).

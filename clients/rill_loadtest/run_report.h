@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "clients/rill_loadtest/background_streams.h"
 #include "clients/rill_loadtest/load_runner.h"
 #include "clients/rill_loadtest/loadtest_options.h"
 #include "clients/rill_loadtest/server_metrics.h"
@@ -22,6 +23,7 @@ struct PhaseReport {
   std::vector<ConsistencyCheck> checks;
   bool saturated = false;
   std::string saturation_reason;  // why this point counts as saturated
+  std::optional<StreamsDuring> streams;  // with --streams: the long-lived streams meanwhile
 };
 
 struct RunReport {
@@ -30,6 +32,7 @@ struct RunReport {
   int64_t warmup_requests = 0;      // done before the first phase, excluded from every figure
   int64_t warmup_errors = 0;
   std::string metrics_error;  // why /metrics was not scraped ("" when it was)
+  std::optional<StreamsBaseline> streams;  // with --streams: their steady pace before the load
   bool sweep() const { return !options->sweep.empty(); }
 };
 

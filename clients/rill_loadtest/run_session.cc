@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "clients/rill_loadtest/background_streams.h"
 #include "clients/rill_loadtest/remote_tokenizer.h"
 
 namespace rill::loadtest {
@@ -83,11 +84,30 @@ PhaseReport run_phase(const LoadTestOptions& o, LoadRunner& runner, ProgressBar&
     after = settled_scrape(o, *before, phase.summary.completed + phase.summary.cancelled, error);
   if (before && after) {
     phase.server = server_delta(*before, *after);
-    phase.checks = check_consistency(phase.summary, *phase.server);
+    phase.checks = check_consistency(phase.summary, *phase.server, o.streams.count > 0);
   } else {
     report.metrics_error = error;
   }
   return phase;
+}
+
+// The run, or the sweep's points until one saturates.
+void run_phases(const LoadTestOptions& o, LoadRunner& runner, ProgressBar& progress, RunReport& report) {
+  if (o.sweep.empty()) {
+    report.phases.push_back(
+        run_phase(o, runner, progress, o.concurrency ? *o.concurrency : o.rate, report));
+    return;
+  }
+  for (double load : o.sweep) {
+    report.phases.push_back(run_phase(o, runner, progress, load, report));
+    PhaseReport& cur = report.phases.back();
+    const PhaseReport* prev =
+        report.phases.size() > 1 ? &report.phases[report.phases.size() - 2] : nullptr;
+    cur.saturation_reason = saturation_reason(
+        report.phases.front(), prev, cur, o.saturation_throughput_ratio, o.saturation_ttft_factor);
+    cur.saturated = !cur.saturation_reason.empty();
+    if (cur.saturated) return;
+  }
 }
 
 }  // namespace
@@ -121,20 +141,25 @@ RunReport run_session(const LoadTestOptions& o, ProgressBar& progress) {
                                          [](const RequestRecord& x) { return !x.error.empty(); });
   }
 
-  if (o.sweep.empty()) {
-    report.phases.push_back(
-        run_phase(o, runner, progress, o.concurrency ? *o.concurrency : o.rate, report));
-    return report;
+  std::optional<BackgroundStreams> streams;
+  if (o.streams.count > 0) {
+    streams.emplace(*client, workload, o.streams);
+    try {
+      streams->start();
+    } catch (const std::exception& e) {
+      throw SetupError(e.what());
+    }
   }
-  for (double load : o.sweep) {
-    report.phases.push_back(run_phase(o, runner, progress, load, report));
-    PhaseReport& cur = report.phases.back();
-    const PhaseReport* prev =
-        report.phases.size() > 1 ? &report.phases[report.phases.size() - 2] : nullptr;
-    cur.saturation_reason = saturation_reason(
-        report.phases.front(), prev, cur, o.saturation_throughput_ratio, o.saturation_ttft_factor);
-    cur.saturated = !cur.saturation_reason.empty();
-    if (cur.saturated) break;
+  run_phases(o, runner, progress, report);
+  if (streams) {
+    std::vector<RequestRecord> records;
+    try {
+      records = streams->stop();
+    } catch (const std::exception& e) {
+      throw SetupError(e.what());
+    }
+    report.streams = streams_baseline(records, report.phases.front().result.start_s);
+    for (PhaseReport& p : report.phases) p.streams = streams_during(records, p.result, *report.streams);
   }
   return report;
 }

@@ -26,6 +26,9 @@ struct ServerDelta {
   double evicted_tokens = 0;     // rill_kv_evicted_tokens_total (StreamingLLM windows)
   // Means from the histograms' _sum / _count differences (nullopt without observations).
   std::optional<double> ttft_mean_s, tpot_mean_s, itl_mean_s, e2e_mean_s;
+  // Inter-token latency quantiles from the histogram's buckets (histogram_quantile): the engine's
+  // own view of every gap, beside the client's.
+  std::optional<double> itl_p50_s, itl_p99_s;
   double running_before = 0, running_after = 0;  // rill_requests_running
 };
 
@@ -42,7 +45,9 @@ struct ConsistencyCheck {
 /// by their finish reason, client cancels as "cancelled"), generated tokens (equal without
 /// cancels; with them the server may have generated tokens the client never read, so the
 /// server's count must be at least the client's), and the running gauge back at its baseline.
-std::vector<ConsistencyCheck> check_consistency(const RunSummary& client,
-                                                const ServerDelta& server);
+/// With `background_streams` (--streams) the server also generated the streams' tokens: its
+/// count must be at least the client's.
+std::vector<ConsistencyCheck> check_consistency(const RunSummary& client, const ServerDelta& server,
+                                                bool background_streams = false);
 
 }  // namespace rill::loadtest

@@ -35,6 +35,34 @@ Summary summarize(std::vector<double> values) {
   return s;
 }
 
+Targets parse_targets(const std::string& spec) {
+  Targets t;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    const size_t colon = part.find(':');
+    const std::string key = part.substr(0, colon);
+    long long ms = -1;
+    size_t used = 0;
+    if (colon != std::string::npos) {
+      try {
+        ms = std::stoll(part.substr(colon + 1), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+    }
+    if (colon == std::string::npos || used == 0 || used != part.size() - colon - 1 || ms < 0 || ms > 3'600'000)
+      throw std::invalid_argument("target '" + part + "': expected ttft:MS or tpot:MS, MS in [0, 3600000]");
+    std::optional<int>* slot = key == "ttft" ? &t.ttft_ms : key == "tpot" ? &t.tpot_ms : nullptr;
+    if (!slot) throw std::invalid_argument("target '" + part + "': unknown target '" + key + "'");
+    *slot = static_cast<int>(ms);
+  }
+  return t;
+}
+
 Slo parse_slo(const std::string& spec) {
   Slo slo;
   size_t pos = 0;

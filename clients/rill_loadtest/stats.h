@@ -31,6 +31,15 @@ struct Slo {
 /// std::invalid_argument naming the bad part.
 Slo parse_slo(const std::string& spec);
 
+/// Latency targets sent with each request (--targets), in whole milliseconds.
+struct Targets {
+  std::optional<int> ttft_ms, tpot_ms;
+};
+
+/// Parses "ttft:MS,tpot:MS" (either or both; integers in [0, 3600000], 0: none); throws
+/// std::invalid_argument naming the bad part.
+Targets parse_targets(const std::string& spec);
+
 /// Whether a request with these times meets every objective set in `slo` (tpot is unset for a
 /// one-token answer: such a request meets a TPOT objective).
 bool meets_slo(const Slo& slo, double ttft_s, std::optional<double> tpot_s, double e2e_s);

@@ -85,6 +85,8 @@ RequestSpec Workload::base_spec() {
   s.sink = config_.sink;
   s.window = config_.window;
   s.keep_text = config_.turns > 1;
+  s.ttft_target_ms = config_.ttft_target_ms;
+  s.tpot_target_ms = config_.tpot_target_ms;
   if (config_.cancel_fraction > 0 &&
       std::uniform_real_distribution<double>(0, 1)(rng_) < config_.cancel_fraction) {
     // Cancel within the first half of the answer, so the server is still generating when the
@@ -139,6 +141,19 @@ RequestSpec Workload::first_turn() {
     s.messages = {{"user", synthetic_text(tokens)}};
   else
     s.prompt_ids = synthetic_ids(tokens);
+  return s;
+}
+
+RequestSpec Workload::long_stream(int prompt_len, int sink, int window) {
+  RequestSpec s;
+  s.prompt_ids = synthetic_ids(prompt_len);
+  s.max_tokens = 1 << 24;
+  s.ignore_eos = true;
+  s.temperature = config_.temperature;
+  s.cache = "streaming";
+  s.sink = sink;
+  s.window = window;
+  s.control = std::make_shared<StreamControl>();
   return s;
 }
 

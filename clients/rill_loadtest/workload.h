@@ -23,6 +23,7 @@ struct WorkloadConfig {
   std::string cache;  // "", "full", "streaming"
   int32_t sink = 0, window = 0;
   double cancel_fraction = 0;  // of requests, cancelled after a random number of tokens
+  std::optional<int> ttft_target_ms, tpot_target_ms;  // latency targets sent (--targets)
   unsigned long long seed = 0;
 };
 
@@ -50,6 +51,11 @@ class Workload {
 
   /// The request that follows `previous` in its conversation, given the answer it got.
   RequestSpec next_turn(const RequestSpec& previous, const std::string& answer);
+
+  /// A long-lived stream (--streams): `prompt_len` synthetic prompt tokens, a cache of `sink`
+  /// sinks + `window`, EOS ignored and max_tokens at the server's limit (2^24), so it decodes
+  /// until the client stops it; no latency targets (the server's defaults).
+  RequestSpec long_stream(int prompt_len, int sink, int window);
 
   const WorkloadConfig& config() const { return config_; }
 

@@ -4,7 +4,7 @@ holds every metric, and that its request and token counts match the server's /me
 here independently of the tool, before and after it ran.
 
 Cases: http_open, grpc_closed, sweep, multi_turn, streaming_cache, cancel, html_report,
-concurrency_1000."""
+concurrency_1000, streams."""
 import csv
 import json
 import os
@@ -347,6 +347,53 @@ def case_concurrency_1000(server, tmp):
     assert 0 < run.max_threads <= 16, run.max_threads
 
 
+def case_streams(server, tmp):
+    # Long-lived streams (issue 33) decode while prompts arrive with latency targets; the report
+    # has their ITL before and during the arrivals, and the server counted the targets' verdicts.
+    for protocol in ("http", "grpc"):
+        before = server.metrics()
+        run = Run(server, protocol, "--streams", "3", "--stream-prompt-len", "40", "--stream-window", "60",
+                  "--stream-settle", "1", "--rate", "4", "--num-requests", "6", "--input-len", "100",
+                  "--output-len", "8", "--targets", "ttft:600000,tpot:0", "--html",
+                  os.path.join(tmp, f"streams_{protocol}.html"), tmp=tmp, name=f"streams_{protocol}")
+        check_metrics_present(run)
+        streams = run.json["streams"]
+        assert streams["streams"] == 3 and streams["failed"] == 0, streams
+        assert streams["itl_before_s"]["count"] > 20 and streams["load_start_s"] - streams["ready_s"] >= 1, streams
+        assert len(streams["gaps_before_s"]) == streams["itl_before_s"]["count"]
+        during = run.json["phases"][0]["streams"]
+        assert during["itl_s"]["count"] > 20 and during["p99_over_steady"] > 0, during
+        assert during["itl_all_s"]["count"] > during["itl_s"]["count"], during
+        assert run.json["phases"][0]["server"]["itl_p99_s"] > 0
+        assert run.json["config"]["targets"] == "ttft:600000,tpot:0"
+        assert "Long-lived streams before the load" in run.stdout and "ITL p99 / steady mean" in run.stdout
+        # The arrivals finished by length; the streams were cancelled by the client afterwards.
+        assert run.delta("rill_requests_total", finished_reason="length") == 6
+        assert wait_for_delta(server, before, "rill_requests_total", 3, finished_reason="cancelled")
+        # Each arrival met its TTFT target (ten minutes) and had no TPOT target.
+        assert run.delta("rill_slo_met_total", kind="ttft") >= 6
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:  # the streams' chart holds both windows' gaps
+        dom = subprocess.run([chromium, "--headless", "--disable-gpu", "--no-sandbox", "--virtual-time-budget=5000",
+                              "--dump-dom", "file://" + os.path.join(tmp, "streams_http.html")],
+                             capture_output=True, text=True, timeout=120)
+        out = dom.stdout
+        assert 'data-rendered="true"' in out and "data-errors=" not in out, dom.stderr[-2000:]
+        start = out.find('id="chart-streams-itl"')
+        assert start >= 0, "no chart-streams-itl"
+        svg = out[out.rfind("<svg", 0, start):out.find("</svg>", start)]
+        assert 'data-series="2"' in svg and int(svg.split('data-points="')[1].split('"')[0]) > 40, svg[:300]
+
+
+def wait_for_delta(server, before, name, want, timeout=10, **labels):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if metric_value(server.metrics(), name, **labels) - metric_value(before, name, **labels) >= want:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 CASES = {
     "http_open": (case_http_open, []),
     "grpc_closed": (case_grpc_closed, []),
@@ -356,6 +403,7 @@ CASES = {
     "cancel": (case_cancel, []),
     "html_report": (case_html_report, []),
     "concurrency_1000": (case_concurrency_1000, ["--max-queued-requests", "1100"]),
+    "streams": (case_streams, []),
 }
 
 
