@@ -13,6 +13,7 @@ namespace {
 constexpr double kRidge = 1e-4;         // damping of the normal equations, relative to their diagonal
 constexpr double kOutlierFactor = 3.0;  // a step this far from its prediction (either way) is set aside
 constexpr int kOutlierRun = 8;          // ... unless this many come in a row
+constexpr int kMixedFeature = 3;
 constexpr int kPrefillTokensFeature = 5;
 
 // Solves the n x n system `a` x = `b` (row-major) by Gaussian elimination with partial pivoting.
@@ -110,8 +111,8 @@ void StepCostModel::observe(const StepComposition& c, double seconds) {
              static_cast<int>(with_prefill_.size()) >= options_.min_prefill_steps && sizes.size() >= 2;
 }
 
-// Weighted (1 / t^2) least squares over both windows; coefficients 1.. kept >= 0 by dropping the
-// most negative one and solving again (at most kFeatures - 1 times).
+// Weighted (1 / t^2) least squares over both windows; the coefficients but c0 and c3 (offsets) kept
+// >= 0 by dropping the most negative one and solving again (at most kFeatures - 2 times).
 void StepCostModel::refit() {
   constexpr int n = kFeatures;
   std::vector<double> a(n * n, 0), b(n, 0);
@@ -139,7 +140,7 @@ void StepCostModel::refit() {
     if (!solve(ar, br, m, x)) return;  // keep the previous fit
     int worst = -1;
     for (int i = 0; i < m; ++i)
-      if (idx[i] > 0 && x[i] < 0 && (worst < 0 || x[i] < x[worst])) worst = i;
+      if (idx[i] != 0 && idx[i] != kMixedFeature && x[i] < 0 && (worst < 0 || x[i] < x[worst])) worst = i;
     if (worst < 0) {
       coef_.fill(0);
       for (int i = 0; i < m; ++i) coef_[idx[i]] = x[i];

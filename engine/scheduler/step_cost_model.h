@@ -5,11 +5,14 @@
 // Model. A step's time is linear in seven features of its composition:
 //   t = c0 + c1 * decode_rows + c2 * decode_keys + c3 * mixed + c4 * chunks
 //          + c5 * prefill_tokens + c6 * prefill_keys
-// `mixed` is 1 when the step carries a prefill chunk: such steps run eagerly (decode-only steps
-// replay CUDA graphs), which costs a fixed amount per step; `*_keys` are the keys attention reads
-// (one decode row reads its whole window; a chunk of n tokens after s cached ones reads about
-// n * s + n^2 / 2). Every coefficient but c0 is kept >= 0 (an active-set least squares), so a
-// prediction never falls as a step grows and the planner's search is monotone.
+// `mixed` is 1 when the step carries a prefill chunk; `*_keys` are the keys attention reads (one
+// decode row reads its whole window; a chunk of n tokens after s cached ones reads about
+// n * s + n^2 / 2). c3, the offset of a step with prefill, takes either sign: such steps run
+// eagerly (decode-only steps replay CUDA graphs), which adds to it, but a decode step's matrix
+// products are bound by reading the weights, so the first prompt tokens beside the decodes cost
+// little, and a line fitted where the planner works (near its target) starts below the decode
+// step. Every other coefficient but c0 is kept >= 0 (an active-set least squares), so a
+// prediction never falls as a step with prefill grows and the planner's search is monotone.
 //
 // Fit. Weighted least squares on relative errors (weights 1 / t^2, so a 10 ms step counts as
 // much as a 200 ms one) over two windows of the most recent steps: those with prefill and those
