@@ -41,8 +41,8 @@ pb::CachePolicy to_pb(const CachePolicy& c);
 CachePolicy from_pb(const pb::CachePolicy& c);
 
 /// The fields GenerateRequest and SessionTurn share (stop strings and ids, max / min tokens,
-/// ignore_eos, logprobs, special tokens, latency targets) onto `r`; `max_tokens` keeps its value when unset.
-/// Throws FieldError for a value out of range, with HTTP's checks (request_fields.h).
+/// ignore_eos, logprobs, special tokens, latency targets) onto `r`; `max_tokens` keeps its value
+/// when unset. Throws FieldError for a value out of range, with HTTP's checks (request_fields.h).
 template <typename Message>
 void apply_generation_fields(const Message& in, Request& r, int vocab_size) {
   r.stop = checked_stop_strings({in.stop().begin(), in.stop().end()});
@@ -56,8 +56,10 @@ void apply_generation_fields(const Message& in, Request& r, int vocab_size) {
                      "'logprobs' must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
   r.logprobs = in.logprobs() - 1;
   r.skip_special_tokens = !in.include_special_tokens();
-  if (in.has_ttft_target_ms()) r.ttft_target = checked_latency_target("ttft_target_ms", in.ttft_target_ms());
-  if (in.has_tpot_target_ms()) r.tpot_target = checked_latency_target("tpot_target_ms", in.tpot_target_ms());
+  if (in.has_ttft_target_ms())
+    r.ttft_target = checked_latency_target("ttft_target_ms", in.ttft_target_ms());
+  if (in.has_tpot_target_ms())
+    r.tpot_target = checked_latency_target("tpot_target_ms", in.tpot_target_ms());
 }
 
 /// Appends a chunk's ids, text and log-probabilities to a stream message.

@@ -134,8 +134,8 @@ int parse_logprobs(ApiKind kind, const json& b) {
 // nullopt when absent (the server's default).
 std::optional<std::chrono::milliseconds> latency_target(const json& b, const char* key) {
   if (!has_field(b, key)) return std::nullopt;
-  return checked_latency_target(
-      key, get_int_field(b, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  return checked_latency_target(key, get_int_field(b, key, std::numeric_limits<int64_t>::min(),
+                                                   std::numeric_limits<int64_t>::max()));
 }
 
 // The final message's "slo": each target (ms; null: none) and whether it was met (null: not

@@ -87,7 +87,8 @@ std::vector<Field> fields(ServerConfig& c) {
       {"scheduler.ttft_target_ms", "--ttft-target-ms",
        "TTFT target of requests that set none (0: auto, 2x the unqueued TTFT)", &s.ttft_target},
       {"scheduler.tpot_target_ms", "--tpot-target-ms",
-       "TPOT target of requests that set none (0: auto, 2x the steady decode step)", &s.tpot_target},
+       "TPOT target of requests that set none (0: auto, 2x the steady decode step)",
+       &s.tpot_target},
       {"scheduler.min_prefill_tokens", "--min-prefill-tokens",
        "prompt tokens a step feeds at least when some wait, whatever the targets",
        &s.min_prefill_tokens},
@@ -271,10 +272,10 @@ void validate_config(const ServerConfig& c) {
         "scheduler.session_gpu_fraction", "must be in [0, 1]");
   check(s.session_idle_ttl.count() > 0, "scheduler.session_idle_ttl_ms", "must be > 0");
   check(s.max_restores_per_step >= 1, "scheduler.max_restores_per_step", "must be >= 1");
-  check(s.ttft_target.count() >= 0 && s.ttft_target <= kMaxLatencyTarget, "scheduler.ttft_target_ms",
-        "must be in [0, 3600000]");
-  check(s.tpot_target.count() >= 0 && s.tpot_target <= kMaxLatencyTarget, "scheduler.tpot_target_ms",
-        "must be in [0, 3600000]");
+  check(s.ttft_target.count() >= 0 && s.ttft_target <= kMaxLatencyTarget,
+        "scheduler.ttft_target_ms", "must be in [0, 3600000]");
+  check(s.tpot_target.count() >= 0 && s.tpot_target <= kMaxLatencyTarget,
+        "scheduler.tpot_target_ms", "must be in [0, 3600000]");
   check(s.min_prefill_tokens >= 1, "scheduler.min_prefill_tokens", "must be >= 1");
   check(s.warmup_prefill_tokens >= 1, "scheduler.warmup_prefill_tokens", "must be >= 1");
 }

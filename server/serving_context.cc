@@ -60,7 +60,9 @@ void ServingContext::check_prompt(const std::vector<int32_t>& ids, const std::st
 namespace {
 
 // "met", "missed" or "-" (no target, or not judged).
-const char* slo_word(const std::optional<bool>& met) { return !met ? "-" : *met ? "met" : "missed"; }
+const char* slo_word(const std::optional<bool>& met) {
+  return !met ? "-" : *met ? "met" : "missed";
+}
 
 }  // namespace
 

@@ -79,8 +79,10 @@ int main(int argc, char** argv) {
   args.option("tpot-aware", "true",
               "size prefill by the step-cost model within the streams' TPOT targets (false: fill "
               "--max-num-batched-tokens every step)");
-  args.option("tpot-target-ms", "0", "TPOT target of every request (0: auto, 2x the steady decode step)");
-  args.option("ttft-target-ms", "0", "TTFT target of every request (0: auto, 2x the unqueued TTFT)");
+  args.option("tpot-target-ms", "0",
+              "TPOT target of every request (0: auto, 2x the steady decode step)");
+  args.option("ttft-target-ms", "0",
+              "TTFT target of every request (0: auto, 2x the unqueued TTFT)");
   args.option("temperature", "0", "sampling temperature (0: greedy)");
   args.option("seed", "1", "prompt and sampling seed");
   args.option("decode-streams", "0", "long generations running before the requests arrive");

@@ -5,10 +5,13 @@
 
 namespace rill::loadtest {
 
-BackgroundStreams::BackgroundStreams(StreamClient& client, Workload& workload, const StreamsOptions& options)
+BackgroundStreams::BackgroundStreams(StreamClient& client, Workload& workload,
+                                     const StreamsOptions& options)
     : client_(client), workload_(workload), options_(options) {}
 
-BackgroundStreams::~BackgroundStreams() { stop_all(); }
+BackgroundStreams::~BackgroundStreams() {
+  stop_all();
+}
 
 void BackgroundStreams::stop_all() {
   for (const RequestSpec& s : specs_) s.control->stop.store(true);
@@ -27,7 +30,8 @@ void BackgroundStreams::start(double timeout_s) {
     });
   }
   const auto started = [&] {
-    return std::all_of(specs_.begin(), specs_.end(), [](const RequestSpec& s) { return s.control->started.load(); });
+    return std::all_of(specs_.begin(), specs_.end(),
+                       [](const RequestSpec& s) { return s.control->started.load(); });
   };
   // Waits until `until` or until `ready()`; throws when a stream ended meanwhile.
   auto wait = [&](Clock::time_point until, auto ready) {
@@ -35,16 +39,20 @@ void BackgroundStreams::start(double timeout_s) {
     while (!ready() && Clock::now() < until) {
       if (!shared_->done.empty()) {
         const RequestRecord& r = shared_->done.front();
-        throw std::runtime_error("a long-lived stream ended before the load: " +
-                                 (r.error.empty() ? "finish " + r.finish_reason : r.error + " " + r.error_message));
+        throw std::runtime_error(
+            "a long-lived stream ended before the load: " +
+            (r.error.empty() ? "finish " + r.finish_reason : r.error + " " + r.error_message));
       }
       shared_->cv.wait_for(lock, std::chrono::milliseconds(10));
     }
   };
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
   wait(deadline, started);
-  if (!started()) throw std::runtime_error("the long-lived streams did not all start within the timeout");
-  wait(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.settle_s)),
+  if (!started())
+    throw std::runtime_error("the long-lived streams did not all start within the timeout");
+  wait(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(options_.settle_s)),
        [] { return false; });
 }
 
@@ -55,11 +63,13 @@ std::vector<RequestRecord> BackgroundStreams::stop(double timeout_s) {
                                         [&] { return shared_->done.size() == specs_.size(); });
   if (!all) throw std::runtime_error("the long-lived streams did not stop within the timeout");
   std::vector<RequestRecord> out = std::move(shared_->done);
-  std::sort(out.begin(), out.end(), [](const RequestRecord& a, const RequestRecord& b) { return a.id < b.id; });
+  std::sort(out.begin(), out.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.id < b.id; });
   return out;
 }
 
-std::vector<double> stream_gaps(const std::vector<RequestRecord>& streams, double from_s, double to_s) {
+std::vector<double> stream_gaps(const std::vector<RequestRecord>& streams, double from_s,
+                                double to_s) {
   std::vector<double> gaps;
   for (const RequestRecord& r : streams)
     for (size_t k = 1; k < r.chunk_times_s.size(); ++k)

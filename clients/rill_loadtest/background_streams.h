@@ -21,7 +21,7 @@ struct StreamsOptions {
   int prompt_len = 1024;  // synthetic prompt tokens of each stream
   int sink = 4;           // their cache: sinks + window (constant cost per token)
   int window = 1020;
-  double settle_s = 3;    // steady decoding after the last stream's first token, before the load
+  double settle_s = 3;  // steady decoding after the last stream's first token, before the load
 };
 
 /// Runs the streams over a transport. Thread-safe towards the transport's callbacks.
@@ -58,10 +58,10 @@ class BackgroundStreams {
 /// The streams' steady pace, measured between their last first token and the load's start.
 struct StreamsBaseline {
   int streams = 0;
-  int failed = 0;          // ended before they were stopped (an error or a finish)
-  double ready_s = 0;      // the last stream's first token (seconds since the epoch)
-  double load_start_s = 0; // the first phase's start
-  Summary itl_before;      // seconds
+  int failed = 0;           // ended before they were stopped (an error or a finish)
+  double ready_s = 0;       // the last stream's first token (seconds since the epoch)
+  double load_start_s = 0;  // the first phase's start
+  Summary itl_before;       // seconds
   std::vector<double> itl_before_s;
 };
 
@@ -75,7 +75,8 @@ struct StreamsDuring {
 
 /// Gaps between consecutive token chunks of `streams` that start at or after `from_s` and end at
 /// or before `to_s` (seconds since the epoch).
-std::vector<double> stream_gaps(const std::vector<RequestRecord>& streams, double from_s, double to_s);
+std::vector<double> stream_gaps(const std::vector<RequestRecord>& streams, double from_s,
+                                double to_s);
 
 StreamsBaseline streams_baseline(const std::vector<RequestRecord>& streams, double load_start_s);
 StreamsDuring streams_during(const std::vector<RequestRecord>& streams, const PhaseResult& phase,

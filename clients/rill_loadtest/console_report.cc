@@ -69,7 +69,8 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
            std::string(c.passed ? "ok" : "MISMATCH") + " (" + c.detail + ")");
   }
   if (d && d->itl_p50_s)
-    line(out, "  ITL p50 / p99 (ms, histogram):", num(*d->itl_p50_s * 1e3) + " / " + num(d->itl_p99_s.value_or(0) * 1e3));
+    line(out, "  ITL p50 / p99 (ms, histogram):",
+         num(*d->itl_p50_s * 1e3) + " / " + num(d->itl_p99_s.value_or(0) * 1e3));
   if (p.streams) {
     std::fprintf(out, "-------Long-lived streams during the load--------\n");
     line(out, "  ITL mean / p50 / p99 (ms):",
@@ -85,10 +86,12 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
 
 void print_streams(const StreamsBaseline& b, std::FILE* out) {
   std::fprintf(out, "======== Long-lived streams before the load ========\n");
-  line(out, "Streams:", count(b.streams) + (b.failed ? " (" + count(b.failed) + " ended early)" : ""));
+  line(out,
+       "Streams:", count(b.streams) + (b.failed ? " (" + count(b.failed) + " ended early)" : ""));
   line(out, "Steady window (s):", num(b.load_start_s - b.ready_s));
   line(out, "ITL mean / p50 / p99 (ms):",
-       num(b.itl_before.mean * 1e3) + " / " + num(b.itl_before.median * 1e3) + " / " + num(b.itl_before.p99 * 1e3));
+       num(b.itl_before.mean * 1e3) + " / " + num(b.itl_before.median * 1e3) + " / " +
+           num(b.itl_before.p99 * 1e3));
 }
 
 }  // namespace

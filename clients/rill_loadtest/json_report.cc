@@ -157,11 +157,12 @@ json config_json(const LoadTestOptions& o) {
           {"cancel_fraction", w.cancel_fraction},
           {"slo", o.slo_spec},
           {"targets", o.targets_spec},
-          {"streams", {{"count", o.streams.count},
-                       {"prompt_len", o.streams.prompt_len},
-                       {"sink", o.streams.sink},
-                       {"window", o.streams.window},
-                       {"settle_s", o.streams.settle_s}}},
+          {"streams",
+           {{"count", o.streams.count},
+            {"prompt_len", o.streams.prompt_len},
+            {"sink", o.streams.sink},
+            {"window", o.streams.window},
+            {"settle_s", o.streams.settle_s}}},
           {"seed", o.seed}};
 }
 

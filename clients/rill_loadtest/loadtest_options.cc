@@ -14,7 +14,8 @@ namespace {
 
 // The flags as plain values before validation.
 struct RawFlags {
-  std::string grpc, http, rate = "inf", sweep, slo, targets, input_dist = "fixed", output_dist = "fixed";
+  std::string grpc, http, rate = "inf", sweep, slo, targets, input_dist = "fixed",
+                          output_dist = "fixed";
   std::string cache;
   int input_len = 32, output_len = 64, concurrency = 0;
   double temperature = 0;

@@ -102,7 +102,8 @@ std::optional<double> histogram_quantile(const PromSnapshot& before, const PromS
   const std::string bucket = name + "_bucket";
   std::vector<std::pair<double, double>> cumulative;  // (upper bound, observations gained)
   for (const std::string& le : after.label_values(bucket, "le"))
-    cumulative.emplace_back(parse_value(le), after.sum(bucket, {{"le", le}}) - before.sum(bucket, {{"le", le}}));
+    cumulative.emplace_back(parse_value(le),
+                            after.sum(bucket, {{"le", le}}) - before.sum(bucket, {{"le", le}}));
   std::sort(cumulative.begin(), cumulative.end());
   if (cumulative.empty() || cumulative.back().second <= 0) return std::nullopt;
   const double rank = q * cumulative.back().second;

@@ -92,7 +92,8 @@ PhaseReport run_phase(const LoadTestOptions& o, LoadRunner& runner, ProgressBar&
 }
 
 // The run, or the sweep's points until one saturates.
-void run_phases(const LoadTestOptions& o, LoadRunner& runner, ProgressBar& progress, RunReport& report) {
+void run_phases(const LoadTestOptions& o, LoadRunner& runner, ProgressBar& progress,
+                RunReport& report) {
   if (o.sweep.empty()) {
     report.phases.push_back(
         run_phase(o, runner, progress, o.concurrency ? *o.concurrency : o.rate, report));
@@ -159,7 +160,8 @@ RunReport run_session(const LoadTestOptions& o, ProgressBar& progress) {
       throw SetupError(e.what());
     }
     report.streams = streams_baseline(records, report.phases.front().result.start_s);
-    for (PhaseReport& p : report.phases) p.streams = streams_during(records, p.result, *report.streams);
+    for (PhaseReport& p : report.phases)
+      p.streams = streams_during(records, p.result, *report.streams);
   }
   return report;
 }

@@ -76,8 +76,9 @@ std::vector<ConsistencyCheck> check_consistency(const RunSummary& client, const 
     checks.push_back({"requests_" + reason, got == n, pair_text(n, got)});
   }
   const double tokens = static_cast<double>(client.output_tokens_all);
-  const bool tokens_ok = client.cancelled > 0 || background_streams ? server.generation_tokens >= tokens
-                                                                    : server.generation_tokens == tokens;
+  const bool tokens_ok = client.cancelled > 0 || background_streams
+                             ? server.generation_tokens >= tokens
+                             : server.generation_tokens == tokens;
   checks.push_back({"generation_tokens", tokens_ok, pair_text(tokens, server.generation_tokens)});
   checks.push_back({"running_back_to_baseline", server.running_after == server.running_before,
                     "before " + std::to_string(std::llround(server.running_before)) + ", after " +

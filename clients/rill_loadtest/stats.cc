@@ -54,8 +54,10 @@ Targets parse_targets(const std::string& spec) {
         used = 0;
       }
     }
-    if (colon == std::string::npos || used == 0 || used != part.size() - colon - 1 || ms < 0 || ms > 3'600'000)
-      throw std::invalid_argument("target '" + part + "': expected ttft:MS or tpot:MS, MS in [0, 3600000]");
+    if (colon == std::string::npos || used == 0 || used != part.size() - colon - 1 || ms < 0 ||
+        ms > 3'600'000)
+      throw std::invalid_argument("target '" + part +
+                                  "': expected ttft:MS or tpot:MS, MS in [0, 3600000]");
     std::optional<int>* slot = key == "ttft" ? &t.ttft_ms : key == "tpot" ? &t.tpot_ms : nullptr;
     if (!slot) throw std::invalid_argument("target '" + part + "': unknown target '" + key + "'");
     *slot = static_cast<int>(ms);

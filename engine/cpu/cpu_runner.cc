@@ -396,7 +396,8 @@ void CpuRunner::launch(std::span<const StepInput> inputs) {
       [&](SeqId id) { return last_sampled_.count(id) != 0; });
   const auto t0 = std::chrono::steady_clock::now();
   StepOutput out = run(resolved);
-  finished_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  finished_ms_.push_back(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   last_sampled_.clear();
   for (size_t k = 0; k < inputs.size(); ++k)
     if (out.sampled[k] >= 0) last_sampled_[inputs[k].id] = out.sampled[k];

@@ -89,7 +89,8 @@ void EngineLoop::take_inbox(std::vector<SequencePtr>& stopped) {
     // Auto TTFT target: kAutoTtftFactor x the TTFT it would get unqueued beside the streams now.
     if (s->ttft_target.kind == LatencyTarget::Kind::kAuto)
       s->auto_ttft_target_s.store(
-          kAutoTtftFactor * planner_.unqueued_ttft_s(s->geometry, static_cast<int64_t>(s->request.prompt.size())));
+          kAutoTtftFactor *
+          planner_.unqueued_ttft_s(s->geometry, static_cast<int64_t>(s->request.prompt.size())));
     waiting_.push_back(std::move(s));
   }
 }
@@ -125,7 +126,8 @@ void EngineLoop::launch(PlannedStep& step) {
   }
   InFlight f;
   f.composition = step.composition;
-  if (step.steady_s > 0)  // auto TPOT targets: kAutoTpotFactor x the mean steady step they decoded in
+  if (step.steady_s >
+      0)  // auto TPOT targets: kAutoTpotFactor x the mean steady step they decoded in
     for (int k = 0; k < step.decodes; ++k) {
       Sequence& s = *step.seqs[k];
       s.steady_sum_s += step.steady_s;

@@ -45,14 +45,15 @@ class EngineLoop {
     std::vector<SeqId> runner_ids;  // per input, at launch
     std::vector<bool> sampled;      // per input
     int tokens = 0;
-    StepComposition composition;    // for the step-cost model once the runner timed it
+    StepComposition composition;  // for the step-cost model once the runner timed it
   };
   void run();
   void take_inbox(std::vector<SequencePtr>& stopped);
   void expire(Clock::time_point now);
   void launch(PlannedStep& step);
   void finish_oldest();
-  void learn_step_cost(const StepComposition& c);  // feeds the step the runner just timed to the model
+  void learn_step_cost(
+      const StepComposition& c);  // feeds the step the runner just timed to the model
   void finish(const SequencePtr& s, FinishReason reason, std::optional<int32_t> stop_token = std::nullopt,
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
@@ -82,8 +83,8 @@ class EngineLoop {
   std::deque<Clock::time_point> recent_finishes_;
   int64_t steps_ = 0;
   double device_busy_s_ = 0;
-  bool cost_model_trusted_ = false;       // logged when it first becomes trusted
-  Clock::time_point cost_model_logged_;   // and at debug level now and then
+  bool cost_model_trusted_ = false;      // logged when it first becomes trusted
+  Clock::time_point cost_model_logged_;  // and at debug level now and then
   std::thread thread_;
 };
 

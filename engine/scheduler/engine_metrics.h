@@ -5,8 +5,8 @@
 #include <string>
 
 #include "engine/finish_reason.h"
-#include "engine/scheduler/request.h"
 #include "engine/scheduler/metrics_registry.h"
+#include "engine/scheduler/request.h"
 
 namespace rill {
 

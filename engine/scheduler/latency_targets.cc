@@ -2,14 +2,16 @@
 
 namespace rill {
 
-LatencyTarget resolve_target(std::optional<std::chrono::milliseconds> requested, std::chrono::milliseconds server) {
+LatencyTarget resolve_target(std::optional<std::chrono::milliseconds> requested,
+                             std::chrono::milliseconds server) {
   const std::chrono::milliseconds t = requested.value_or(server);
   if (requested && requested->count() == 0) return {};
   if (t.count() <= 0) return {LatencyTarget::Kind::kAuto, 0};
   return {LatencyTarget::Kind::kFixed, std::chrono::duration<double>(t).count()};
 }
 
-std::chrono::milliseconds ordering_slack(const LatencyTarget& ttft, std::chrono::milliseconds queue_timeout) {
+std::chrono::milliseconds ordering_slack(const LatencyTarget& ttft,
+                                         std::chrono::milliseconds queue_timeout) {
   switch (ttft.kind) {
     case LatencyTarget::Kind::kFixed:
       return std::chrono::milliseconds(static_cast<int64_t>(ttft.seconds * 1e3));
@@ -33,8 +35,8 @@ double target_seconds(const LatencyTarget& t, double auto_s) {
   return 0;
 }
 
-SloOutcome judge_slo(double ttft_target_s, double tpot_target_s, const RequestTimings& timings, bool first_token,
-                     int generated, FinishReason reason) {
+SloOutcome judge_slo(double ttft_target_s, double tpot_target_s, const RequestTimings& timings,
+                     bool first_token, int generated, FinishReason reason) {
   SloOutcome o;
   o.ttft_target_s = ttft_target_s;
   o.tpot_target_s = tpot_target_s;

@@ -39,13 +39,15 @@ inline constexpr std::chrono::milliseconds kAutoOrderingTtft{1'000};
 
 /// `requested` (the request's field: nullopt takes `server`, 0 is none) over the server's
 /// default `server` (0: auto).
-LatencyTarget resolve_target(std::optional<std::chrono::milliseconds> requested, std::chrono::milliseconds server);
+LatencyTarget resolve_target(std::optional<std::chrono::milliseconds> requested,
+                             std::chrono::milliseconds server);
 
 /// How much later than its arrival a request's place in the queue is computed from (waiting
 /// order is effective priority from arrival + slack, then arrival): its fixed TTFT target,
 /// kAutoOrderingTtft for auto, `queue_timeout` for none (batch requests go behind targeted ones
 /// that arrived up to that much later).
-std::chrono::milliseconds ordering_slack(const LatencyTarget& ttft, std::chrono::milliseconds queue_timeout);
+std::chrono::milliseconds ordering_slack(const LatencyTarget& ttft,
+                                         std::chrono::milliseconds queue_timeout);
 
 /// The seconds a resolved target holds a request to: fixed, `auto_s` (as derived; 0 when not
 /// known) for auto, 0 for none.
@@ -55,7 +57,7 @@ double target_seconds(const LatencyTarget& t, double auto_s);
 /// (0: none); `first_token` whether it produced a token; `generated` its tokens. A request that
 /// failed (kError) is not judged; one that reached its deadline without a token missed its TTFT
 /// target; TPOT is judged with two tokens or more (cancelled streams included: the pace they got).
-SloOutcome judge_slo(double ttft_target_s, double tpot_target_s, const RequestTimings& timings, bool first_token,
-                     int generated, FinishReason reason);
+SloOutcome judge_slo(double ttft_target_s, double tpot_target_s, const RequestTimings& timings,
+                     bool first_token, int generated, FinishReason reason);
 
 }  // namespace rill

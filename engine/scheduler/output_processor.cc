@@ -154,8 +154,8 @@ void OutputProcessor::finalize(const SequencePtr& seq, State& st, const FinishNo
   fin.timings.e2e_s = seconds(seq->arrival, now);
 
   fin.timings.slo = judge_slo(target_seconds(seq->ttft_target, seq->auto_ttft_target_s.load()),
-                              target_seconds(seq->tpot_target, seq->auto_tpot_target_s.load()), fin.timings,
-                              st.first.has_value(), st.generated, fin.reason);
+                              target_seconds(seq->tpot_target, seq->auto_tpot_target_s.load()),
+                              fin.timings, st.first.has_value(), st.generated, fin.reason);
   metrics_.record_slo(fin.timings.slo);
   if (st.generated > 1) metrics_.time_per_output_token.observe(fin.timings.tpot_s);
   metrics_.e2e_request_latency.observe(fin.timings.e2e_s);

@@ -9,8 +9,11 @@ int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n) {
   if (n <= 0) return 0;
   // Query at position i reads min(i + 1, cap) keys: sum v = i + 1 over [a, b], capped at `cap`.
   const int64_t a = start + 1, b = start + n;
-  const int64_t cap = g.window > 0 ? int64_t{g.n_sink} + g.window : std::numeric_limits<int64_t>::max();
-  auto ramp = [](int64_t lo, int64_t hi) { return (lo + hi) * (hi - lo + 1) / 2; };  // lo + ... + hi
+  const int64_t cap =
+      g.window > 0 ? int64_t{g.n_sink} + g.window : std::numeric_limits<int64_t>::max();
+  auto ramp = [](int64_t lo, int64_t hi) {
+    return (lo + hi) * (hi - lo + 1) / 2;
+  };  // lo + ... + hi
   if (b <= cap) return ramp(a, b);
   if (a > cap) return n * cap;
   return ramp(a, cap) + (b - cap) * cap;
@@ -24,8 +27,8 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
   return model.predict(steady);
 }
 
-StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted, int token_cap,
-                       int min_tokens, int warmup_tokens) {
+StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted,
+                       int token_cap, int min_tokens, int warmup_tokens) {
   StepLimits l;
   l.token_cap = std::max(0, token_cap);
   l.min_tokens = min_tokens;
@@ -34,18 +37,23 @@ StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, 
   for (const LatencyTarget& t : targets) {
     if (t.none()) continue;
     l.constrained = true;
-    if (t.kind == LatencyTarget::Kind::kFixed) tightest = std::min(tightest, t.seconds);
-    else if (steady_s > 0) tightest = std::min(tightest, kAutoTpotFactor * steady_s);
+    if (t.kind == LatencyTarget::Kind::kFixed)
+      tightest = std::min(tightest, t.seconds);
+    else if (steady_s > 0)
+      tightest = std::min(tightest, kAutoTpotFactor * steady_s);
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())
     l.target_s = kStepHeadroom * tightest;
   return l;
 }
 
-PrefillBudget::PrefillBudget(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits)
+PrefillBudget::PrefillBudget(const StepCostModel& model, const StepComposition& decodes,
+                             const StepLimits& limits)
     : model_(model), limits_(limits), step_(decodes) {}
 
-bool PrefillBudget::within_target(const StepComposition& c) const { return model_.predict(c) <= limits_.target_s; }
+bool PrefillBudget::within_target(const StepComposition& c) const {
+  return model_.predict(c) <= limits_.target_s;
+}
 
 int64_t PrefillBudget::fit(int64_t want, const KvGeometry& g, int64_t start) const {
   int64_t n = std::min<int64_t>(want, limits_.token_cap - taken_);
@@ -75,8 +83,8 @@ bool PrefillBudget::exhausted() const {
   return !within_target(step_.with_chunk(1, 1));  // not even one more token of a fresh prompt
 }
 
-double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits,
-                       const KvGeometry& g, int64_t tokens) {
+double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes,
+                       const StepLimits& limits, const KvGeometry& g, int64_t tokens) {
   if (!model.trusted() || tokens <= 0) return 0;
   StepLimits l = limits;  // a step the decodes fill now has room again later: at least min_tokens
   l.token_cap = std::max(l.token_cap, std::max(1, l.min_tokens));

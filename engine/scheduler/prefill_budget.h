@@ -37,14 +37,15 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
 /// target, an auto one standing for kAutoTpotFactor x `steady_s`, times kStepHeadroom. Streams
 /// without a target (batch) do not constrain. `token_cap`, `min_tokens`, `warmup_tokens` are
 /// copied.
-StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted, int token_cap,
-                       int min_tokens, int warmup_tokens);
+StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted,
+                       int token_cap, int min_tokens, int warmup_tokens);
 
 /// Hands out one step's prefill tokens, chunk by chunk.
 class PrefillBudget {
  public:
   /// `decodes`: the step's decode rows, already placed. `model` must outlive the budget.
-  PrefillBudget(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits);
+  PrefillBudget(const StepCostModel& model, const StepComposition& decodes,
+                const StepLimits& limits);
 
   /// The most tokens (<= `want`) a chunk of a sequence with cache geometry `g` and `start`
   /// tokens in its stream may feed in this step: within the cap, and within the target when the
@@ -71,7 +72,7 @@ class PrefillBudget {
 /// The unqueued TTFT of a prompt of `tokens` tokens (geometry `g`): the predicted time of the
 /// steps that would feed it alone beside the decodes `decodes` under `limits`, chunk by chunk.
 /// 0 when the model is not trusted.
-double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes, const StepLimits& limits,
-                       const KvGeometry& g, int64_t tokens);
+double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes,
+                       const StepLimits& limits, const KvGeometry& g, int64_t tokens);
 
 }  // namespace rill

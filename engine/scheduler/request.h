@@ -69,7 +69,7 @@ struct Usage {
 
 /// Whether a request met its latency targets (latency_targets.h, judge_slo).
 struct SloOutcome {
-  double ttft_target_s = 0;      // the targets it was held to (an auto one as derived); 0: none
+  double ttft_target_s = 0;  // the targets it was held to (an auto one as derived); 0: none
   double tpot_target_s = 0;
   std::optional<bool> ttft_met;  // nullopt: no target, or nothing to judge (no token, an error)
   std::optional<bool> tpot_met;  // nullopt: no target, or fewer than two tokens

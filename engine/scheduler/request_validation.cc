@@ -37,8 +37,8 @@ void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManag
 
 void validate_target(const char* name, std::optional<std::chrono::milliseconds> t) {
   if (t && (t->count() < 0 || *t > kMaxLatencyTarget))
-    bad(std::string(name) + " must be in [0, " + std::to_string(kMaxLatencyTarget.count()) + "] ms (got " +
-        std::to_string(t->count()) + ")");
+    bad(std::string(name) + " must be in [0, " + std::to_string(kMaxLatencyTarget.count()) +
+        "] ms (got " + std::to_string(t->count()) + ")");
 }
 
 }  // namespace
@@ -97,8 +97,10 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   need(c.session_gpu_fraction >= 0 && c.session_gpu_fraction <= 1, "session_gpu_fraction must be in [0, 1]");
   need(c.session_idle_ttl.count() > 0, "session_idle_ttl must be > 0");
   need(c.max_restores_per_step > 0, "max_restores_per_step must be > 0");
-  need(c.ttft_target.count() >= 0 && c.ttft_target <= kMaxLatencyTarget, "ttft_target must be in [0, 3600000] ms");
-  need(c.tpot_target.count() >= 0 && c.tpot_target <= kMaxLatencyTarget, "tpot_target must be in [0, 3600000] ms");
+  need(c.ttft_target.count() >= 0 && c.ttft_target <= kMaxLatencyTarget,
+       "ttft_target must be in [0, 3600000] ms");
+  need(c.tpot_target.count() >= 0 && c.tpot_target <= kMaxLatencyTarget,
+       "tpot_target must be in [0, 3600000] ms");
   need(c.min_prefill_tokens > 0, "min_prefill_tokens must be > 0");
   need(c.warmup_prefill_tokens > 0, "warmup_prefill_tokens must be > 0");
 }

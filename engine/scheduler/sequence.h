@@ -37,8 +37,10 @@ struct Sequence {
   std::vector<int32_t> eos_ids;      // the model's EOS ids (empty with ignore_eos)
   KvGeometry geometry;               // of its cache policy (evicted-token accounting)
   SessionPtr session;                // a session's turn: its runner sequence is the session's
-  LatencyTarget ttft_target, tpot_target;  // the request's, or the server's default (latency_targets.h)
-  Clock::time_point order_deadline;  // arrival + its TTFT target's ordering slack: queue and chunk order
+  LatencyTarget ttft_target,
+      tpot_target;  // the request's, or the server's default (latency_targets.h)
+  Clock::time_point
+      order_deadline;  // arrival + its TTFT target's ordering slack: queue and chunk order
 
   // Written by the loop, read by the output thread.
   std::atomic<int> preemptions{0};
@@ -66,8 +68,8 @@ struct Sequence {
   int step_blocks = 0;               // blocks the step being planned will take for it
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
-  double steady_sum_s = 0;           // the steady decode step, summed over the steps that decoded it
-  int steady_steps = 0;              // ... and their count (auto TPOT target: factor x the mean)
+  double steady_sum_s = 0;  // the steady decode step, summed over the steps that decoded it
+  int steady_steps = 0;     // ... and their count (auto TPOT target: factor x the mean)
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
   /// Samples made or under way: the generation length once every step in flight finishes.

@@ -10,9 +10,10 @@ namespace rill {
 
 namespace {
 
-constexpr double kRidge = 1e-4;         // damping of the normal equations, relative to their diagonal
-constexpr double kOutlierFactor = 3.0;  // a step this far from its prediction (either way) is set aside
-constexpr int kOutlierRun = 8;          // ... unless this many come in a row
+constexpr double kRidge = 1e-4;  // damping of the normal equations, relative to their diagonal
+constexpr double kOutlierFactor =
+    3.0;                        // a step this far from its prediction (either way) is set aside
+constexpr int kOutlierRun = 8;  // ... unless this many come in a row
 constexpr int kMixedFeature = 3;
 constexpr int kPrefillTokensFeature = 5;
 
@@ -108,7 +109,8 @@ void StepCostModel::observe(const StepComposition& c, double seconds) {
   std::set<double> sizes;
   for (const Sample& s : with_prefill_) sizes.insert(s.x[kPrefillTokensFeature]);
   trusted_ = fitted_ && static_cast<int>(decode_only_.size()) >= options_.min_decode_steps &&
-             static_cast<int>(with_prefill_.size()) >= options_.min_prefill_steps && sizes.size() >= 2;
+             static_cast<int>(with_prefill_.size()) >= options_.min_prefill_steps &&
+             sizes.size() >= 2;
 }
 
 // Weighted (1 / t^2) least squares over both windows; the coefficients but c0 and c3 (offsets) kept
@@ -140,7 +142,8 @@ void StepCostModel::refit() {
     if (!solve(ar, br, m, x)) return;  // keep the previous fit
     int worst = -1;
     for (int i = 0; i < m; ++i)
-      if (idx[i] != 0 && idx[i] != kMixedFeature && x[i] < 0 && (worst < 0 || x[i] < x[worst])) worst = i;
+      if (idx[i] != 0 && idx[i] != kMixedFeature && x[i] < 0 && (worst < 0 || x[i] < x[worst]))
+        worst = i;
     if (worst < 0) {
       coef_.fill(0);
       for (int i = 0; i < m; ++i) coef_[idx[i]] = x[i];
@@ -153,11 +156,12 @@ void StepCostModel::refit() {
 
 std::string StepCostModel::describe() const {
   char line[320];
-  std::snprintf(line, sizeof line,
-                "step cost (ms) = %.3f + %.4f/row + %.3f/100k decode keys + %.3f if prefill + %.3f/chunk + "
-                "%.3f/1k prefill tokens + %.3f/1M prefill keys; %zu decode-only + %zu prefill steps, %s",
-                coef_[0], coef_[1], coef_[2], coef_[3], coef_[4], coef_[5], coef_[6], decode_only_.size(),
-                with_prefill_.size(), trusted_ ? "trusted" : "warming up");
+  std::snprintf(
+      line, sizeof line,
+      "step cost (ms) = %.3f + %.4f/row + %.3f/100k decode keys + %.3f if prefill + %.3f/chunk + "
+      "%.3f/1k prefill tokens + %.3f/1M prefill keys; %zu decode-only + %zu prefill steps, %s",
+      coef_[0], coef_[1], coef_[2], coef_[3], coef_[4], coef_[5], coef_[6], decode_only_.size(),
+      with_prefill_.size(), trusted_ ? "trusted" : "warming up");
   return line;
 }
 

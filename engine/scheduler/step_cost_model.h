@@ -39,9 +39,9 @@ namespace rill {
 
 /// What one step carries, as the cost model sees it.
 struct StepComposition {
-  int decode_rows = 0;       // one-token inputs of decoding sequences
-  int64_t decode_keys = 0;   // keys their attention reads, summed over the rows
-  int chunks = 0;            // prefill chunks (inputs feeding a prompt)
+  int decode_rows = 0;      // one-token inputs of decoding sequences
+  int64_t decode_keys = 0;  // keys their attention reads, summed over the rows
+  int chunks = 0;           // prefill chunks (inputs feeding a prompt)
   int64_t prefill_tokens = 0;
   int64_t prefill_keys = 0;  // keys the chunks' tokens attend to, summed over the tokens
 
@@ -101,7 +101,8 @@ class StepCostModel {
   std::array<double, kFeatures> coef_{};
   bool fitted_ = false, trusted_ = false;
   int64_t observations_ = 0, outliers_ = 0;
-  std::vector<std::pair<Sample, bool>> outlier_run_;  // consecutive outliers set aside (with prefill?)
+  std::vector<std::pair<Sample, bool>>
+      outlier_run_;  // consecutive outliers set aside (with prefill?)
 };
 
 }  // namespace rill

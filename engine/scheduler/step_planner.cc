@@ -21,7 +21,9 @@ bool contains(const std::vector<SequencePtr>& v, const SequencePtr& s) { return 
 }  // namespace
 
 void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now) {
-  auto effective = [&](const Sequence& s) { return s.request.priority - aging_per_s * seconds(s.order_deadline, now); };
+  auto effective = [&](const Sequence& s) {
+    return s.request.priority - aging_per_s * seconds(s.order_deadline, now);
+  };
   std::stable_sort(waiting.begin(), waiting.end(), [&](const SequencePtr& a, const SequencePtr& b) {
     const double ea = effective(*a), eb = effective(*b);
     if (ea != eb) return ea < eb;
@@ -198,17 +200,20 @@ void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clo
 }
 
 PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
-                                          const StepComposition& decodes, int token_cap, PlannedStep& step) {
+                                          const StepComposition& decodes, int token_cap,
+                                          PlannedStep& step) {
   // The steady step is that of the batch being built: the decoding streams, the prompts being
   // fed and those queued (up to max_num_seqs), as they will all decode.
   int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting);
   for (const SequencePtr& s : running)
     if (s->prefilling()) ++rows;
-  step.steady_s = steady_step_s(cost_model_, decodes, static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
-  const std::span<const LatencyTarget> targets =
-      config_.tpot_aware ? std::span<const LatencyTarget>(targets_) : std::span<const LatencyTarget>();
-  last_limits_ = step_limits(targets, step.steady_s, cost_model_.trusted(), token_cap, config_.min_prefill_tokens,
-                             config_.warmup_prefill_tokens);
+  step.steady_s = steady_step_s(cost_model_, decodes,
+                                static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
+  const std::span<const LatencyTarget> targets = config_.tpot_aware
+                                                     ? std::span<const LatencyTarget>(targets_)
+                                                     : std::span<const LatencyTarget>();
+  last_limits_ = step_limits(targets, step.steady_s, cost_model_.trusted(), token_cap,
+                             config_.min_prefill_tokens, config_.warmup_prefill_tokens);
   last_decodes_ = decodes;
   return PrefillBudget(cost_model_, decodes, last_limits_);
 }
@@ -303,7 +308,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
     if (n == 0) break;  // admitted; fed from the next step on
     const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
-    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
+    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)),
+              last);
     budget.take(n, g, start);
     s->fed += n;
     scheduled.push_back(s);

@@ -104,8 +104,8 @@ class StepPlanner {
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)
   int promised_ = 0;                     // blocks the step being planned takes for `full` sequences
   StepCostModel cost_model_;
-  std::vector<LatencyTarget> targets_;   // TPOT targets of the step's decoding sequences
-  StepComposition last_decodes_;         // the last planned step's decodes and limits
+  std::vector<LatencyTarget> targets_;  // TPOT targets of the step's decoding sequences
+  StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
 };
 

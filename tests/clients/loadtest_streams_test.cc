@@ -25,7 +25,10 @@ namespace asio = boost::asio;
 class FakeStreams final : public StreamClient {
  public:
   FakeStreams(Clock::time_point epoch, std::chrono::milliseconds period, int fail_stream = -1)
-      : epoch_(epoch), period_(period), fail_(fail_stream), work_(asio::make_work_guard(io_)),
+      : epoch_(epoch),
+        period_(period),
+        fail_(fail_stream),
+        work_(asio::make_work_guard(io_)),
         thread_([this] { io_.run(); }) {}
   ~FakeStreams() override {
     work_.reset();
@@ -33,7 +36,8 @@ class FakeStreams final : public StreamClient {
   }
   void start(const RequestSpec& spec, RequestRecord record, DoneCallback done) override {
     record.start_s = seconds_since(epoch_);
-    auto state = std::make_shared<State>(State{asio::steady_timer(io_), spec, std::move(record), std::move(done)});
+    auto state = std::make_shared<State>(
+        State{asio::steady_timer(io_), spec, std::move(record), std::move(done)});
     tick(state);
   }
 
@@ -86,7 +90,8 @@ TEST(BackgroundStreams, SettleThenStopGivesCancelledRecordsAndTheirGaps) {
   const Clock::time_point epoch = Clock::now();
   FakeStreams client(epoch, std::chrono::milliseconds(5));
   Workload workload = test_workload();
-  BackgroundStreams streams(client, workload, {.count = 3, .prompt_len = 16, .sink = 4, .window = 60, .settle_s = 0.2});
+  BackgroundStreams streams(
+      client, workload, {.count = 3, .prompt_len = 16, .sink = 4, .window = 60, .settle_s = 0.2});
   streams.start(10);
   const double load_start = seconds_since(epoch);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -128,7 +133,8 @@ TEST(BackgroundStreams, GapsCountOnlyWithinTheWindow) {
   RequestRecord a, b;
   a.chunk_times_s = {1.0, 1.01, 1.03, 1.06};
   b.chunk_times_s = {0.5, 1.02, 1.05};
-  EXPECT_EQ(stream_gaps({a, b}, 1.0, 1.05), (std::vector<double>{1.01 - 1.0, 1.03 - 1.01, 1.05 - 1.02}));
+  EXPECT_EQ(stream_gaps({a, b}, 1.0, 1.05),
+            (std::vector<double>{1.01 - 1.0, 1.03 - 1.01, 1.05 - 1.02}));
   const std::vector<double> all = stream_gaps({a}, 0, 10);
   EXPECT_EQ(all.size(), 3u);
   // A stream that never produced a token only counts as failed when it was not stopped.
@@ -142,14 +148,17 @@ TEST(BackgroundStreams, GapsCountOnlyWithinTheWindow) {
 
 TEST(HistogramQuantile, InterpolatesTheDeltaWithinItsBucket) {
   const PromSnapshot before = PromSnapshot::parse(
-      "h_bucket{le=\"0.01\"} 10\nh_bucket{le=\"0.02\"} 10\nh_bucket{le=\"0.04\"} 10\nh_bucket{le=\"+Inf\"} 10\n");
+      "h_bucket{le=\"0.01\"} 10\nh_bucket{le=\"0.02\"} 10\nh_bucket{le=\"0.04\"} "
+      "10\nh_bucket{le=\"+Inf\"} 10\n");
   // Gained: 50 in (0, 0.01], 40 in (0.01, 0.02], 8 in (0.02, 0.04], 2 above.
   const PromSnapshot after = PromSnapshot::parse(
-      "h_bucket{le=\"0.01\"} 60\nh_bucket{le=\"0.02\"} 100\nh_bucket{le=\"0.04\"} 108\nh_bucket{le=\"+Inf\"} 110\n");
+      "h_bucket{le=\"0.01\"} 60\nh_bucket{le=\"0.02\"} 100\nh_bucket{le=\"0.04\"} "
+      "108\nh_bucket{le=\"+Inf\"} 110\n");
   EXPECT_NEAR(*histogram_quantile(before, after, "h", 0.5), 0.01, 1e-12);
   EXPECT_NEAR(*histogram_quantile(before, after, "h", 0.7), 0.015, 1e-12);
   EXPECT_NEAR(*histogram_quantile(before, after, "h", 0.94), 0.03, 1e-12);
-  EXPECT_NEAR(*histogram_quantile(before, after, "h", 0.99), 0.04, 1e-12);  // in +Inf: the last bound
+  EXPECT_NEAR(*histogram_quantile(before, after, "h", 0.99), 0.04,
+              1e-12);  // in +Inf: the last bound
   EXPECT_FALSE(histogram_quantile(before, before, "h", 0.5).has_value());
   EXPECT_FALSE(histogram_quantile(before, after, "missing", 0.5).has_value());
 }

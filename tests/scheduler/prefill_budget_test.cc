@@ -32,7 +32,8 @@ TEST(PrefillBudget, AttendedKeysMatchACount) {
   for (const KvGeometry& g : {full, ring, no_sink})
     for (int i = 0; i < 300; ++i) {
       const int64_t s = pos(rng), n = len(rng);
-      EXPECT_EQ(attended_keys(g, s, n), brute_keys(g, s, n)) << s << " " << n << " window " << g.window;
+      EXPECT_EQ(attended_keys(g, s, n), brute_keys(g, s, n))
+          << s << " " << n << " window " << g.window;
     }
   EXPECT_EQ(attended_keys(full, 0, 4), 1 + 2 + 3 + 4);
   EXPECT_EQ(attended_keys(ring, 5000, 1), 1024);  // a full ring: sinks + window
@@ -51,7 +52,8 @@ StepCostModel linear_model() {
     if (i % 4 == 0) {
       m.observe(c, decode_ms * 1e-3);
     } else if (i % 4 == 2) {  // two chunks cost what one of their total does
-      m.observe(c.with_chunk(tokens, 0).with_chunk(16, 0), (decode_ms + 1 + 0.05 * (tokens + 16)) * 1e-3);
+      m.observe(c.with_chunk(tokens, 0).with_chunk(16, 0),
+                (decode_ms + 1 + 0.05 * (tokens + 16)) * 1e-3);
     } else {
       m.observe(c.with_chunk(tokens, 0), (decode_ms + 1 + 0.05 * tokens) * 1e-3);
     }
@@ -68,8 +70,8 @@ StepComposition rows(int n) {
 constexpr KvGeometry kFull{};
 
 TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
-  const LatencyTarget none{}, auto_t{LatencyTarget::Kind::kAuto, 0}, t25{LatencyTarget::Kind::kFixed, 0.025},
-      t40{LatencyTarget::Kind::kFixed, 0.040};
+  const LatencyTarget none{}, auto_t{LatencyTarget::Kind::kAuto, 0},
+      t25{LatencyTarget::Kind::kFixed, 0.025}, t40{LatencyTarget::Kind::kFixed, 0.040};
   std::vector<LatencyTarget> targets = {t40, none, t25};
   StepLimits l = step_limits(targets, 0.010, true, 512, 64, 256);
   EXPECT_TRUE(l.constrained);
@@ -129,7 +131,8 @@ TEST(PrefillBudget, AnUnreachableTargetStillFeedsTheFloorOncePerStep) {
 
 TEST(PrefillBudget, CapWarmUpAndNoTarget) {
   const StepCostModel m = linear_model();
-  StepLimits free{.constrained = false, .target_s = 0, .token_cap = 300, .min_tokens = 16, .warmup_tokens = 64};
+  StepLimits free{
+      .constrained = false, .target_s = 0, .token_cap = 300, .min_tokens = 16, .warmup_tokens = 64};
   PrefillBudget a(m, rows(10), free);
   EXPECT_EQ(a.fit(1000, kFull, 0), 300);  // max_num_batched_tokens is the only bound
   a.take(250, kFull, 0);
@@ -154,7 +157,8 @@ TEST(PrefillBudget, UnqueuedTtftSumsThePredictedSteps) {
   l.token_cap = 4096;
   l.min_tokens = 16;
   EXPECT_NEAR(unqueued_ttft_s(m, rows(10), l, kFull, 1000), 10 * 0.009, 1e-4);
-  EXPECT_NEAR(unqueued_ttft_s(m, rows(10), l, kFull, 150), 0.009 + (3 + 1 + 0.05 * 50) * 1e-3, 1e-4);
+  EXPECT_NEAR(unqueued_ttft_s(m, rows(10), l, kFull, 150), 0.009 + (3 + 1 + 0.05 * 50) * 1e-3,
+              1e-4);
   EXPECT_EQ(unqueued_ttft_s(StepCostModel(), rows(10), l, kFull, 1000), 0.0);  // not trusted
   l.token_cap = 0;  // the decodes fill this step: later ones still feed at least the floor
   EXPECT_GT(unqueued_ttft_s(m, rows(10), l, kFull, 1000), 0.0);
@@ -168,7 +172,8 @@ TEST(LatencyTargets, ResolveOrderAndJudge) {
   EXPECT_DOUBLE_EQ(fixed.seconds, 0.05);
   EXPECT_DOUBLE_EQ(resolve_target(milliseconds(25), milliseconds(50)).seconds, 0.025);
   EXPECT_EQ(ordering_slack(fixed, milliseconds(60'000)), milliseconds(50));
-  EXPECT_EQ(ordering_slack({LatencyTarget::Kind::kAuto, 0}, milliseconds(60'000)), kAutoOrderingTtft);
+  EXPECT_EQ(ordering_slack({LatencyTarget::Kind::kAuto, 0}, milliseconds(60'000)),
+            kAutoOrderingTtft);
   EXPECT_EQ(ordering_slack({}, milliseconds(60'000)), milliseconds(60'000));
   EXPECT_DOUBLE_EQ(target_seconds({LatencyTarget::Kind::kAuto, 0}, 0.3), 0.3);
   EXPECT_DOUBLE_EQ(target_seconds({}, 0.3), 0.0);

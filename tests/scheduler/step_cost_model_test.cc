@@ -17,7 +17,8 @@ struct Device {
          per_prefill_token = 0.025, per_prefill_key = 0.4e-6;
   double ms(const StepComposition& c) const {
     return base + per_row * c.decode_rows + per_decode_key * static_cast<double>(c.decode_keys) +
-           (c.chunks > 0 ? mixed : 0) + per_chunk * c.chunks + per_prefill_token * static_cast<double>(c.prefill_tokens) +
+           (c.chunks > 0 ? mixed : 0) + per_chunk * c.chunks +
+           per_prefill_token * static_cast<double>(c.prefill_tokens) +
            per_prefill_key * static_cast<double>(c.prefill_keys);
   }
 };
@@ -30,7 +31,8 @@ StepComposition decode_step(int rows, int64_t keys_per_row) {
 }
 
 StepComposition mixed_step(int rows, int64_t keys_per_row, int64_t tokens, int64_t cached) {
-  return decode_step(rows, keys_per_row).with_chunk(tokens, tokens * cached + tokens * (tokens + 1) / 2);
+  return decode_step(rows, keys_per_row)
+      .with_chunk(tokens, tokens * cached + tokens * (tokens + 1) / 2);
 }
 
 // Steps a serving loop would run: decodes at varying batch sizes, and mixed steps of varying
@@ -39,8 +41,9 @@ void feed(StepCostModel& m, const Device& d, int steps, std::mt19937& rng, doubl
   std::uniform_int_distribution<int> rows(1, 64), tokens(16, 2048), cached(0, 4096), kind(0, 3);
   std::normal_distribution<double> err(0, noise);
   for (int i = 0; i < steps; ++i) {
-    const StepComposition c =
-        kind(rng) == 0 ? mixed_step(rows(rng), cached(rng), tokens(rng), cached(rng)) : decode_step(rows(rng), cached(rng));
+    const StepComposition c = kind(rng) == 0
+                                  ? mixed_step(rows(rng), cached(rng), tokens(rng), cached(rng))
+                                  : decode_step(rows(rng), cached(rng));
     m.observe(c, d.ms(c) * (1 + (noise > 0 ? err(rng) : 0)) * 1e-3);
   }
 }
@@ -51,8 +54,9 @@ TEST(StepCostModel, FitsAnExactLinearDevice) {
   std::mt19937 rng(1);
   feed(m, d, 400, rng);
   ASSERT_TRUE(m.trusted());
-  for (const StepComposition& c : {decode_step(32, 1024), decode_step(1, 10), mixed_step(32, 1024, 224, 0),
-                                   mixed_step(8, 512, 2048, 4096), mixed_step(0, 0, 8192, 0)})
+  for (const StepComposition& c :
+       {decode_step(32, 1024), decode_step(1, 10), mixed_step(32, 1024, 224, 0),
+        mixed_step(8, 512, 2048, 4096), mixed_step(0, 0, 8192, 0)})
     EXPECT_NEAR(m.predict(c) * 1e3, d.ms(c), 0.01 * d.ms(c)) << m.describe();
 }
 
@@ -62,7 +66,8 @@ TEST(StepCostModel, NoisyTimingsStillPredictWithinTheNoise) {
   std::mt19937 rng(2);
   feed(m, d, 2000, rng, 0.05);
   ASSERT_TRUE(m.trusted());
-  for (const StepComposition& c : {decode_step(32, 1024), mixed_step(32, 1024, 224, 0), mixed_step(16, 800, 512, 1000)})
+  for (const StepComposition& c :
+       {decode_step(32, 1024), mixed_step(32, 1024, 224, 0), mixed_step(16, 800, 512, 1000)})
     EXPECT_NEAR(m.predict(c) * 1e3, d.ms(c), 0.05 * d.ms(c)) << m.describe();
 }
 
@@ -70,9 +75,11 @@ TEST(StepCostModel, TrustedOnlyAfterBothKindsOfStepsAndTwoChunkSizes) {
   StepCostModel m({.window = 64, .min_decode_steps = 4, .min_prefill_steps = 3});
   Device d;
   EXPECT_EQ(m.predict(decode_step(4, 100)), 0.0);  // nothing fitted yet
-  for (int i = 0; i < 10; ++i) m.observe(decode_step(4 + i, 100), d.ms(decode_step(4 + i, 100)) * 1e-3);
+  for (int i = 0; i < 10; ++i)
+    m.observe(decode_step(4 + i, 100), d.ms(decode_step(4 + i, 100)) * 1e-3);
   EXPECT_FALSE(m.trusted());  // no prefill seen
-  for (int i = 0; i < 5; ++i) m.observe(mixed_step(4, 100, 256, 0), d.ms(mixed_step(4, 100, 256, 0)) * 1e-3);
+  for (int i = 0; i < 5; ++i)
+    m.observe(mixed_step(4, 100, 256, 0), d.ms(mixed_step(4, 100, 256, 0)) * 1e-3);
   EXPECT_FALSE(m.trusted());  // one chunk size: the per-token slope is not identified
   m.observe(mixed_step(4, 100, 64, 0), d.ms(mixed_step(4, 100, 64, 0)) * 1e-3);
   EXPECT_TRUE(m.trusted()) << m.describe();
@@ -105,10 +112,12 @@ TEST(StepCostModel, SlopesStayNonNegativeSoPredictionsGrowWithTheStep) {
   // measured faster, e.g. a noisy device), plus decode steps.
   StepCostModel m({.window = 64, .min_decode_steps = 4, .min_prefill_steps = 3});
   for (int i = 0; i < 20; ++i) m.observe(decode_step(8, 100), 5e-3);
-  for (int i = 0; i < 20; ++i) m.observe(mixed_step(8, 100, 64 + 64 * (i % 4), 0), (9.0 - 0.5 * (i % 4)) * 1e-3);
+  for (int i = 0; i < 20; ++i)
+    m.observe(mixed_step(8, 100, 64 + 64 * (i % 4), 0), (9.0 - 0.5 * (i % 4)) * 1e-3);
   ASSERT_TRUE(m.trusted());
   for (int j = 1; j < StepCostModel::kFeatures; ++j)
-    if (j != 3) EXPECT_GE(m.coefficients()[j], 0.0) << j;  // c3, the prefill steps' offset, has either sign
+    if (j != 3)
+      EXPECT_GE(m.coefficients()[j], 0.0) << j;  // c3, the prefill steps' offset, has either sign
   double last = 0;
   for (int64_t n = 1; n <= 4096; n += 128) {
     const double t = m.predict(mixed_step(8, 100, n, 0));
@@ -133,13 +142,14 @@ TEST(StepCostModel, FitsAHingedDeviceWhereThePlannerWorks) {
   std::uniform_int_distribution<int> near(450, 700), tail(50, 250), pick(0, 5);
   for (int i = 0; i < 600; ++i) {
     const int kind = pick(rng);
-    const StepComposition c = kind < 3 ? decode_step(32, 1024) : chunk(kind == 5 ? tail(rng) : near(rng));
+    const StepComposition c =
+        kind < 3 ? decode_step(32, 1024) : chunk(kind == 5 ? tail(rng) : near(rng));
     m.observe(c, device_ms(c) * 1e-3);
   }
   ASSERT_TRUE(m.trusted());
   for (int64_t p : {450, 550, 650, 700})
-    EXPECT_NEAR(m.predict(chunk(p)) * 1e3, device_ms(chunk(p)), 0.05 * device_ms(chunk(p))) << p << ": "
-                                                                                              << m.describe();
+    EXPECT_NEAR(m.predict(chunk(p)) * 1e3, device_ms(chunk(p)), 0.05 * device_ms(chunk(p)))
+        << p << ": " << m.describe();
   EXPECT_NEAR(m.predict(decode_step(32, 1024)) * 1e3, 10.1, 0.1);
   EXPECT_LT(m.coefficients()[3], 0.0);
 }

@@ -28,13 +28,16 @@ class TimedRunner final : public testing::ForwardingRunner {
     int64_t prefill = 0;
     double ms = 0;
   };
-  explicit TimedRunner(const Model& m, milliseconds sleep = milliseconds(0)) : ForwardingRunner(m), sleep_(sleep) {}
+  explicit TimedRunner(const Model& m, milliseconds sleep = milliseconds(0))
+      : ForwardingRunner(m), sleep_(sleep) {}
 
   void launch(std::span<const StepInput> inputs) override {
     Step s;
     for (const StepInput& in : inputs) {
-      if (in.tokens.size() == 1) ++s.rows;
-      else s.prefill += static_cast<int64_t>(in.tokens.size());
+      if (in.tokens.size() == 1)
+        ++s.rows;
+      else
+        s.prefill += static_cast<int64_t>(in.tokens.size());
     }
     s.ms = 2 + 0.1 * s.rows + (s.prefill > 0 ? 1 + 0.02 * static_cast<double>(s.prefill) : 0);
     ForwardingRunner::launch(inputs);
@@ -92,7 +95,8 @@ Request greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 template <typename Pred>
-bool wait_for(const ServingEngine& e, Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+bool wait_for(const ServingEngine& e, Pred pred,
+              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   const auto until = Clock::now() + timeout;
   while (Clock::now() < until) {
     if (pred(e.stats())) return true;
@@ -140,7 +144,7 @@ TEST(TpotScheduling, PrefillChunksFillTheStepUpToTheTightestTarget) {
     if (steps[i].prefill == 0) continue;
     largest = std::max(largest, steps[i].prefill);
     EXPECT_LE(steps[i].ms, 0.9 * 12 + 0.05) << "step " << i << ": " << steps[i].rows << " rows, "
-                                             << steps[i].prefill << " prompt tokens";
+                                            << steps[i].prefill << " prompt tokens";
   }
   EXPECT_GE(largest, 340);  // the budget, not the 32-token warm-up allowance
   for (RequestHandle& s : streams) s.cancel();
@@ -152,7 +156,8 @@ TEST(TpotScheduling, WithoutTargetsOrWithTheBudgetOffStepsFillTheTokenBudget) {
     c.tpot_aware = aware;
     TimedEngine t(c);
     // Batch streams (target 0) constrain nothing; with tpot_aware off, targets are ignored.
-    std::vector<RequestHandle> streams = start_streams(*t.engine, aware ? milliseconds(0) : milliseconds(12));
+    std::vector<RequestHandle> streams =
+        start_streams(*t.engine, aware ? milliseconds(0) : milliseconds(12));
     const size_t from = t.runner->steps().size();
     Request big = greedy(random_prompt(700, 8), 2);
     big.cache = CachePolicy::streaming(4, 480);
@@ -179,11 +184,13 @@ TEST(TpotScheduling, GreedyOutputsAreThoseOfFixedBudgetChunking) {
       r.tpot_target = milliseconds(5);
       hs.push_back(t.engine->submit(r));
     }
-    for (int i = 0; i < 6; ++i) hs.push_back(t.engine->submit(greedy(random_prompt(100 + 60 * i, 400 + i), 20)));
+    for (int i = 0; i < 6; ++i)
+      hs.push_back(t.engine->submit(greedy(random_prompt(100 + 60 * i, 400 + i), 20)));
     for (RequestHandle& h : hs) outputs[aware ? 0 : 1].push_back(collect(h).ids);
   }
   ASSERT_EQ(outputs[0].size(), outputs[1].size());
-  for (size_t i = 0; i < outputs[0].size(); ++i) EXPECT_EQ(outputs[0][i], outputs[1][i]) << "request " << i;
+  for (size_t i = 0; i < outputs[0].size(); ++i)
+    EXPECT_EQ(outputs[0][i], outputs[1][i]) << "request " << i;
 }
 
 TEST(TpotScheduling, TightTtftTargetsAreAdmittedFirstAndBatchRequestsLast) {
@@ -202,8 +209,10 @@ TEST(TpotScheduling, TightTtftTargetsAreAdmittedFirstAndBatchRequestsLast) {
   RequestHandle h_loose = t.engine->submit(loose);
   RequestHandle h_auto = t.engine->submit(greedy(random_prompt(5, 5), 3));  // auto: ordered as 1 s
   RequestHandle h_tight = t.engine->submit(tight);
-  const double q_tight = collect(h_tight).final.timings.queue_s, q_auto = collect(h_auto).final.timings.queue_s,
-               q_loose = collect(h_loose).final.timings.queue_s, q_batch = collect(h_batch).final.timings.queue_s;
+  const double q_tight = collect(h_tight).final.timings.queue_s,
+               q_auto = collect(h_auto).final.timings.queue_s,
+               q_loose = collect(h_loose).final.timings.queue_s,
+               q_batch = collect(h_batch).final.timings.queue_s;
   EXPECT_LT(q_tight, q_auto);
   EXPECT_LT(q_auto, q_loose);
   EXPECT_LT(q_loose, q_batch);
@@ -222,7 +231,8 @@ double counter(const MetricsRegistry& m, const std::string& name, const std::str
 TEST(TpotScheduling, FinishedRequestsAreJudgedAgainstTheirTargets) {
   TimedEngine t(scheduler_defaults("cpu"), milliseconds(4));  // every step takes >= 4 ms
   for (const char* name : {"rill_slo_met_total", "rill_slo_missed_total"})
-    for (const char* kind : {"ttft", "tpot"}) EXPECT_EQ(counter(t.metrics, name, kind), 0) << name << kind;
+    for (const char* kind : {"ttft", "tpot"})
+      EXPECT_EQ(counter(t.metrics, name, kind), 0) << name << kind;
   Request r = greedy(random_prompt(10, 1), 6);
   r.ttft_target = milliseconds(60'000);
   r.tpot_target = milliseconds(1);
@@ -264,7 +274,9 @@ TEST(TpotScheduling, TargetsOutOfRangeAreRefusedNamingTheField) {
         ADD_FAILURE() << "accepted " << bad.count();
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-        EXPECT_NE(std::string(e.what()).find(ttft ? "ttft_target" : "tpot_target"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(ttft ? "ttft_target" : "tpot_target"),
+                  std::string::npos)
+            << e.what();
       }
     }
   }

@@ -29,8 +29,10 @@ TEST(LatencyTargetFields, SharedBounds) {
   EXPECT_EQ(checked_latency_target("ttft_target_ms", 0), milliseconds(0));
   EXPECT_EQ(checked_latency_target("tpot_target_ms", 3'600'000), milliseconds(3'600'000));
   EXPECT_EQ(refusal([] { checked_latency_target("ttft_target_ms", -1); }),
-            std::make_pair(std::string("ttft_target_ms"), std::string("'ttft_target_ms' must be in [0, 3600000]")));
-  EXPECT_EQ(refusal([] { checked_latency_target("tpot_target_ms", 3'600'001); }).first, "tpot_target_ms");
+            std::make_pair(std::string("ttft_target_ms"),
+                           std::string("'ttft_target_ms' must be in [0, 3600000]")));
+  EXPECT_EQ(refusal([] { checked_latency_target("tpot_target_ms", 3'600'001); }).first,
+            "tpot_target_ms");
 }
 
 template <typename Message>
@@ -71,9 +73,9 @@ TEST(LatencyTargetFields, FinalInfoCarriesTheVerdicts) {
 }
 
 TEST(LatencyTargetFields, ServerDefaultsAndTheirBounds) {
-  std::vector<std::string> args = {"rill-server",       "--ttft-target-ms",    "500", "--tpot-target-ms",
-                                   "25",                "--tpot-aware",        "false", "--min-prefill-tokens",
-                                   "32",                "--warmup-prefill-tokens", "128"};
+  std::vector<std::string> args = {
+      "rill-server", "--ttft-target-ms",     "500", "--tpot-target-ms",        "25", "--tpot-aware",
+      "false",       "--min-prefill-tokens", "32",  "--warmup-prefill-tokens", "128"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   ServerConfig c;
@@ -89,10 +91,13 @@ TEST(LatencyTargetFields, ServerDefaultsAndTheirBounds) {
   EXPECT_EQ(defaults.scheduler.ttft_target, milliseconds(0));
   for (auto [field, set] :
        std::vector<std::pair<std::string, std::function<void(SchedulerConfig&)>>>{
-           {"scheduler.ttft_target_ms", [](SchedulerConfig& s) { s.ttft_target = milliseconds(-1); }},
-           {"scheduler.tpot_target_ms", [](SchedulerConfig& s) { s.tpot_target = kMaxLatencyTarget + milliseconds(1); }},
+           {"scheduler.ttft_target_ms",
+            [](SchedulerConfig& s) { s.ttft_target = milliseconds(-1); }},
+           {"scheduler.tpot_target_ms",
+            [](SchedulerConfig& s) { s.tpot_target = kMaxLatencyTarget + milliseconds(1); }},
            {"scheduler.min_prefill_tokens", [](SchedulerConfig& s) { s.min_prefill_tokens = 0; }},
-           {"scheduler.warmup_prefill_tokens", [](SchedulerConfig& s) { s.warmup_prefill_tokens = 0; }}}) {
+           {"scheduler.warmup_prefill_tokens",
+            [](SchedulerConfig& s) { s.warmup_prefill_tokens = 0; }}}) {
     ServerConfig bad;
     set(bad.scheduler);
     try {
