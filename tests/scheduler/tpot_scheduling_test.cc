@@ -150,6 +150,32 @@ TEST(TpotScheduling, PrefillChunksFillTheStepUpToTheTightestTarget) {
   for (RequestHandle& s : streams) s.cancel();
 }
 
+// Auto targets: 2x the steady step of the batch being built. Four streams alone step in 2.4 ms
+// (target 0.9 x 4.8 ms: about 40 prompt tokens a step); with 40 requests queued behind the
+// prompt the batch will hold 45 rows, a 6.5 ms step (target 11.7 ms: about 400 tokens).
+TEST(TpotScheduling, AutoTargetsFollowTheBatchBeingBuiltQueueIncluded) {
+  for (const int queued : {0, 40}) {
+    TimedEngine t(scheduler_defaults("cpu"));
+    std::vector<RequestHandle> streams = start_streams(*t.engine, std::nullopt);
+    const size_t from = t.runner->steps().size();
+    Request big = greedy(random_prompt(450, 7), 2);
+    big.cache = CachePolicy::streaming(4, 480);
+    RequestHandle h = t.engine->submit(big);
+    std::vector<RequestHandle> small;
+    for (int i = 0; i < queued; ++i) small.push_back(t.engine->submit(greedy(random_prompt(8, 500 + i), 2)));
+    collect(h);
+    for (RequestHandle& x : small) collect(x);
+    const std::vector<TimedRunner::Step> steps = t.runner->steps();
+    int64_t largest = 0;
+    for (size_t i = from; i < steps.size(); ++i) largest = std::max(largest, steps[i].prefill);
+    if (queued == 0)
+      EXPECT_LE(largest, 60) << "the four streams' own pace";
+    else
+      EXPECT_GE(largest, 300) << "the pace of the batch the queue will make";
+    for (RequestHandle& s : streams) s.cancel();
+  }
+}
+
 TEST(TpotScheduling, WithoutTargetsOrWithTheBudgetOffStepsFillTheTokenBudget) {
   for (const bool aware : {true, false}) {
     SchedulerConfig c = scheduler_defaults("cpu");
