@@ -77,6 +77,8 @@ struct Registry {
 
 // The first read of a request on an idle connection.
 constexpr size_t kFirstReadBytes = 4096;
+// Reads of what a client still sends after its answer (linger_close).
+constexpr size_t kDiscardBytes = 16 * 1024;
 
 // What the engine's notifiers reach the io_context through. They may fire after the server is
 // gone (a request cancelled at shutdown): the server closes the gate before destroying the
@@ -609,7 +611,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void discard() {
-    stream_.async_read_some(net::buffer(probe_),
+    // Only a lingering connection pays for a buffer this size (reading a refused megabyte 64
+    // bytes at a time took 15,000 reads).
+    if (!discard_buffer_) discard_buffer_ = std::make_unique<char[]>(kDiscardBytes);
+    stream_.async_read_some(net::buffer(discard_buffer_.get(), kDiscardBytes),
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               if (ec) return self->close();
                               self->discard();
@@ -652,6 +657,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<RequestEvent> events_;
   std::string pending_, inflight_;
   char probe_[64];
+  std::unique_ptr<char[]> discard_buffer_;  // linger_close's reads
   bool generating_ = false, stream_mode_ = false, headers_sent_ = false, final_seen_ = false;
   bool writing_ = false, closed_ = false, logged_ = false, released_ = false;
   bool chunked_ = true;   // the stream's body is chunked (an HTTP/1.1 client)
