@@ -75,8 +75,6 @@ struct Registry {
   LogThrottle body_refusals;
 };
 
-// The first read of a request on an idle connection.
-constexpr size_t kFirstReadBytes = 4096;
 // Reads of what a client still sends after its answer (linger_close).
 constexpr size_t kDiscardBytes = 16 * 1024;
 
@@ -124,11 +122,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // Over the connection cap: 503 without reading the request, then the connection closes.
   void refuse() {
     refused_ = true;
-    ErrorReply e = map_error(
-        ErrorCode::kResourceExhausted,
-        "too many connections: the server has " +
-            std::to_string(reg_.connections.max_connections()) +
-            " open (max_connections); retry later");
+    ErrorReply e = map_error(ErrorCode::kResourceExhausted,
+                             "too many connections: the server has " +
+                                 std::to_string(reg_.connections.max_connections()) +
+                                 " open (max_connections); retry later");
     send_error(e, 503, false);
   }
 
@@ -141,18 +138,19 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<uint32_t>(kMaxHeaderBytes));
     stream_.expires_after(kIdleTimeout);
     if (buffer_.size() > 0) return read_some();  // pipelined bytes of the next request
-    buffer_.shrink_to_fit();                     // an idle connection keeps no read buffer
+    // An idle connection holds no read buffer: its first bytes land in probe_.
+    buffer_.shrink_to_fit();
     std::weak_ptr<Session> weak = weak_from_this();
     reg_.connections.set_idle(conn_id_, [weak] {
       if (auto self = weak.lock())
         net::post(self->stream_.get_executor(), [self] { self->close(); });
     });
     stream_.async_read_some(
-        buffer_.prepare(kFirstReadBytes),
-        [self = shared_from_this()](beast::error_code ec, size_t n) {
+        net::buffer(probe_), [self = shared_from_this()](beast::error_code ec, size_t n) {
           const bool kept = self->reg_.connections.set_busy(self->conn_id_);
           if (ec || !kept) return self->close();  // hung up, timed out or evicted
-          self->buffer_.commit(n);
+          self->buffer_.commit(
+              net::buffer_copy(self->buffer_.prepare(n), net::buffer(self->probe_, n)));
           self->read_some();
         });
   }
@@ -193,8 +191,8 @@ class Session : public std::enable_shared_from_this<Session> {
           "HTTP: {} request(s) refused since the last report: {} of {} bytes of unfinished "
           "bodies buffered (max_buffered_body_bytes)",
           n, reg_.bodies.used(), reg_.bodies.max_bytes());
-    method_line_ = std::string(parser_->get().method_string()) + " " +
-                   std::string(parser_->get().target());
+    method_line_ =
+        std::string(parser_->get().method_string()) + " " + std::string(parser_->get().target());
     req_ = {};
     req_.version(parser_->get().version());
     parser_.reset();
@@ -604,6 +602,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Half-closes, then reads and discards what the client still sends (e.g. the rest of an
   // oversized body) for up to 5 s, so that it reads our answer instead of a connection reset.
   void linger_close() {
+    buffer_.clear();
+    buffer_.shrink_to_fit();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.expires_after(std::chrono::seconds(5));
@@ -656,12 +656,12 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<TurnPlan> turn_;  // a session turn: what to record when it ends
   std::vector<RequestEvent> events_;
   std::string pending_, inflight_;
-  char probe_[64];
+  char probe_[64];  // an idle connection's first read; a generation's disconnect watch
   std::unique_ptr<char[]> discard_buffer_;  // linger_close's reads
   bool generating_ = false, stream_mode_ = false, headers_sent_ = false, final_seen_ = false;
   bool writing_ = false, closed_ = false, logged_ = false, released_ = false;
-  bool chunked_ = true;   // the stream's body is chunked (an HTTP/1.1 client)
-  bool refused_ = false;  // over the connection cap: answered 503 unread
+  bool chunked_ = true;       // the stream's body is chunked (an HTTP/1.1 client)
+  bool refused_ = false;      // over the connection cap: answered 503 unread
   int64_t body_charged_ = 0;  // bytes of the unfinished body charged to reg_.bodies
   // Access log.
   std::string request_id_, finish_reason_;

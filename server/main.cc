@@ -14,8 +14,8 @@
 #include <mutex>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/model/dtype.h"
 #include "engine/model/model.h"

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <optional>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -77,8 +77,7 @@ std::vector<Field> fields(ServerConfig& c) {
        "unsent streamed bytes before a slow reader is cancelled", &c.max_stream_buffer_bytes,
        Range{4 * kKiB, kGiB}},
       {"max_prompt_tokens", "--max-prompt-tokens",
-       "longest prompt accepted (0: the model's context)", &c.max_prompt_tokens,
-       Range{0, kGiB}},
+       "longest prompt accepted (0: the model's context)", &c.max_prompt_tokens, Range{0, kGiB}},
       {"drain_timeout_s", "--drain-timeout", "seconds to finish in-flight requests on SIGTERM",
        &c.drain_timeout_s, Range{0, 86400}},
       {"log_level", "--log-level", "trace, debug, info, warn, error, critical or off",
@@ -87,8 +86,8 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.device", "--device", "auto, cpu or cuda", &e.device},
       {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
-      {"engine.block_size", "--block-size", "tokens per KV block (a power of two)",
-       &e.block_size, Range{1, 1024}},
+      {"engine.block_size", "--block-size", "tokens per KV block (a power of two)", &e.block_size,
+       Range{1, 1024}},
       {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads,
        Range{0, 1024}},
       {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
@@ -128,8 +127,8 @@ std::vector<Field> fields(ServerConfig& c) {
        "streaming cache: most sink tokens a request may ask for", &s.max_sink, Range{0, kMiB}},
       {"scheduler.max_window", "--max-window",
        "streaming cache: largest window a request may ask for", &s.max_window, Range{1, kGiB}},
-      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited",
-       &s.aging_per_s, Range{0, 1e6}},
+      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited", &s.aging_per_s,
+       Range{0, 1e6}},
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark,
        Range{0, 1, false, /*max_open=*/true}},
@@ -140,8 +139,7 @@ std::vector<Field> fields(ServerConfig& c) {
       {"scheduler.session_idle_ttl_ms", "--session-idle-ttl-ms",
        "idle sessions expire after this long", &s.session_idle_ttl, kDuration},
       {"scheduler.max_restores_per_step", "--max-restores-per-step",
-       "offloaded session caches copied back per step", &s.max_restores_per_step,
-       Range{1, 65536}},
+       "offloaded session caches copied back per step", &s.max_restores_per_step, Range{1, 65536}},
   };
 }
 
@@ -256,9 +254,8 @@ std::string read_config_text(const std::string& path) {
     throw Error(ErrorCode::kInvalidArgument, "config " + path + ": not a regular file");
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec || size > kMaxConfigFileBytes)
-    throw Error(ErrorCode::kInvalidArgument,
-                "config " + path + ": larger than " + std::to_string(kMaxConfigFileBytes) +
-                    " bytes");
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": larger than " +
+                                                 std::to_string(kMaxConfigFileBytes) + " bytes");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ErrorCode::kInvalidArgument,
@@ -269,14 +266,14 @@ std::string read_config_text(const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kInvalidArgument, "config " + path + ": cannot read: " + e.what());
   }
-  if (in.bad())
-    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": cannot read");
+  if (in.bad()) throw Error(ErrorCode::kInvalidArgument, "config " + path + ": cannot read");
   return text;
 }
 
 bool is_ip_address(const std::string& host) {
   unsigned char addr[sizeof(in6_addr)];
-  return inet_pton(AF_INET, host.c_str(), addr) == 1 || inet_pton(AF_INET6, host.c_str(), addr) == 1;
+  return inet_pton(AF_INET, host.c_str(), addr) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), addr) == 1;
 }
 
 // A served name is echoed in every JSON answer, the metrics labels and the ready line.

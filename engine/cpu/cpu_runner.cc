@@ -45,13 +45,15 @@ std::vector<float> f32(const Tensor& t) { return t.present() ? t.to_f32() : std:
 int pool_blocks(int64_t budget, int64_t block_bytes) {
   const int64_t blocks = budget / block_bytes;
   if (blocks <= 0)
-    throw Error(ErrorCode::kInvalidArgument, "cpu_kv_cache_bytes: a budget of " + std::to_string(budget) +
+    throw Error(ErrorCode::kInvalidArgument, "cpu_kv_cache_bytes: a budget of " +
+                                                 std::to_string(budget) +
                                                  " bytes is too small for one KV block of " +
                                                  std::to_string(block_bytes) + " bytes");
   if (blocks > std::numeric_limits<int32_t>::max())
-    throw Error(ErrorCode::kInvalidArgument, "cpu_kv_cache_bytes: a budget of " + std::to_string(budget) + " bytes is " +
-                                                 std::to_string(blocks) + " KV blocks, more than the pool's limit of " +
-                                                 std::to_string(std::numeric_limits<int32_t>::max()));
+    throw Error(ErrorCode::kInvalidArgument,
+                "cpu_kv_cache_bytes: a budget of " + std::to_string(budget) + " bytes is " +
+                    std::to_string(blocks) + " KV blocks, more than the pool's limit of " +
+                    std::to_string(std::numeric_limits<int32_t>::max()));
   return static_cast<int>(blocks);
 }
 
@@ -95,14 +97,16 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
     layers_.push_back(std::move(l));
   }
   const int64_t block_floats = 2ll * c.num_kv_heads * opt.block_size * c.head_dim;
-  num_blocks_ = opt.num_blocks > 0 ? opt.num_blocks : pool_blocks(opt.kv_cache_bytes, block_floats * 4 * c.num_layers);
+  num_blocks_ = opt.num_blocks > 0
+                    ? opt.num_blocks
+                    : pool_blocks(opt.kv_cache_bytes, block_floats * 4 * c.num_layers);
   // Uninitialised on purpose: pages are touched only when blocks are used.
   const size_t pool_floats = static_cast<size_t>(num_blocks_) * block_floats * c.num_layers;
   try {
     cache_.reset(new float[pool_floats]);
   } catch (const std::bad_alloc&) {
-    throw Error(ErrorCode::kResourceExhausted,
-                "cpu_kv_cache_bytes: cannot allocate a KV pool of " + std::to_string(pool_floats * 4) + " bytes");
+    throw Error(ErrorCode::kResourceExhausted, "cpu_kv_cache_bytes: cannot allocate a KV pool of " +
+                                                   std::to_string(pool_floats * 4) + " bytes");
   }
   kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window);
   host_blocks_ = static_cast<int>(std::min<int64_t>(opt.host_kv_cache_bytes / (block_floats * 4 * c.num_layers), INT32_MAX));

@@ -24,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 /// deadline lies in the past: the request would end "deadline" at once). d <= 0 is `now`.
 inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds d) {
   if (d.count() <= 0) return now;
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  const auto room =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
   return d >= room ? Clock::time_point::max() : now + d;
 }
 

@@ -10,7 +10,9 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
-bool valid_duration(std::chrono::milliseconds d) { return d.count() > 0 && d <= kMaxSchedulerDuration; }
+bool valid_duration(std::chrono::milliseconds d) {
+  return d.count() > 0 && d <= kMaxSchedulerDuration;
+}
 
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopStringBytes = 256;
@@ -58,7 +60,8 @@ void validate_request(const Request& r, const ModelConfig& model, const KvCacheM
     if (id < 0 || id >= model.vocab_size)
       bad("stop token id " + std::to_string(id) + " is out of range [0, " + std::to_string(model.vocab_size) + ")");
   if (r.queue_timeout && !valid_duration(*r.queue_timeout))
-    bad("queue_timeout must be in [1 ms, 30 days] (got " + std::to_string(r.queue_timeout->count()) + " ms)");
+    bad("queue_timeout must be in [1 ms, 30 days] (got " +
+        std::to_string(r.queue_timeout->count()) + " ms)");
   if (r.stop.size() > kMaxStopStrings) bad("at most " + std::to_string(kMaxStopStrings) + " stop strings");
   for (const std::string& s : r.stop)
     if (s.empty() || s.size() > kMaxStopStringBytes)

@@ -21,7 +21,7 @@ struct SchedulerConfig {
   int max_num_seqs = 256;             // sequences in one step (decode + prefill)
   int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
   int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses (>= 1)
-  int64_t max_queued_prompt_tokens = 1 << 20;  // prompt tokens waiting, likewise (>= 1)
+  int64_t max_queued_prompt_tokens = 1 << 20;       // prompt tokens waiting, likewise (>= 1)
   std::chrono::milliseconds queue_timeout{60'000};  // default longest wait to be scheduled
   std::chrono::milliseconds stall_timeout{10'000};  // work pending, no step for this long: stalled
   int max_buffered_chunks = 4096;     // token chunks a consumer may leave untaken before the

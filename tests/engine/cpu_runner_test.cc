@@ -289,11 +289,13 @@ TEST(CpuRunner, KvBudgetOutsideThePoolsRangeIsNamed) {
     }
     return "";
   };
-  EXPECT_NE(error(std::numeric_limits<int64_t>::max()).find("more than the pool's limit of 2147483647"),
-            std::string::npos)
+  EXPECT_NE(
+      error(std::numeric_limits<int64_t>::max()).find("more than the pool's limit of 2147483647"),
+      std::string::npos)
       << error(std::numeric_limits<int64_t>::max());
-  EXPECT_NE(error(100).find("cpu_kv_cache_bytes: a budget of 100 bytes is too small for one KV block"),
-            std::string::npos)
+  EXPECT_NE(
+      error(100).find("cpu_kv_cache_bytes: a budget of 100 bytes is too small for one KV block"),
+      std::string::npos)
       << error(100);
   EXPECT_EQ(error(1 << 20), "");
 }

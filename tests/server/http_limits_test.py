@@ -6,6 +6,7 @@ streams (close-delimited, never chunked)."""
 import json
 import os
 import resource
+import select
 import socket
 import sys
 import time
@@ -46,6 +47,24 @@ def health(port, timeout=10):
         return int(head.split()[1]) if head.startswith(b"HTTP/") else None
     except OSError:
         return None
+
+
+def wait_readable(s, timeout):
+    """True when `s` has bytes (or end of file) to read within `timeout` seconds."""
+    return bool(select.select([s], [], [], timeout)[0])
+
+
+def still_open(s):
+    """False once the server has closed `s` (a read returns end of file)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.setblocking(True)
 
 
 def read_response(s, timeout=30, data=b""):
@@ -96,13 +115,20 @@ class ConnectionCapTest(unittest.TestCase):
             for s in idle:
                 s.close()
             # Eight connections in the middle of a request are never dropped for a new one.
-            busy = [connect(port) for _ in range(8)]
-            for s in busy:
-                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
-            time.sleep(0.5)
-            s = connect(port)
-            status, headers, body = split_response(read_response(s))
-            s.close()
+            busy = []
+            for _ in range(20):
+                while len(busy) < 8:
+                    busy.append(connect(port))
+                    busy[-1].sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                time.sleep(0.3)
+                s = connect(port)
+                raw = read_response(s, timeout=2) if wait_readable(s, 2) else b""
+                s.close()
+                if raw:
+                    break
+                # A holder the server had not read yet was still idle and made room: replace it.
+                busy = [b for b in busy if still_open(b) or b.close()]
+            status, headers, body = split_response(raw)
             self.assertEqual(status.split()[1], "503", status)
             self.assertEqual(headers.get("connection"), "close")
             self.assertGreaterEqual(int(headers["retry-after"]), 1)

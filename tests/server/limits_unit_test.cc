@@ -69,8 +69,7 @@ TEST(ConfigLimits, ValuesPastTheirMaximumAreRefusedNamingTheField) {
             std::string::npos);
   EXPECT_NE(file_error(R"({"engine": {"gpu_memory_fraction": 0}})").find("(0, 1]"),
             std::string::npos);
-  EXPECT_NE(file_error(R"({"scheduler": {"kv_watermark": 1}})").find("[0, 1)"),
-            std::string::npos);
+  EXPECT_NE(file_error(R"({"scheduler": {"kv_watermark": 1}})").find("[0, 1)"), std::string::npos);
   EXPECT_NE(file_error(R"({"host": "localhost"})").find("host: must be an IPv4 or IPv6"),
             std::string::npos);
   EXPECT_NE(file_error(R"({"served_model_name": "a\u0001b"})").find("served_model_name"),
