@@ -23,6 +23,8 @@
 #include "engine/scheduler/serving_engine.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
+#include "server/openai_api.h"
+#include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/serving_context.h"
 
@@ -113,6 +115,7 @@ void print_event(const nlohmann::json& event) {
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<ServingEngine> engine;
+  SamplingParams sampling;  // what requests start from (docs/api.md, "Sampling fields")
 };
 
 Loaded load_engine(ServerConfig& config, MetricsRegistry& metrics) {
@@ -131,6 +134,8 @@ Loaded load_engine(ServerConfig& config, MetricsRegistry& metrics) {
     // <|eot_id|> is only in generation_config.json).
     const std::vector<int> stops = l.model->stop_token_ids();
     config.scheduler.eos_token_ids.assign(stops.begin(), stops.end());
+    l.sampling = server_sampling_defaults(config.generation_config, config.default_sampling,
+                                          l.model->generation);
     l.engine = std::make_unique<ServingEngine>(std::move(runner), *l.model->tokenizer,
                                                config.scheduler, metrics);
   } catch (const std::exception& e) {
@@ -194,8 +199,10 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<Model> model = std::move(loaded.model);
   std::unique_ptr<ServingEngine> engine = std::move(loaded.engine);
-  ctx.set_engine(engine.get(), model_info(*model, config.served_model_name),
-                 make_chat_renderer(*model));
+  ModelInfo info = model_info(*model, config.served_model_name);
+  info.sampling_defaults = loaded.sampling;
+  spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
+  ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
   grpc->update_health();
   spdlog::info(
       "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "

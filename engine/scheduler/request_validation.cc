@@ -14,9 +14,6 @@ bool valid_duration(std::chrono::milliseconds d) {
   return d.count() > 0 && d <= kMaxSchedulerDuration;
 }
 
-constexpr size_t kMaxStopStrings = 16;
-constexpr size_t kMaxStopStringBytes = 256;
-
 void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManager& kv, int kv_blocks_total,
                     const SchedulerConfig& c) {
   if (cache.is_streaming()) {
