@@ -120,12 +120,13 @@ class HttpErrorsTest(unittest.TestCase):
         """The request while MAX_CONNECTIONS connections are each in the middle of one."""
         held = []
         try:
-            for _ in range(20):
+            for attempt in range(8):
                 while len(held) < MAX_CONNECTIONS:
                     s = self.connect()
                     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
                     held.append(s)
-                time.sleep(0.2)
+                # Longer each time: on a loaded machine the server may read the holders late.
+                time.sleep(0.2 * 2 ** min(attempt, 4))
                 got, body, _ = self.send(method, path, None)
                 if got == 503:
                     return got, body
@@ -142,11 +143,11 @@ class HttpErrorsTest(unittest.TestCase):
         declared = BODY_BUDGET - 64
         head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: " + str(declared).encode() + b"\r\n\r\n")
-        for _ in range(20):
+        for attempt in range(8):
             holder = self.connect()
             try:
                 holder.sendall(head + b"a" * (declared - 32 * 1024))
-                time.sleep(0.2)
+                time.sleep(0.2 * 2 ** min(attempt, 4))
                 got, body, _ = self.send(method, path, b'{"prompt": "' + b"a" * (64 * 1024) + b'"}')
             finally:
                 holder.close()
