@@ -145,6 +145,26 @@ Loaded load_engine(ServerConfig& config, MetricsRegistry& metrics) {
   return l;
 }
 
+// Stops taking requests, lets in-flight ones finish up to the drain timeout (cancelling the
+// rest), then closes the front ends (dropping any handle left while the engine still runs)
+// before the engine goes.
+void drain_and_stop(double drain_timeout_s, ServingContext& ctx, std::unique_ptr<HttpServer>& http,
+                    std::unique_ptr<GrpcServer>& grpc, std::unique_ptr<ServingEngine>& engine) {
+  ctx.set_draining();
+  grpc->update_health();
+  http->stop_accepting();
+  const bool clean =
+      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1e3)));
+  if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
+  // Let streams send their final events first.
+  http->stop(2.0);
+  grpc->shutdown(2.0);
+  http.reset();
+  grpc.reset();
+  ctx.clear_engine();
+  engine.reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,20 +237,7 @@ int main(int argc, char** argv) {
   while ((sig = signals.wait_for(std::chrono::milliseconds(500))) == 0) grpc->update_health();
 
   spdlog::info("signal {}: draining (up to {} s)", sig, config.drain_timeout_s);
-  ctx.set_draining();
-  grpc->update_health();
-  http->stop_accepting();
-  const bool clean =
-      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
-  if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
-  // Let streams send their final events, then close the front ends (dropping any handle left,
-  // while the engine still runs) before the engine goes.
-  http->stop(2.0);
-  grpc->shutdown(2.0);
-  http.reset();
-  grpc.reset();
-  ctx.clear_engine();
-  engine.reset();
+  drain_and_stop(config.drain_timeout_s, ctx, http, grpc, engine);
   spdlog::info("stopped");
   return 0;
 }
