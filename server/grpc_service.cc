@@ -54,12 +54,14 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
-  if (in.deadline_ms() > 0) r.deadline = now + std::chrono::milliseconds(in.deadline_ms());
-  // The call's own deadline, moved onto the steady clock.
+  if (in.deadline_ms() > 0)
+    r.deadline = deadline_after(now, std::chrono::milliseconds(in.deadline_ms()));
+  // The call's own deadline, moved onto the steady clock (none: system_clock's maximum, which
+  // the subtraction below would wrap).
   const auto call_deadline = call->deadline();
   if (call_deadline < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
     const auto left = call_deadline - std::chrono::system_clock::now();
-    const auto d = now + std::chrono::duration_cast<Clock::duration>(left);
+    const auto d = deadline_after(now, std::chrono::duration_cast<std::chrono::milliseconds>(left));
     if (!r.deadline || d < *r.deadline) r.deadline = d;
   }
   return r;

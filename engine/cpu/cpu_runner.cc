@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <string>
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
@@ -43,6 +45,24 @@ std::vector<float> f32(const Tensor& t) { return t.present() ? t.to_f32() : std:
 std::vector<float> linear(const Tensor& t, bool fp8) {
   if (!t.present()) return {};
   return fp8 ? quantize_fp8_per_channel(t).to_f32() : t.to_f32();
+}
+
+// Blocks of `block_bytes` (all layers' K and V) in a budget of `budget` bytes. Block ids are
+// ints, so a budget of more than 2^31 - 1 blocks is refused rather than truncated (a truncated
+// count wrapped negative and was reported as "too small").
+int pool_blocks(int64_t budget, int64_t block_bytes) {
+  const int64_t blocks = budget / block_bytes;
+  if (blocks <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "cpu_kv_cache_bytes: a budget of " +
+                                                 std::to_string(budget) +
+                                                 " bytes is too small for one KV block of " +
+                                                 std::to_string(block_bytes) + " bytes");
+  if (blocks > std::numeric_limits<int32_t>::max())
+    throw Error(ErrorCode::kInvalidArgument,
+                "cpu_kv_cache_bytes: a budget of " + std::to_string(budget) + " bytes is " +
+                    std::to_string(blocks) + " KV blocks, more than the pool's limit of " +
+                    std::to_string(std::numeric_limits<int32_t>::max()));
+  return static_cast<int>(blocks);
 }
 
 std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) {
@@ -86,11 +106,17 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
     layers_.push_back(std::move(l));
   }
   const int64_t block_floats = 2ll * c.num_kv_heads * opt.block_size * c.head_dim;
-  num_blocks_ = opt.num_blocks > 0 ? opt.num_blocks
-                                   : static_cast<int>(opt.kv_cache_bytes / (block_floats * 4 * c.num_layers));
-  if (num_blocks_ <= 0) throw Error(ErrorCode::kInvalidArgument, "CPU KV cache budget too small for one block");
+  num_blocks_ = opt.num_blocks > 0
+                    ? opt.num_blocks
+                    : pool_blocks(opt.kv_cache_bytes, block_floats * 4 * c.num_layers);
   // Uninitialised on purpose: pages are touched only when blocks are used.
-  cache_.reset(new float[static_cast<size_t>(num_blocks_) * block_floats * c.num_layers]);
+  const size_t pool_floats = static_cast<size_t>(num_blocks_) * block_floats * c.num_layers;
+  try {
+    cache_.reset(new float[pool_floats]);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kResourceExhausted, "cpu_kv_cache_bytes: cannot allocate a KV pool of " +
+                                                   std::to_string(pool_floats * 4) + " bytes");
+  }
   kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window);
   host_blocks_ = static_cast<int>(std::min<int64_t>(opt.host_kv_cache_bytes / (block_floats * 4 * c.num_layers), INT32_MAX));
 }

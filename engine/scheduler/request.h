@@ -20,6 +20,15 @@ namespace rill {
 
 using Clock = std::chrono::steady_clock;
 
+/// `now + d`, saturating at the clock's last time point instead of wrapping past it (a wrapped
+/// deadline lies in the past: the request would end "deadline" at once). d <= 0 is `now`.
+inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds d) {
+  if (d.count() <= 0) return now;
+  const auto room =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return d >= room ? Clock::time_point::max() : now + d;
+}
+
 struct Request {
   std::string id;  // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
                    // among live requests (empty: assigned, "req-" + 32 random hex digits)

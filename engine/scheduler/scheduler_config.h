@@ -9,13 +9,19 @@
 
 namespace rill {
 
+/// The longest duration a scheduler setting (queue timeout, stall timeout, session idle TTL) or
+/// a request's queue timeout may have: 30 days. Deadlines are steady-clock time points in
+/// nanoseconds, `now + duration`, and the clock's range ends about 292 years after boot: 9.3e12
+/// ms would wrap it (every request "deadline" at once); 30 days keeps far from that.
+inline constexpr std::chrono::milliseconds kMaxSchedulerDuration{30LL * 24 * 3600 * 1000};
+
 struct SchedulerConfig {
   std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence ids (Model::stop_token_ids());
                                        // empty: the tokenizer's EOS
   int max_num_seqs = 256;             // sequences in one step (decode + prefill)
   int max_num_batched_tokens = 8192;  // tokens in one step: decode tokens plus prefill chunks
-  int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
-  int64_t max_queued_prompt_tokens = 1 << 20;  // prompt tokens waiting, likewise
+  int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses (>= 1)
+  int64_t max_queued_prompt_tokens = 1 << 20;       // prompt tokens waiting, likewise (>= 1)
   std::chrono::milliseconds queue_timeout{60'000};  // default longest wait to be scheduled
   std::chrono::milliseconds stall_timeout{10'000};  // work pending, no step for this long: stalled
   int max_buffered_chunks = 4096;     // token chunks a consumer may leave untaken before the

@@ -172,7 +172,7 @@ class ServingEngine::Impl {
       seq->order = next_order_++;
     }
     seq->arrival = now;
-    seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
+    seq->queue_deadline = deadline_after(now, r.queue_timeout.value_or(config_.queue_timeout));
     if (!r.ignore_eos) seq->eos_ids = eos_ids_;
     seq->geometry = runner_->kv().geometry_for(r.cache);
     seq->request = std::move(r);
