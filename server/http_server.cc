@@ -16,6 +16,7 @@
 #include <boost/beast/http.hpp>
 
 #include "server/error_mapping.h"
+#include "server/http_request.h"
 #include "server/json_body.h"
 #include "server/metrics_exposition.h"
 #include "server/openai_api.h"
@@ -94,8 +95,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_request() {
     parser_.emplace();
-    parser_->body_limit(static_cast<uint64_t>(ctx_.config().max_body_bytes));
-    parser_->header_limit(64 * 1024);
+    limit_request_parser(*parser_, ctx_.config().max_body_bytes);
     stream_.expires_after(kIdleTimeout);
     http::async_read(
         stream_, buffer_, *parser_,
@@ -528,7 +528,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Registry& reg_;
   std::shared_ptr<Gate> gate_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<HttpRequestParser> parser_;
   http::request<http::string_body> req_;
   std::string method_line_;
   std::chrono::steady_clock::time_point started_;

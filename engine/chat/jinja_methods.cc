@@ -325,8 +325,9 @@ DictEntries kwargs_with_mapping(CallArgs& a) {
     entries = a.args[0].as_dict().entries;
   }
   for (auto& [k, v] : a.kwargs) {
-    auto it =
-        std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == k; });
+    // An init-capture: clang 14 (the fuzz build's) cannot capture a structured binding.
+    auto it = std::find_if(entries.begin(), entries.end(),
+                           [&key = k](const auto& e) { return e.first == key; });
     if (it != entries.end())
       it->second = v;
     else

@@ -1,0 +1,24 @@
+// How the HTTP front end reads a request: Beast's parser with the server's limits. One place, so
+// that the request fuzzer (tests/fuzz/http_request_fuzzer.cc) parses bytes exactly as a
+// connection does.
+#pragma once
+
+#include <cstdint>
+
+#include <boost/beast/http.hpp>
+
+namespace rill::server {
+
+using HttpRequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+
+/// The largest request line plus header fields (larger: 400 "header limit exceeded").
+inline constexpr std::uint32_t kMaxHeaderBytes = 64 * 1024;
+
+/// Sets a fresh parser's limits: the header (kMaxHeaderBytes) and the body (`max_body_bytes`,
+/// the --max-body-bytes setting; larger: 413).
+inline void limit_request_parser(HttpRequestParser& parser, std::int64_t max_body_bytes) {
+  parser.body_limit(static_cast<std::uint64_t>(max_body_bytes));
+  parser.header_limit(kMaxHeaderBytes);
+}
+
+}  // namespace rill::server
