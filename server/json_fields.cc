@@ -87,7 +87,12 @@ std::optional<CachePolicy> parse_cache_field(const json& b) {
   if (!has_field(b, "cache")) return std::nullopt;
   const json& c = b["cache"];
   if (!c.is_object()) bad_field("cache", "must be an object {\"policy\", \"n_sink\", \"window\"}");
-  const std::string policy = c.value("policy", std::string("full"));
+  std::string policy = "full";
+  if (has_field(c, "policy")) {
+    // Checked first: json::value() would throw a type error (an internal error, 500).
+    if (!c["policy"].is_string()) bad_field("cache.policy", "must be \"full\" or \"streaming\"");
+    policy = c["policy"].get<std::string>();
+  }
   if (policy == "full") return CachePolicy::full();
   if (policy != "streaming") bad_field("cache.policy", "must be \"full\" or \"streaming\"");
   if (!has_field(c, "window")) bad_field("cache.window", "is required with the streaming policy");

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "rill/v1/rill.pb.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_request.h"
@@ -65,6 +67,14 @@ void session_request(ServingFixture& fx, const pb::SessionRequest& m) {
 }
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Strings with invalid UTF-8 fail to parse (as on the server); protobuf logs each: keep quiet.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+  ServingFixture::get();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

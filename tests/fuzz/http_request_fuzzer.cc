@@ -141,6 +141,11 @@ bool handle(ServingFixture& fx, const http::request<http::string_body>& req) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  rill::fuzz::ServingFixture::get();  // the model loads once, before the first input
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   ServingFixture& fx = ServingFixture::get();

@@ -14,6 +14,11 @@
 #include "server/session_api.h"
 #include "tests/fuzz/serving_fixture.h"
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  rill::fuzz::ServingFixture::get();  // the model loads once, before the first input
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using rill::server::ApiKind;
   rill::fuzz::ServingFixture& fx = rill::fuzz::ServingFixture::get();
