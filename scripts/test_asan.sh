@@ -24,8 +24,13 @@ mkdir -p "$reports"
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0"
+# 100 concurrent streams, not 1,000: the sanitized server is several times slower, and the test
+# checks connection handling, not throughput (1,000 queue up past the queue timeout).
+export RILL_CONCURRENT_CLIENTS=100
 status=0
-ctest --test-dir build-asan -L server --output-on-failure --timeout 900 || status=$?
+# The tests of rill-server (tests/server); those of the clients (label client: rill-client,
+# rill-loadtest, not built here) are left to the main suite.
+ctest --test-dir build-asan -L server -LE client --output-on-failure --timeout 900 || status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
     echo "rill: sanitizer report $f:"
