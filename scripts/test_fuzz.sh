@@ -45,7 +45,7 @@ dictionary() {
     jinja) echo tests/fuzz/dict/jinja.dict ;;
     tokenizer) echo tests/fuzz/dict/tokenizer.dict ;;
     safetensors) echo tests/fuzz/dict/safetensors.dict ;;
-  esac
+  esac  # grpc_request: binary protobuf, no dictionary
 }
 max_len() {
   case "$1" in
@@ -55,15 +55,18 @@ max_len() {
   esac
 }
 
+# One harness; its exit status goes to build-fuzz/fuzz/<harness>/status, its output to log.
 run_one() {
-  local h="$1" dir="build-fuzz/fuzz/$1"
-  mkdir -p "$dir/corpus"
-  local seeds
-  seeds="$(extra_seeds "$h")"
-  [ -z "$seeds" ] || cp $seeds "$dir/corpus/"
-  local args=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len="$(max_len "$h")"
-    -dict="$(dictionary "$h")" -artifact_prefix="$dir/" -print_final_stats=1)
   set +e
+  local h="$1" dir="build-fuzz/fuzz/$1" seed dict
+  mkdir -p "$dir/corpus"
+  for seed in $(extra_seeds "$h"); do
+    [ -f "$seed" ] && cp "$seed" "$dir/corpus/$(echo "$seed" | tr / _)"
+  done
+  local args=(-max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -max_len="$(max_len "$h")"
+    -artifact_prefix="$dir/" -print_final_stats=1)
+  dict="$(dictionary "$h")"
+  [ -z "$dict" ] || args+=(-dict="$dict")
   "build-fuzz/tests/fuzz/${h}_fuzzer" "${args[@]}" "$dir/corpus" "tests/fuzz/corpus/$h" \
     >"$dir/log" 2>&1
   echo $? >"$dir/status"
@@ -82,15 +85,15 @@ failed=0
 for h in "${harnesses[@]}"; do
   dir="build-fuzz/fuzz/$h"
   status="$(cat "$dir/status" 2>/dev/null || echo missing)"
-  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" | tail -1)"
-  corpus="$(ls "$dir/corpus" | wc -l)"
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" 2>/dev/null | tail -1)"
+  corpus="$(find "$dir/corpus" -type f 2>/dev/null | wc -l)"
   if [ "$status" = 0 ]; then
     echo "rill: fuzz $h: ok (${execs:-?} runs, corpus of $corpus inputs)"
     continue
   fi
   failed=1
   echo "rill: fuzz $h: FAILED (exit $status); the end of $dir/log:"
-  tail -n 60 "$dir/log"
+  tail -n 60 "$dir/log" 2>/dev/null || true
   for artifact in "$dir"/{crash,leak,timeout,oom}-*; do
     [ -e "$artifact" ] || continue
     echo "rill: the input, kept as $artifact (replay: build-fuzz/tests/fuzz/${h}_fuzzer $artifact):"
