@@ -2,8 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -115,7 +115,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     c.rope.factor = get_or<double>(params, "factor", 8.0);
     c.rope.low_freq_factor = get_or<double>(params, "low_freq_factor", 1.0);
     c.rope.high_freq_factor = get_or<double>(params, "high_freq_factor", 4.0);
-    c.rope.original_max_position = get_int_or(params, "original_max_position_embeddings", 8192, source);
+    c.rope.original_max_position =
+        get_int_or(params, "original_max_position_embeddings", 8192, source);
     if (c.rope.high_freq_factor <= c.rope.low_freq_factor)
       fail(source, "llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else {
@@ -188,7 +189,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     c.num_layers = require_int(j, "num_hidden_layers", source);
     c.num_heads = require_int(j, "num_attention_heads", source);
     c.num_kv_heads = get_int_or(j, "num_key_value_heads", c.num_heads, source);
-    c.head_dim = get_int_or(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, source);
+    c.head_dim =
+        get_int_or(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, source);
     c.max_position_embeddings = get_int_or(j, "max_position_embeddings", 2048, source);
     c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
     std::string dtype = get_or<std::string>(j, "dtype", get_or<std::string>(j, "torch_dtype", "float32"));

@@ -44,8 +44,9 @@ Tensor parse_entry(const std::filesystem::path& path, const std::string& name, c
     uint64_t elements = 1;
     for (int64_t d : t.shape) {
       if (elements > data_size / static_cast<uint64_t>(d))
-        fail(path, "tensor '" + name + "' has shape " + t.shape_str() + ", more elements than the file's " +
-                       std::to_string(data_size) + " data bytes hold");
+        fail(path, "tensor '" + name + "' has shape " + t.shape_str() +
+                       ", more elements than the file's " + std::to_string(data_size) +
+                       " data bytes hold");
       elements *= static_cast<uint64_t>(d);
     }
   }
@@ -74,7 +75,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
 SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> file,
                                        std::shared_ptr<const void> owner,
                                        const std::filesystem::path& path) {
-  if (file.size() < 8) fail(path, "too small to be a safetensors file (" + std::to_string(file.size()) + " bytes)");
+  if (file.size() < 8)
+    fail(path, "too small to be a safetensors file (" + std::to_string(file.size()) + " bytes)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, file.data(), 8);  // little-endian on every platform we build for
   if (header_len > file.size() - 8)
