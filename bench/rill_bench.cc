@@ -364,6 +364,14 @@ void decode_table(Bench& b) {
   r.set_tuning(base);
 }
 
+// Parameters of the model (every weight, whatever its dtype): 2 flops per parameter and token.
+double parameter_count(const ModelConfig& c) {
+  const double H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const double linear = H * c.qkv_dim() + H * c.q_dim() + (c.gated_mlp ? 3 : 2) * H * I;
+  const double norms = c.norm == NormKind::kLayerNorm ? 4 * H : 2 * H;
+  return c.num_layers * (linear + norms) + V * H * (c.tie_word_embeddings ? 1 : 2) + H;
+}
+
 // One prompt per step: time, tokens/s and TFLOP/s against the GEMM ceiling.
 void prefill_table(Bench& b) {
   CudaRunner& r = b.r;
@@ -389,7 +397,7 @@ void prefill_table(Bench& b) {
       }
       ms.erase(ms.begin(), ms.begin() + 2);
       const double t = median(ms);
-      const double params = b.wbytes / 2;
+      const double params = parameter_count(c);
       const double attn = 4.0 * n * n / 2 * c.head_dim * c.num_heads * c.num_layers;
       const double tflops = (2.0 * params * n + attn) / (t * 1e-3) / 1e12;
       std::printf("%8d %10.2f %12.0f %12.1f %9.1f%%\n", n, t, n * 1e3 / t, tflops,
@@ -497,6 +505,9 @@ void declare_flags(cli::Args& args) {
   args.option(
       "gemv-deep-mask", "-1",
       "the mask of GEMVs with a deep prologue for the whole run (-1: the runner's default)");
+  args.option("fp8-gemv-max-rows", "-1",
+              "fp8 weights: the largest step (tokens) that runs the fp8 GEMV, not the W8A8 GEMM "
+              "(0 .. 16; -1: the runner's default)");
   args.option("carveout", "-1",
               "shared-memory carveout (percent) every kernel asks for; -1: the driver's choice");
   args.flag("early-kv-off-too",
@@ -527,6 +538,8 @@ int main(int argc, char** argv) {
     eo.cuda_tuning.gemv_deep_config = args.get_int("gemv-deep-config");
     if (args.get_int("gemv-deep-mask") >= 0)
       eo.cuda_tuning.gemv_deep_mask = args.get_int("gemv-deep-mask");
+    if (args.get_int("fp8-gemv-max-rows") >= 0)
+      eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();
     CudaRunner r(model, eo);
     const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
@@ -539,11 +552,12 @@ int main(int argc, char** argv) {
                 ceil.device.c_str(), ceil.copy_gbps, ceil.read_gbps, ceil.gemm_tflops);
     const double kv_token_bytes = kv_bytes_per_token(c, r.kv_element_bytes());
     std::printf(
-        "model: %s (%s), %.2f GB of weights (%s), %d layers, KV %.0f KB/token (%s); runner ready "
-        "in %.1f s\n",
+        "model: %s (%s), %.2f GB of weights (%s; linear layers: %s), %d layers, KV %.0f KB/token "
+        "(%s); runner ready in %.1f s\n",
         args.get("model").c_str(), c.architecture.c_str(), wbytes / 1e9,
-        r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16", c.num_layers, kv_token_bytes / 1e3,
-        r.kv_element_bytes() == 1 ? "fp8" : "16-bit", load_s);
+        r.dtype() == kernels::DType::kF16 ? "fp16" : "bf16",
+        describe_quantization(resolve_quantization(eo.quantization, c.quant), c.quant).c_str(),
+        c.num_layers, kv_token_bytes / 1e3, r.kv_element_bytes() == 1 ? "fp8" : "16-bit", load_s);
     const CachePolicy policy = cli::cache_policy(args);
     if (args.get_int64("long-stream") > 0) return long_stream(r, policy, args.get_int64("long-stream"));
     Bench b{r, args, eo, c, ceil, wbytes, kv_token_bytes, policy, args.get_int("steps")};

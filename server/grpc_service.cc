@@ -10,10 +10,12 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/runner/runner.h"
+#include "engine/scheduler/ids.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_request.h"
+#include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
 #include "server/session_turn.h"
 #include "server/wake_queue.h"
@@ -34,6 +36,7 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
                    grpc::CallbackServerContext* call) {
   Request r;
   r.id = in.request_id().empty() ? ctx.new_request_id("grpc-") : in.request_id();
+  r.id_scope = request_id_scope(in.request_id(), *call);
   switch (in.input_case()) {
     case pb::GenerateRequest::kText:
       r.prompt = ctx.encode_prompt(in.text());
@@ -48,8 +51,9 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
   ctx.check_prompt(r.prompt, "input");
+  r.sampling = ctx.model().sampling_defaults;
   apply_sampling(in.sampling(), r.sampling);
-  apply_generation_fields(in, r);
+  apply_generation_fields(in, r, ctx.model().vocab_size);
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
@@ -232,7 +236,9 @@ class RillService final : public pb::Rill::CallbackService {
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* call,
                                           const pb::SessionOptions* in,
                                           pb::SessionInfo* out) override {
-    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in))); });
+    return unary(call, [&] {
+      fill_session_info(*out, create_session(ctx_, from_pb(*in, ctx_.model().sampling_defaults)));
+    });
   }
 
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* call,
@@ -249,7 +255,12 @@ class RillService final : public pb::Rill::CallbackService {
 
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* call, const pb::CancelRequest* in,
                                    pb::CancelResponse* out) override {
-    return unary(call, [&] { out->set_found(ctx_.require_engine().cancel(in->request_id())); });
+    // Finds the caller's own client-given ids, and server-assigned ids from anyone who holds
+    // one (grpc_request_id.h).
+    return unary(call, [&] {
+      check_id_length(in->request_id(), "'request_id'");
+      out->set_found(ctx_.require_engine().cancel(in->request_id(), caller_scope(*call)));
+    });
   }
 
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* call,
@@ -287,6 +298,7 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_architecture(m.architecture);
       out->set_context_length(m.context_length);
       out->set_dtype(m.dtype);
+      out->set_quantization(m.quantization);
       out->set_vocab_size(m.vocab_size);
       out->set_max_sink(e.config().max_sink);
       out->set_max_window(e.config().max_window);

@@ -9,6 +9,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
 #include "engine/model/fp8.h"
+#include "engine/model/fp8_weights.h"
 #include "engine/runner/logprobs.h"
 #include "engine/runner/step_validation.h"
 
@@ -37,11 +38,18 @@ namespace {
 
 std::vector<float> f32(const Tensor& t) { return t.present() ? t.to_f32() : std::vector<float>{}; }
 
-std::vector<float> concat(std::initializer_list<const Tensor*> parts) {
+// A linear layer's weight in fp32: dequantized when fp8; with `fp8`, a 16/32-bit weight is first
+// quantized per channel, as the CUDA runner does at load.
+std::vector<float> linear(const Tensor& t, bool fp8) {
+  if (!t.present()) return {};
+  return fp8 ? quantize_fp8_per_channel(t).to_f32() : t.to_f32();
+}
+
+std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) {
   std::vector<float> out;
   for (const Tensor* t : parts) {
     if (!t->present()) continue;
-    auto v = t->to_f32();
+    auto v = linear(*t, fp8);
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
@@ -52,6 +60,7 @@ std::vector<float> concat(std::initializer_list<const Tensor*> parts) {
 CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(model.config) {
   const ModelConfig& c = config_;
   fp8_kv_ = opt.kv_cache_dtype == KvCacheDType::kFp8E4M3;
+  const bool fp8 = opt.quantization == WeightQuant::kFp8;
   pool_ = std::make_unique<ThreadPool>(opt.num_threads);
   embed_ = f32(model.weights.embed);
   lm_head_ = c.tie_word_embeddings ? std::vector<float>{} : f32(model.weights.lm_head);
@@ -64,15 +73,15 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
     l.attn_norm_b = f32(w.attn_norm_bias);
     l.mlp_norm = f32(w.mlp_norm);
     l.mlp_norm_b = f32(w.mlp_norm_bias);
-    l.wqkv = concat({&w.q, &w.k, &w.v});
-    if (c.qkv_bias) l.bqkv = concat({&w.q_bias, &w.k_bias, &w.v_bias});
-    l.wo = f32(w.o);
+    l.wqkv = concat({&w.q, &w.k, &w.v}, fp8);
+    if (c.qkv_bias) l.bqkv = concat({&w.q_bias, &w.k_bias, &w.v_bias}, false);
+    l.wo = linear(w.o, fp8);
     l.bo = f32(w.o_bias);
-    l.wgate = f32(w.gate);
+    l.wgate = linear(w.gate, fp8);
     l.bgate = f32(w.gate_bias);
-    l.wup = f32(w.up);
+    l.wup = linear(w.up, fp8);
     l.bup = f32(w.up_bias);
-    l.wdown = f32(w.down);
+    l.wdown = linear(w.down, fp8);
     l.bdown = f32(w.down_bias);
     layers_.push_back(std::move(l));
   }

@@ -25,6 +25,10 @@ struct CpuRunnerOptions {
   /// kFp8E4M3 emulates the CUDA runner's fp8 cache: every stored K/V value is rounded through
   /// e4m3 (scale 1) and decode tokens attend to their own K/V as stored (the pool stays fp32).
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  /// kFp8: the decoder's linear weights as the CUDA runner holds them in fp8, dequantized
+  /// (16/32-bit ones quantized per channel first); kNone: as stored (fp8 ones dequantized).
+  /// Embeddings, norms and the LM head are used as stored either way.
+  WeightQuant quantization = WeightQuant::kNone;
 };
 
 class CpuRunner final : public ModelRunner {

@@ -9,6 +9,7 @@
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/gemv_fp8.h"
 #include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
@@ -173,12 +174,27 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
                  projection_config(kUp, N, H, T));
       return;
     }
+    if (w.wup.fp8()) {
+      kernels::Fp8GemvParams p;
+      p.M = T;
+      p.N = 2 * I;
+      p.K = H;
+      p.x = in;
+      p.w = w.wup.w;
+      p.scale = w.wup.scale;
+      p.scale_layout = w.wup.scale_layout;
+      p.y = act_.get();
+      p.epilogue = kernels::GemvEpilogue::kSiluMul;
+      p.bias = w.bup;
+      gemm_->gemv_fp8(p);
+      return;
+    }
     kernels::GemvParams p;
     p.M = T;
     p.N = 2 * I;
     p.K = H;
     p.x = in;
-    p.w = w.wup;
+    p.w = w.wup.w;
     p.y = act_.get();
     p.epilogue = kernels::GemvEpilogue::kSiluMul;
     p.bias = w.bup;

@@ -8,12 +8,13 @@
 
 #include "engine/cuda/cuda_support.h"
 #include "engine/cuda/step_profiler.h"
-#include "engine/model/dtype.h"
 #include "engine/error.h"
+#include "engine/model/dtype.h"
 #include "engine/runner/step_validation.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/gemv_fp8.h"
 #include "rill/kernels/logprobs.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
@@ -45,8 +46,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   if (o.block_size <= 0 || (o.block_size & (o.block_size - 1)))
     throw Error(ErrorCode::kInvalidArgument, "CUDA block size must be a power of two");
+  const WeightQuant quant = resolve_quantization(o.quantization, config_.quant);
   if (const auto why = cuda_unsupported_reason(
-          config_, cuda_compute_dtype(o.dtype, config_.stored_dtype), kv_dtype))
+          config_, cuda_compute_dtype(o.dtype, config_.stored_dtype), kv_dtype, quant))
     throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
   check_tuning(o.cuda_tuning);
   tuning_ = o.cuda_tuning;
@@ -56,11 +58,14 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   RILL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   RILL_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
-  weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype);
+  weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype, quant);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
+  if (quant == WeightQuant::kFp8)  // the W8A8 GEMMs' quantized activations (LM head rows too)
+    gemm_->reserve_fp8(std::max(max_tokens_, max_rows_),
+                       std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}));
   max_blocks_ = (config_.max_position_embeddings + o.block_size - 1) / o.block_size + 1;
   layout_.num_kv_heads = config_.num_kv_heads;
   layout_.block_size = o.block_size;
@@ -77,11 +82,11 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   allocate_host_kv(o.host_kv_cache_bytes);
   warm_up();
   spdlog::info(
-      "cuda runner: {} weights {:.1f} MiB ({}), KV pool {} blocks x {} tokens ({:.1f} MiB, {}), "
-      "graphs {}",
+      "cuda runner: {} weights {:.1f} MiB ({}, linear layers: {}), KV pool {} blocks x {} tokens "
+      "({:.1f} MiB, {}), graphs {}",
       config_.architecture, weights_->bytes() / 1048576.0,
-      dtype == kernels::DType::kF16 ? "fp16" : "bf16", layout_.num_blocks - 1, layout_.block_size,
-      cache_.bytes() / 1048576.0,
+      dtype == kernels::DType::kF16 ? "fp16" : "bf16", describe_quantization(quant, config_.quant),
+      layout_.num_blocks - 1, layout_.block_size, cache_.bytes() / 1048576.0,
       layout_.cache_dtype == kernels::KvDType::kFp8E4M3 ? "fp8 e4m3" : "model dtype",
       tuning_.cuda_graphs ? "on" : "off");
 }
@@ -119,6 +124,13 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
   if (t.gemv_deep_mask < 0 || t.gemv_deep_mask > CudaTuning::kAllProjections)
     throw Error(ErrorCode::kInvalidArgument,
                 "GEMV deep-prologue mask: 0 .. " + std::to_string(CudaTuning::kAllProjections));
+  if (t.fp8_gemv_max_rows < 0 || t.fp8_gemv_max_rows > kernels::kFp8GemvMaxRows)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 GEMV rows: 0 .. " + std::to_string(kernels::kFp8GemvMaxRows));
+  if (t.fp8_gemv_config < -1 || t.fp8_gemv_config >= kernels::gemv_fp8_num_configs())
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "fp8 GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_fp8_num_configs() - 1));
   if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
@@ -128,6 +140,8 @@ void CudaRunner::apply_tuning() {
   gemm_->set_gemv_enabled(tuning_.gemv);
   gemm_->set_gemv_config(tuning_.gemv_config);
   gemm_->set_deep_config(tuning_.gemv_deep_config);
+  gemm_->set_fp8_gemv_max_rows(tuning_.fp8_gemv_max_rows);
+  gemm_->set_fp8_gemv_config(tuning_.fp8_gemv_config);
   kernels::set_programmatic_launch(tuning_.programmatic_launch);
 }
 

@@ -17,6 +17,7 @@ constexpr int kMaxHidden = 16384;               // add_norm.cu: 512 threads x 4 
 constexpr int kMaxVocab = (1 << 24) - 1;        // sampling.cu: counts summed exactly as floats
 constexpr int kMaxHeads = 65535;                // prefill attention's grid.y
 constexpr int kFp8LaneDims = 16;                // attention_decode.cu: 16 e4m3 per 16-byte load
+constexpr int kFp8Chunk = 16;  // gemv_fp8.cu: 16 e4m3 weights per 16-byte load of a row
 
 std::string list(std::span<const int> v) {
   std::string s;
@@ -52,7 +53,7 @@ DType cuda_compute_dtype(const std::string& requested, DType stored) {
 }
 
 std::optional<std::string> cuda_unsupported_reason(const ModelConfig& c, DType compute,
-                                                   KvCacheDType kv) {
+                                                   KvCacheDType kv, WeightQuant quant) {
   using std::to_string;
   if (compute != DType::kF16 && compute != DType::kBF16)
     return std::string("compute dtype ") + dtype_name(compute) + " (supported: float16, bfloat16)";
@@ -80,6 +81,13 @@ std::optional<std::string> cuda_unsupported_reason(const ModelConfig& c, DType c
   if (kv == KvCacheDType::kFp8E4M3 && c.head_dim % kFp8LaneDims != 0)
     return "fp8 KV cache with head_dim=" + to_string(c.head_dim) + " (supported: multiples of " +
            to_string(kFp8LaneDims) + ")";
+  if (quant == WeightQuant::kFp8)  // the widths the fp8 GEMV reads a row of (its K)
+    for (const auto& [what, k] : {std::pair{"hidden_size", c.hidden_size},
+                                  std::pair{"num_attention_heads * head_dim", c.q_dim()},
+                                  std::pair{"intermediate_size", c.intermediate_size}})
+      if (k % kFp8Chunk != 0)
+        return std::string("fp8 weights with ") + what + "=" + to_string(k) +
+               " (supported: multiples of " + to_string(kFp8Chunk) + ")";
   return std::nullopt;
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/model/dtype.h"
 #include "engine/model/model_config.h"
+#include "engine/model/quantization.h"
 
 namespace rill {
 
@@ -23,9 +24,10 @@ std::span<const int> cuda_supported_head_dims();
 DType cuda_compute_dtype(const std::string& requested, DType stored);
 
 /// Why the CUDA runner cannot run a model of config `c` computing in `compute` (kF16 or kBF16)
-/// with a KV cache of `kv`; nullopt when it can. The reason names the model's value and what is
-/// supported, e.g. "head_dim=8 (supported: 64, 80, 96, 128)".
+/// with a KV cache of `kv` and linear weights `quant`; nullopt when it can. The reason names the
+/// model's value and what is supported, e.g. "head_dim=8 (supported: 64, 80, 96, 128)".
 std::optional<std::string> cuda_unsupported_reason(const ModelConfig& c, DType compute,
-                                                   KvCacheDType kv = KvCacheDType::kAuto);
+                                                   KvCacheDType kv = KvCacheDType::kAuto,
+                                                   WeightQuant quant = WeightQuant::kNone);
 
 }  // namespace rill

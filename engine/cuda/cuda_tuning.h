@@ -55,6 +55,12 @@ struct CudaTuning {
   /// RoPE and the newest K/V write inside decode attention; kAuto: on for models without GQA
   /// when attention runs in several splits, where it was measured to pay.
   RopeInAttention rope_in_attention = RopeInAttention::kAuto;
+  /// fp8 weights: steps of up to this many tokens run the weight-only fp8 GEMV (1 .. 16), larger
+  /// ones quantize activations and run the cuBLASLt fp8 GEMM; 0: the GEMM always.
+  int fp8_gemv_max_rows = 16;
+  /// The fp8 GEMV's CTA shape (kernels::gemv_fp8_config_info; -1:
+  /// kernels::gemv_fp8_default_config).
+  int fp8_gemv_config = -1;
   /// Programmatic dependent launch (kernels::set_programmatic_launch): each kernel starts while
   /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
   bool programmatic_launch = true;

@@ -1,6 +1,9 @@
 #include "engine/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+
+#include "rill/kernels/quantize_fp8.h"
 
 namespace rill::cuda {
 
@@ -11,6 +14,8 @@ Gemm::Gemm(kernels::DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(s
   workspace_ = DeviceMemory(32u << 20, "cuBLAS workspace");
   RILL_CUBLAS(cublasSetWorkspace(handle_, workspace_.get(), workspace_.bytes()));
   RILL_CUBLAS(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  // cuBLASLt shares the workspace: both run in stream order on `stream`.
+  fp8_gemm_ = std::make_unique<Fp8Gemm>(stream, workspace_.get(), workspace_.bytes());
 }
 
 Gemm::~Gemm() {
@@ -56,6 +61,90 @@ void Gemm::gemv(kernels::GemvParams p) {
 int Gemm::gemv_config(int N, int K, bool deep_prologue) const {
   const int forced = forced_config(deep_prologue);
   return forced >= 0 ? forced : kernels::gemv_default_config(N, K, deep_prologue);
+}
+
+void Gemm::reserve_fp8(int max_rows, int max_k) {
+  fp8_max_rows_ = max_rows;
+  fp8_max_k_ = max_k;
+  const size_t groups = size_t(max_k + kernels::kFp8ScaleBlock - 1) / kernels::kFp8ScaleBlock;
+  fp8_x_ = DeviceMemory(size_t(max_rows) * max_k, "fp8 activations");
+  fp8_scales_ = DeviceMemory(groups * max_rows * sizeof(float), "fp8 activation scales");
+}
+
+bool Gemm::uses_gemv(const void* x, const DeviceLinear& w, int M, int K) const {
+  if (!w.fp8()) return uses_gemv(x, w.w, M, K);
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return gemv_enabled_ && M <= fp8_gemv_max_rows_ && K % 16 == 0 && aligned(x) && aligned(w.w);
+}
+
+kernels::Fp8GemvParams Gemm::fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
+                                             int N, int K, bool y_f32) const {
+  kernels::Fp8GemvParams p;
+  p.dtype = dtype_;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.x = x;
+  p.w = w.w;
+  p.scale = w.scale;
+  p.scale_layout = w.scale_layout;
+  p.y = y;
+  p.y_f32 = y_f32;
+  return p;
+}
+
+void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
+  p.dtype = dtype_;
+  if (p.config < 0) p.config = fp8_gemv_config_;
+  RILL_CUDA(kernels::launch_gemv_fp8(p, stream_));
+}
+
+void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32,
+               bool deep_prologue, int config) {
+  if (!w.fp8()) {
+    run(x, w.w, y, M, N, K, y_f32, deep_prologue, config);
+    return;
+  }
+  if (M <= 0) return;
+  if (uses_gemv(x, w, M, K)) {
+    gemv_fp8(fp8_gemv_params(x, w, y, M, N, K, y_f32));
+    return;
+  }
+  run_fp8_gemm(x, w, y, M, N, K, y_f32);
+}
+
+bool Gemm::uses_fp8_gemm(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32) {
+  return w.fp8() && M > 0 && !uses_gemv(x, w, M, K) && M <= fp8_max_rows_ && K <= fp8_max_k_ &&
+         fp8_gemm_->supported(fp8_problem(w, M, N, K, y_f32));
+}
+
+void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K,
+                        bool y_f32) {
+  const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
+  const Fp8Gemm::Problem prob = fp8_problem(w, M, N, K, y_f32);
+  if (M <= fp8_max_rows_ && K <= fp8_max_k_ && fp8_gemm_->supported(prob)) {
+    kernels::QuantizeFp8Params q;
+    q.dtype = dtype_;
+    q.num_tokens = M;
+    q.width = K;
+    q.x = x;
+    q.out = fp8_x_.as<uint8_t>();
+    q.scales = fp8_scales_.as<float>();
+    // Block-scaled weights pair with 128-column activation groups (a static input scale is per
+    // tensor and cannot be one of them: such layers quantize per group too).
+    q.mode = block ? kernels::ActQuantMode::kPerGroup128 : kernels::ActQuantMode::kPerToken;
+    if (!block) q.static_scale = w.input_scale;
+    RILL_CUDA(kernels::launch_quantize_fp8(q, stream_));
+    fp8_gemm_->run(prob, fp8_x_.as<uint8_t>(), fp8_scales_.as<float>(), w.w, w.scale, y);
+    return;
+  }
+  // The GEMV, one tile of up to 16 rows of x and y at a time (weights read once per tile).
+  const size_t x_row = size_t(K) * 2, y_row = size_t(N) * (y_f32 ? 4 : 2);
+  for (int m0 = 0; m0 < M; m0 += kernels::kFp8GemvMaxRows) {
+    const int rows = std::min(kernels::kFp8GemvMaxRows, M - m0);
+    gemv_fp8(fp8_gemv_params(static_cast<const char*>(x) + m0 * x_row, w,
+                             static_cast<char*>(y) + m0 * y_row, rows, N, K, y_f32));
+  }
 }
 
 }  // namespace rill::cuda

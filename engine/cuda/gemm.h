@@ -1,13 +1,21 @@
 // y[M, N] = x[M, K] * w[N, K]^T for the CUDA runner: Rill's GEMV kernel for M <= 8 (decode;
 // faster than cuBLAS at every Llama shape and M <= 8 on H100, docs/performance-history.md) and
-// cuBLAS (tensor cores, fp32 accumulation) otherwise. The choice depends only on the operands, never
-// on timings, so every run computes bit-identical results. Safe inside CUDA-graph capture
-// (fixed cuBLAS workspace).
+// cuBLAS (tensor cores, fp32 accumulation) otherwise. fp8 weights: the weight-only fp8 GEMV up to
+// fp8_gemv_max_rows rows, else x quantized to e4m3 (per token, or per token and 128 columns with
+// block-scaled weights) and a cuBLASLt e4m3 x e4m3 GEMM (gemm_fp8.h); where cuBLASLt has no
+// algorithm, the GEMV 16 rows at a time. The choice depends only on the operands, never on
+// timings, so every run computes bit-identical results. Safe inside CUDA-graph capture (fixed
+// workspaces).
 #pragma once
 
+#include <memory>
+
 #include "engine/cuda/cuda_util.h"
+#include "engine/cuda/cuda_weights.h"
+#include "engine/cuda/gemm_fp8.h"
 #include "rill/kernels/common.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/gemv_fp8.h"
 
 namespace rill::cuda {
 
@@ -23,8 +31,21 @@ class Gemm {
   /// `config`: the GEMV's CTA shape (-1: the forced or default one).
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
            bool deep_prologue = false, int config = -1);
+  /// The same for a weight that may be fp8 (`config`: the 16-bit GEMV's shape; fp8 GEMVs take
+  /// set_fp8_gemv_config's).
+  void run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32 = false,
+           bool deep_prologue = false, int config = -1);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
+  /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in).
+  void gemv_fp8(kernels::Fp8GemvParams p);
+  /// Room for activations quantized to e4m3: up to `max_rows` x `max_k` (the W8A8 GEMMs).
+  void reserve_fp8(int max_rows, int max_k);
+  /// fp8 weights: the GEMV takes up to this many rows (1 .. kernels::kFp8GemvMaxRows), the
+  /// W8A8 GEMM more; 0: always the GEMM where cuBLASLt has one.
+  void set_fp8_gemv_max_rows(int rows) { fp8_gemv_max_rows_ = rows; }
+  /// The fp8 GEMV's CTA shape (kernels::gemv_fp8_config_info; -1: the default rule).
+  void set_fp8_gemv_config(int config) { fp8_gemv_config_ = config; }
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
   /// The GEMV's CTA shape (kernels::gemv_config_info) for every GEMV that does not name one;
@@ -37,6 +58,9 @@ class Gemm {
   int gemv_config(int N, int K, bool deep_prologue) const;
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
+  bool uses_gemv(const void* x, const DeviceLinear& w, int M, int K) const;
+  /// True when run() takes the W8A8 fp8 GEMM (not a GEMV) for these operands.
+  bool uses_fp8_gemm(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32);
 
  private:
   // The shape set_deep_config / set_gemv_config forced on GEMVs with or without a deep
@@ -45,6 +69,13 @@ class Gemm {
     return deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
   }
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
+  Fp8Gemm::Problem fp8_problem(const DeviceLinear& w, int M, int N, int K, bool y_f32) const {
+    return {M, N, K, w.scale_layout == kernels::Fp8ScaleLayout::kBlock128, dtype_, y_f32};
+  }
+  // fp8 weights: the W8A8 GEMM when cuBLASLt has one, else the GEMV in tiles of 16 rows.
+  void run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32);
+  kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
+                                         int N, int K, bool y_f32) const;
   kernels::DType dtype_;
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
@@ -52,6 +83,12 @@ class Gemm {
   bool gemv_enabled_ = true;
   int gemv_config_ = -1;
   int deep_config_ = -1;
+  int fp8_gemv_max_rows_ = kernels::kFp8GemvMaxRows;
+  int fp8_gemv_config_ = -1;
+  std::unique_ptr<Fp8Gemm> fp8_gemm_;
+  DeviceMemory fp8_x_;       // [max rows, max K] e4m3
+  DeviceMemory fp8_scales_;  // [ceil(max K / 128), max rows] fp32
+  int fp8_max_rows_ = 0, fp8_max_k_ = 0;
 };
 
 }  // namespace rill::cuda

@@ -1,14 +1,20 @@
 #include "engine/model/dtype.h"
 
 #include "engine/error.h"
+#include "engine/model/fp8.h"
 
 namespace rill {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF8E4M3:
+      return "float8_e4m3fn";
   }
   return "?";
 }
@@ -17,7 +23,8 @@ DType parse_dtype(const std::string& name) {
   if (name == "float32" || name == "fp32" || name == "F32") return DType::kF32;
   if (name == "float16" || name == "fp16" || name == "half" || name == "F16") return DType::kF16;
   if (name == "bfloat16" || name == "bf16" || name == "BF16") return DType::kBF16;
-  throw Error(ErrorCode::kUnsupported, "unsupported dtype '" + name + "' (float32, float16, bfloat16)");
+  throw Error(ErrorCode::kUnsupported,
+              "unsupported dtype '" + name + "' (float32, float16, bfloat16)");
 }
 
 KvCacheDType parse_kv_cache_dtype(const std::string& name) {
@@ -57,7 +64,7 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (absx > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (absx >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
   if (absx < 0x33000001u) return sign;             // below half the smallest subnormal
   int exp = static_cast<int>(absx >> 23) - 127;
@@ -84,6 +91,11 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8::e4m3_to_float(s[i]);
       return;
     }
   }

@@ -215,6 +215,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     }
     c.validate(source);
     parse_rope(j, c, source);
+    c.quant = parse_quantization_config(j, source);
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int>();
     if (j.contains("eos_token_id")) c.eos_token_ids = int_or_list(j["eos_token_id"]);
   } catch (const json::exception& e) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/model/dtype.h"
+#include "engine/model/quantization.h"
 
 namespace rill {
 
@@ -51,7 +52,8 @@ struct ModelConfig {
   bool mlp_bias = false;
   int sliding_window = 0;          // 0: none (Mistral sets it)
   RopeConfig rope;
-  DType stored_dtype = DType::kF32;
+  DType stored_dtype = DType::kF32;  // of the unquantized tensors (embeddings, norms)
+  QuantizationConfig quant;          // config.json's quantization_config
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;
 

@@ -3,14 +3,28 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/model/fp8_weights.h"
 
 namespace rill {
 namespace {
 
 class Picker {
  public:
-  Picker(const std::map<std::string, Tensor>& tensors, const std::string& source)
-      : tensors_(tensors), source_(source) {}
+  Picker(const std::map<std::string, Tensor>& tensors, const QuantizationConfig& quant,
+         const std::string& source)
+      : tensors_(tensors), quant_(quant), source_(source) {}
+
+  /// "<module>.weight" of a linear layer: fp8 (scales attached) exactly where the
+  /// quantization_config says the checkpoint quantized it.
+  Tensor linear(const std::string& module, std::vector<int64_t> shape) const {
+    Tensor t = get(module + ".weight", std::move(shape));
+    if (t.dtype != DType::kF8E4M3 && quant_.quantizes(module))
+      throw Error(ErrorCode::kInvalidArgument,
+                  source_ + ": tensor '" + t.name + "' is " + dtype_name(t.dtype) +
+                      " but quantization_config quantizes module '" + module +
+                      "' (neither ignored nor stored as fp8)");
+    return t;
+  }
 
   Tensor get(const std::string& name, std::vector<int64_t> shape, bool required = true) const {
     auto it = tensors_.find(name);
@@ -29,6 +43,7 @@ class Picker {
 
  private:
   const std::map<std::string, Tensor>& tensors_;
+  const QuantizationConfig& quant_;
   const std::string& source_;
 };
 
@@ -40,25 +55,25 @@ ModelWeights map_llama_family(const ModelConfig& c, const Picker& p) {
     const std::string pre = "model.layers." + std::to_string(i) + ".";
     LayerWeights l;
     l.attn_norm = p.get(pre + "input_layernorm.weight", {h});
-    l.q = p.get(pre + "self_attn.q_proj.weight", {q, h});
-    l.k = p.get(pre + "self_attn.k_proj.weight", {kv, h});
-    l.v = p.get(pre + "self_attn.v_proj.weight", {kv, h});
+    l.q = p.linear(pre + "self_attn.q_proj", {q, h});
+    l.k = p.linear(pre + "self_attn.k_proj", {kv, h});
+    l.v = p.linear(pre + "self_attn.v_proj", {kv, h});
     l.q_bias = p.get(pre + "self_attn.q_proj.bias", {q}, c.qkv_bias);
     l.k_bias = p.get(pre + "self_attn.k_proj.bias", {kv}, c.qkv_bias);
     l.v_bias = p.get(pre + "self_attn.v_proj.bias", {kv}, c.qkv_bias);
-    l.o = p.get(pre + "self_attn.o_proj.weight", {h, q});
+    l.o = p.linear(pre + "self_attn.o_proj", {h, q});
     l.o_bias = p.get(pre + "self_attn.o_proj.bias", {h}, c.o_bias);
     l.mlp_norm = p.get(pre + "post_attention_layernorm.weight", {h});
-    l.gate = p.get(pre + "mlp.gate_proj.weight", {in, h});
-    l.up = p.get(pre + "mlp.up_proj.weight", {in, h});
-    l.down = p.get(pre + "mlp.down_proj.weight", {h, in});
+    l.gate = p.linear(pre + "mlp.gate_proj", {in, h});
+    l.up = p.linear(pre + "mlp.up_proj", {in, h});
+    l.down = p.linear(pre + "mlp.down_proj", {h, in});
     l.up_bias = p.get(pre + "mlp.up_proj.bias", {in}, c.mlp_bias);
     l.down_bias = p.get(pre + "mlp.down_proj.bias", {h}, c.mlp_bias);
     l.gate_bias = p.get(pre + "mlp.gate_proj.bias", {in}, c.mlp_bias);
     w.layers.push_back(std::move(l));
   }
   w.final_norm = p.get("model.norm.weight", {h});
-  w.lm_head = c.tie_word_embeddings ? w.embed : p.get("lm_head.weight", {c.vocab_size, h});
+  w.lm_head = c.tie_word_embeddings ? w.embed : p.linear("lm_head", {c.vocab_size, h});
   return w;
 }
 
@@ -82,6 +97,12 @@ void split_neox_qkv(const Tensor& fused, int heads, int head_dim, Tensor* out[3]
     t.shape[0] = static_cast<int64_t>(heads) * head_dim;
     t.data = buf->data();
     t.owner = std::shared_ptr<const void>(buf, buf->data());
+    if (fused.scales) {  // fp8: the part's rows of the (per-row) scales
+      std::vector<int64_t> rows;
+      for (int hd = 0; hd < heads; ++hd)
+        for (int r = 0; r < head_dim; ++r) rows.push_back((int64_t(hd) * 3 + part) * head_dim + r);
+      t.scales = std::make_shared<const Fp8Scales>(fused.scales->gather_rows(rows));
+    }
   }
 }
 
@@ -98,7 +119,7 @@ ModelWeights map_gpt_neox(const ModelConfig& c, const Picker& p) {
     l.attn_norm_bias = p.get(pre + "input_layernorm.bias", {h});
     l.mlp_norm = p.get(pre + "post_attention_layernorm.weight", {h});
     l.mlp_norm_bias = p.get(pre + "post_attention_layernorm.bias", {h});
-    Tensor qkv = p.get(pre + "attention.query_key_value.weight", {3 * q, h});
+    Tensor qkv = p.linear(pre + "attention.query_key_value", {3 * q, h});
     Tensor* parts[3] = {&l.q, &l.k, &l.v};
     split_neox_qkv(qkv, c.num_heads, c.head_dim, parts, qkv.name);
     if (c.qkv_bias) {
@@ -106,17 +127,17 @@ ModelWeights map_gpt_neox(const ModelConfig& c, const Picker& p) {
       Tensor* bparts[3] = {&l.q_bias, &l.k_bias, &l.v_bias};
       split_neox_qkv(qkv_b, c.num_heads, c.head_dim, bparts, qkv_b.name);
     }
-    l.o = p.get(pre + "attention.dense.weight", {h, q});
+    l.o = p.linear(pre + "attention.dense", {h, q});
     l.o_bias = p.get(pre + "attention.dense.bias", {h}, c.o_bias);
-    l.up = p.get(pre + "mlp.dense_h_to_4h.weight", {in, h});
+    l.up = p.linear(pre + "mlp.dense_h_to_4h", {in, h});
     l.up_bias = p.get(pre + "mlp.dense_h_to_4h.bias", {in});
-    l.down = p.get(pre + "mlp.dense_4h_to_h.weight", {h, in});
+    l.down = p.linear(pre + "mlp.dense_4h_to_h", {h, in});
     l.down_bias = p.get(pre + "mlp.dense_4h_to_h.bias", {h});
     w.layers.push_back(std::move(l));
   }
   w.final_norm = p.get("gpt_neox.final_layer_norm.weight", {h});
   w.final_norm_bias = p.get("gpt_neox.final_layer_norm.bias", {h});
-  w.lm_head = c.tie_word_embeddings ? w.embed : p.get("embed_out.weight", {c.vocab_size, h});
+  w.lm_head = c.tie_word_embeddings ? w.embed : p.linear("embed_out", {c.vocab_size, h});
   return w;
 }
 
@@ -124,7 +145,7 @@ ModelWeights map_gpt_neox(const ModelConfig& c, const Picker& p) {
 
 ModelWeights map_hf_weights(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
                             const std::string& source) {
-  Picker p(tensors, source);
+  Picker p(tensors, config.quant, source);
   return config.arch == Arch::kGptNeoX ? map_gpt_neox(config, p) : map_llama_family(config, p);
 }
 

@@ -22,8 +22,9 @@ DType safetensors_dtype(const std::filesystem::path& path, const std::string& na
   if (code == "F32") return DType::kF32;
   if (code == "F16") return DType::kF16;
   if (code == "BF16") return DType::kBF16;
+  if (code == "F8_E4M3") return DType::kF8E4M3;  // fp8 weights; their scales are checked at load
   throw Error(ErrorCode::kUnsupported, path.string() + ": tensor '" + name + "' has dtype " + code +
-                                           " (supported: F32, F16, BF16)");
+                                           " (supported: F32, F16, BF16, F8_E4M3)");
 }
 
 Tensor parse_entry(const std::filesystem::path& path, const std::string& name, const json& info,

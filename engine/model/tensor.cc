@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/model/fp8.h"
+#include "engine/model/fp8_weights.h"
 
 namespace rill {
 
@@ -18,7 +20,20 @@ std::string Tensor::shape_str() const {
   return s + "]";
 }
 
-void Tensor::to_f32(float* dst) const { convert_to_f32(dtype, data, dst, static_cast<size_t>(numel())); }
+void Tensor::to_f32(float* dst) const {
+  if (dtype != DType::kF8E4M3) {
+    convert_to_f32(dtype, data, dst, static_cast<size_t>(numel()));
+    return;
+  }
+  if (!scales || shape.size() != 2 || scales->rows != shape[0] || scales->cols != shape[1])
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 tensor '" + name + "' " + shape_str() + " has no matching scales");
+  const auto* q = static_cast<const uint8_t*>(data);
+  const int64_t rows = shape[0], cols = shape[1];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dst[r * cols + c] = fp8::e4m3_to_float(q[r * cols + c]) * scales->at(r, c);
+}
 
 std::vector<float> Tensor::to_f32() const {
   std::vector<float> out(static_cast<size_t>(numel()));
@@ -35,7 +50,8 @@ Tensor make_f32_tensor(std::string name, std::vector<int64_t> shape, std::vector
   t.data = buf->data();
   t.owner = std::shared_ptr<const void>(buf, buf->data());
   if (static_cast<size_t>(t.numel()) != buf->size())
-    throw Error(ErrorCode::kInternal, "make_f32_tensor: shape does not match the buffer for " + t.name);
+    throw Error(ErrorCode::kInternal,
+                "make_f32_tensor: shape does not match the buffer for " + t.name);
   return t;
 }
 
@@ -47,11 +63,13 @@ Tensor concat_rows(const std::string& name, const std::vector<const Tensor*>& pa
   for (const Tensor* p : parts) {
     if (!p->present()) continue;
     if (!first) first = p;
+    if (p->scales)  // the scale grids would need merging: callers concatenate after dequantizing
+      throw Error(ErrorCode::kInvalidArgument, "cannot concatenate the fp8 tensor " + p->name);
     if (p->dtype != first->dtype || p->shape.size() != first->shape.size() ||
         !std::equal(p->shape.begin() + 1, p->shape.end(), first->shape.begin() + 1))
-      throw Error(ErrorCode::kInvalidArgument,
-                  "cannot concatenate " + first->name + " " + first->shape_str() + " with " + p->name +
-                      " " + p->shape_str());
+      throw Error(ErrorCode::kInvalidArgument, "cannot concatenate " + first->name + " " +
+                                                   first->shape_str() + " with " + p->name + " " +
+                                                   p->shape_str());
     rows += p->shape[0];
   }
   if (!first) return out;

@@ -32,7 +32,8 @@ DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& o, bool cu
 #endif
   }
   const auto why = cuda_unsupported_reason(c, cuda_compute_dtype(o.dtype, c.stored_dtype),
-                                           parse_kv_cache_dtype(o.kv_cache_dtype));
+                                           parse_kv_cache_dtype(o.kv_cache_dtype),
+                                           resolve_quantization(o.quantization, c.quant));
   if (!why) return {.cuda = true};
   if (o.device == "cuda")
     throw Error(ErrorCode::kUnsupported, "the CUDA runner cannot run this model: " + *why);
@@ -55,6 +56,7 @@ std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions
   c.kv_cache_bytes = o.cpu_kv_cache_bytes;
   c.host_kv_cache_bytes = o.host_kv_cache_bytes;
   c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  c.quantization = resolve_quantization(o.quantization, model.config.quant);
   return std::make_unique<CpuRunner>(model, c);
 }
 

@@ -19,6 +19,7 @@
 
 #include "attention_mma.cuh"
 #include "dispatch.cuh"
+#include "gemv_mma.cuh"
 #include "launch.cuh"
 #include "rill/kernels/gemv.h"
 #include "vec.cuh"
@@ -52,38 +53,6 @@ static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeep
 static_assert(kConfigs[kDeepWideConfig].warps == kConfigs[1].warps &&
               kConfigs[kDeepWideConfig].silu && kConfigs[kDeepWideConfig].stages > 0);
 
-// Streaming load of weights, read once: keep them out of L1 so x stays there. The L2::256B hint
-// makes each miss fetch 256 bytes (a warp covers 64 contiguous bytes of each of its 16 rows per
-// step, and its neighbours the next ones): Llama-2-7B batch 1 went from 5.49 to 5.25 ms.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
 // Loads the w chunks of the U steps starting at step s0 (zeros past the end of K).
 template <int W, int U>
 __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
@@ -97,10 +66,6 @@ __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int
       hi[u] = load_stream(w_hi + c);
     }
   }
-}
-
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.0f + expf(-x));  // the activation kernel's formula
 }
 
 /// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for

@@ -10,6 +10,10 @@
 # streams of the 7B shape against rill-bench's pipelined step; 1,000 requests of 256 + 256
 # tokens on the 8B shape; 32 decode streams while 2,048-token prompts arrive.
 # bench-7b and bench-8b end with a kernel timeline of the batch-1 step (rill-bench --trace).
+# fp8 weights (issue 28): fp8-tests (kernel and CUDA engine tests of the fp8 paths), fp8-micro
+# (rill-gemv-fp8-bench), fp8-7b / fp8-8b (decode, prefill, GEMV/GEMM switch, logit cosine against
+# 16-bit, and on the 8B shape 1,000 requests of 256 + 256), fp8-ppl (default model, --quantization
+# fp8 against none); `fp8` runs them all and ends with a short summary.
 # Logs go to $OUT/gpu_<section>.txt.
 set -u
 bin=$1 lib=$2
@@ -26,8 +30,48 @@ run() {  # run SECTION TIMEOUT_S CMD...
   echo "=== rc=$? took $((SECONDS - t)) s"
   tail -n "${TAIL:-25}" "$OUT/gpu_$sec.txt"
 }
-for section in "$@"; do
+make7b() { [ -d /tmp/llama2-7b ] || run make7b 150 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b; }
+make8b() { [ -d /tmp/llama3-8b ] || run make8b 150 "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b; }
+fp8_summary() {  # the lines that hold the fp8 figures, from the fp8 sections' logs
+  echo "=== fp8 summary"
+  for f in "$OUT"/gpu_fp8*.txt; do
+    [ -f "$f" ] || continue
+    echo "--- $(basename "$f")"
+    grep -aE "PASSED|FAILED|relative L2 error of logits|^(qkv|o|gate_up|down|l3_[a-z]+) |layers of fp8|^  (default|[0-9]+w x)|linear layers|^ +(1|8|16|32|64|128) +[0-9]+ |^ +2048 |cosine|^(full|window|recompute|streaming) |tolerance|output [0-9.]+ tok/s|decode window|TPOT" "$f" | cut -c1-220
+  done
+}
+sections=("$@")
+if [ "${sections[0]:-}" = fp8 ]; then sections=(fp8-tests fp8-micro fp8-ppl fp8-7b fp8-8b fp8-summary); fi
+for section in "${sections[@]}"; do
   case $section in
+    fp8-tests)
+      TAIL=12 run fp8_tests 300 "$bin/kernel_tests" --gtest_filter='GemvFp8*:QuantizeFp8*' --gtest_brief=1
+      TAIL=25 run fp8_tests 400 "$bin/cuda_engine_tests" --gtest_filter='*Fp8*' ;;
+    fp8-micro)
+      TAIL=50 run fp8_micro 240 "$bin/rill-gemv-fp8-bench" ;;
+    fp8-ppl)  # --quantization fp8 on the default model: perplexity within 2% of bf16
+      for q in none fp8; do
+        TAIL=8 run fp8_ppl 200 "$bin/rill-ppl" --model models/rill-shakespeare --device cuda --quantization $q \
+          --golden tests/golden/streaming_default.json --tolerance 0.02
+      done ;;
+    fp8-7b)  # batch-1 TPOT @ 515 and 2,048-token prefill, fp8 against the 16-bit run in the same session
+      make7b
+      TAIL=14 run fp8_7b 300 "$bin/rill-bench" --model /tmp/llama2-7b --quantization fp8 --batch 1,8,16,32,64 \
+        --context 512 --prefill 2048 --max-batch 64 --steps 64
+      TAIL=6 run fp8_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --quantization fp8 --fp8-gemv-max-rows 0 \
+        --batch 8,16 --context 512 --prefill 0 --max-batch 64 --steps 64
+      TAIL=8 run fp8_7b 200 "$bin/rill-bench" --model /tmp/llama2-7b --quantization none --batch 1 --context 512 \
+        --prefill 2048 --max-batch 64 --steps 64
+      TAIL=4 run fp8_7b 200 "$bin/rill-quant-check" --model /tmp/llama2-7b --device cuda --positions 256 ;;
+    fp8-8b)  # batch 1 @ 515, batch 128, logit cosine, and 1,000 requests of 256 + 256 all at once
+      make8b
+      TAIL=8 run fp8_8b 300 "$bin/rill-bench" --model /tmp/llama3-8b --quantization fp8 --batch 1,128 \
+        --context 512 --prefill 0 --max-batch 128 --steps 64
+      TAIL=4 run fp8_8b 200 "$bin/rill-quant-check" --model /tmp/llama3-8b --device cuda --positions 256
+      TAIL=12 run fp8_8b 400 "$bin/rill-serve-bench" --model /tmp/llama3-8b --quantization fp8 --num-requests 1000 \
+        --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
+    fp8-summary)
+      fp8_summary ;;
     tests)
       TAIL=15 run tests 300 "$bin/kernel_tests" --gtest_brief=1
       TAIL=15 run tests 300 "$bin/cuda_engine_tests" --gtest_brief=1 ;;

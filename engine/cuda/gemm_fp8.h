@@ -1,0 +1,63 @@
+// W8A8 fp8 GEMMs on the tensor cores through cuBLASLt (Hopper): y[M, N] = sum_k xq[m, k] sx(m, k)
+// w[n, k] sw(n, k), e4m3 x e4m3 with fp32 accumulation (no fast accumulation), y in the
+// activation dtype or fp32. Scales: per token x per row (OUTER_VEC_32F on both operands), or per
+// 128 columns of each token x per 128 columns of each row (VEC128_32F on both), the layouts of
+// kernels::Fp8ScaleLayout and kernels::ActQuantMode. Plans (descriptors and the heuristic's
+// algorithm) are cached per problem, so steps captured in CUDA graphs make no new ones.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+#include "engine/cuda/cuda_util.h"
+#include "rill/kernels/common.h"
+
+namespace rill::cuda {
+
+class Fp8Gemm {
+ public:
+  /// `workspace`: device memory cuBLASLt may use, stream-ordered on `stream` (it may be shared
+  /// with other work on the same stream).
+  Fp8Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  /// One problem: M tokens, weights [N, K], 128-column scales or per-row ones, output type.
+  struct Problem {
+    int M = 0, N = 0, K = 0;
+    bool block = false;
+    kernels::DType dtype = kernels::DType::kBF16;
+    bool y_f32 = false;
+    std::tuple<int, int, int, bool, int, bool> key() const {
+      return {M, N, K, block, static_cast<int>(dtype), y_f32};
+    }
+  };
+  /// True when cuBLASLt has an algorithm for `p` (K % 16 == 0; block: K % 128 == 0).
+  bool supported(const Problem& p);
+  /// Enqueues y = xq w^T with the scales described above; supported(p) must hold.
+  void run(const Problem& p, const uint8_t* xq, const float* x_scale, const void* w,
+           const float* w_scale, void* y);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;
+  };
+  Plan& plan(const Problem& p);
+  static void destroy(Plan& plan);
+
+  cudaStream_t stream_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  cublasLtHandle_t handle_ = nullptr;
+  // Problems seen; prefill chunks of every length up to the step budget make at most a few
+  // thousand (a few KB each), dropped when the runner goes.
+  std::map<std::tuple<int, int, int, bool, int, bool>, Plan> plans_;
+};
+
+}  // namespace rill::cuda

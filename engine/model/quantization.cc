@@ -1,0 +1,255 @@
+#include "engine/model/quantization.h"
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "engine/error.h"
+
+namespace rill {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSupported =
+    "supported: compressed-tensors float-quantized fp8 (8-bit float weights with per-tensor, "
+    "per-channel or 128x128 block scales; static per-tensor or dynamic per-token activations) "
+    "and quant_method fp8 with weight_block_size [128, 128]";
+
+[[noreturn]] void unsupported(const std::string& source, const std::string& what) {
+  throw Error(ErrorCode::kUnsupported,
+              source + ": quantization " + what + " is not supported (" + kSupported + ")");
+}
+
+[[noreturn]] void invalid(const std::string& source, const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument, source + ": quantization_config: " + what);
+}
+
+std::string str_or(const json& j, const char* key, const std::string& fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+std::vector<std::string> string_list(const json& j, const char* key, const std::string& source) {
+  std::vector<std::string> out;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_array()) invalid(source, std::string("'") + key + "' must be a list of names");
+  for (const auto& v : *it) {
+    if (!v.is_string()) invalid(source, std::string("'") + key + "' must be a list of names");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// "int4 weights (type=int, num_bits=4, strategy=group)": what a compressed-tensors args object is.
+std::string args_summary(const json& a) {
+  const std::string type = str_or(a, "type", "?");
+  const int bits = a.value("num_bits", 0);
+  return type + std::to_string(bits) + " (type=" + type + ", num_bits=" + std::to_string(bits) +
+         ", strategy=" + str_or(a, "strategy", "?") + ")";
+}
+
+// compressed-tensors `weights`: 8-bit symmetric floats with tensor, channel or 128x128 block
+// scales.
+void parse_ct_weights(const json& w, QuantizationConfig& q, const std::string& source) {
+  if (!w.is_object()) unsupported(source, "compressed-tensors scheme without weight quantization");
+  if (str_or(w, "type", "") != "float" || w.value("num_bits", 0) != 8)
+    unsupported(source, "compressed-tensors weights " + args_summary(w));
+  if (!w.value("symmetric", true)) unsupported(source, "compressed-tensors asymmetric fp8 weights");
+  if (w.contains("dynamic") && w["dynamic"].is_boolean() && w["dynamic"].get<bool>())
+    unsupported(source, "compressed-tensors dynamic weight scales");
+  const std::string strategy = str_or(w, "strategy", "");
+  if (strategy == "tensor") {
+    q.weights = WeightScaleKind::kTensor;
+  } else if (strategy == "channel") {
+    q.weights = WeightScaleKind::kChannel;
+  } else if (strategy == "block") {
+    const auto it = w.find("block_structure");
+    if (it == w.end() || !it->is_array() || it->size() != 2 || (*it)[0] != 128 || (*it)[1] != 128)
+      unsupported(source, "compressed-tensors fp8 block_structure " +
+                              (it == w.end() ? std::string("(missing)") : it->dump()) +
+                              " (only [128, 128])");
+    q.weights = WeightScaleKind::kBlock;
+    q.block_rows = q.block_cols = 128;
+  } else {
+    unsupported(source, "compressed-tensors fp8 weights with strategy '" + strategy + "'");
+  }
+}
+
+// compressed-tensors `input_activations`: absent (weight-only), 8-bit floats static per tensor,
+// dynamic per token, or dynamic per 128-group (with block weights).
+void parse_ct_inputs(const json& a, QuantizationConfig& q, const std::string& source) {
+  q.activations = q.weights == WeightScaleKind::kBlock ? ActivationQuant::kDynamicPerGroup
+                                                       : ActivationQuant::kDynamicPerToken;
+  if (a.is_null()) return;  // weight-only: prefill GEMMs quantize activations per token anyway
+  if (!a.is_object() || str_or(a, "type", "") != "float" || a.value("num_bits", 0) != 8)
+    unsupported(source, "compressed-tensors input activations " + args_summary(a));
+  const bool dynamic = a.contains("dynamic") && !a["dynamic"].is_null() &&
+                       !(a["dynamic"].is_boolean() && !a["dynamic"].get<bool>());
+  const std::string strategy = str_or(a, "strategy", "");
+  if (!dynamic) {
+    if (strategy != "tensor")
+      unsupported(source, "compressed-tensors static activations with strategy '" + strategy + "'");
+    q.activations = ActivationQuant::kStaticPerTensor;
+    return;
+  }
+  if (strategy == "group" && a.value("group_size", 0) != 128)
+    unsupported(source, "compressed-tensors dynamic activation groups of " +
+                            std::to_string(a.value("group_size", 0)) + " (only 128)");
+  if (strategy != "token" && strategy != "tensor" && strategy != "group")
+    unsupported(source, "compressed-tensors dynamic activations with strategy '" + strategy + "'");
+}
+
+void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::string& source) {
+  q.method = QuantMethod::kCompressedTensors;
+  if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object() &&
+      str_or(qc["sparsity_config"], "format", "dense") != "dense")
+    unsupported(source, "compressed-tensors sparsity format '" +
+                            str_or(qc["sparsity_config"], "format", "?") + "'");
+  const auto groups = qc.find("config_groups");
+  if (groups == qc.end() || !groups->is_object() || groups->empty())
+    invalid(source, "compressed-tensors needs a non-empty 'config_groups' object");
+  if (groups->size() != 1)
+    unsupported(source, "compressed-tensors with " + std::to_string(groups->size()) +
+                            " config groups (mixed schemes; one group is supported)");
+  const json& g = groups->begin().value();
+  if (!g.is_object())
+    invalid(source, "config group '" + groups->begin().key() + "' is not an object");
+  const std::string format = str_or(g, "format", str_or(qc, "format", ""));
+  if (format != "float-quantized")
+    unsupported(source, "compressed-tensors format '" + format + "'");
+  parse_ct_weights(g.contains("weights") ? g["weights"] : json(), q, source);
+  parse_ct_inputs(g.contains("input_activations") ? g["input_activations"] : json(), q, source);
+  if (g.contains("output_activations") && !g["output_activations"].is_null())
+    unsupported(source, "compressed-tensors output activation quantization");
+  q.targets = string_list(g, "targets", source);
+  if (q.targets.empty())
+    invalid(source, "config group '" + groups->begin().key() + "' has no targets");
+  q.ignore = string_list(qc, "ignore", source);
+}
+
+void parse_fp8(const json& qc, QuantizationConfig& q, const std::string& source) {
+  q.method = QuantMethod::kFp8;
+  const std::string fmt = str_or(qc, "fmt", "e4m3");
+  if (fmt != "e4m3") unsupported(source, "fp8 with fmt '" + fmt + "'");
+  const std::string act = str_or(qc, "activation_scheme", "dynamic");
+  if (act != "dynamic") unsupported(source, "fp8 with activation_scheme '" + act + "'");
+  const auto it = qc.find("weight_block_size");
+  if (it == qc.end() || !it->is_array() || it->size() != 2 || (*it)[0] != 128 || (*it)[1] != 128)
+    unsupported(source, "fp8 with weight_block_size " +
+                            (it == qc.end() ? std::string("(missing)") : it->dump()) +
+                            " (only [128, 128])");
+  q.weights = WeightScaleKind::kBlock;
+  q.block_rows = q.block_cols = 128;
+  q.activations = ActivationQuant::kDynamicPerGroup;
+  q.targets = {"Linear"};
+  q.ignore = string_list(qc, "modules_to_not_convert", source);
+  // transformers never converts the output embedding (get_keys_to_not_convert).
+  q.ignore.insert(q.ignore.end(), {"lm_head", "embed_out"});
+}
+
+bool matches(const std::string& pattern, const std::string& module) {
+  if (pattern.rfind("re:", 0) == 0) {
+    try {
+      return std::regex_match(module, std::regex(pattern.substr(3)));
+    } catch (const std::regex_error&) {
+      return false;  // checked when parsed (parse_quantization_config)
+    }
+  }
+  return pattern == module;
+}
+
+void check_patterns(const std::vector<std::string>& patterns, const std::string& source) {
+  for (const std::string& p : patterns) {
+    if (p.rfind("re:", 0) != 0) continue;
+    try {
+      std::regex r(p.substr(3));
+    } catch (const std::regex_error& e) {
+      invalid(source, "bad regular expression '" + p + "': " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+const char* QuantizationConfig::scale_suffix() const {
+  return method == QuantMethod::kFp8 ? "weight_scale_inv" : "weight_scale";
+}
+
+bool QuantizationConfig::quantizes(const std::string& module) const {
+  if (!quantized()) return false;
+  for (const std::string& p : ignore)
+    if (matches(p, module)) return false;
+  // Every module asked about is a linear layer, so the class name "Linear" takes them all.
+  for (const std::string& t : targets)
+    if (t == "Linear" || matches(t, module)) return true;
+  return false;
+}
+
+std::string QuantizationConfig::describe() const {
+  if (!quantized()) return "none";
+  std::string s = std::string("fp8 (") +
+                  (method == QuantMethod::kFp8 ? "quant_method fp8" : "compressed-tensors") + ", ";
+  switch (weights) {
+    case WeightScaleKind::kTensor:
+      s += "per-tensor";
+      break;
+    case WeightScaleKind::kChannel:
+      s += "per-channel";
+      break;
+    case WeightScaleKind::kBlock:
+      s += "128x128 block";
+      break;
+  }
+  s += " weight scales, ";
+  switch (activations) {
+    case ActivationQuant::kDynamicPerToken:
+      s += "dynamic per-token";
+      break;
+    case ActivationQuant::kDynamicPerGroup:
+      s += "dynamic per-token-group";
+      break;
+    case ActivationQuant::kStaticPerTensor:
+      s += "static per-tensor";
+      break;
+  }
+  return s + " activations)";
+}
+
+QuantizationConfig parse_quantization_config(const json& config, const std::string& source) {
+  QuantizationConfig q;
+  const auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return q;
+  if (!it->is_object()) invalid(source, "not a JSON object");
+  const json& qc = *it;
+  const std::string method = str_or(qc, "quant_method", "");
+  if (method == "compressed-tensors") {
+    parse_compressed_tensors(qc, q, source);
+  } else if (method == "fp8") {
+    parse_fp8(qc, q, source);
+  } else {
+    unsupported(
+        source,
+        "method '" + (method.empty() ? std::string("(missing quant_method)") : method) + "'");
+  }
+  check_patterns(q.ignore, source);
+  check_patterns(q.targets, source);
+  return q;
+}
+
+WeightQuant resolve_quantization(const std::string& requested,
+                                 const QuantizationConfig& checkpoint) {
+  if (requested == "auto") return checkpoint.quantized() ? WeightQuant::kFp8 : WeightQuant::kNone;
+  if (requested == "fp8") return WeightQuant::kFp8;
+  if (requested == "none") return WeightQuant::kNone;
+  throw Error(ErrorCode::kInvalidArgument,
+              "unsupported quantization '" + requested + "' (auto, fp8, none)");
+}
+
+std::string describe_quantization(WeightQuant mode, const QuantizationConfig& checkpoint) {
+  if (mode == WeightQuant::kNone) return "none";
+  if (checkpoint.quantized()) return checkpoint.describe();
+  return "fp8 (per-channel weight scales computed at load, dynamic per-token activations)";
+}
+
+}  // namespace rill

@@ -1,0 +1,59 @@
+// Weight-only fp8 GEMV for decode batches (1-16 rows): y[m, n] = sum_k x[m, k] * w[n, k] *
+// scale(n, k) with e4m3 weights read once (16-byte loads, 16 weights each), x in fp16/bf16, the
+// products on the tensor cores in the activation dtype (e4m3 converts exactly to either) and fp32
+// accumulation. The same epilogues as the 16-bit GEMV (gemv.h): kStore and kSiluMul.
+#pragma once
+
+#include <string>
+
+#include "rill/kernels/common.h"
+#include "rill/kernels/gemv.h"
+
+namespace rill::kernels {
+
+/// Where a weight's dequantization scales are (fp32 on the device).
+enum class Fp8ScaleLayout : int {
+  /// One per output row: scale [N] (per-channel, and per-tensor scales expanded to rows).
+  kPerRow = 0,
+  /// One per output row and 128 columns: scale [ceil(K / 128), N], row n of column block kb at
+  /// kb * N + n (cuBLASLt's VEC128_32F layout, so the GEMM reads the same table). 128 x 128 block
+  /// scales are expanded to it at load.
+  kBlock128 = 1,
+};
+
+/// Columns of x / w per scale of kBlock128.
+constexpr int kFp8ScaleBlock = 128;
+
+struct Fp8GemvParams {
+  DType dtype = DType::kBF16;    // of x, y and bias
+  int M = 0, N = 0, K = 0;       // M <= 16, K % 16 == 0
+  const void* x = nullptr;       // [M, K] dtype, 16-byte aligned rows
+  const void* w = nullptr;       // [N, K] e4m3, 16-byte aligned
+  const float* scale = nullptr;  // see Fp8ScaleLayout
+  Fp8ScaleLayout scale_layout = Fp8ScaleLayout::kPerRow;
+  void* y = nullptr;   // [M, N] (dtype), fp32 when y_f32; kSiluMul: [M, N / 2]
+  bool y_f32 = false;  // kStore only
+  /// kStore, or kSiluMul: w rows in tiles of 16 (8 gate rows, then their 8 up rows; N % 16 == 0)
+  /// and y[m, 8j + r] = dtype(silu(g) * u) with g = dtype(s[m, 16j + r] * scale) + bias[16j + r]
+  /// and u likewise from row 16j + 8 + r: what a kStore GEMV followed by the activation kernel
+  /// (ActivationParams::interleaved) computes.
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  const void* bias = nullptr;  // kSiluMul: optional [N], rows as w's
+  int config = -1;             // CTA shape 0 .. gemv_fp8_num_configs() - 1; -1: the default
+};
+
+/// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration, weights
+/// double-buffered in registers. The sums depend on `warps` only.
+int gemv_fp8_num_configs();
+GemvConfigInfo gemv_fp8_config_info(int config);  // .stages is 0
+std::string gemv_fp8_config_name(int config);
+/// The shape launch_gemv_fp8 uses for weights [N, K] when config is -1.
+int gemv_fp8_default_config(int N, int K);
+/// Most rows of x a launch takes (two mma column tiles of 8).
+constexpr int kFp8GemvMaxRows = 16;
+
+/// cudaErrorInvalidValue (with last_kernel_error_detail) for M > 16, K % 16 != 0, a bad scale
+/// layout, a misaligned or null operand; callers fall back to a GEMM.
+cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream);
+
+}  // namespace rill::kernels

@@ -1,0 +1,122 @@
+// Activation quantization to e4m3 for the W8A8 GEMMs (rill/kernels/quantize_fp8.h): one CTA per
+// token. Per token: the block's max |x| (or the static scale), then every 8 values stored as 8
+// bytes. Per 128-column group: a half-warp per group (16 lanes x 8 values), its max by butterfly.
+// Values are read twice (the second time from L1/L2): no row has to fit in registers.
+#include <string>
+
+#include "dispatch.cuh"
+#include "fp8.cuh"
+#include "launch.cuh"
+#include "reduce.cuh"
+#include "rill/kernels/quantize_fp8.h"
+#include "vec.cuh"
+
+namespace rill::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kGroup = 128;                    // columns per scale (kPerGroup128)
+constexpr int kLanesPerGroup = kGroup / kVec;  // 16
+constexpr float kE4m3Max = 448.0f;
+
+__device__ __forceinline__ float scale_of(float amax) {
+  return amax > 0.0f ? amax / kE4m3Max : 1.0f;  // the row maximum maps to 448
+}
+
+// Eight values as e4m3 bytes (little-endian: value 0 in the lowest byte).
+__device__ __forceinline__ uint2 quantize8(const float (&f)[kVec], float scale) {
+  uint2 q;
+  q.x = quantize2_fp8(f[0], f[1], scale) | (quantize2_fp8(f[2], f[3], scale) << 16);
+  q.y = quantize2_fp8(f[4], f[5], scale) | (quantize2_fp8(f[6], f[7], scale) << 16);
+  return q;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    quantize_per_token_kernel(const T* __restrict__ x,  // [num_tokens, width]
+                              uint8_t* __restrict__ out, float* __restrict__ scales, int width,
+                              const float* __restrict__ static_scale) {
+  __shared__ float scratch[32];
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const T* row = x + t * width;
+  const int vecs = width / kVec;
+  float scale;
+  if (static_scale) {
+    scale = *static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+      float f[kVec];
+      load8(row + v * kVec, f);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(f[i]));
+    }
+    scale = scale_of(block_reduce(amax, Max{}, 0.0f, scratch));
+  }
+  if (threadIdx.x == 0) scales[t] = scale;
+  for (int v = threadIdx.x; v < vecs; v += kThreads) {
+    float f[kVec];
+    load8(row + v * kVec, f);
+    *reinterpret_cast<uint2*>(out + t * width + v * kVec) = quantize8(f, scale);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    quantize_per_group_kernel(const T* __restrict__ x,  // [num_tokens, width]
+                              uint8_t* __restrict__ out,
+                              float* __restrict__ scales,  // [groups, num_tokens]
+                              int num_tokens, int width) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const T* row = x + t * width;
+  const int vecs = width / kVec, groups = (width + kGroup - 1) / kGroup;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, half = lane / kLanesPerGroup;
+  constexpr int kWarps = kThreads / 32;
+  // Each warp takes two groups per iteration (one per half-warp); every lane runs every
+  // iteration so the shuffles see the whole warp.
+  for (int base = 2 * warp; base < groups; base += 2 * kWarps) {
+    const int g = base + half, v = g * kLanesPerGroup + lane % kLanesPerGroup;
+    const bool live = g < groups && v < vecs;
+    float f[kVec] = {};
+    if (live) load8(row + v * kVec, f);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(f[i]));
+#pragma unroll
+    for (int o = kLanesPerGroup / 2; o > 0; o >>= 1) amax = fmaxf(amax, shfl_xor(amax, o));
+    const float scale = scale_of(amax);
+    if (live) *reinterpret_cast<uint2*>(out + t * width + v * kVec) = quantize8(f, scale);
+    if (g < groups && lane % kLanesPerGroup == 0) scales[int64_t(g) * num_tokens + t] = scale;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
+  if (p.num_tokens < 0 || p.width < 0) return invalid_argument("quantize_fp8: negative size");
+  if (p.width % kVec != 0)
+    return invalid_argument("quantize_fp8: width=" + std::to_string(p.width) +
+                            " is not a multiple of 8");
+  if (p.mode != ActQuantMode::kPerToken && p.mode != ActQuantMode::kPerGroup128)
+    return invalid_argument("quantize_fp8: unknown mode");
+  if (p.mode == ActQuantMode::kPerGroup128 && p.static_scale)
+    return invalid_argument("quantize_fp8: a static scale is per tensor (kPerToken)");
+  if (p.num_tokens == 0 || p.width == 0) return cudaSuccess;
+  if (!p.x || !p.out || !p.scales) return invalid_argument("quantize_fp8: null pointer");
+  if (!is_aligned16(p.x) || (reinterpret_cast<uintptr_t>(p.out) & 7u))
+    return invalid_argument("quantize_fp8: x must be 16-byte and out 8-byte aligned");
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    const T* x = static_cast<const T*>(p.x);
+    if (p.mode == ActQuantMode::kPerToken)
+      return launch_kernel(quantize_per_token_kernel<T>, dim3(p.num_tokens), dim3(kThreads), 0,
+                           stream, x, p.out, p.scales, p.width, p.static_scale);
+    return launch_kernel(quantize_per_group_kernel<T>, dim3(p.num_tokens), dim3(kThreads), 0,
+                         stream, x, p.out, p.scales, p.num_tokens, p.width);
+  });
+}
+
+}  // namespace rill::kernels

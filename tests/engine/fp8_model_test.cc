@@ -1,0 +1,145 @@
+// The CPU reference engine on fp8 checkpoints: on each fp8 fixture it computes exactly what it
+// computes on the fixture's dequantized fp32 model (same logits bit for bit, same greedy tokens),
+// whatever --quantization says; with --quantization fp8 on the default (bf16) model, the
+// teacher-forced perplexity of its golden text stays within 2% of bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/cpu/cpu_runner.h"
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/offline/perplexity.h"
+#include "engine/runner/runner_factory.h"
+#include "tests/engine/golden.h"
+
+namespace rill {
+namespace {
+
+using testing::load_golden;
+using testing::source_path;
+
+const char* const kFixtures[] = {"fp8_ct_channel", "fp8_ct_tensor", "fp8_block"};
+const char* const kPrompts[] = {"KING HENRY:", "O, what a noble mind is here o'erthrown!",
+                                "Thou art"};
+
+struct Greedy {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // every step's
+  double min_margin = INFINITY;
+};
+
+Greedy run_greedy(const Model& m, WeightQuant quant, const std::string& prompt, int steps) {
+  CpuRunner r(m, {.num_threads = 2, .quantization = quant});
+  r.add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+  Greedy g;
+  std::vector<int32_t> feed = m.tokenizer->encode(prompt);
+  for (int s = 0; s < steps; ++s) {
+    StepInput in{1, feed, LogitsMode::kLast, true};
+    const StepOutput o = r.step(std::span<const StepInput>(&in, 1));
+    std::vector<float> top(o.logits.begin(), o.logits.end());
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
+    g.min_margin = std::min(g.min_margin, double(top[0]) - top[1]);
+    g.logits.insert(g.logits.end(), o.logits.begin(), o.logits.end());
+    g.tokens.push_back(o.sampled[0]);
+    feed = {o.sampled[0]};
+  }
+  return g;
+}
+
+TEST(Fp8Cpu, Fp8CheckpointEqualsItsDequantizedModel) {
+  for (const char* name : kFixtures) {
+    const auto dir = source_path(std::string("tests/fixtures/") + name);
+    const Model fp8 = load_model(dir), deq = load_model(dir / "dequantized");
+    EXPECT_FALSE(deq.config.quant.quantized());
+    for (const char* prompt : kPrompts) {
+      const Greedy ref = run_greedy(deq, WeightQuant::kNone, prompt, 32);
+      for (WeightQuant mode : {WeightQuant::kFp8, WeightQuant::kNone}) {
+        const Greedy got = run_greedy(fp8, mode, prompt, 32);
+        EXPECT_EQ(got.tokens, ref.tokens) << name << " '" << prompt << "'";
+        EXPECT_EQ(got.logits, ref.logits) << name << " '" << prompt << "': logits differ";
+      }
+      // Goldens need a clear winner at every greedy step (tools/make_golden.py's MIN_MARGIN).
+      EXPECT_GT(ref.min_margin, 1e-3) << name << " '" << prompt << "'";
+      std::printf("%s '%s': min greedy margin %.4f\n", name, prompt, ref.min_margin);
+    }
+  }
+}
+
+// transformers on the dequantized weights (tools/make_fp8_goldens.py): tokens exact, logits to
+// fp32 tolerance, like every architecture fixture (golden_test.cc).
+TEST(Fp8Cpu, MatchesTransformersOnTheDequantizedWeights) {
+  for (const char* name : kFixtures) {
+    const auto path = source_path(std::string("tests/golden/") + name + ".json");
+    if (!std::filesystem::exists(path))
+      GTEST_SKIP() << path
+                   << " is missing: run tools/make_fp8_goldens.py (transformers) to write it";
+    const auto g = load_golden(std::string(name) + ".json");
+    const Model m = load_model(source_path(g.at("model").get<std::string>()));
+    for (const auto& c : testing::golden_cases(g)) {
+      CpuRunner r(m, {.num_threads = 2});
+      r.add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+      std::vector<int32_t> feed = c.prompt, got;
+      for (size_t step = 0; step < c.greedy.size(); ++step) {
+        StepInput in{1, feed, LogitsMode::kLast, true};
+        const StepOutput o = r.step(std::span<const StepInput>(&in, 1));
+        if (step < c.logits.size()) {
+          double worst = 0, scale = 1;
+          for (size_t v = 0; v < c.logits[step].size(); ++v) {
+            worst = std::max(worst, std::abs(double(o.logits[v]) - c.logits[step][v]));
+            scale = std::max(scale, std::abs(double(c.logits[step][v])));
+          }
+          EXPECT_LT(worst, 2e-4 * scale) << name << " step " << step;
+        }
+        got.push_back(o.sampled[0]);
+        feed = {o.sampled[0]};
+      }
+      EXPECT_EQ(got, c.greedy) << name << ": greedy tokens differ from transformers";
+    }
+  }
+}
+
+// --quantization fp8 (per-channel scales at load) on the default bf16 model: teacher-forced
+// perplexity of the first 1,024 held-out tokens within 2% of bf16 (rill-ppl checks the whole text
+// on the GPU).
+TEST(Fp8Cpu, QuantizingTheDefaultModelAtLoadKeepsPerplexityWithinTwoPercent) {
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto g = load_golden("default_eval_ids.json");
+  std::vector<int32_t> ids = g.at("eval_ids").get<std::vector<int32_t>>();
+  ids.resize(std::min<size_t>(ids.size(), 1024));
+  const int32_t bos = g.at("bos_id").get<int32_t>();
+  PplConfig cfg;
+  cfg.method = PplMethod::kFull;
+  cfg.context = 512;
+  double ppl[2];
+  for (WeightQuant mode : {WeightQuant::kNone, WeightQuant::kFp8}) {
+    CpuRunner r(m, {.num_threads = 2, .quantization = mode});
+    ppl[mode == WeightQuant::kFp8] = evaluate_perplexity(r, ids, bos, cfg).ppl;
+  }
+  std::printf("perplexity bf16 %.4f, fp8 %.4f (%+.2f%%)\n", ppl[0], ppl[1],
+              100 * (ppl[1] / ppl[0] - 1));
+  EXPECT_NE(ppl[1], ppl[0]);  // the weights did change
+  EXPECT_LT(std::abs(ppl[1] / ppl[0] - 1), 0.02);
+}
+
+// The engine option reaches the CPU runner (make_runner) and bad names are refused.
+TEST(Fp8Cpu, EngineOptionQuantization) {
+  const Model m = load_model(source_path("tests/fixtures/fp8_block"));
+  EngineOptions o;
+  o.device = "cpu";
+  for (const char* q : {"auto", "fp8", "none"}) {
+    o.quantization = q;
+    EXPECT_NO_THROW(make_runner(m, o)) << q;
+  }
+  o.quantization = "int4";
+  try {
+    make_runner(m, o);
+    ADD_FAILURE() << "int4 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("(auto, fp8, none)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rill

@@ -1,0 +1,341 @@
+// The weight-only fp8 GEMV (rill/kernels/gemv_fp8.h) against an fp64 CPU reference on the
+// dequantized weights: every e4m3 code converted exactly (subnormals and signs included), M 1..16,
+// K with partial steps and partial scale blocks, odd N, per-row and 128-column block scales, both
+// output types, the kSiluMul epilogue with and without bias, every CTA shape, and the rejections
+// that send callers to a GEMM.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/fp8.h"
+#include "rill/kernels/gemv_fp8.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace rill::testing {
+namespace {
+
+using kernels::DType;
+using kernels::Fp8ScaleLayout;
+using kernels::GemvEpilogue;
+
+/// An fp8 weight [N, K] with its scales, as the kernel reads them, and its dequantized values.
+struct Fp8Weight {
+  int N = 0, K = 0;
+  Fp8ScaleLayout layout = Fp8ScaleLayout::kPerRow;
+  std::vector<uint8_t> bytes;  // [N, K]
+  std::vector<float> scale;    // [N] or [ceil(K / 128), N]
+  std::vector<float> value;    // [N, K]: e4m3 * scale
+  float scale_of(int n, int k) const {
+    return layout == Fp8ScaleLayout::kPerRow ? scale[n] : scale[size_t(k / 128) * N + n];
+  }
+};
+
+/// Random non-NaN e4m3 codes (every magnitude, both signs) and scales 2^-9 .. 2^-3.
+Fp8Weight random_weight(int N, int K, Fp8ScaleLayout layout, std::mt19937& rng) {
+  Fp8Weight w;
+  w.N = N;
+  w.K = K;
+  w.layout = layout;
+  std::uniform_int_distribution<int> code(0, 253);
+  std::uniform_real_distribution<float> expo(-9.0f, -3.0f);
+  w.bytes.resize(size_t(N) * K);
+  for (uint8_t& b : w.bytes) {
+    const int c = code(rng);
+    b = static_cast<uint8_t>(c < 127 ? c : c + 1);  // skip 0x7f: 0x00..0x7e, 0x80..0xfe
+  }
+  w.scale.resize(layout == Fp8ScaleLayout::kPerRow ? size_t(N) : size_t((K + 127) / 128) * N);
+  for (float& s : w.scale) s = std::exp2(expo(rng));
+  w.value.resize(w.bytes.size());
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k)
+      w.value[size_t(n) * K + k] =
+          fp8::e4m3_to_float(w.bytes[size_t(n) * K + k]) * w.scale_of(n, k);
+  return w;
+}
+
+/// s[m, n] = sum_k x[m, k] w[n, k] in fp64; `sum_abs_max`: the largest sum of |products|.
+std::vector<double> reference(const std::vector<float>& x, const Fp8Weight& w, int M,
+                              double* sum_abs_max) {
+  std::vector<double> s(size_t(M) * w.N);
+  *sum_abs_max = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < w.N; ++n) {
+      double acc = 0, a = 0;
+      for (int k = 0; k < w.K; ++k) {
+        const double p = double(x[size_t(m) * w.K + k]) * w.value[size_t(n) * w.K + k];
+        acc += p;
+        a += std::abs(p);
+      }
+      s[size_t(m) * w.N + n] = acc;
+      *sum_abs_max = std::max(*sum_abs_max, a);
+    }
+  return s;
+}
+
+struct DeviceWeight {
+  DeviceBuffer bytes, scale;
+  explicit DeviceWeight(const Fp8Weight& w) : bytes(w.bytes.size(), 1), scale(w.scale.size(), 4) {
+    bytes.upload(w.bytes.data());
+    scale.upload(w.scale.data());
+  }
+};
+
+kernels::Fp8GemvParams params(DType dt, int M, const Fp8Weight& w, const DeviceWeight& dw,
+                              const void* x, void* y, int config) {
+  kernels::Fp8GemvParams p;
+  p.dtype = dt;
+  p.M = M;
+  p.N = w.N;
+  p.K = w.K;
+  p.x = x;
+  p.w = dw.bytes.get();
+  p.scale = dw.scale.as<float>();
+  p.scale_layout = w.layout;
+  p.y = y;
+  p.config = config;
+  return p;
+}
+
+std::string label(DType dt, int M, int N, int K, Fp8ScaleLayout l, int config) {
+  return std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
+         " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+         (l == Fp8ScaleLayout::kPerRow ? " per-row" : " block128") + " config " +
+         (config < 0 ? "default" : kernels::gemv_fp8_config_name(config));
+}
+
+void check_store(DType dt, int M, int N, int K, Fp8ScaleLayout layout, bool y_f32, int config,
+                 std::mt19937& rng) {
+  SCOPED_TRACE(label(dt, M, N, K, layout, config) + (y_f32 ? " y_f32" : ""));
+  const Fp8Weight w = random_weight(N, K, layout, rng);
+  const std::vector<float> x = rounded_random(size_t(M) * K, rng, dt);
+  double sum_abs = 0;
+  const std::vector<double> s = reference(x, w, M, &sum_abs);
+  std::vector<float> want(s.begin(), s.end());
+  if (!y_f32) want = round_to(want, dt);
+  const DeviceWeight dw(w);
+  DeviceBuffer d_x(x.size(), 2), d_y(want.size(), y_f32 ? 4 : 2);
+  d_x.upload_floats(x, dt);
+  d_y.poison();
+  kernels::Fp8GemvParams p = params(dt, M, w, dw, d_x.get(), d_y.get(), config);
+  p.y_f32 = y_f32;
+  CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_y.check_guards());
+  const std::vector<float> got = d_y.download_floats(dt);
+  ASSERT_FALSE(has_nonfinite(got)) << "non-finite or unwritten output";
+  double scale = 1e-6;
+  for (float v : want) scale = std::max(scale, double(std::abs(v)));
+  // fp32 accumulation (a few ulps of the sum of |products|), plus one dtype ulp when rounded.
+  EXPECT_LE(max_abs_error(got, want), (y_f32 ? 0.0 : 1.01 * ulp1(dt) * scale) + 1e-5 * sum_abs);
+  EXPECT_LE(normalized_error(got, want), y_f32 ? 1e-5 : tol_for(dt));
+}
+
+TEST(GemvFp8, EveryE4m3CodeConvertsExactly) {
+  RILL_REQUIRE_GPU();
+  // Row n holds code n everywhere; x = e_0 (one 1), so y[n] = value(code n) * scale exactly.
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128}) {
+      Fp8Weight w;
+      w.N = 256;
+      w.K = 32;
+      w.layout = layout;
+      w.bytes.resize(size_t(w.N) * w.K);
+      for (int n = 0; n < w.N; ++n)
+        std::fill_n(w.bytes.begin() + size_t(n) * w.K, w.K,
+                    uint8_t(n == 0x7f || n == 0xff ? 0 : n));
+      w.scale.assign(w.N, 0.5f);
+      std::vector<float> x(w.K, 0.0f);
+      x[0] = 1.0f;
+      const DeviceWeight dw(w);
+      DeviceBuffer d_x(x.size(), 2), d_y(w.N, 4);
+      d_x.upload_floats(x, dt);
+      d_y.poison();
+      kernels::Fp8GemvParams p = params(dt, 1, w, dw, d_x.get(), d_y.get(), -1);
+      p.y_f32 = true;
+      CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(w.N);
+      d_y.download(got.data());
+      for (int n = 0; n < w.N; ++n) {
+        const float want = n == 0x7f || n == 0xff ? 0.0f : fp8::e4m3_to_float(uint8_t(n)) * 0.5f;
+        EXPECT_EQ(got[n], want) << "code 0x" << std::hex << n;
+      }
+    }
+}
+
+TEST(GemvFp8, AllBatchSizes) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(51);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
+      for (int M = 1; M <= 16; ++M) check_store(dt, M, 257, 4096, layout, M % 2 == 0, -1, rng);
+}
+
+TEST(GemvFp8, OddShapesAndPartialBlocks) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(52);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128}) {
+      check_store(dt, 1, 1, 16, layout, false, -1, rng);      // one chunk
+      check_store(dt, 3, 17, 48, layout, true, -1, rng);      // a partial step
+      check_store(dt, 9, 33, 80, layout, false, -1, rng);     // a partial step, one partial block
+      check_store(dt, 5, 1001, 208, layout, true, -1, rng);   // 13 chunks, two blocks
+      check_store(dt, 16, 15, 4112, layout, false, -1, rng);  // N < 16, a partial last block
+    }
+}
+
+TEST(GemvFp8, LlamaShapes) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(53);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
+      for (int M : {1, 8, 16}) {
+        check_store(dt, M, 4099, 11008, layout, false, -1, rng);  // down projection's K, odd N
+        check_store(dt, M, 1027, 4096, layout, true, -1, rng);
+      }
+}
+
+TEST(GemvFp8, EveryKernelShape) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(54);
+  for (int config = 0; config < kernels::gemv_fp8_num_configs(); ++config)
+    for (DType dt : kDTypes)
+      for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128}) {
+        check_store(dt, 1, 37, 16, layout, false, config, rng);
+        check_store(dt, 3, 261, 4112, layout, true, config, rng);
+        check_store(dt, 12, 1040, 11008, layout, false, config, rng);
+        check_store(dt, 8, 99, 1008, layout, false, config, rng);
+      }
+}
+
+double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+/// Rows of a [2I, K] weight (or [2I] vector) in the interleaved tiles of kSiluMul: gate rows
+/// 8j..8j+7 then up rows 8j..8j+7; `gate` and `up` are [I, row].
+template <typename V>
+std::vector<V> interleave(const std::vector<V>& gate, const std::vector<V>& up, int I, size_t row) {
+  std::vector<V> out(2 * I * row);
+  for (int j = 0; j < I; ++j) {
+    const size_t tile = size_t(j / 8) * 16, r = j % 8;
+    std::copy_n(gate.begin() + j * row, row, out.begin() + (tile + r) * row);
+    std::copy_n(up.begin() + j * row, row, out.begin() + (tile + 8 + r) * row);
+  }
+  return out;
+}
+
+// y = silu(dtype(x Wg^T) + bg) * (dtype(x Wu^T) + bu) in one pass over interleaved fp8 rows.
+void check_silu(DType dt, int M, int I, int K, Fp8ScaleLayout layout, bool with_bias, int config,
+                std::mt19937& rng) {
+  SCOPED_TRACE(label(dt, M, 2 * I, K, layout, config) + (with_bias ? " bias" : ""));
+  const Fp8Weight wg = random_weight(I, K, layout, rng), wu = random_weight(I, K, layout, rng);
+  const std::vector<float> x = rounded_random(size_t(M) * K, rng, dt, 4.0f);
+  const std::vector<float> bg =
+      with_bias ? rounded_random(I, rng, dt, 0.5f) : std::vector<float>(I, 0.0f);
+  const std::vector<float> bu =
+      with_bias ? rounded_random(I, rng, dt, 0.5f) : std::vector<float>(I, 0.0f);
+  double a0 = 0, a1 = 0;
+  const std::vector<double> sg = reference(x, wg, M, &a0), su = reference(x, wu, M, &a1);
+  const std::vector<float> g = round_to(std::vector<float>(sg.begin(), sg.end()), dt);
+  const std::vector<float> u = round_to(std::vector<float>(su.begin(), su.end()), dt);
+  std::vector<float> want(size_t(M) * I);
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < I; ++j) {
+      const size_t i = size_t(m) * I + j;
+      want[i] = float(silu(double(g[i]) + bg[j]) * (double(u[i]) + bu[j]));
+    }
+  want = round_to(want, dt);
+  // The interleaved weight: bytes and values by rows; per-row scales by rows; block scales by the
+  // rows of each column block.
+  Fp8Weight w;
+  w.N = 2 * I;
+  w.K = K;
+  w.layout = layout;
+  w.bytes = interleave(wg.bytes, wu.bytes, I, K);
+  if (layout == Fp8ScaleLayout::kPerRow) {
+    w.scale = interleave(wg.scale, wu.scale, I, 1);
+  } else {
+    for (int kb = 0; kb < (K + 127) / 128; ++kb) {
+      const std::vector<float> g_kb(wg.scale.begin() + size_t(kb) * I,
+                                    wg.scale.begin() + size_t(kb + 1) * I);
+      const std::vector<float> u_kb(wu.scale.begin() + size_t(kb) * I,
+                                    wu.scale.begin() + size_t(kb + 1) * I);
+      const std::vector<float> both = interleave(g_kb, u_kb, I, 1);
+      w.scale.insert(w.scale.end(), both.begin(), both.end());
+    }
+  }
+  const DeviceWeight dw(w);
+  DeviceBuffer d_x(x.size(), 2), d_bias(size_t(2) * I, 2), d_y(want.size(), 2);
+  d_x.upload_floats(x, dt);
+  d_bias.upload_floats(interleave(bg, bu, I, 1), dt);
+  d_y.poison();
+  kernels::Fp8GemvParams p = params(dt, M, w, dw, d_x.get(), d_y.get(), config);
+  p.epilogue = GemvEpilogue::kSiluMul;
+  p.bias = with_bias ? d_bias.get() : nullptr;
+  CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_y.check_guards());
+  const std::vector<float> got = d_y.download_floats(dt);
+  ASSERT_FALSE(has_nonfinite(got)) << "non-finite or unwritten output";
+  double y_max = 1e-6;
+  for (float v : want) y_max = std::max(y_max, double(std::abs(v)));
+  EXPECT_LE(max_abs_error(got, want), 4 * ulp1(dt) * y_max);
+  EXPECT_LE(normalized_error(got, want), tol_for(dt));
+}
+
+TEST(GemvFp8, SiluMulEpilogue) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(55);
+  std::vector<int> configs = {-1};
+  for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c) configs.push_back(c);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
+      for (int config : configs)
+        for (bool bias : {false, true}) {
+          check_silu(dt, 1, 1376, 4096, layout, bias, config, rng);
+          check_silu(dt, 13, 64, 4112, layout, bias, config, rng);
+          check_silu(dt, 3, 8, 16, layout, bias, config, rng);  // one tile
+        }
+}
+
+TEST(GemvFp8, RejectsWhatItCannotDo) {
+  kernels::Fp8GemvParams p;
+  p.M = 17;  // more rows than two mma tiles
+  p.N = 32;
+  p.K = 64;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.M = 1;
+  p.K = 40;  // not whole 16-byte chunks
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.K = 64;
+  p.config = kernels::gemv_fp8_num_configs();
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.config = -1;
+  p.scale_layout = static_cast<Fp8ScaleLayout>(7);
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.scale_layout = Fp8ScaleLayout::kPerRow;
+  p.epilogue = GemvEpilogue::kSiluMul;
+  p.N = 24;  // whole tiles of 16 rows
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.N = 32;
+  p.y_f32 = true;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.y_f32 = false;
+  p.epilogue = GemvEpilogue::kStore;
+  p.bias = &p;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.bias = nullptr;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);  // null operands
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("null pointer"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rill::testing

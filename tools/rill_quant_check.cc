@@ -1,0 +1,117 @@
+// rill-quant-check: how far fp8 weights move a model's logits from its 16-bit weights on the GPU.
+// One sequence of --positions random tokens (fixed seed) is fed teacher-forced twice, with
+// --quantization none and with --quantization fp8 (or what --quantization names): the first
+// positions as one prefill step (fp8: the W8A8 GEMMs), the last --decode-positions one token a
+// step (fp8: the weight-only GEMV). Prints, for each part, the cosine similarity of the two
+// runs' logits per position (mean and minimum), their relative L2 distance and how often the
+// top-1 token agrees.
+//   rill-quant-check --model /tmp/llama2-7b --positions 256
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "engine/runner/runner_factory.h"
+#include "tools/common/engine_flags.h"
+
+using namespace rill;
+
+namespace {
+
+// Logits [positions, V] of `tokens` fed to a fresh runner: `prefill` tokens in one step, the
+// rest one per step.
+std::vector<float> logits_of(const Model& m, EngineOptions o, const std::string& quant,
+                             const std::vector<int32_t>& tokens, size_t prefill) {
+  o.quantization = quant;
+  auto r = make_runner(m, o);
+  r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+  std::vector<float> out;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t n = pos == 0 ? prefill : 1;
+    StepInput in{1, std::span<const int32_t>(tokens.data() + pos, n), LogitsMode::kAll, false};
+    const StepOutput o2 = r->step(std::span<const StepInput>(&in, 1));
+    out.insert(out.end(), o2.logits.begin(), o2.logits.end());
+    pos += n;
+  }
+  return out;
+}
+
+struct Stats {
+  double cos_mean = 0, cos_min = 1, rel_l2 = 0, top1 = 0;
+};
+
+Stats compare(const std::vector<float>& a, const std::vector<float>& b, size_t from, size_t to,
+              int V) {
+  Stats s;
+  double num = 0, den = 0;
+  for (size_t p = from; p < to; ++p) {
+    const float* x = a.data() + p * V;
+    const float* y = b.data() + p * V;
+    double xy = 0, xx = 0, yy = 0;
+    for (int v = 0; v < V; ++v) {
+      xy += double(x[v]) * y[v];
+      xx += double(x[v]) * x[v];
+      yy += double(y[v]) * y[v];
+      num += (double(x[v]) - y[v]) * (double(x[v]) - y[v]);
+    }
+    den += yy;
+    const double cos = xy / std::sqrt(std::max(xx * yy, 1e-300));
+    s.cos_mean += cos;
+    s.cos_min = std::min(s.cos_min, cos);
+    s.top1 += (std::max_element(x, x + V) - x) == (std::max_element(y, y + V) - y);
+  }
+  const double n = double(to - from);
+  s.cos_mean /= n;
+  s.top1 /= n;
+  s.rel_l2 = std::sqrt(num / std::max(den, 1e-300));
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::Args args("rill-quant-check",
+                 "Cosine similarity of fp8 and 16-bit logits over a teacher-forced sequence.");
+  cli::add_engine_flags(args);
+  args.option("positions", "256", "positions compared");
+  args.option("decode-positions", "64", "of those, the last ones fed one token per step");
+  args.option("seed", "1", "seed of the random token sequence");
+  args.option("min-cosine", "0.99", "exit 1 when a part's mean cosine similarity is below this");
+  args.parse(argc, argv);
+  try {
+    EngineOptions o = cli::engine_options(args);
+    o.max_batch = 8;
+    const Model m = load_model(args.get("model"));
+    const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
+    if (positions < 2 || decode < 1 || decode >= positions)
+      args.fail("need --positions >= 2 and 1 <= --decode-positions < --positions");
+    if (positions > m.config.max_position_embeddings)
+      args.fail("--positions exceeds the model's context");
+    std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
+    std::vector<int32_t> tokens(positions);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % m.config.vocab_size);
+    const std::string quant = o.quantization == "auto" ? "fp8" : o.quantization;
+    const size_t prefill = size_t(positions - decode);
+    const std::vector<float> ref = logits_of(m, o, "none", tokens, prefill);
+    const std::vector<float> got = logits_of(m, o, quant, tokens, prefill);
+    const int V = m.config.vocab_size;
+    bool ok = true;
+    std::printf("%s: --quantization %s against none, %d positions\n", args.get("model").c_str(),
+                quant.c_str(), positions);
+    for (const auto& [name, from, to] : {std::tuple{"prefill", size_t(0), prefill},
+                                         std::tuple{"decode", prefill, size_t(positions)}}) {
+      const Stats s = compare(got, ref, from, to, V);
+      std::printf(
+          "  %-7s %3zu positions: cosine mean %.5f min %.5f | relative L2 %.4f | top-1 agrees "
+          "%.1f%%\n",
+          name, to - from, s.cos_mean, s.cos_min, s.rel_l2, 100 * s.top1);
+      ok = ok && s.cos_mean >= args.get_double("min-cosine");
+    }
+    return ok ? 0 : 1;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rill-quant-check: error (%s): %s\n", error_code_name(e.code()), e.what());
+    return 1;
+  }
+}
