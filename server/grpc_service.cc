@@ -14,6 +14,7 @@
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_request.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
 #include "server/session_turn.h"
@@ -27,6 +28,8 @@ std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in
       ctx.chat().render(chat_messages_json(in), /*add_generation_prompt=*/true);
   return ctx.encode_prompt(text, ctx.chat().has_special_tokens());
 }
+
+}  // namespace
 
 // rill.v1.GenerateRequest -> rill::Request. Throws rill::Error on bad input.
 Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
@@ -66,6 +69,8 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
   }
   return r;
 }
+
+namespace {
 
 // One Generate stream. States: submitted -> (writes, one in flight) -> final written ->
 // Finish -> OnDone (deletes). The engine's notifier only posts a wake-up to the WakeQueue; the

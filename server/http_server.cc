@@ -20,6 +20,7 @@
 #include "server/error_mapping.h"
 #include "server/http_limits.h"
 #include "server/http_listener.h"
+#include "server/http_request.h"
 #include "server/json_body.h"
 #include "server/metrics_exposition.h"
 #include "server/openai_api.h"
@@ -134,8 +135,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // parsed piecewise so that the body's growth is charged to the shared budget as it arrives.
   void read_request() {
     parser_.emplace();
-    parser_->body_limit(static_cast<uint64_t>(ctx_.config().max_body_bytes));
-    parser_->header_limit(static_cast<uint32_t>(kMaxHeaderBytes));
+    limit_request_parser(*parser_, ctx_.config().max_body_bytes);
     stream_.expires_after(kIdleTimeout);
     if (buffer_.size() > 0) return read_some();  // pipelined bytes of the next request
     // An idle connection holds no read buffer: its first bytes land in probe_.
@@ -642,7 +642,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Gate> gate_;
   const uint64_t conn_id_;  // in reg_.connections; 0: refused
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<HttpRequestParser> parser_;
   http::request<http::string_body> req_;
   std::string method_line_;
   std::chrono::steady_clock::time_point started_;

@@ -10,6 +10,7 @@
 #include "engine/scheduler/request.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
+#include "server/json_fields.h"
 #include "server/metrics_exposition.h"
 #include "server/server_config.h"
 
@@ -231,6 +232,32 @@ TEST(ChatPrompt, NormalizesAndRenders) {
   EXPECT_THROW(
       normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
   EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"("hi")")), Error);
+}
+
+TEST(ChatPrompt, ContentPartTypesOfAnyJsonTypeAreInvalidArguments) {
+  // Found by the HTTP request fuzzer: a part whose "type" was not a string threw a JSON type
+  // error, answered 500 as an internal error.
+  for (const char* type : {"1", "null", "[]", "{\"a\": 1}", "true"}) {
+    const auto messages = nlohmann::json::parse(
+        std::string(R"([{"role": "user", "content": [{"type": )") + type + R"(, "text": "x"}]}])");
+    EXPECT_THROW(normalize_chat_messages(messages), Error) << type;
+  }
+}
+
+TEST(JsonFields, CachePolicyOfAnotherTypeNamesTheField) {
+  // Found by the HTTP request fuzzer: {"policy": 4} threw a JSON type error (500).
+  for (const char* policy : {"4", "[]", "{}", "true"}) {
+    const auto body = nlohmann::json::parse(std::string(R"({"cache": {"policy": )") + policy +
+                                            R"(, "window": 8}})");
+    try {
+      parse_cache_field(body);
+      ADD_FAILURE() << policy;
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), "cache.policy") << policy;
+    }
+  }
+  EXPECT_FALSE(
+      parse_cache_field(nlohmann::json::parse(R"({"cache": {"policy": null}})"))->is_streaming());
 }
 
 }  // namespace
