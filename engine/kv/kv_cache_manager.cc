@@ -181,6 +181,7 @@ void KvCacheManager::overwrite_blocks(KvSequence& s, int64_t end) {
       if (copy < 0)
         throw Error(ErrorCode::kInternal, "KV pool: no block for a copy that was checked");
       copies_.push_back({b, copy});
+      ++block_copies_;
       pool_.release(b, streaming);
       s.block_table[k] = copy;
     } else {
@@ -362,6 +363,7 @@ KvStats KvCacheManager::stats() const {
   st.blocks_used = pool_.num_used();
   st.evicted_tokens = evicted_tokens_;
   st.cache_evictions = pool_.evictions();
+  st.block_copies = block_copies_;
   for (const auto& [id, s] : seqs_)
     (s.policy.is_streaming() ? st.sequences_streaming : st.sequences_full)++;
   return st;

@@ -76,6 +76,7 @@ struct KvStats {
   int blocks_cached = 0;        // prefix cache: held by none, kept for reuse (evictable)
   int64_t evicted_tokens = 0;   // tokens dropped from streaming windows, over all sequences
   int64_t cache_evictions = 0;  // cached blocks reused for other contents
+  int64_t block_copies = 0;     // copy-on-write: shared blocks a ring copied before overwriting
   int sequences_full = 0;
   int sequences_streaming = 0;
 };
@@ -190,6 +191,7 @@ class KvCacheManager {
   int64_t evicted_tokens_ = 0;
   std::unordered_map<SeqId, KvSequence> seqs_;
   std::vector<BlockCopy> copies_;
+  int64_t block_copies_ = 0;
 };
 
 }  // namespace rill
