@@ -89,6 +89,9 @@ std::vector<Field> fields(ServerConfig& c) {
        &s.aging_per_s},
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark},
+      {"scheduler.enable_prefix_caching", "--prefix-caching",
+       "automatic prefix caching: requests reuse the KV blocks of shared prefixes",
+       &s.enable_prefix_caching},
       {"scheduler.max_sessions", "--max-sessions", "live sessions at most (POST /v1/sessions: 503)",
        &s.max_sessions},
       {"scheduler.session_gpu_fraction", "--session-gpu-fraction",
@@ -133,6 +136,9 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
       },
       f.target);
 }
+
+// Every boolean flag has a "--no-" form that sets it false: --prefix-caching -> --no-prefix-caching.
+std::string negated(const std::string& flag) { return "--no-" + flag.substr(2); }
 
 void check(bool ok, const std::string& field, const std::string& why) {
   if (!ok) bad(field, why);
@@ -256,6 +262,7 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
                 f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, f.help);
           } else if constexpr (std::is_same_v<T, bool>) {
             app.add_option(f.flag, *p, f.help + " (true/false)");
+            app.add_flag_callback(negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
           } else {
             app.add_option(f.flag, *p, f.help)->capture_default_str();
           }
@@ -271,7 +278,9 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
     throw Error(ErrorCode::kInvalidArgument, e.what());
   }
   for (const Field& f : fs)
-    if (app.get_option(f.flag)->count() > 0) config.explicit_fields.insert(f.path);
+    if (app.get_option(f.flag)->count() > 0 ||
+        (std::holds_alternative<bool*>(f.target) && app.get_option(negated(f.flag))->count() > 0))
+      config.explicit_fields.insert(f.path);
   return true;
 }
 
