@@ -10,9 +10,11 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/runner/runner.h"
+#include "engine/scheduler/ids.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
 #include "server/session_turn.h"
 #include "server/wake_queue.h"
@@ -31,6 +33,7 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
                    grpc::CallbackServerContext* call) {
   Request r;
   r.id = in.request_id().empty() ? ctx.new_request_id("grpc-") : in.request_id();
+  r.id_scope = request_id_scope(in.request_id(), *call);
   switch (in.input_case()) {
     case pb::GenerateRequest::kText:
       r.prompt = ctx.encode_prompt(in.text());
@@ -244,7 +247,12 @@ class RillService final : public pb::Rill::CallbackService {
 
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* call, const pb::CancelRequest* in,
                                    pb::CancelResponse* out) override {
-    return unary(call, [&] { out->set_found(ctx_.require_engine().cancel(in->request_id())); });
+    // Finds the caller's own client-given ids, and server-assigned ids from anyone who holds
+    // one (grpc_request_id.h).
+    return unary(call, [&] {
+      check_id_length(in->request_id(), "'request_id'");
+      out->set_found(ctx_.require_engine().cancel(in->request_id(), caller_scope(*call)));
+    });
   }
 
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* call,

@@ -52,6 +52,7 @@ json chat_messages(const json& body) {
 TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
   if (!b["session_id"].is_string() || b["session_id"].get_ref<const std::string&>().empty())
     bad_field("session_id", "must be a non-empty string");
+  check_session_id(b["session_id"].get_ref<const std::string&>(), "session_id");
   const char* param = kind == ApiKind::kChat ? "messages" : "prompt";
   TurnInput in;
   if (kind == ApiKind::kChat) {

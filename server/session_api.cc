@@ -5,6 +5,7 @@
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/openai_api.h"
+#include "server/session_entry.h"
 
 namespace rill::server {
 
@@ -22,7 +23,7 @@ SessionOptions parse_session_options(const ServingContext& ctx, const std::strin
   if (has_field(b, "id")) {
     if (!b["id"].is_string() || b["id"].get_ref<const std::string&>().empty())
       bad_field("id", "must be a non-empty string");
-    o.id = b["id"].get<std::string>();  // its characters: create_session checks them
+    o.id = b["id"].get<std::string>();  // its length and characters: create_session checks them
   }
   if (!has_field(b, "cache"))
     bad_field("cache", "is required: {\"policy\": \"streaming\", \"n_sink\", \"window\"}");
@@ -33,7 +34,9 @@ SessionOptions parse_session_options(const ServingContext& ctx, const std::strin
   return o;
 }
 
-std::string session_body(const SessionInfo& info, int64_t created) {
+std::string session_body(const SessionInfo& info) {
+  const std::shared_ptr<SessionEntry> entry = session_entry(info);
+  const int64_t created = entry ? entry->created() : 0;
   const SessionOptions& o = info.options;
   const SamplingParams& s = o.sampling;
   const json cache =
