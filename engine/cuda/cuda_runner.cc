@@ -365,6 +365,20 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
   }
   bool any_logits = false;
   const std::vector<int64_t> starts = admit(inputs, any_logits);
+  try {
+    plan_and_enqueue(inputs, starts, any_logits, f);
+  } catch (...) {
+    // Appended but not launched: the blocks this step was to write must not be served.
+    for (const StepInput& in : inputs) kv_->discard_published(in.id);
+    kv_->take_copies();
+    throw;
+  }
+  next_buffer_ = (next_buffer_ + 1) % kMaxStepsInFlight;
+  in_flight_.push_back(std::move(f));
+}
+
+void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
+                                  bool any_logits, InFlight& f) {
   const int n = static_cast<int>(inputs.size());
   if (!restoring_.empty())  // a restore not yet seen done: the step waits for its copy
     for (int k = 0; k < n; ++k) wait_for_restore(inputs[k].id);
@@ -391,8 +405,6 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
     ++seqs_.at(inputs[k].id).sampling.step;  // the draw this step makes
     last_rows_[inputs[k].id] = f.plan.sampled_index[k];
   }
-  next_buffer_ = (next_buffer_ + 1) % kMaxStepsInFlight;
-  in_flight_.push_back(std::move(f));
 }
 
 void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan& plan, int bucket,

@@ -127,6 +127,9 @@ class CudaRunner final : public ModelRunner {
   void enqueue_logprobs(const cuda::StepPlan& plan);
   // Validates the step and appends its tokens to the caches; returns each input's first position.
   std::vector<int64_t> admit(std::span<const StepInput> inputs, bool& any_logits);
+  // After admit(): block copies, the step's metadata and its enqueue (f.plan, f.ids).
+  void plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
+                        bool any_logits, InFlight& f);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
   void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
                     HostBuffers& h);

@@ -124,6 +124,9 @@ class KvCacheManager {
   /// Tells the chain of sequence `id` the token its last step sampled: it stands for the
   /// kLastSampled input of a step launched before the sample reached the host (or of the next).
   void resolve_sampled(SeqId id, int32_t token);
+  /// A step that appended to the sequence could not be launched: its blocks may never be
+  /// written, so those it alone holds leave the index and it publishes nothing more.
+  void discard_published(SeqId id);
   /// Copies the appends since the last call asked for; the runner performs them before the step
   /// that follows writes any block.
   std::vector<BlockCopy> take_copies() { return std::exchange(copies_, {}); }

@@ -92,6 +92,15 @@ void KvCacheManager::advance_chain(KvSequence& s) {
   if (c.blocks >= limit) stop_chain(s);
 }
 
+void KvCacheManager::discard_published(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  KvSequence& s = it->second;
+  stop_chain(s);
+  for (const int32_t b : s.block_table)
+    if (pool_.holders(b) == 1) pool_.unpublish(b);
+}
+
 void KvCacheManager::stop_chain(KvSequence& s) {
   PrefixChain& c = s.prefix;
   c.active = false;

@@ -198,6 +198,21 @@ TEST(KvPrefixCache, SequencesWithoutAMatchNeitherReadNorPublish) {
   EXPECT_EQ(kv.stats().blocks_cached, 0);
 }
 
+TEST(KvPrefixCache, AStepThatNeverLaunchedLeavesNothingPublished) {
+  KvCacheManager kv(16, 16, 1024, 0, "m");
+  const CachePolicy full = CachePolicy::full();
+  const std::vector<int32_t> prompt = iota_tokens(40);
+  add_cached(kv, 1, full, prompt);
+  kv.append(1, prompt);  // then the runner fails to launch the step
+  kv.discard_published(1);
+  kv.append(1, iota_tokens(16, 500));
+  kv.check_invariants();
+  EXPECT_EQ(kv.match_prefix(full, kv.prefix_root(full, ""), prompt).tokens, 0);
+  kv.remove_sequence(1);
+  EXPECT_EQ(kv.stats().blocks_cached, 0) << "and nothing more after it";
+  EXPECT_EQ(kv.stats().blocks_free, 16);
+}
+
 TEST(KvPrefixCache, EvictsLeastRecentlyReleasedAndMatchesStopAtTheFirstMiss) {
   KvCacheManager kv(6, 16, 1024, 0, "m");
   const CachePolicy full = CachePolicy::full();

@@ -22,7 +22,8 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
   cfg.max_queued_requests = 40;
   cfg.max_buffered_chunks = 64;
   auto checking = std::make_unique<testing::CheckingRunner>(
-      testing::default_model(), CpuRunnerOptions{.num_threads = 1, .block_size = 16, .num_blocks = 32});
+      testing::default_model(),
+      CpuRunnerOptions{.num_threads = 1, .block_size = 16, .num_blocks = 32});
   testing::CheckingRunner& runner = *checking;
   testing::EngineFixture f(cfg, std::move(checking));
   std::vector<std::vector<int32_t>> prefixes;
@@ -35,17 +36,24 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
     while (Clock::now() < until) {
       Request r;
       r.prompt = prefixes[rng() % prefixes.size()];
-      const std::vector<int32_t> tail = testing::random_prompt(1 + static_cast<int>(rng() % 30), rng());
-      r.prompt.insert(r.prompt.end(), tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(rng() % tail.size()));
+      const std::vector<int32_t> tail =
+          testing::random_prompt(1 + static_cast<int>(rng() % 30), rng());
+      r.prompt.insert(r.prompt.end(), tail.begin(),
+                      tail.begin() + static_cast<std::ptrdiff_t>(rng() % tail.size()));
       r.max_tokens = static_cast<int>(rng() % 30);
       r.sampling.temperature = rng() % 2 ? 0.0f : 0.8f;
       r.sampling.seed = rng();
       if (rng() % 4 == 0) r.sampling.repetition_penalty = 1.2f;
       r.ignore_eos = rng() % 2;
       switch (rng() % 4) {
-        case 0: r.cache = CachePolicy::streaming(16, 40); break;  // shares with full requests
-        case 1: r.cache = CachePolicy::streaming(4, 28); break;   // its own layout; wraps early
-        default: break;
+        case 0:
+          r.cache = CachePolicy::streaming(16, 40);
+          break;  // shares with full requests
+        case 1:
+          r.cache = CachePolicy::streaming(4, 28);
+          break;  // its own layout; wraps early
+        default:
+          break;
       }
       if (rng() % 4 == 0) r.cache_salt = "tenant-b";
       if (rng() % 8 == 0) r.prefix_caching = false;
@@ -59,8 +67,13 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
       if (!live.empty()) {
         const size_t k = rng() % live.size();
         switch (rng() % 4) {
-          case 0: live[k].cancel(); break;
-          case 1: live.erase(live.begin() + static_cast<std::ptrdiff_t>(k)); ++finals; break;  // dropped
+          case 0:
+            live[k].cancel();
+            break;
+          case 1:
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+            ++finals;
+            break;  // dropped
           default: {
             const testing::Collected c = testing::collect(live[k], std::chrono::seconds(60));
             if (c.finals != 1) ++bad;
@@ -102,7 +115,8 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
   std::printf("submitted %d, hits %lld of %lld tokens, %.0f evictions, %lld copies, %lld checks\n",
               submitted.load(), static_cast<long long>(s.prefix_cache_hits),
               static_cast<long long>(s.prefix_cache_queries), evictions,
-              static_cast<long long>(runner.copies.load()), static_cast<long long>(runner.checks.load()));
+              static_cast<long long>(runner.copies.load()),
+              static_cast<long long>(runner.checks.load()));
   if (submitted.load() > 30) {
     EXPECT_GT(s.prefix_cache_hits, 0);
     EXPECT_GT(cached.load(), 0);

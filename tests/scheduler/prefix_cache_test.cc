@@ -86,8 +86,11 @@ TEST(PrefixCache, IdenticalPromptsTogetherAndOneAfterAnotherEqualTheCacheOff) {
   for (int variant : {0, 1}) {
     const Request r = make(prompt, 24, variant);
     const std::vector<int32_t> want = cache_off_tokens(r);
-    if (variant == 0) EXPECT_EQ(want, reference_tokens(r));
-    for (const Collected& c : run_together(*on.engine, {r, r, r})) EXPECT_EQ(c.ids, want) << "together";
+    if (variant == 0) {
+      EXPECT_EQ(want, reference_tokens(r));
+    }
+    for (const Collected& c : run_together(*on.engine, {r, r, r}))
+      EXPECT_EQ(c.ids, want) << "together";
     const Collected after = run_one(*on.engine, r);
     EXPECT_EQ(after.ids, want) << "one after another";
     EXPECT_EQ(after.final.usage.cached_tokens, 96) << "6 full blocks; the last token is computed";
@@ -96,8 +99,10 @@ TEST(PrefixCache, IdenticalPromptsTogetherAndOneAfterAnotherEqualTheCacheOff) {
   const EngineStats s = on.engine->stats();
   EXPECT_GE(s.prefix_cache_hits, 2 * 96);
   EXPECT_EQ(s.prefix_cache_queries, 8 * 100);
-  EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate, static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries);
-  EXPECT_EQ(metric(on.metrics, "rill_prefix_cache_hits_total"), static_cast<double>(s.prefix_cache_hits));
+  EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate,
+                   static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries);
+  EXPECT_EQ(metric(on.metrics, "rill_prefix_cache_hits_total"),
+            static_cast<double>(s.prefix_cache_hits));
   EXPECT_EQ(metric(on.metrics, "rill_prefix_cache_queries_total"), 800);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_GT(s.kv_blocks_cached, 0);
@@ -125,7 +130,9 @@ TEST(PrefixCache, PromptsSharingPartOfABlockReuseOnlyWholeBlocks) {
       const Request r = make(cases[i].prompt, 16, variant + 2 * static_cast<int>(i));
       const Collected c = run_one(*on.engine, r);
       EXPECT_EQ(c.ids, cache_off_tokens(r)) << "case " << i << " variant " << variant;
-      if (variant == 0) EXPECT_EQ(c.final.usage.cached_tokens, cases[i].cached) << "case " << i;
+      if (variant == 0) {
+        EXPECT_EQ(c.final.usage.cached_tokens, cases[i].cached) << "case " << i;
+      }
     }
 }
 
@@ -157,7 +164,8 @@ TEST(PrefixCache, PreemptedRequestsRecomputeFromTheCacheWithoutChangingOutputs) 
   EngineFixture on(cfg, {.num_threads = 1, .block_size = 16, .num_blocks = 20});
   const std::vector<int32_t> shared = random_prompt(48, 10);
   std::vector<Request> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back(make(concat(shared, random_prompt(4 + 3 * i, 20 + i)), 60, i));
+  for (int i = 0; i < 8; ++i)
+    reqs.push_back(make(concat(shared, random_prompt(4 + 3 * i, 20 + i)), 60, i));
   const std::vector<Collected> got = run_together(*on.engine, reqs);
   int preempted = 0, cached = 0;
   int64_t prompts = 0;
@@ -185,7 +193,8 @@ std::pair<RequestHandle, std::vector<int32_t>> start(ServingEngine& e, const Req
   return {std::move(h), std::move(ids)};
 }
 
-std::vector<int32_t> finish(std::pair<RequestHandle, std::vector<int32_t>>& started, Collected* final = nullptr) {
+std::vector<int32_t> finish(std::pair<RequestHandle, std::vector<int32_t>>& started,
+                            Collected* final = nullptr) {
   Collected rest = collect(started.first);
   EXPECT_EQ(rest.finals, 1);
   std::vector<int32_t> ids = started.second;
@@ -215,7 +224,8 @@ TEST(PrefixCache, StreamingRingsWrapOverSharedBlocksWithoutChangingOutputs) {
   EXPECT_EQ(finish(u1, &fu1), reference_tokens(unaligned));
   EXPECT_EQ(finish(u2, &fu2), reference_tokens(unaligned));
   EXPECT_EQ(finish(f), reference_tokens(full));
-  EXPECT_EQ(fa.final.usage.cached_tokens, 48) << "the sink block and window blocks below n_sink + window";
+  EXPECT_EQ(fa.final.usage.cached_tokens, 48)
+      << "the sink block and window blocks below n_sink + window";
   EXPECT_GT(fa.final.usage.evicted_tokens, 0) << "the ring wrapped";
   EXPECT_EQ(fu1.final.usage.cached_tokens, 0) << "no other request has its layout";
   EXPECT_EQ(fu2.final.usage.cached_tokens, 4 + 3 * 16);
@@ -225,7 +235,8 @@ TEST(PrefixCache, StreamingRingsWrapOverSharedBlocksWithoutChangingOutputs) {
   EXPECT_EQ(again.final.usage.cached_tokens, 48);
   EXPECT_EQ(on.engine->stats().kv_blocks_used, 0);
   EXPECT_EQ(runner.failures.load(), 0) << runner.first_failure;
-  EXPECT_GE(runner.copies.load(), 2) << "rings copied blocks others still held before overwriting them";
+  EXPECT_GE(runner.copies.load(), 2)
+      << "rings copied blocks others still held before overwriting them";
 }
 
 TEST(PrefixCache, DifferentSaltsNeverShare) {
@@ -297,9 +308,11 @@ TEST(PrefixCache, ASessionsFirstTurnStartsFromACachedPrefix) {
   const std::vector<Collected> got = run_session(*on.engine, "second", 3);
   for (size_t t = 0; t < want.size(); ++t) {
     EXPECT_EQ(got[t].ids, want[t].ids) << "turn " << t;
-    EXPECT_EQ(got[t].final.usage.evicted_tokens, want[t].final.usage.evicted_tokens) << "turn " << t;
+    EXPECT_EQ(got[t].final.usage.evicted_tokens, want[t].final.usage.evicted_tokens)
+        << "turn " << t;
   }
-  EXPECT_EQ(got[0].final.usage.cached_tokens, 4 + 2 * 16) << "the sink block and whole window blocks";
+  EXPECT_EQ(got[0].final.usage.cached_tokens, 4 + 2 * 16)
+      << "the sink block and whole window blocks";
   EXPECT_EQ(got[1].final.usage.cached_tokens, 0) << "later turns continue the session's own cache";
   const auto until = Clock::now() + std::chrono::seconds(30);  // the loop frees a closed session
   while (on.engine->stats().kv_blocks_used > 0 && Clock::now() < until)
