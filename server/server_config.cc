@@ -137,8 +137,11 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
       f.target);
 }
 
-// Every boolean flag has a "--no-" form that sets it false: --prefix-caching -> --no-prefix-caching.
-std::string negated(const std::string& flag) { return "--no-" + flag.substr(2); }
+// Every boolean flag has a "--no-" form that sets it false: --prefix-caching ->
+// --no-prefix-caching.
+std::string negated(const std::string& flag) {
+  return "--no-" + flag.substr(2);
+}
 
 void check(bool ok, const std::string& field, const std::string& why) {
   if (!ok) bad(field, why);
@@ -262,7 +265,8 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
                 f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, f.help);
           } else if constexpr (std::is_same_v<T, bool>) {
             app.add_option(f.flag, *p, f.help + " (true/false)");
-            app.add_flag_callback(negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
+            app.add_flag_callback(
+                negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
           } else {
             app.add_option(f.flag, *p, f.help)->capture_default_str();
           }

@@ -90,7 +90,8 @@ RunSummary summarize_run(const std::vector<RequestRecord>& records, double start
   s.e2e = summarize(std::move(e2e));
   s.max_in_flight = max_in_flight(records);
   if (s.input_tokens > 0)
-    s.prefix_cache_hit_rate = static_cast<double>(s.cached_tokens) / static_cast<double>(s.input_tokens);
+    s.prefix_cache_hit_rate =
+        static_cast<double>(s.cached_tokens) / static_cast<double>(s.input_tokens);
   s.turns = by_turn(records);
   return s;
 }

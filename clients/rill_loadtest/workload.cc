@@ -71,7 +71,8 @@ Workload::Workload(WorkloadConfig config, std::vector<PromptEntry> prompts,
       words_(std::move(words)),
       tokens_per_word_(tokens_per_word > 0 ? tokens_per_word : 1),
       rng_(config_.seed) {
-  if ((prompts_.empty() || config_.shared_prefix_groups > 0) && (token_pool_.empty() || words_.empty()))
+  if ((prompts_.empty() || config_.shared_prefix_groups > 0) &&
+      (token_pool_.empty() || words_.empty()))
     throw std::invalid_argument("synthetic prompts need a non-empty token pool and word list");
   // The groups' prompts come from a generator of their own: the same seed gives the same
   // groups whatever else the run draws.

@@ -83,8 +83,9 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
   if (num_blocks_ <= 0) throw Error(ErrorCode::kInvalidArgument, "CPU KV cache budget too small for one block");
   // Uninitialised on purpose: pages are touched only when blocks are used.
   cache_.reset(new float[static_cast<size_t>(num_blocks_) * block_floats * c.num_layers]);
-  kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window,
-                                         kv_cache_identity(model, "cpu", "float32", fp8_kv_ ? "fp8_e4m3" : "float32"));
+  kv_ = std::make_unique<KvCacheManager>(
+      num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window,
+      kv_cache_identity(model, "cpu", "float32", fp8_kv_ ? "fp8_e4m3" : "float32"));
   host_blocks_ = static_cast<int>(std::min<int64_t>(opt.host_kv_cache_bytes / (block_floats * 4 * c.num_layers), INT32_MAX));
 }
 
@@ -100,7 +101,8 @@ void CpuRunner::add_sequence(const SequenceSpec& spec) {
   if (spec.sampling.repetition_penalty != 1.0f) {
     s.sampler.prompt_seen.assign(config_.vocab_size, 0);
     if (spec.prefix)  // cached tokens count as prompt, as if they had been fed
-      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens))) s.sampler.prompt_seen[t] = 1;
+      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens)))
+        s.sampler.prompt_seen[t] = 1;
   }
   seqs_.emplace(spec.id, std::move(s));
 }
@@ -168,7 +170,8 @@ void CpuRunner::restore_sequence(SeqId id) {
 void CpuRunner::copy_blocks(const std::vector<BlockCopy>& copies) {
   const int64_t bf = block_floats();
   for (const BlockCopy& c : copies)
-    for (int l = 0; l < config_.num_layers; ++l) std::copy_n(kv_ptr(l, c.src, 0, 0, 0), bf, kv_ptr(l, c.dst, 0, 0, 0));
+    for (int l = 0; l < config_.num_layers; ++l)
+      std::copy_n(kv_ptr(l, c.src, 0, 0, 0), bf, kv_ptr(l, c.dst, 0, 0, 0));
 }
 
 float* CpuRunner::kv_ptr(int layer, int32_t block, int kv, int head, int offset) {

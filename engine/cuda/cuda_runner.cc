@@ -8,8 +8,8 @@
 
 #include "engine/cuda/cuda_support.h"
 #include "engine/cuda/step_profiler.h"
-#include "engine/model/dtype.h"
 #include "engine/error.h"
+#include "engine/model/dtype.h"
 #include "engine/runner/cache_identity.h"
 #include "engine/runner/step_validation.h"
 #include "rill/kernels/attention.h"
@@ -72,8 +72,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   }
   rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
                                                  layout_.cache_dtype);
-  cache_identity_ = kv_cache_identity(model, "cuda", dtype == kernels::DType::kF16 ? "float16" : "bfloat16",
-                                      kv_dtype == KvCacheDType::kFp8E4M3 ? "fp8_e4m3" : "compute");
+  cache_identity_ =
+      kv_cache_identity(model, "cuda", dtype == kernels::DType::kF16 ? "float16" : "bfloat16",
+                        kv_dtype == KvCacheDType::kFp8E4M3 ? "fp8_e4m3" : "compute");
   apply_tuning();
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
@@ -197,8 +198,9 @@ void CudaRunner::size_kv_pool(double fraction) {
   layout_.num_blocks = usable + 1;  // the last block is a trash target for padded graph rows
   trash_block_ = usable;
   cache_ = DeviceMemory(size_t(layout_.num_blocks) * block_bytes, "KV cache");
-  kv_ = std::make_unique<KvCacheManager>(usable, layout_.block_size, config_.max_position_embeddings,
-                                         config_.sliding_window, cache_identity_);
+  kv_ =
+      std::make_unique<KvCacheManager>(usable, layout_.block_size, config_.max_position_embeddings,
+                                       config_.sliding_window, cache_identity_);
 }
 
 // One real step on a scratch sequence: surfaces unsupported shapes at load, not at first request.
@@ -261,11 +263,13 @@ void CudaRunner::add_sequence(const SequenceSpec& spec) {
       RILL_CUDA(cudaMemsetAsync(mask, 0, V, stream_));
     } else {  // cached tokens count as prompt, as if they had been fed (pageable, as above)
       std::vector<uint8_t> host(V, 0);
-      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens))) host[t] = 1;
+      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens)))
+        host[t] = 1;
       RILL_CUDA(cudaMemcpyAsync(mask, host.data(), V, cudaMemcpyHostToDevice, stream_));
     }
   }
-  kv_->add_sequence(spec.id, spec.cache, spec.prefix ? &*spec.prefix : nullptr);  // validates the policy
+  kv_->add_sequence(spec.id, spec.cache,
+                    spec.prefix ? &*spec.prefix : nullptr);  // validates the policy
   if (info.sampling.state_slot >= 0) free_state_slots_.pop_back();
   seqs_.emplace(spec.id, info);
 }
@@ -345,7 +349,8 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
                 "a step returning logits is in flight: finish() it before launching another");
   kv_->check_append(appends);
   std::vector<int64_t> starts(n);
-  // kLastSampled inputs name their token later (finish() reports it: KvCacheManager::resolve_sampled).
+  // kLastSampled inputs name their token later (finish() reports it:
+  // KvCacheManager::resolve_sampled).
   for (int k = 0; k < n; ++k) starts[k] = kv_->append(inputs[k].id, inputs[k].tokens);
   return starts;
 }
@@ -377,8 +382,9 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
   in_flight_.push_back(std::move(f));
 }
 
-void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
-                                  bool any_logits, InFlight& f) {
+void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
+                                  const std::vector<int64_t>& starts, bool any_logits,
+                                  InFlight& f) {
   const int n = static_cast<int>(inputs.size());
   if (!restoring_.empty())  // a restore not yet seen done: the step waits for its copy
     for (int k = 0; k < n; ++k) wait_for_restore(inputs[k].id);

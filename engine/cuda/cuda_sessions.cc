@@ -75,8 +75,9 @@ void CudaRunner::copy_pool_block(int32_t src, int32_t dst) {
   const size_t block_bytes = size_t(layout_.block_stride()) * layout_.element_bytes();
   const size_t layer_bytes = size_t(layout_.layer_stride()) * layout_.element_bytes();
   char* pool = cache_.as<char>();
-  RILL_CUDA(cudaMemcpy2DAsync(pool + size_t(dst) * block_bytes, layer_bytes, pool + size_t(src) * block_bytes,
-                              layer_bytes, block_bytes, config_.num_layers, cudaMemcpyDeviceToDevice, stream_));
+  RILL_CUDA(cudaMemcpy2DAsync(pool + size_t(dst) * block_bytes, layer_bytes,
+                              pool + size_t(src) * block_bytes, layer_bytes, block_bytes,
+                              config_.num_layers, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaRunner::offload_sequence(SeqId id) {

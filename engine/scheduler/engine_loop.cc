@@ -240,11 +240,13 @@ void EngineLoop::publish_prefix_cache(const KvStats& kv) {
   if (hits > stats_.prefix_cache_hits)
     metrics_.prefix_cache_hits.add(static_cast<double>(hits - stats_.prefix_cache_hits));
   if (kv.cache_evictions > prefix_cache_evictions_)
-    metrics_.prefix_cache_evictions.add(static_cast<double>(kv.cache_evictions - prefix_cache_evictions_));
+    metrics_.prefix_cache_evictions.add(
+        static_cast<double>(kv.cache_evictions - prefix_cache_evictions_));
   prefix_cache_evictions_ = kv.cache_evictions;
   stats_.prefix_cache_queries = queries;
   stats_.prefix_cache_hits = hits;
-  stats_.prefix_cache_hit_rate = queries > 0 ? static_cast<double>(hits) / static_cast<double>(queries) : 0;
+  stats_.prefix_cache_hit_rate =
+      queries > 0 ? static_cast<double>(hits) / static_cast<double>(queries) : 0;
   metrics_.prefix_cache_blocks.set(kv.blocks_cached);
 }
 

@@ -125,14 +125,16 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
     resumed = r.prompt;
     resumed.insert(resumed.end(), s->generated.begin(), s->generated.end());
   }
-  const std::span<const int32_t> tokens = s->generated.empty() ? std::span<const int32_t>(r.prompt) : resumed;
+  const std::span<const int32_t> tokens =
+      s->generated.empty() ? std::span<const int32_t>(r.prompt) : resumed;
   std::optional<PrefixMatch> match = lookup(*s, tokens);
   const bool streaming = r.cache.is_streaming();
   // Only the blocks it must compute count, and what taking cached ones costs the pool.
   const int cached = match ? static_cast<int>(match->blocks.size()) - match->pool_blocks : 0;
-  const int need = (streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
-                              : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()))) -
-                   cached;
+  const int need =
+      (streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
+                 : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()))) -
+      cached;
   const int watermark = running.empty() || streaming
                             ? 0 : static_cast<int>(std::ceil(config_.kv_watermark * kv.num_blocks()));
   if (need + watermark > room) {
@@ -166,7 +168,8 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
   if (ss.runner_id < 0) {  // its first turn: it may start from cached blocks
     turn_match_ = lookup(*s, r.prompt);
     need = kv.blocks_needed_max(r.cache, static_cast<int64_t>(r.prompt.size()), int64_t{1} << 40);
-    if (turn_match_) need -= static_cast<int>(turn_match_->blocks.size()) - turn_match_->pool_blocks;
+    if (turn_match_)
+      need -= static_cast<int>(turn_match_->blocks.size()) - turn_match_->pool_blocks;
   } else {
     const KvSequence& k = kv.sequence(ss.runner_id);
     need = k.max_blocks - static_cast<int>(k.block_table.size());
@@ -216,7 +219,9 @@ void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clo
   }
   if (s->queue_s.load() < 0) {
     s->queue_s.store(seconds(s->arrival, now));
-    const int64_t cached = match ? std::min<int64_t>(match->tokens, static_cast<int64_t>(s->request.prompt.size())) : 0;
+    const int64_t cached =
+        match ? std::min<int64_t>(match->tokens, static_cast<int64_t>(s->request.prompt.size()))
+              : 0;
     s->cached_tokens.store(static_cast<int>(cached));
   }
 }
@@ -302,7 +307,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     running.push_back(s);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->prefix.size()) - s->fed, b.tokens);
     const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
-    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
+    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)),
+              last);
     s->fed += n;
     scheduled.push_back(s);
     b.tokens -= static_cast<int>(n), --b.seqs;

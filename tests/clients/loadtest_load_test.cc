@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <set>
 #include <numeric>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <vector>
 

@@ -23,11 +23,12 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
   cfg.max_buffered_chunks = 64;
   auto checking = std::make_unique<testing::CheckingRunner>(
       testing::default_model(),
-      CpuRunnerOptions{.num_threads = 1, .block_size = 16, .num_blocks = 32});
+      CpuRunnerOptions{.num_threads = 1, .block_size = 16, .num_blocks = 24});
   testing::CheckingRunner& runner = *checking;
   testing::EngineFixture f(cfg, std::move(checking));
   std::vector<std::vector<int32_t>> prefixes;
-  for (int i = 0; i < 5; ++i) prefixes.push_back(testing::random_prompt(20 + 35 * i, 900 + i));
+  // Short prompts and answers: many requests even under ThreadSanitizer (~20x slower).
+  for (int i = 0; i < 5; ++i) prefixes.push_back(testing::random_prompt(17 + 16 * i, 900 + i));
   std::atomic<int> submitted{0}, finals{0}, bad{0}, cached{0};
   const auto until = Clock::now() + std::chrono::seconds(6);
   auto client = [&](uint32_t seed) {
@@ -40,21 +41,16 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
           testing::random_prompt(1 + static_cast<int>(rng() % 30), rng());
       r.prompt.insert(r.prompt.end(), tail.begin(),
                       tail.begin() + static_cast<std::ptrdiff_t>(rng() % tail.size()));
-      r.max_tokens = static_cast<int>(rng() % 30);
+      r.max_tokens = static_cast<int>(rng() % 16);
       r.sampling.temperature = rng() % 2 ? 0.0f : 0.8f;
       r.sampling.seed = rng();
       if (rng() % 4 == 0) r.sampling.repetition_penalty = 1.2f;
       r.ignore_eos = rng() % 2;
-      switch (rng() % 4) {
-        case 0:
-          r.cache = CachePolicy::streaming(16, 40);
-          break;  // shares with full requests
-        case 1:
-          r.cache = CachePolicy::streaming(4, 28);
-          break;  // its own layout; wraps early
-        default:
-          break;
-      }
+      // A third streaming with n_sink a block multiple (shares with full requests), a sixth with
+      // n_sink 4 (its own layout; its ring wraps early).
+      const uint32_t policy = rng() % 6;
+      if (policy < 2) r.cache = CachePolicy::streaming(16, 40);
+      if (policy == 2) r.cache = CachePolicy::streaming(4, 28);
       if (rng() % 4 == 0) r.cache_salt = "tenant-b";
       if (rng() % 8 == 0) r.prefix_caching = false;
       if (rng() % 5 == 0) r.deadline = Clock::now() + std::chrono::milliseconds(rng() % 200);
@@ -66,27 +62,26 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
       }
       if (!live.empty()) {
         const size_t k = rng() % live.size();
-        switch (rng() % 4) {
-          case 0:
-            live[k].cancel();
-            break;
-          case 1:
-            live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
-            ++finals;
-            break;  // dropped
-          default: {
-            const testing::Collected c = testing::collect(live[k], std::chrono::seconds(60));
-            if (c.finals != 1) ++bad;
-            finals += c.finals;
-            cached += c.final.usage.cached_tokens;
-            live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
-          }
+        // Cancel, drop or read one to its end now and then; most stay live a while (so that
+        // requests overlap even where the model runs slowly, as under ThreadSanitizer).
+        const uint32_t act = rng() % 6;
+        if (act == 0) {
+          live[k].cancel();
+        } else if (act == 1) {
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+          ++finals;  // dropped
+        } else if (act == 2 || live.size() > 4) {
+          const testing::Collected c = testing::collect(live[k], std::chrono::seconds(120));
+          if (c.finals != 1) ++bad;
+          finals += c.finals;
+          cached += c.final.usage.cached_tokens;
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
         }
       }
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
     }
     for (RequestHandle& h : live) {
-      const testing::Collected c = testing::collect(h, std::chrono::seconds(60));
+      const testing::Collected c = testing::collect(h, std::chrono::seconds(120));
       if (c.finals != 1) ++bad;
       finals += c.finals;
     }
@@ -107,7 +102,7 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
   EXPECT_EQ(s.kv_blocks_used, 0) << "leaked KV blocks";
   EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_cached + s.kv_blocks_used, s.kv_blocks_total);
   EXPECT_EQ(runner.failures.load(), 0) << runner.first_failure;
-  EXPECT_GT(runner.checks.load(), 100);
+  EXPECT_GT(runner.checks.load(), 0);
   // Few requests run under ThreadSanitizer (~20x slower): only ask for hits where many ran.
   double evictions = 0;
   for (const MetricFamily& fam : f.metrics.snapshot())
@@ -118,6 +113,7 @@ TEST(PrefixCacheStress, SharedPrefixesCancelsDeadlinesAndEvictionKeepThePoolCons
               static_cast<long long>(runner.copies.load()),
               static_cast<long long>(runner.checks.load()));
   if (submitted.load() > 30) {
+    EXPECT_GT(runner.checks.load(), 100);
     EXPECT_GT(s.prefix_cache_hits, 0);
     EXPECT_GT(cached.load(), 0);
     EXPECT_GT(evictions, 0) << "the pool is small enough to evict";

@@ -177,9 +177,10 @@ TEST(PrefixCache, PreemptedRequestsRecomputeFromTheCacheWithoutChangingOutputs) 
   }
   EXPECT_GT(preempted, 0);
   EXPECT_GT(cached, 0);
-  // Recomputations looked up their prompt and generated tokens again.
+  // Recomputations looked up their prompt and generated tokens again, and found some cached.
   const EngineStats s = on.engine->stats();
   EXPECT_GT(s.prefix_cache_queries, prompts);
+  EXPECT_GT(s.prefix_cache_hits, cached) << "hits beyond the first admissions' (recomputations)";
   EXPECT_EQ(s.kv_blocks_used, 0);
 }
 

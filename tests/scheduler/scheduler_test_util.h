@@ -72,11 +72,21 @@ class ForwardingRunner : public ModelRunner {
 class CheckingRunner final : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  void add_sequence(const SequenceSpec& spec) override { checked([&] { ForwardingRunner::add_sequence(spec); }); }
-  void remove_sequence(SeqId id) override { checked([&] { ForwardingRunner::remove_sequence(id); }); }
-  void offload_sequence(SeqId id) override { checked([&] { ForwardingRunner::offload_sequence(id); }); }
-  void restore_sequence(SeqId id) override { checked([&] { ForwardingRunner::restore_sequence(id); }); }
-  void launch(std::span<const StepInput> inputs) override { checked([&] { ForwardingRunner::launch(inputs); }); }
+  void add_sequence(const SequenceSpec& spec) override {
+    checked([&] { ForwardingRunner::add_sequence(spec); });
+  }
+  void remove_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::remove_sequence(id); });
+  }
+  void offload_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::offload_sequence(id); });
+  }
+  void restore_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::restore_sequence(id); });
+  }
+  void launch(std::span<const StepInput> inputs) override {
+    checked([&] { ForwardingRunner::launch(inputs); });
+  }
   StepOutput finish() override {
     StepOutput out;
     checked([&] { out = ForwardingRunner::finish(); });
