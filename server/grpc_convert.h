@@ -56,6 +56,8 @@ void apply_generation_fields(const Message& in, Request& r, int vocab_size) {
                      "'logprobs' must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
   r.logprobs = in.logprobs() - 1;
   r.skip_special_tokens = !in.include_special_tokens();
+  r.cache_salt = in.cache_salt();  // its length is checked with the request (validate_request)
+  if (in.has_prefix_caching()) r.prefix_caching = in.prefix_caching();
 }
 
 /// Appends a chunk's ids, text and log-probabilities to a stream message.

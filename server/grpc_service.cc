@@ -321,6 +321,8 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_max_running(e.config().max_num_seqs);
       out->set_max_batched_tokens(e.config().max_num_batched_tokens);
       out->set_max_queued_requests(e.config().max_queued_requests);
+      out->set_prefix_caching(e.config().enable_prefix_caching);
+      out->set_prefix_cache_hit_rate(e.stats().prefix_cache_hit_rate);
     });
   }
 
@@ -337,6 +339,10 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_kv_usage(s.kv_usage);
       out->set_draining(s.draining || ctx_.draining());
       out->set_stalled(s.stalled);
+      out->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
+      out->set_prefix_cache_queries(s.prefix_cache_queries);
+      out->set_prefix_cache_hits(s.prefix_cache_hits);
+      out->set_kv_blocks_cached(s.kv_blocks_cached);
     });
   }
 

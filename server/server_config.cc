@@ -141,6 +141,9 @@ std::vector<Field> fields(ServerConfig& c) {
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark,
        Range{0, 1, false, /*max_open=*/true}},
+      {"scheduler.enable_prefix_caching", "--prefix-caching",
+       "automatic prefix caching: requests reuse the KV blocks of shared prefixes",
+       &s.enable_prefix_caching},
       {"scheduler.max_sessions", "--max-sessions", "live sessions at most (POST /v1/sessions: 503)",
        &s.max_sessions, Range{0, kMiB}},
       {"scheduler.session_gpu_fraction", "--session-gpu-fraction",
@@ -248,6 +251,12 @@ SamplingOverrides sampling_overrides_text(const std::string& text, const std::st
     bad(path, std::string("expected a JSON object: ") + e.what());
   }
   return sampling_overrides_from_json(v, path);
+}
+
+// Every boolean flag has a "--no-" form that sets it false: --prefix-caching ->
+// --no-prefix-caching.
+std::string negated(const std::string& flag) {
+  return "--no-" + flag.substr(2);
 }
 
 void check(bool ok, const std::string& field, const std::string& why) {
@@ -418,6 +427,8 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
                 help);
           } else if constexpr (std::is_same_v<T, bool>) {
             app.add_option(f.flag, *p, help + " (true/false)");
+            app.add_flag_callback(
+                negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
           } else {
             app.add_option(f.flag, *p, help)->capture_default_str();
           }
@@ -433,7 +444,9 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
     throw Error(ErrorCode::kInvalidArgument, e.what());
   }
   for (const Field& f : fs)
-    if (app.get_option(f.flag)->count() > 0) config.explicit_fields.insert(f.path);
+    if (app.get_option(f.flag)->count() > 0 ||
+        (std::holds_alternative<bool*>(f.target) && app.get_option(negated(f.flag))->count() > 0))
+      config.explicit_fields.insert(f.path);
   return true;
 }
 

@@ -51,6 +51,12 @@ struct Request {
   int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
   std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
   std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+  /// Prefix caching (SchedulerConfig::enable_prefix_caching): false keeps this request out of
+  /// it, neither reading cached blocks nor leaving its own for others.
+  bool prefix_caching = true;
+  /// Requests share cached blocks only with requests of the same salt (a tenant's: a shared
+  /// cache is a timing side channel between those who share it). At most kMaxCacheSaltBytes.
+  std::string cache_salt;
   /// A turn of this session (ServingEngine::create_session): `prompt` holds only the turn's new
   /// tokens, which the session's cache follows; its cache policy applies (`cache` is ignored).
   std::string session_id;
@@ -66,8 +72,12 @@ struct TokenChunk {
   std::vector<SampleLogprobs> logprobs;  // one per id when the request asked for them
 };
 
+/// Longest Request::cache_salt accepted.
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
+
 struct Usage {
   int prompt_tokens = 0;
+  int cached_tokens = 0;         // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;     // tokens streamed (a stop token or stop string not counted)
   int64_t evicted_tokens = 0;    // dropped from a streaming window during this request
   int preemptions = 0;           // times recomputed after losing its KV blocks

@@ -63,6 +63,9 @@ void validate_request(const Request& r, const ModelConfig& model, const KvCacheM
   for (const std::string& s : r.stop)
     if (s.empty() || s.size() > kMaxStopStringBytes)
       bad("stop strings must have 1 to " + std::to_string(kMaxStopStringBytes) + " bytes");
+  if (r.cache_salt.size() > kMaxCacheSaltBytes)
+    bad("cache_salt has " + std::to_string(r.cache_salt.size()) + " bytes, more than the limit " +
+        std::to_string(kMaxCacheSaltBytes));
   validate_cache(r.cache, static_cast<int64_t>(r.prompt.size()), kv, kv_blocks_total, config);
 }
 

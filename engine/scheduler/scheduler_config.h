@@ -36,6 +36,9 @@ struct SchedulerConfig {
   /// KV blocks kept free for running `full` sequences to grow into before new ones are admitted
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;
+  /// Automatic prefix caching (docs/scheduler.md): requests start from the cached KV blocks of
+  /// the longest prefix they share with earlier ones, and leave theirs for later ones.
+  bool enable_prefix_caching = true;
   // Sessions (session.h). Idle sessions keep their cache in the KV pool up to
   // session_gpu_fraction of it; beyond, the least recently used are offloaded to the runner's
   // host memory (ModelRunner::host_kv_blocks) while it has room, and dropped (expired) past it.

@@ -47,6 +47,8 @@ struct Sequence {
   // sample fed ahead of its prompt (0 or 1), for its evicted-token count. Set at admission.
   std::atomic<int64_t> stream_base{0};
   std::atomic<int> carried_tokens{0};
+  // Prompt tokens its first admission took from the prefix cache (Usage::cached_tokens).
+  std::atomic<int> cached_tokens{0};
 
   // Loop-owned.
   SeqPhase phase = SeqPhase::kWaiting;
@@ -60,6 +62,10 @@ struct Sequence {
   int step_blocks = 0;               // blocks the step being planned will take for it
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
+  // Prefix caching: its chain root, and the hashes of its leading blocks computed so far (kept
+  // across admission attempts and incarnations: they depend on the tokens, which only grow).
+  std::optional<BlockHash> prefix_root;
+  std::vector<BlockHash> prefix_hashes;
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
   /// Samples made or under way: the generation length once every step in flight finishes.

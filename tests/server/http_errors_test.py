@@ -61,6 +61,8 @@ def body_bytes(spec):
         return b'{"prompt": ' + b"[" * 200000 + b"]" * 200000 + b"}"
     if spec == "@deep_session":
         return b'{"cache": {"policy": "streaming"}, "x": ' + b"{\"a\":" * 1000 + b"1" + b"}" * 1000 + b"}"
+    if spec == "@long_salt":
+        return json.dumps({"prompt": "a", "cache_salt": "s" * 1025}).encode()
     if spec == "@long_prompt":
         return json.dumps({"prompt": [5] * 600, "max_tokens": 1}).encode()
     # The attack shape: a 100,000-byte session id (created, then unreachable over HTTP).

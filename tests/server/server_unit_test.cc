@@ -219,6 +219,24 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_THROW(parse_command_line(static_cast<int>(bargv.size()), bargv.data(), d), Error);
 }
 
+TEST(ServerConfig, EveryBooleanFlagHasANoForm) {
+  auto parse = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "rill-server");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    ServerConfig c;
+    EXPECT_TRUE(parse_command_line(static_cast<int>(argv.size()), argv.data(), c));
+    apply_scheduler_defaults(c, SchedulerConfig{});  // must not undo an explicit flag
+    return c;
+  };
+  EXPECT_TRUE(parse({}).scheduler.enable_prefix_caching) << "on by default";
+  EXPECT_FALSE(parse({"--no-prefix-caching"}).scheduler.enable_prefix_caching);
+  EXPECT_FALSE(parse({"--prefix-caching", "false"}).scheduler.enable_prefix_caching);
+  EXPECT_FALSE(parse({"--no-cuda-graphs"}).engine.cuda_tuning.cuda_graphs);
+  EXPECT_FALSE(load_config_file(write_temp(R"({"scheduler": {"enable_prefix_caching": false}})"))
+                   .scheduler.enable_prefix_caching);
+}
+
 TEST(ChatPrompt, NormalizesAndRenders) {
   const auto msgs = normalize_chat_messages(nlohmann::json::parse(
       R"([{"role": "system", "content": "Be brief."},
