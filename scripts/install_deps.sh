@@ -11,7 +11,11 @@ packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libg
   # deployment tests (tests/deploy): YAML checks of docker/ and docker/k8s/
   python3-yaml
   # rill-loadtest's report test: the HTML report opened in headless Chromium
-  chromium)
+  chromium
+  # fuzzing and the sanitized server tests (scripts/test_fuzz.sh, test_asan.sh): clang, its
+  # libFuzzer and sanitizer runtimes (not pulled in by clang without recommends), and
+  # llvm-symbolizer for the reports' stack traces
+  clang libclang-rt-dev llvm)
 # Ubuntu 24.04 (the CUDA base image of docker/Dockerfile) has no Boost 1.81; its default Boost
 # (1.83) serves the same headers.
 if [ -r /etc/os-release ] && grep -q '^ID=ubuntu' /etc/os-release; then

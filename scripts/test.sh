@@ -8,3 +8,7 @@ scripts/install_deps.sh
 scripts/test_tsan.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1200
+# The parsers fuzzed for a bounded time each, then the server's end-to-end tests against a
+# rill-server built with ASan + UBSan (docs/fuzzing.md; clang builds in build-fuzz/, build-asan/).
+scripts/test_fuzz.sh
+scripts/test_asan.sh

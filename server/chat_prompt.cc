@@ -75,8 +75,9 @@ nlohmann::json normalize_chat_messages(const nlohmann::json& messages) {
       content = m["content"].get<std::string>();
     } else if (m.contains("content") && m["content"].is_array()) {
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        // Compared as JSON: json::value() would throw for a "type" that is not a string.
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") || !part["text"].is_string())
           bad(where + ".content: only text parts are supported");
         content += part["text"].get<std::string>();
       }

@@ -137,6 +137,7 @@ void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
   f.mutable_usage()->set_completion_tokens(e.usage.completion_tokens);
   f.mutable_usage()->set_evicted_tokens(e.usage.evicted_tokens);
   f.mutable_usage()->set_preemptions(e.usage.preemptions);
+  f.mutable_usage()->set_cached_tokens(e.usage.cached_tokens);
   f.mutable_timings()->set_queue_s(e.timings.queue_s);
   f.mutable_timings()->set_ttft_s(e.timings.ttft_s);
   f.mutable_timings()->set_tpot_s(e.timings.tpot_s);

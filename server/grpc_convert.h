@@ -56,6 +56,8 @@ void apply_generation_fields(const Message& in, Request& r, int vocab_size) {
                      "'logprobs' must be in [0, " + std::to_string(kMaxTopLogprobs + 1) + "]");
   r.logprobs = in.logprobs() - 1;
   r.skip_special_tokens = !in.include_special_tokens();
+  r.cache_salt = in.cache_salt();  // its length is checked with the request (validate_request)
+  if (in.has_prefix_caching()) r.prefix_caching = in.prefix_caching();
   if (in.has_ttft_target_ms())
     r.ttft_target = checked_latency_target("ttft_target_ms", in.ttft_target_ms());
   if (in.has_tpot_target_ms())

@@ -14,6 +14,7 @@
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_request.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
 #include "server/session_turn.h"
@@ -27,6 +28,8 @@ std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in
       ctx.chat().render(chat_messages_json(in), /*add_generation_prompt=*/true);
   return ctx.encode_prompt(text, ctx.chat().has_special_tokens());
 }
+
+}  // namespace
 
 // rill.v1.GenerateRequest -> rill::Request. Throws rill::Error on bad input.
 Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
@@ -54,16 +57,20 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
-  if (in.deadline_ms() > 0) r.deadline = now + std::chrono::milliseconds(in.deadline_ms());
-  // The call's own deadline, moved onto the steady clock.
+  if (in.deadline_ms() > 0)
+    r.deadline = deadline_after(now, std::chrono::milliseconds(in.deadline_ms()));
+  // The call's own deadline, moved onto the steady clock (none: system_clock's maximum, which
+  // the subtraction below would wrap).
   const auto call_deadline = call->deadline();
   if (call_deadline < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
     const auto left = call_deadline - std::chrono::system_clock::now();
-    const auto d = now + std::chrono::duration_cast<Clock::duration>(left);
+    const auto d = deadline_after(now, std::chrono::duration_cast<std::chrono::milliseconds>(left));
     if (!r.deadline || d < *r.deadline) r.deadline = d;
   }
   return r;
 }
+
+namespace {
 
 // One Generate stream. States: submitted -> (writes, one in flight) -> final written ->
 // Finish -> OnDone (deletes). The engine's notifier only posts a wake-up to the WakeQueue; the
@@ -314,6 +321,8 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_max_running(e.config().max_num_seqs);
       out->set_max_batched_tokens(e.config().max_num_batched_tokens);
       out->set_max_queued_requests(e.config().max_queued_requests);
+      out->set_prefix_caching(e.config().enable_prefix_caching);
+      out->set_prefix_cache_hit_rate(e.stats().prefix_cache_hit_rate);
     });
   }
 
@@ -330,6 +339,10 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_kv_usage(s.kv_usage);
       out->set_draining(s.draining || ctx_.draining());
       out->set_stalled(s.stalled);
+      out->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
+      out->set_prefix_cache_queries(s.prefix_cache_queries);
+      out->set_prefix_cache_hits(s.prefix_cache_hits);
+      out->set_kv_blocks_cached(s.kv_blocks_cached);
     });
   }
 

@@ -1,6 +1,8 @@
 // Boost.Beast lives in this translation unit only (compile time).
 #include "server/http_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +18,9 @@
 #include <boost/beast/http.hpp>
 
 #include "server/error_mapping.h"
+#include "server/http_limits.h"
+#include "server/http_listener.h"
+#include "server/http_request.h"
 #include "server/json_body.h"
 #include "server/metrics_exposition.h"
 #include "server/openai_api.h"
@@ -60,10 +65,19 @@ std::string allowed_methods(const std::string& target) {
   return {};
 }
 
-// Live sessions with a generation in flight, so stop() can wait for them.
+// What every connection shares: the count of generations in flight (so stop() can wait for
+// them), the connection table and the budget of buffered request bodies (http_limits.h).
 struct Registry {
+  Registry(int max_connections, int64_t max_buffered_body_bytes)
+      : connections(max_connections), bodies(max_buffered_body_bytes) {}
   std::atomic<int> generating{0};
+  ConnectionTable connections;
+  BodyBudget bodies;
+  LogThrottle body_refusals;
 };
+
+// Reads of what a client still sends after its answer (linger_close).
+constexpr size_t kDiscardBytes = 16 * 1024;
 
 // What the engine's notifiers reach the io_context through. They may fire after the server is
 // gone (a request cancelled at shutdown): the server closes the gate before destroying the
@@ -75,31 +89,119 @@ struct Gate {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  // `conn_id`: the connection's id in reg.connections; 0 for a connection over the cap, which
+  // is answered 503 (refuse()) and closed.
   Session(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg,
-          std::shared_ptr<Gate> gate)
+          std::shared_ptr<Gate> gate, uint64_t conn_id)
       : stream_(std::move(socket)),
         ctx_(ctx),
         metrics_(metrics),
         reg_(reg),
-        gate_(std::move(gate)) {}
+        gate_(std::move(gate)),
+        conn_id_(conn_id),
+        buffer_(static_cast<size_t>(kReadBufferBytes)) {}
 
-  ~Session() { release(); }
+  ~Session() {
+    release();
+    release_body_charge();
+    if (conn_id_)
+      reg_.connections.release(conn_id_);
+    else
+      reg_.connections.end_refusal();
+  }
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->conn_id_) return self->read_request();
+      self->refuse();
+    });
   }
 
  private:
   using Response = http::response<http::string_body>;
 
+  // Over the connection cap: 503 without reading the request, then the connection closes.
+  void refuse() {
+    refused_ = true;
+    ErrorReply e = map_error(ErrorCode::kResourceExhausted,
+                             "too many connections: the server has " +
+                                 std::to_string(reg_.connections.max_connections()) +
+                                 " open (max_connections); retry later");
+    send_error(e, 503, false);
+  }
+
+  // A request starts. On a connection with nothing buffered the first read waits, evictable
+  // (ConnectionTable::set_idle), for its first byte; the rest of the request is read and
+  // parsed piecewise so that the body's growth is charged to the shared budget as it arrives.
   void read_request() {
     parser_.emplace();
-    parser_->body_limit(static_cast<uint64_t>(ctx_.config().max_body_bytes));
-    parser_->header_limit(64 * 1024);
+    limit_request_parser(*parser_, ctx_.config().max_body_bytes);
     stream_.expires_after(kIdleTimeout);
-    http::async_read(
+    if (buffer_.size() > 0) return read_some();  // pipelined bytes of the next request
+    // An idle connection holds no read buffer: its first bytes land in probe_.
+    buffer_.shrink_to_fit();
+    std::weak_ptr<Session> weak = weak_from_this();
+    reg_.connections.set_idle(conn_id_, [weak] {
+      if (auto self = weak.lock())
+        net::post(self->stream_.get_executor(), [self] { self->close(); });
+    });
+    stream_.async_read_some(
+        net::buffer(probe_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          const bool kept = self->reg_.connections.set_busy(self->conn_id_);
+          if (ec || !kept) return self->close();  // hung up, timed out or evicted
+          self->buffer_.commit(
+              net::buffer_copy(self->buffer_.prepare(n), net::buffer(self->probe_, n)));
+          self->read_some();
+        });
+  }
+
+  void read_some() {
+    http::async_read_some(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read_some(ec); });
+  }
+
+  void on_read_some(beast::error_code ec) {
+    if (!ec && !charge_body()) return refuse_body();
+    if (!ec && !parser_->is_done()) return read_some();
+    release_body_charge();  // complete (or failed): no longer an unfinished body
+    on_read(ec);
+  }
+
+  // Charges the body's growth since the last read to the shared budget; false when it is spent.
+  bool charge_body() {
+    const auto size = static_cast<int64_t>(parser_->get().body().size());
+    if (size <= body_charged_) return true;
+    if (!reg_.bodies.try_charge(size - body_charged_)) return false;
+    body_charged_ = size;
+    return true;
+  }
+
+  void release_body_charge() {
+    reg_.bodies.release(body_charged_);
+    body_charged_ = 0;
+  }
+
+  // The budget of buffered bodies is spent: 503, the partial body freed, the rest discarded.
+  void refuse_body() {
+    const int64_t held = body_charged_;
+    release_body_charge();
+    if (const int64_t n = reg_.body_refusals.note())
+      spdlog::warn(
+          "HTTP: {} request(s) refused since the last report: {} of {} bytes of unfinished "
+          "bodies buffered (max_buffered_body_bytes)",
+          n, reg_.bodies.used(), reg_.bodies.max_bytes());
+    method_line_ =
+        std::string(parser_->get().method_string()) + " " + std::string(parser_->get().target());
+    req_ = {};
+    req_.version(parser_->get().version());
+    parser_.reset();
+    ErrorReply e = map_error(
+        ErrorCode::kResourceExhausted,
+        "the server is buffering its limit of " + std::to_string(reg_.bodies.max_bytes()) +
+            " bytes of request bodies (max_buffered_body_bytes; this one had " +
+            std::to_string(held) + "); retry later");
+    send_error(e, 503, false);
   }
 
   void on_read(beast::error_code ec) {
@@ -250,8 +352,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void start_generation(ApiKind kind) {
     ApiRequest api = parse_api_request(ctx_, kind, req_.body());
     ServingEngine& engine = ctx_.require_engine();
+    // Parsed: the body (up to max_body_bytes) is not kept for the generation's lifetime.
+    std::string().swap(req_.body());
     request_id_ = api.request.id;
     stream_mode_ = api.stream;
+    // HTTP/1.0 has no chunked coding (RFC 9112 section 7): its stream ends with the connection.
+    chunked_ = req_.version() >= 11;
     prompt_tokens_ = static_cast<int>(api.request.prompt.size());
     responder_.emplace(api, engine.tokenizer(), api.request.id);
     turn_ = std::move(api.turn);
@@ -341,23 +447,29 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       return send(200, "application/json", responder_->final(f), false);
     }
-    pending_ += "0\r\n\r\n";  // the last chunk of the chunked body
+    if (chunked_) pending_ += "0\r\n\r\n";  // the last chunk of the chunked body
   }
 
   void begin_stream() {
     if (headers_sent_) return;
     headers_sent_ = true;
     status_ = 200;
+    pending_ += chunked_ ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
     pending_ +=
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "Connection: close\r\nTransfer-Encoding: chunked\r\nX-Request-Id: " +
-        request_id_ + "\r\n\r\n";
+        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n";
+    if (chunked_) pending_ += "Transfer-Encoding: chunked\r\n";
+    pending_ += "X-Request-Id: " + request_id_ + "\r\n\r\n";
     append_body(responder_->start());
   }
 
-  // Appends `data` as one chunk of the chunked body.
+  // Appends `data` to the body: one chunk of the chunked body, or as is (HTTP/1.0, whose body
+  // the closing of the connection delimits).
   void append_body(const std::string& data) {
     if (data.empty()) return;
+    if (!chunked_) {
+      pending_ += data;
+      return;
+    }
     char size[20];
     std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
     pending_ += size;
@@ -470,7 +582,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void log_access() {
-    if (logged_) return;
+    if (logged_ || refused_) return;  // refused connections: a throttled warning instead
     logged_ = true;
     if (!generating_) {
       // Plain requests: reset so a keep-alive connection logs its next one.
@@ -486,6 +598,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Half-closes, then reads and discards what the client still sends (e.g. the rest of an
   // oversized body) for up to 5 s, so that it reads our answer instead of a connection reset.
   void linger_close() {
+    buffer_.clear();
+    buffer_.shrink_to_fit();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.expires_after(std::chrono::seconds(5));
@@ -493,7 +607,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void discard() {
-    stream_.async_read_some(net::buffer(probe_),
+    // Only a lingering connection pays for a buffer this size (reading a refused megabyte 64
+    // bytes at a time took 15,000 reads).
+    if (!discard_buffer_) discard_buffer_ = std::make_unique<char[]>(kDiscardBytes);
+    stream_.async_read_some(net::buffer(discard_buffer_.get(), kDiscardBytes),
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               if (ec) return self->close();
                               self->discard();
@@ -523,8 +640,9 @@ class Session : public std::enable_shared_from_this<Session> {
   const MetricsRegistry& metrics_;
   Registry& reg_;
   std::shared_ptr<Gate> gate_;
+  const uint64_t conn_id_;  // in reg_.connections; 0: refused
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<HttpRequestParser> parser_;
   http::request<http::string_body> req_;
   std::string method_line_;
   std::chrono::steady_clock::time_point started_;
@@ -534,9 +652,13 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<TurnPlan> turn_;  // a session turn: what to record when it ends
   std::vector<RequestEvent> events_;
   std::string pending_, inflight_;
-  char probe_[64];
+  char probe_[64];  // an idle connection's first read; a generation's disconnect watch
+  std::unique_ptr<char[]> discard_buffer_;  // linger_close's reads
   bool generating_ = false, stream_mode_ = false, headers_sent_ = false, final_seen_ = false;
   bool writing_ = false, closed_ = false, logged_ = false, released_ = false;
+  bool chunked_ = true;       // the stream's body is chunked (an HTTP/1.1 client)
+  bool refused_ = false;      // over the connection cap: answered 503 unread
+  int64_t body_charged_ = 0;  // bytes of the unfinished body charged to reg_.bodies
   // Access log.
   std::string request_id_, finish_reason_;
   int status_ = 0, prompt_tokens_ = 0, completion_tokens_ = 0;
@@ -551,23 +673,15 @@ class HttpServer::Impl {
        int threads)
       : ctx_(ctx),
         metrics_(metrics),
+        reg_(connection_cap(ctx.config().max_connections, fd_limit()),
+             ctx.config().max_buffered_body_bytes),
+        gate_(std::make_shared<Gate>()),
         ioc_(threads),
-        acceptor_(net::make_strand(ioc_)),
-        gate_(std::make_shared<Gate>()) {
+        listener_(ioc_, host, port, reg_.connections, [this](tcp::socket socket, uint64_t id) {
+          std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_, id)->start();
+        }) {
     gate_->ioc = &ioc_;
-    beast::error_code ec;
-    const auto addr = net::ip::make_address(host, ec);
-    if (ec) throw Error(ErrorCode::kInvalidArgument, "host: '" + host + "' is not an IP address");
-    const tcp::endpoint ep(addr, static_cast<unsigned short>(port));
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-    if (ec)
-      throw Error(ErrorCode::kUnavailable, "HTTP: cannot listen on " + host + ":" +
-                                               std::to_string(port) + ": " + ec.message());
-    port_ = acceptor_.local_endpoint().port();
-    accept();
+    listener_.start();
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
   }
 
@@ -581,35 +695,20 @@ class HttpServer::Impl {
     // The io_context's destructor frees the sessions still queued (their requests cancelled).
   }
 
-  void accept() {
-    acceptor_.async_accept(
-        net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-          if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-          if (!ec) {
-            beast::error_code ignored;
-            socket.set_option(tcp::no_delay(true), ignored);
-            std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_)->start();
-          } else {
-            spdlog::warn("HTTP accept: {}", ec.message());
-          }
-          accept();
-        });
-  }
-
-  void stop_accepting() {
-    net::post(acceptor_.get_executor(), [this] {
-      beast::error_code ec;
-      acceptor_.close(ec);
-    });
+  static uint64_t fd_limit() {
+    rlimit r{};
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+    return static_cast<uint64_t>(r.rlim_cur);
   }
 
   ServingContext& ctx_;
   const MetricsRegistry& metrics_;
-  net::io_context ioc_;
-  tcp::acceptor acceptor_;
-  std::shared_ptr<Gate> gate_;
+  // Declared before the io_context: the sessions its destructor frees still count themselves
+  // out of reg_.
   Registry reg_;
-  int port_ = 0;
+  std::shared_ptr<Gate> gate_;
+  net::io_context ioc_;
+  HttpListener listener_;
   std::vector<std::thread> threads_;
 };
 
@@ -618,10 +717,13 @@ HttpServer::HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, cons
     : impl_(std::make_unique<Impl>(ctx, metrics, host, port, threads)) {}
 HttpServer::~HttpServer() = default;
 int HttpServer::port() const {
-  return impl_->port_;
+  return impl_->listener_.port();
+}
+int HttpServer::max_connections() const {
+  return impl_->reg_.connections.max_connections();
 }
 void HttpServer::stop_accepting() {
-  impl_->stop_accepting();
+  impl_->listener_.stop();
 }
 
 void HttpServer::stop(double timeout_s) {

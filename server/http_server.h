@@ -16,7 +16,7 @@ namespace rill::server {
 class HttpServer {
  public:
   /// Binds `host:port` (0: ephemeral) and starts `threads` threads. Throws kUnavailable when it
-  /// cannot bind.
+  /// cannot bind. Limits (connections, buffered bodies, body size) come from ctx.config().
   HttpServer(ServingContext& ctx, const MetricsRegistry& metrics, const std::string& host, int port,
              int threads);
   ~HttpServer();  // closes every connection and joins the threads
@@ -24,6 +24,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
+  /// The connection cap in force: max_connections, lowered to fit RLIMIT_NOFILE
+  /// (connection_cap in http_limits.h).
+  int max_connections() const;
   /// Closes the listening socket; open connections carry on.
   void stop_accepting();
   /// Waits up to `timeout_s` for open generation streams to end, then stops every connection.

@@ -1,6 +1,8 @@
 // rill-server: loads a model into the serving engine and serves it over gRPC (rill.v1) and an
 // OpenAI-compatible HTTP API. Configuration: --config FILE (configs/) and flags. SIGTERM /
-// SIGINT: stop taking requests, finish in-flight ones up to the drain timeout, exit 0.
+// SIGINT: stop taking requests, finish in-flight ones up to the drain timeout, exit 0. Any
+// start-up failure (configuration, listening, loading the model): a message naming the file or
+// field on stderr and exit code 2.
 #include <sys/resource.h>
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/model/dtype.h"
 #include "engine/model/model.h"
@@ -94,6 +97,77 @@ ModelInfo model_info(const Model& model, const std::string& served_name,
   return m;
 }
 
+// Every start-up failure: one line on stderr naming the file or field, exit code 2.
+constexpr int kStartupError = 2;
+
+int startup_error(const std::string& message) {
+  std::fprintf(stderr, "rill-server: %s\n", message.c_str());
+  return kStartupError;
+}
+
+// A machine-readable line on stdout (tests and scripts wait for them), written by the JSON
+// library so that any name or host is escaped.
+void print_event(const nlohmann::json& event) {
+  const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// The model and its engine. The scheduler fields that neither the file nor a flag set take the
+// chosen runner's defaults (config is updated: the values in force).
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ServingEngine> engine;
+  SamplingParams sampling;  // what requests start from (docs/api.md, "Sampling fields")
+};
+
+Loaded load_engine(ServerConfig& config, MetricsRegistry& metrics) {
+  Loaded l;
+  try {
+    l.model = std::make_unique<Model>(load_model(config.model));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "model: cannot load " + config.model + ": " + e.what());
+  }
+  try {
+    std::unique_ptr<ModelRunner> runner = make_runner(*l.model, config.engine);
+    apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
+    spdlog::info("scheduler in force ({} runner): {}", runner->name(), scheduler_to_json(config));
+    // Every id that ends generation: config, generation_config and tokenizer EOS (Llama-3's
+    // <|eot_id|> is only in generation_config.json).
+    const std::vector<int> stops = l.model->stop_token_ids();
+    config.scheduler.eos_token_ids.assign(stops.begin(), stops.end());
+    l.sampling = server_sampling_defaults(config.generation_config, config.default_sampling,
+                                          l.model->generation);
+    l.engine = std::make_unique<ServingEngine>(std::move(runner), *l.model->tokenizer,
+                                               config.scheduler, metrics);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot start the engine for " + config.model + ": " + e.what());
+  }
+  return l;
+}
+
+// Stops taking requests, lets in-flight ones finish up to the drain timeout (cancelling the
+// rest), then closes the front ends (dropping any handle left while the engine still runs)
+// before the engine goes.
+void drain_and_stop(double drain_timeout_s, ServingContext& ctx, std::unique_ptr<HttpServer>& http,
+                    std::unique_ptr<GrpcServer>& grpc, std::unique_ptr<ServingEngine>& engine) {
+  ctx.set_draining();
+  grpc->update_health();
+  http->stop_accepting();
+  const bool clean =
+      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(drain_timeout_s * 1e3)));
+  if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
+  // Let streams send their final events first.
+  http->stop(2.0);
+  grpc->shutdown(2.0);
+  http.reset();
+  grpc.reset();
+  ctx.clear_engine();
+  engine.reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,17 +175,18 @@ int main(int argc, char** argv) {
   ServerConfig config;
   try {
     if (!parse_command_line(argc, argv, config)) return 0;
+    if (config.served_model_name.empty())
+      config.served_model_name = default_served_name(config.model);
     validate_config(config);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "rill-server: invalid configuration: %s\n", e.what());
-    return 2;
+  } catch (const std::exception& e) {
+    return startup_error(std::string("invalid configuration: ") + e.what());
   }
-  if (config.served_model_name.empty())
-    config.served_model_name = default_served_name(config.model);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   raise_fd_limit();
-  spdlog::info("rill-server {} config {}", kRillVersion, config_to_json(config));
+  // The scheduler fields left unset are decided with the runner: logged once it is chosen.
+  spdlog::info("rill-server {} config {}", kRillVersion,
+               config_to_json(config, /*unset_scheduler=*/false));
 
   MetricsRegistry metrics({{"model_name", config.served_model_name}});
   ServingContext ctx(config);
@@ -121,40 +196,35 @@ int main(int argc, char** argv) {
   try {
     http = std::make_unique<HttpServer>(ctx, metrics, config.host, config.http_port,
                                         config.http_threads);
+  } catch (const std::exception& e) {
+    return startup_error(std::string("http_port: ") + e.what());
+  }
+  try {
     grpc = std::make_unique<GrpcServer>(ctx, config.host, config.grpc_port);
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
+    return startup_error(std::string("grpc_port: ") + e.what());
   }
-  // The machine-readable line tests and scripts wait for.
-  std::printf("{\"event\":\"listening\",\"host\":\"%s\",\"http_port\":%d,\"grpc_port\":%d}\n",
-              config.host.c_str(), http->port(), grpc->port());
-  std::fflush(stdout);
-  spdlog::info("listening: HTTP {}:{}, gRPC {}:{}", config.host, http->port(), config.host,
-               grpc->port());
+  print_event({{"event", "listening"},
+               {"host", config.host},
+               {"http_port", http->port()},
+               {"grpc_port", grpc->port()}});
+  spdlog::info("listening: HTTP {}:{} (at most {} connections), gRPC {}:{}", config.host,
+               http->port(), http->max_connections(), config.host, grpc->port());
+  if (http->max_connections() < config.max_connections)
+    spdlog::warn("max_connections {} lowered to {} to fit the descriptor limit (RLIMIT_NOFILE)",
+                 config.max_connections, http->max_connections());
 
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ServingEngine> engine;
-  SamplingParams sampling;  // what requests start from (docs/api.md, "Sampling fields")
+  Loaded loaded;
   try {
-    model = std::make_unique<Model>(load_model(config.model));
-    std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
-    apply_scheduler_defaults(config, scheduler_defaults(runner->name()));
-    // Every id that ends generation: config, generation_config and tokenizer EOS (Llama-3's
-    // <|eot_id|> is only in generation_config.json).
-    const std::vector<int> stops = model->stop_token_ids();
-    config.scheduler.eos_token_ids.assign(stops.begin(), stops.end());
-    sampling = server_sampling_defaults(config.generation_config, config.default_sampling,
-                                        model->generation);
-    engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler,
-                                             metrics);
+    loaded = load_engine(config, metrics);
   } catch (const std::exception& e) {
-    spdlog::error("cannot load {}: {}", config.model, e.what());
-    return 1;
+    return startup_error(e.what());
   }
+  std::unique_ptr<Model> model = std::move(loaded.model);
+  std::unique_ptr<ServingEngine> engine = std::move(loaded.engine);
   ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
-  info.sampling_defaults = sampling;
-  spdlog::info("sampling defaults: {}", dump_json(sampling_json(sampling)));
+  info.sampling_defaults = loaded.sampling;
+  spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
   ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
   grpc->update_health();
   spdlog::info(
@@ -163,28 +233,14 @@ int main(int argc, char** argv) {
       config.model, config.served_model_name, engine->runner_name(), engine->kv_blocks_total(),
       engine->kv_block_size(), engine->config().max_num_seqs,
       engine->config().max_num_batched_tokens);
-  std::printf("{\"event\":\"ready\",\"model\":\"%s\"}\n", config.served_model_name.c_str());
-  std::fflush(stdout);
+  print_event({{"event", "ready"}, {"model", config.served_model_name}});
 
   // Health follows the engine (stalled, draining) until a signal arrives.
   int sig = 0;
   while ((sig = signals.wait_for(std::chrono::milliseconds(500))) == 0) grpc->update_health();
 
   spdlog::info("signal {}: draining (up to {} s)", sig, config.drain_timeout_s);
-  ctx.set_draining();
-  grpc->update_health();
-  http->stop_accepting();
-  const bool clean =
-      engine->drain(std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1e3)));
-  if (!clean) spdlog::warn("drain timeout: the remaining requests were cancelled");
-  // Let streams send their final events, then close the front ends (dropping any handle left,
-  // while the engine still runs) before the engine goes.
-  http->stop(2.0);
-  grpc->shutdown(2.0);
-  http.reset();
-  grpc.reset();
-  ctx.clear_engine();
-  engine.reset();
+  drain_and_stop(config.drain_timeout_s, ctx, http, grpc, engine);
   spdlog::info("stopped");
   return 0;
 }

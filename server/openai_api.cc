@@ -130,6 +130,19 @@ int parse_logprobs(ApiKind kind, const json& b) {
   return on ? top : -1;
 }
 
+// Prefix caching: "cache_salt" (as vLLM's: requests share cached KV blocks only with requests of
+// the same salt) and "prefix_caching": false (the request neither reads nor leaves cached blocks).
+void parse_prefix_cache_fields(const json& b, Request& r) {
+  if (has_field(b, "cache_salt")) {
+    if (!b["cache_salt"].is_string()) bad_field("cache_salt", "must be a string");
+    r.cache_salt = b["cache_salt"].get<std::string>();
+    if (r.cache_salt.empty()) bad_field("cache_salt", "must not be empty");
+    if (r.cache_salt.size() > kMaxCacheSaltBytes)
+      bad_field("cache_salt", "has more than " + std::to_string(kMaxCacheSaltBytes) + " bytes");
+  }
+  if (has_field(b, "prefix_caching")) r.prefix_caching = get_bool_field(b, "prefix_caching");
+}
+
 // A latency target (Rill extension, docs/api.md "Latency targets"): milliseconds, 0 for none;
 // nullopt when absent (the server's default).
 std::optional<std::chrono::milliseconds> latency_target(const json& b, const char* key) {
@@ -211,6 +224,7 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
       bad_field("cache", "must be the session's cache policy (" + r.cache.to_string() + ")");
     r.cache = *cache;
   }
+  parse_prefix_cache_fields(b, r);
   if (const auto t = latency_target(b, "ttft_target_ms")) r.ttft_target = t;
   if (const auto t = latency_target(b, "tpot_target_ms")) r.tpot_target = t;
   a.top_logprobs = parse_logprobs(kind, b);
@@ -337,6 +351,7 @@ std::string ApiResponder::final(const FinalEvent& f) {
   const json usage = {{"prompt_tokens", f.usage.prompt_tokens},
                       {"completion_tokens", f.usage.completion_tokens},
                       {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}},
                       {"evicted_tokens", f.usage.evicted_tokens}};
   if (stream_) {
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};

@@ -1,9 +1,18 @@
 #include "server/server_config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -13,6 +22,7 @@
 
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
@@ -21,12 +31,29 @@ namespace {
 using Target = std::variant<int*, int64_t*, double*, bool*, std::string*,
                             std::chrono::milliseconds*, SamplingOverrides*>;
 
-// One configurable value: its JSON place ("section.key" or "key"), its flag and its help.
+// The values a numeric field may take: [min, max], either end open where marked. Every size,
+// count and duration has a maximum, so no setting can overflow the arithmetic that uses it
+// (a deadline is `now + duration` in nanoseconds: about 292 years from boot).
+struct Range {
+  double min, max;
+  bool min_open = false, max_open = false;
+};
+
+constexpr double kKiB = 1024.0, kMiB = kKiB * 1024, kGiB = kMiB * 1024, kTiB = kGiB * 1024;
+constexpr double kMaxMs = static_cast<double>(kMaxSchedulerDuration.count());  // 30 days
+constexpr Range kDuration{1, kMaxMs};
+constexpr Range kFraction{0, 1};
+// Latency targets (0: auto) are not deadlines: at most an hour (latency_targets.h).
+constexpr Range kLatencyTarget{0, static_cast<double>(kMaxLatencyTarget.count())};
+
+// One configurable value: its JSON place ("section.key" or "key"), its flag, its help and, for
+// a number, its range (checked by validate_config, shown by --help, listed in docs/api.md).
 struct Field {
   std::string path;  // JSON: "http_port", "engine.block_size", "scheduler.max_num_seqs"
   std::string flag;  // command line: "--http-port"
   std::string help;
   Target target;
+  std::optional<Range> range = std::nullopt;
 };
 
 std::vector<Field> fields(ServerConfig& c) {
@@ -37,17 +64,26 @@ std::vector<Field> fields(ServerConfig& c) {
       {"served_model_name", "--served-model-name",
        "model name clients use (default: the directory name)", &c.served_model_name},
       {"host", "--host", "bind address of the HTTP and gRPC listeners", &c.host},
-      {"http_port", "--http-port", "HTTP port (0: ephemeral)", &c.http_port},
-      {"grpc_port", "--grpc-port", "gRPC port (0: ephemeral)", &c.grpc_port},
-      {"http_threads", "--http-threads", "threads serving HTTP connections", &c.http_threads},
+      {"http_port", "--http-port", "HTTP port (0: ephemeral)", &c.http_port, Range{0, 65535}},
+      {"grpc_port", "--grpc-port", "gRPC port (0: ephemeral)", &c.grpc_port, Range{0, 65535}},
+      {"http_threads", "--http-threads", "threads serving HTTP connections", &c.http_threads,
+       Range{1, 256}},
+      {"max_connections", "--max-connections",
+       "open HTTP connections at most (fewer when RLIMIT_NOFILE is lower); at the cap the "
+       "longest-idle one makes room, else 503",
+       &c.max_connections, Range{1, 1'000'000}},
       {"max_body_bytes", "--max-body-bytes", "largest HTTP request body (else 413)",
-       &c.max_body_bytes},
+       &c.max_body_bytes, Range{kKiB, kGiB}},
+      {"max_buffered_body_bytes", "--max-buffered-body-bytes",
+       "bytes of unfinished request bodies all HTTP connections may buffer (else 503)",
+       &c.max_buffered_body_bytes, Range{kKiB, kTiB}},
       {"max_stream_buffer_bytes", "--max-stream-buffer-bytes",
-       "unsent streamed bytes before a slow reader is cancelled", &c.max_stream_buffer_bytes},
+       "unsent streamed bytes before a slow reader is cancelled", &c.max_stream_buffer_bytes,
+       Range{4 * kKiB, kGiB}},
       {"max_prompt_tokens", "--max-prompt-tokens",
-       "longest prompt accepted (0: the model's context)", &c.max_prompt_tokens},
+       "longest prompt accepted (0: the model's context)", &c.max_prompt_tokens, Range{0, kGiB}},
       {"drain_timeout_s", "--drain-timeout", "seconds to finish in-flight requests on SIGTERM",
-       &c.drain_timeout_s},
+       &c.drain_timeout_s, Range{0, 86400}},
       {"log_level", "--log-level", "trace, debug, info, warn, error, critical or off",
        &c.log_level},
       {"access_log", "--access-log", "one log line per request", &c.access_log},
@@ -62,66 +98,125 @@ std::vector<Field> fields(ServerConfig& c) {
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
       {"engine.quantization", "--quantization",
        "linear weights: auto (what the checkpoint says), fp8 or none", &e.quantization},
-      {"engine.block_size", "--block-size", "tokens per KV block", &e.block_size},
-      {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads},
+      {"engine.block_size", "--block-size", "tokens per KV block (a power of two)", &e.block_size,
+       Range{1, 1024}},
+      {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads,
+       Range{0, 1024}},
       {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
-       &e.cpu_kv_cache_bytes},
+       &e.cpu_kv_cache_bytes, Range{1, kTiB}},
       {"engine.host_kv_cache_bytes", "--host-kv-cache-bytes",
        "host memory for offloaded idle sessions' caches (pinned on the GPU, allocated at start)",
-       &e.host_kv_cache_bytes},
+       &e.host_kv_cache_bytes, Range{0, kTiB}},
       {"engine.gpu_memory_fraction", "--gpu-memory-fraction",
-       "share of free GPU memory for weights + KV", &e.gpu_memory_fraction},
-      {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch},
+       "share of free GPU memory for weights + KV", &e.gpu_memory_fraction,
+       Range{0, 1, /*min_open=*/true}},
+      {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch,
+       Range{1, 4096}},
       {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step",
-       &e.max_step_tokens},
+       &e.max_step_tokens, Range{1, kMiB}},
       {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs",
        &e.cuda_tuning.cuda_graphs},
       {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
        &e.cuda_tuning.fused_decode},
-      {"scheduler.max_num_seqs", "--max-num-seqs", "sequences in one step", &s.max_num_seqs},
+      {"scheduler.max_num_seqs", "--max-num-seqs",
+       "sequences in one step (unset: 256 on CUDA, 64 on the CPU)", &s.max_num_seqs,
+       Range{1, 65536}},
       {"scheduler.max_num_batched_tokens", "--max-num-batched-tokens",
-       "tokens in one step (with --tpot-aware, an upper bound)", &s.max_num_batched_tokens},
+       "tokens in one step (unset: 8192 on CUDA, 512 on the CPU; with --tpot-aware an upper bound)",
+       &s.max_num_batched_tokens, Range{1, kMiB}},
       {"scheduler.tpot_aware", "--tpot-aware",
        "size each step's prefill by the step-cost model within the streams' TPOT targets",
        &s.tpot_aware},
       {"scheduler.ttft_target_ms", "--ttft-target-ms",
-       "TTFT target of requests that set none (0: auto, 2x the unqueued TTFT)", &s.ttft_target},
+       "TTFT target of requests that set none (0: auto, 2x the unqueued TTFT)", &s.ttft_target,
+       kLatencyTarget},
       {"scheduler.tpot_target_ms", "--tpot-target-ms",
-       "TPOT target of requests that set none (0: auto, 2x the steady decode step)",
-       &s.tpot_target},
+       "TPOT target of requests that set none (0: auto, 2x the steady decode step)", &s.tpot_target,
+       kLatencyTarget},
       {"scheduler.min_prefill_tokens", "--min-prefill-tokens",
        "prompt tokens a step feeds at least when some wait, whatever the targets",
-       &s.min_prefill_tokens},
+       &s.min_prefill_tokens, Range{1, kMiB}},
       {"scheduler.warmup_prefill_tokens", "--warmup-prefill-tokens",
        "prompt tokens per step beside targeted streams while the step-cost model warms up",
-       &s.warmup_prefill_tokens},
+       &s.warmup_prefill_tokens, Range{1, kMiB}},
       {"scheduler.max_queued_requests", "--max-queued-requests",
-       "waiting requests before refusing (503)", &s.max_queued_requests},
+       "waiting requests before refusing (503)", &s.max_queued_requests, Range{1, kMiB}},
       {"scheduler.max_queued_prompt_tokens", "--max-queued-prompt-tokens",
-       "waiting prompt tokens before refusing", &s.max_queued_prompt_tokens},
+       "waiting prompt tokens before refusing", &s.max_queued_prompt_tokens, Range{1, kTiB}},
       {"scheduler.queue_timeout_ms", "--queue-timeout-ms", "default longest wait to be scheduled",
-       &s.queue_timeout},
+       &s.queue_timeout, kDuration},
       {"scheduler.stall_timeout_ms", "--stall-timeout-ms",
-       "work pending and no step this long: stalled", &s.stall_timeout},
+       "work pending and no step this long: stalled", &s.stall_timeout, kDuration},
       {"scheduler.max_buffered_chunks", "--max-buffered-chunks",
-       "untaken chunks before a slow consumer is cancelled", &s.max_buffered_chunks},
+       "untaken chunks before a slow consumer is cancelled", &s.max_buffered_chunks,
+       Range{1, kMiB}},
       {"scheduler.max_sink", "--max-sink",
-       "streaming cache: most sink tokens a request may ask for", &s.max_sink},
+       "streaming cache: most sink tokens a request may ask for", &s.max_sink, Range{0, kMiB}},
       {"scheduler.max_window", "--max-window",
-       "streaming cache: largest window a request may ask for", &s.max_window},
-      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited",
-       &s.aging_per_s},
+       "streaming cache: largest window a request may ask for", &s.max_window, Range{1, kGiB}},
+      {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited", &s.aging_per_s,
+       Range{0, 1e6}},
       {"scheduler.kv_watermark", "--kv-watermark",
-       "share of KV blocks kept free for running sequences", &s.kv_watermark},
+       "share of KV blocks kept free for running sequences", &s.kv_watermark,
+       Range{0, 1, false, /*max_open=*/true}},
+      {"scheduler.enable_prefix_caching", "--prefix-caching",
+       "automatic prefix caching: requests reuse the KV blocks of shared prefixes",
+       &s.enable_prefix_caching},
       {"scheduler.max_sessions", "--max-sessions", "live sessions at most (POST /v1/sessions: 503)",
-       &s.max_sessions},
+       &s.max_sessions, Range{0, kMiB}},
       {"scheduler.session_gpu_fraction", "--session-gpu-fraction",
-       "share of the KV pool idle sessions may keep", &s.session_gpu_fraction},
+       "share of the KV pool idle sessions may keep", &s.session_gpu_fraction, kFraction},
       {"scheduler.session_idle_ttl_ms", "--session-idle-ttl-ms",
-       "idle sessions expire after this long", &s.session_idle_ttl},
+       "idle sessions expire after this long", &s.session_idle_ttl, kDuration},
       {"scheduler.max_restores_per_step", "--max-restores-per-step",
-       "offloaded session caches copied back per step", &s.max_restores_per_step},
+       "offloaded session caches copied back per step", &s.max_restores_per_step, Range{1, 65536}},
   };
+}
+
+// 1099511627776 rather than 1.09951e+12: ranges and values read as they are typed.
+std::string number_text(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15)
+    return std::to_string(static_cast<int64_t>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// A value as given: integers exactly (9223372036854775807, not 9.22337e+18).
+std::string value_text(const Target& t) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
+          return std::to_string(p->count());
+        else if constexpr (std::is_same_v<T, double>)
+          return number_text(*p);
+        else if constexpr (std::is_integral_v<T>)
+          return std::to_string(*p);
+        else
+          return {};
+      },
+      t);
+}
+
+std::string range_text(const Range& r) {
+  return std::string(r.min_open ? "(" : "[") + number_text(r.min) + ", " + number_text(r.max) +
+         (r.max_open ? ")" : "]");
+}
+
+// A numeric field's value as a double (exact for every value within a range: at most 2^40).
+double numeric_value(const Target& t) {
+  return std::visit(
+      [](auto* p) -> double {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
+          return static_cast<double>(p->count());
+        else if constexpr (std::is_arithmetic_v<T>)
+          return static_cast<double>(*p);
+        else
+          return 0;
+      },
+      t);
 }
 
 [[noreturn]] void bad(const std::string& field, const std::string& why) {
@@ -145,6 +240,10 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
           *p = v.get<double>();
         } else {
           if (!v.is_number_integer()) bad(f.path, "expected an integer");
+          // An unsigned beyond int64 would wrap to a negative number.
+          if (v.is_number_unsigned() &&
+              v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            bad(f.path, "out of range");
           const auto x = v.get<int64_t>();
           if constexpr (std::is_same_v<T, int>) {
             if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
@@ -172,18 +271,80 @@ SamplingOverrides sampling_overrides_text(const std::string& text, const std::st
   return sampling_overrides_from_json(v, path);
 }
 
+// Every boolean flag has a "--no-" form that sets it false: --prefix-caching ->
+// --no-prefix-caching.
+std::string negated(const std::string& flag) {
+  return "--no-" + flag.substr(2);
+}
+
 void check(bool ok, const std::string& field, const std::string& why) {
   if (!ok) bad(field, why);
+}
+
+void check_range(const Field& f) {
+  const Range& r = *f.range;
+  const double v = numeric_value(f.target);
+  const bool ok = std::isfinite(v) && (r.min_open ? v > r.min : v >= r.min) &&
+                  (r.max_open ? v < r.max : v <= r.max);
+  check(ok, f.path, "must be in " + range_text(r) + " (got " + value_text(f.target) + ")");
+}
+
+// A configuration file's text: a regular, readable file of at most 1 MiB (a directory, a
+// device or an unreadable file is refused with a message naming it).
+constexpr std::uintmax_t kMaxConfigFileBytes = 1 << 20;
+
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw Error(ErrorCode::kNotFound, "config " + path + ": no such file");
+  if (std::filesystem::is_directory(status))
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": is a directory, not a file");
+  if (!std::filesystem::is_regular_file(status))
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": not a regular file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxConfigFileBytes)
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": larger than " +
+                                                 std::to_string(kMaxConfigFileBytes) + " bytes");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorCode::kInvalidArgument,
+                "config " + path + ": cannot open: " + std::strerror(errno));
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument, "config " + path + ": cannot read: " + e.what());
+  }
+  if (in.bad()) throw Error(ErrorCode::kInvalidArgument, "config " + path + ": cannot read");
+  return text;
+}
+
+bool is_ip_address(const std::string& host) {
+  unsigned char addr[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), addr) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), addr) == 1;
+}
+
+// A served name is echoed in every JSON answer, the metrics labels and the ready line.
+constexpr size_t kMaxServedNameBytes = 256;
+
+void check_served_name(const std::string& name) {
+  check(name.size() <= kMaxServedNameBytes, "served_model_name",
+        "must be at most " + std::to_string(kMaxServedNameBytes) + " bytes");
+  check(utf8::is_valid(name), "served_model_name", "must be valid UTF-8");
+  for (const char ch : name)
+    check(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, "served_model_name",
+          "must not contain control characters");
 }
 
 }  // namespace
 
 ServerConfig load_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorCode::kNotFound, "config: cannot open " + path);
+  const std::string text = read_config_text(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument, "config " + path + ": " + e.what());
   }
@@ -216,21 +377,19 @@ ServerConfig load_config_file(const std::string& path) {
   return c;
 }
 
-void validate_config(const ServerConfig& c) {
+void validate_config(const ServerConfig& config) {
+  ServerConfig copy = config;  // fields() points into a configuration it may write
+  for (const Field& f : fields(copy))
+    if (f.range) check_range(f);
+  const ServerConfig& c = config;
   check(!c.model.empty(), "model", "must not be empty");
+  check_served_name(c.served_model_name);
   check(!c.generation_config.empty(), "generation_config",
         "must be auto, none, or a generation_config.json file or its directory");
-  check(!c.host.empty(), "host", "must not be empty");
-  check(c.http_port >= 0 && c.http_port <= 65535, "http_port", "must be in [0, 65535]");
-  check(c.grpc_port >= 0 && c.grpc_port <= 65535, "grpc_port", "must be in [0, 65535]");
+  check(is_ip_address(c.host), "host", "must be an IPv4 or IPv6 address (got '" + c.host + "')");
   check(c.http_port == 0 || c.http_port != c.grpc_port, "grpc_port", "must differ from http_port");
-  check(c.http_threads >= 1 && c.http_threads <= 256, "http_threads", "must be in [1, 256]");
-  check(c.max_body_bytes >= 1024 && c.max_body_bytes <= (int64_t{1} << 30), "max_body_bytes",
-        "must be in [1024, 2^30]");
-  check(c.max_stream_buffer_bytes >= 4096, "max_stream_buffer_bytes", "must be at least 4096");
-  check(c.max_prompt_tokens >= 0, "max_prompt_tokens", "must be >= 0");
-  check(std::isfinite(c.drain_timeout_s) && c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400,
-        "drain_timeout_s", "must be in [0, 86400]");
+  check(c.max_buffered_body_bytes >= c.max_body_bytes, "max_buffered_body_bytes",
+        "must be at least max_body_bytes (" + std::to_string(c.max_body_bytes) + ")");
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= c.log_level == l;
@@ -244,40 +403,16 @@ void validate_config(const ServerConfig& c) {
         "must be auto or fp8");
   check(e.quantization == "auto" || e.quantization == "fp8" || e.quantization == "none",
         "engine.quantization", "must be auto, fp8 or none");
-  check(e.block_size >= 1 && e.block_size <= 1024 && (e.block_size & (e.block_size - 1)) == 0,
-        "engine.block_size", "must be a power of two in [1, 1024]");
-  check(e.cpu_threads >= 0, "engine.cpu_threads", "must be >= 0");
-  check(e.cpu_kv_cache_bytes > 0, "engine.cpu_kv_cache_bytes", "must be > 0");
-  check(e.host_kv_cache_bytes >= 0, "engine.host_kv_cache_bytes", "must be >= 0");
-  check(e.gpu_memory_fraction > 0 && e.gpu_memory_fraction <= 1, "engine.gpu_memory_fraction",
-        "must be in (0, 1]");
-  check(e.max_batch >= 1, "engine.max_batch", "must be >= 1");
-  check(e.max_step_tokens >= 1, "engine.max_step_tokens", "must be >= 1");
-  const SchedulerConfig& s = c.scheduler;
-  check(s.max_num_seqs >= 1, "scheduler.max_num_seqs", "must be >= 1");
-  check(s.max_num_batched_tokens >= 1, "scheduler.max_num_batched_tokens", "must be >= 1");
-  check(s.max_queued_requests >= 0, "scheduler.max_queued_requests", "must be >= 0");
-  check(s.max_queued_prompt_tokens >= 0, "scheduler.max_queued_prompt_tokens", "must be >= 0");
-  check(s.queue_timeout.count() > 0, "scheduler.queue_timeout_ms", "must be > 0");
-  check(s.stall_timeout.count() > 0, "scheduler.stall_timeout_ms", "must be > 0");
-  check(s.max_buffered_chunks >= 1, "scheduler.max_buffered_chunks", "must be >= 1");
-  check(s.max_sink >= 0, "scheduler.max_sink", "must be >= 0");
-  check(s.max_window >= 1, "scheduler.max_window", "must be >= 1");
-  check(std::isfinite(s.aging_per_s) && s.aging_per_s >= 0, "scheduler.aging_per_s",
-        "must be >= 0");
-  check(s.kv_watermark >= 0 && s.kv_watermark < 1, "scheduler.kv_watermark", "must be in [0, 1)");
-  check(s.max_sessions >= 0, "scheduler.max_sessions", "must be >= 0");
-  check(std::isfinite(s.session_gpu_fraction) && s.session_gpu_fraction >= 0 &&
-            s.session_gpu_fraction <= 1,
-        "scheduler.session_gpu_fraction", "must be in [0, 1]");
-  check(s.session_idle_ttl.count() > 0, "scheduler.session_idle_ttl_ms", "must be > 0");
-  check(s.max_restores_per_step >= 1, "scheduler.max_restores_per_step", "must be >= 1");
-  check(s.ttft_target.count() >= 0 && s.ttft_target <= kMaxLatencyTarget,
-        "scheduler.ttft_target_ms", "must be in [0, 3600000]");
-  check(s.tpot_target.count() >= 0 && s.tpot_target <= kMaxLatencyTarget,
-        "scheduler.tpot_target_ms", "must be in [0, 3600000]");
-  check(s.min_prefill_tokens >= 1, "scheduler.min_prefill_tokens", "must be >= 1");
-  check(s.warmup_prefill_tokens >= 1, "scheduler.warmup_prefill_tokens", "must be >= 1");
+  check((e.block_size & (e.block_size - 1)) == 0, "engine.block_size",
+        "must be a power of two in [1, 1024]");
+}
+
+std::vector<ConfigFieldInfo> config_fields() {
+  ServerConfig c;
+  std::vector<ConfigFieldInfo> out;
+  for (const Field& f : fields(c))
+    out.push_back({f.path, f.flag, f.range ? range_text(*f.range) : std::string()});
+  return out;
 }
 
 bool parse_command_line(int argc, char** argv, ServerConfig& config) {
@@ -296,20 +431,24 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
   std::string config_path;
   app.add_option("--config", config_path, "JSON configuration file (configs/); flags override it");
   for (const Field& f : fs) {
+    const std::string help = f.range ? f.help + " " + range_text(*f.range) : f.help;
     std::visit(
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
             app.add_option_function<int64_t>(
-                f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, f.help);
+                   f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, help)
+                ->default_str(std::to_string(p->count()));
           } else if constexpr (std::is_same_v<T, SamplingOverrides>) {
             app.add_option_function<std::string>(
                 f.flag, [p, &f](const std::string& v) { *p = sampling_overrides_text(v, f.path); },
-                f.help);
+                help);
           } else if constexpr (std::is_same_v<T, bool>) {
-            app.add_option(f.flag, *p, f.help + " (true/false)");
+            app.add_option(f.flag, *p, help + " (true/false)");
+            app.add_flag_callback(
+                negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
           } else {
-            app.add_option(f.flag, *p, f.help)->capture_default_str();
+            app.add_option(f.flag, *p, help)->capture_default_str();
           }
         },
         f.target);
@@ -323,7 +462,9 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
     throw Error(ErrorCode::kInvalidArgument, e.what());
   }
   for (const Field& f : fs)
-    if (app.get_option(f.flag)->count() > 0) config.explicit_fields.insert(f.path);
+    if (app.get_option(f.flag)->count() > 0 ||
+        (std::holds_alternative<bool*>(f.target) && app.get_option(negated(f.flag))->count() > 0))
+      config.explicit_fields.insert(f.path);
   return true;
 }
 
@@ -337,29 +478,54 @@ void apply_scheduler_defaults(ServerConfig& config, const SchedulerConfig& defau
   }
 }
 
-std::string config_to_json(const ServerConfig& config) {
+namespace {
+
+nlohmann::json field_value(const Field& f) {
+  return std::visit(
+      [](auto* p) -> nlohmann::json {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
+          return p->count();
+        else if constexpr (std::is_same_v<T, SamplingOverrides>)
+          return sampling_overrides_json(*p);
+        else
+          return *p;
+      },
+      f.target);
+}
+
+// Invalid UTF-8 in a path is written as U+FFFD rather than throwing from the log line.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string config_to_json(const ServerConfig& config, bool unset_scheduler) {
   ServerConfig c = config;
   nlohmann::json j = nlohmann::json::object();
   for (const Field& f : fields(c)) {
-    nlohmann::json v;
-    std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
-            v = p->count();
-          else if constexpr (std::is_same_v<T, SamplingOverrides>)
-            v = sampling_overrides_json(*p);
-          else
-            v = *p;
-        },
-        f.target);
     const auto dot = f.path.find('.');
-    if (dot == std::string::npos)
-      j[f.path] = v;
-    else
-      j[f.path.substr(0, dot)][f.path.substr(dot + 1)] = v;
+    if (dot == std::string::npos) {
+      j[f.path] = field_value(f);
+      continue;
+    }
+    const std::string section = f.path.substr(0, dot);
+    if (!unset_scheduler && section == "scheduler" && !config.explicit_fields.count(f.path)) {
+      if (!j.contains(section)) j[section] = nlohmann::json::object();
+      continue;
+    }
+    j[section][f.path.substr(dot + 1)] = field_value(f);
   }
-  return j.dump();
+  return dump(j);
+}
+
+std::string scheduler_to_json(const ServerConfig& config) {
+  ServerConfig c = config;
+  nlohmann::json j = nlohmann::json::object();
+  for (const Field& f : fields(c))
+    if (f.path.starts_with("scheduler.")) j[f.path.substr(10)] = field_value(f);
+  return dump(j);
 }
 
 }  // namespace rill::server

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/runner/runner_factory.h"
 #include "engine/runner/sampling_fields.h"
@@ -20,7 +21,9 @@ struct ServerConfig {
   int http_port = 8000;                           // 0: an ephemeral port (printed at start)
   int grpc_port = 50051;
   int http_threads = 2;                       // Asio threads serving every connection
+  int max_connections = 10'000;               // open HTTP connections (also bounded by the fds)
   int64_t max_body_bytes = 1 << 20;           // larger HTTP bodies: 413
+  int64_t max_buffered_body_bytes = 256 << 20;  // unfinished bodies of all connections: 503
   int64_t max_stream_buffer_bytes = 1 << 20;  // unsent SSE bytes before a slow reader is cut
   int max_prompt_tokens = 0;                  // 0: the model's context
   double drain_timeout_s = 30;                // SIGTERM: wait this long for in-flight requests
@@ -42,14 +45,27 @@ void apply_scheduler_defaults(ServerConfig& config, const SchedulerConfig& defau
 /// Reads a configuration file (throws kInvalidArgument naming the field or the JSON error).
 ServerConfig load_config_file(const std::string& path);
 
-/// Checks every value; throws kInvalidArgument "<field>: <why>".
+/// Checks every value against its documented range (docs/api.md#limits) and the rules between
+/// values; throws kInvalidArgument "<field>: <why>".
 void validate_config(const ServerConfig& config);
+
+/// One row of the configuration table, for --help and the documentation check: the JSON path,
+/// the flag, and the range of a numeric value ("[1, 2592000000]", "(0, 1]"; empty otherwise).
+struct ConfigFieldInfo {
+  std::string path, flag, range;
+};
+std::vector<ConfigFieldInfo> config_fields();
 
 /// Parses the command line: --config FILE first, then every flag overrides the file. Returns
 /// false after printing --help (exit 0). Throws kInvalidArgument on a bad flag or value.
 bool parse_command_line(int argc, char** argv, ServerConfig& config);
 
-/// The configuration as JSON (what a file holds; logged at start).
-std::string config_to_json(const ServerConfig& config);
+/// The configuration as JSON (what a file holds; logged at start). `unset_scheduler`: false
+/// leaves out the scheduler fields that neither the file nor a flag set (before the runner is
+/// chosen they are not yet the values in force: apply_scheduler_defaults sets them).
+std::string config_to_json(const ServerConfig& config, bool unset_scheduler = true);
+
+/// The scheduler section alone (the values in force once apply_scheduler_defaults ran).
+std::string scheduler_to_json(const ServerConfig& config);
 
 }  // namespace rill::server

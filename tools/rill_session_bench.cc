@@ -336,6 +336,8 @@ int main(int argc, char** argv) {
   args.option("host-kv-bytes", "1073741824", "host memory for offloaded caches");
   args.option("seed", "1", "token seed");
   args.option("json", "", "write every per-turn figure here");
+  args.flag("no-prefix-caching",
+            "automatic prefix caching off: the re-sent conversation recomputes its history");
   args.parse(argc, argv);
   try {
     const Model model = load_model(args.get("model"));
@@ -349,6 +351,7 @@ int main(int argc, char** argv) {
     sc.queue_timeout = std::chrono::hours(1);
     sc.max_sessions = std::max(1024, args.get_int("sessions"));
     sc.session_gpu_fraction = args.get_double("session-gpu-fraction");
+    sc.enable_prefix_caching = !args.on("no-prefix-caching");
     MetricsRegistry metrics;
     ServingEngine engine(make_runner(model, eo), *model.tokenizer, sc, metrics);
     const std::string mode = args.get("mode");

@@ -45,6 +45,8 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
   line(out, "Benchmark duration (s):", num(s.duration_s));
   line(out, "Total input tokens:", count(s.input_tokens));
   line(out, "Total generated tokens:", count(s.output_tokens));
+  line(out, "Prompt tokens from the prefix cache:",
+       count(s.cached_tokens) + " (" + num(100 * s.prefix_cache_hit_rate, 1) + "%)");
   if (p.mode == "open") line(out, "Offered request rate (req/s):", num(s.offered_rate));
   line(out, "Request throughput (req/s):", num(s.request_throughput));
   if (s.goodput) line(out, "Request goodput (req/s):", num(*s.goodput));
@@ -52,6 +54,13 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
   line(out, "Total token throughput (tok/s):", num(s.total_token_throughput));
   latency_block(out, "---------------Time to First Token----------------", s.ttft,
                 d ? d->ttft_mean_s : std::nullopt);
+  if (!s.turns.empty()) {
+    std::fprintf(out, "---------------TTFT by turn (ms)------------------\n");
+    for (const TurnSummary& t : s.turns)
+      line(out, ("  turn " + std::to_string(t.turn + 1) + " median / p90, cached:").c_str(),
+           num(t.ttft.median * 1e3) + " / " + num(t.ttft.p90 * 1e3) + ", " +
+               num(t.prompt_tokens ? 100.0 * t.cached_tokens / t.prompt_tokens : 0, 1) + "%");
+  }
   latency_block(out, "-----Time per Output Token (excl. 1st token)------", s.tpot,
                 d ? d->tpot_mean_s : std::nullopt);
   latency_block(out, "---------------Inter-token Latency----------------", s.itl,
@@ -64,6 +73,11 @@ void print_phase(const PhaseReport& p, std::FILE* out) {
       if (n != 0) line(out, ("  requests " + reason + ":").c_str(), num(n, 0));
     line(out, "  generation tokens:", num(d->generation_tokens, 0));
     line(out, "  prompt tokens:", num(d->prompt_tokens, 0));
+    if (d->prefix_cache_queries > 0)
+      line(out, "  prefix cache hits / queries:",
+           num(d->prefix_cache_hits, 0) + " / " + num(d->prefix_cache_queries, 0) + " tokens (" +
+               num(100 * d->prefix_cache_hits / d->prefix_cache_queries, 1) + "%), " +
+               num(d->prefix_cache_evictions, 0) + " blocks evicted");
     for (const ConsistencyCheck& c : p.checks)
       line(out, ("  check " + c.name + ":").c_str(),
            std::string(c.passed ? "ok" : "MISMATCH") + " (" + c.detail + ")");

@@ -84,6 +84,7 @@ class GenerateCall final : public grpc::ClientReadReactor<pb::GenerateResponse> 
       record_.finish_reason = f.finish_reason();
       record_.prompt_tokens = f.usage().prompt_tokens();
       record_.output_tokens = f.usage().completion_tokens();
+      record_.cached_tokens = f.usage().cached_tokens();
       record_.usage_seen = true;
     }
     // A request whose final message arrived has finished: nothing left to cancel.

@@ -141,11 +141,14 @@ window.addEventListener("error", function (e) {
   var sumDiv = document.getElementById("summary");
   var ok = function (ok) { return ok ? "ok" : "MISMATCH"; };
   table(sumDiv, ["phase", "completed", "failed", "cancelled", "req/s", "out tok/s", "goodput",
-                 "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "checks"],
+                 "prompt cached %", "server hit %", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
+                 "ITL p50 ms", "E2E p50 ms", "checks"],
     data.phases.map(function (p) {
-      var s = p.summary;
+      var s = p.summary, d = p.server;
+      var serverHit = d && d.prefix_cache_queries > 0 ? fmt(100 * d.prefix_cache_hits / d.prefix_cache_queries) : "-";
       return [phaseName(p), s.completed, s.failed, s.cancelled, fmt(s.request_throughput),
-              fmt(s.output_token_throughput), fmt(s.goodput), fmt(s.ttft_s.median * 1000),
+              fmt(s.output_token_throughput), fmt(s.goodput), fmt(100 * s.prefix_cache_hit_rate),
+              serverHit, fmt(s.ttft_s.median * 1000),
               fmt(s.ttft_s.p99 * 1000), fmt(s.tpot_s.median * 1000), fmt(s.itl_s.median * 1000),
               fmt(s.e2e_s.median * 1000),
               p.checks.map(function (c) { return c.name + " " + ok(c.passed); }).join(", ")];
@@ -195,6 +198,30 @@ window.addEventListener("error", function (e) {
             return {name: phaseName(p), points: cdf(values)};
           }));
   });
+  // Multi-turn runs: how TTFT grows with the history each turn re-sends (the prefix cache keeps
+  // it flat), and the share of each turn's prompt that came from the cache.
+  if (data.phases.some(function (p) { return p.summary.turns.length > 1; })) {
+    var turnSeries = [];
+    data.phases.forEach(function (p) {
+      if (p.summary.turns.length < 2) return;
+      var turns = p.summary.turns.filter(function (t) { return t.ttft_s.count > 0; });
+      turnSeries.push({name: phaseName(p) + " TTFT p50", markers: true, points: turns.map(function (t) {
+        return {x: t.turn + 1, y: t.ttft_s.median * 1000};
+      })});
+      turnSeries.push({name: phaseName(p) + " TTFT p90", markers: true, points: turns.map(function (t) {
+        return {x: t.turn + 1, y: t.ttft_s.p90 * 1000};
+      })});
+    });
+    chart("chart-ttft-turn", "TTFT by turn (history re-sent each turn)", "turn", "TTFT (ms)", turnSeries);
+    var cachedSeries = [];
+    data.phases.forEach(function (p) {
+      if (p.summary.turns.length < 2) return;
+      cachedSeries.push({name: phaseName(p), markers: true, points: p.summary.turns.map(function (t) {
+        return {x: t.turn + 1, y: t.prompt_tokens ? 100 * t.cached_tokens / t.prompt_tokens : 0};
+      })});
+    });
+    chart("chart-cached-turn", "Prompt tokens from the prefix cache by turn", "turn", "cached (%)", cachedSeries);
+  }
   var latencySeries = [], throughputSeries = [];
   data.phases.forEach(function (p) {
     var ts = p.time_series;

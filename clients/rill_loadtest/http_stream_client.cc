@@ -177,6 +177,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (j.contains("usage") && j["usage"].is_object()) {
       record_.prompt_tokens = j["usage"].value("prompt_tokens", int64_t{0});
       record_.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
+      const json& details = j["usage"].value("prompt_tokens_details", json::object());
+      if (details.is_object()) record_.cached_tokens = details.value("cached_tokens", int64_t{0});
       record_.usage_seen = true;
     }
     return true;

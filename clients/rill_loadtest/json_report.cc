@@ -28,6 +28,16 @@ json optional_json(const std::optional<double>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+json turns_json(const std::vector<TurnSummary>& turns) {
+  json out = json::array();
+  for (const TurnSummary& t : turns)
+    out.push_back({{"turn", t.turn},
+                   {"ttft_s", summary_json(t.ttft)},
+                   {"prompt_tokens", t.prompt_tokens},
+                   {"cached_tokens", t.cached_tokens}});
+  return out;
+}
+
 json run_summary_json(const RunSummary& s) {
   return {{"requests", s.requests},
           {"completed", s.completed},
@@ -38,6 +48,9 @@ json run_summary_json(const RunSummary& s) {
           {"duration_s", s.duration_s},
           {"input_tokens", s.input_tokens},
           {"output_tokens", s.output_tokens},
+          {"cached_tokens", s.cached_tokens},
+          {"prefix_cache_hit_rate", s.prefix_cache_hit_rate},
+          {"turns", turns_json(s.turns)},
           {"output_tokens_including_cancelled", s.output_tokens_all},
           {"request_throughput", s.request_throughput},
           {"output_token_throughput", s.output_throughput},
@@ -59,6 +72,9 @@ json server_json(const ServerDelta& d) {
           {"prompt_tokens", d.prompt_tokens},
           {"rejected", d.rejected},
           {"evicted_tokens", d.evicted_tokens},
+          {"prefix_cache_queries", d.prefix_cache_queries},
+          {"prefix_cache_hits", d.prefix_cache_hits},
+          {"prefix_cache_evictions", d.prefix_cache_evictions},
           {"ttft_mean_s", optional_json(d.ttft_mean_s)},
           {"tpot_mean_s", optional_json(d.tpot_mean_s)},
           {"itl_mean_s", optional_json(d.itl_mean_s)},
@@ -76,7 +92,9 @@ json record_json(const RequestRecord& r, double phase_start) {
             {"turn", r.turn},
             {"start_s", r.start_s - phase_start},
             {"end_s", r.end_s - phase_start},
+            {"group", r.group},
             {"prompt_tokens", r.prompt_tokens},
+            {"cached_tokens", r.cached_tokens},
             {"output_tokens", r.output_tokens},
             {"finish_reason", r.finish_reason},
             {"cancelled", r.cancelled},
@@ -148,6 +166,8 @@ json config_json(const LoadTestOptions& o) {
           {"input_len", dist(w.input_len)},
           {"output_len", dist(w.output_len)},
           {"prompts_file", w.prompts_file},
+          {"shared_prefix_groups", w.shared_prefix_groups},
+          {"shared_prefix_len", w.shared_prefix_len},
           {"turns", w.turns},
           {"chat", w.chat},
           {"ignore_eos", w.ignore_eos},
@@ -206,7 +226,7 @@ void write_json_and_csv(const RunReport& report, const std::string& prefix) {
   json_out << report_json(report).dump(1) << "\n";
   std::ofstream csv(prefix + ".csv");
   csv << "phase,load,id,conversation,turn,start_s,end_s,ttft_s,tpot_s,e2e_s,prompt_tokens,"
-         "output_tokens,chunks,finish_reason,cancelled,error\n";
+         "output_tokens,chunks,finish_reason,cancelled,error,cached_tokens,group\n";
   for (size_t i = 0; i < report.phases.size(); ++i) {
     const PhaseReport& p = report.phases[i];
     for (const RequestRecord& r : p.result.records) {
@@ -218,7 +238,7 @@ void write_json_and_csv(const RunReport& report, const std::string& prefix) {
       if (l.tpot_s) csv << *l.tpot_s;
       csv << ',' << l.e2e_s << ',' << r.prompt_tokens << ',' << r.output_tokens << ','
           << r.chunk_times_s.size() << ',' << r.finish_reason << ',' << (r.cancelled ? 1 : 0) << ','
-          << r.error << '\n';
+          << r.error << ',' << r.cached_tokens << ',' << r.group << '\n';
     }
   }
   if (!json_out || !csv) throw std::runtime_error("cannot write " + prefix + ".json/.csv");

@@ -108,6 +108,7 @@ class Phase {
     record.id = next_id_++;
     record.conversation = conversation;
     record.turn = turn;
+    record.group = spec.group;
     record.warmup = plan_.warmup;
     ++in_flight_;
     auto shared_spec = std::make_shared<RequestSpec>(spec);

@@ -55,6 +55,12 @@ void add_flags(CLI::App& app, LoadTestOptions& o, RawFlags& f) {
       ->check(CLI::PositiveNumber);
   app.add_option("--output-len-dist", f.output_dist, "fixed | uniform:R | normal:R");
   app.add_option("--prompts", o.workload.prompts_file, "prompts: text (one a line) or .jsonl");
+  app.add_option("--shared-prefix-groups", o.workload.shared_prefix_groups,
+                 "groups of requests sharing a system prompt (before --input-len tokens each)")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--shared-prefix-len", o.workload.shared_prefix_len,
+                 "tokens of each group's shared system prompt")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--turns", o.workload.turns, "requests per conversation (chat history)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--chat", o.workload.chat, "chat requests even for single turns");
@@ -142,6 +148,10 @@ void finish_options(CLI::App& app, LoadTestOptions& o, const RawFlags& f) {
   o.workload.input_len = parse_length_dist(f.input_len, f.input_dist);
   o.workload.output_len = parse_length_dist(f.output_len, f.output_dist);
   if (app.count("--temperature")) o.workload.temperature = f.temperature;
+  if ((o.workload.shared_prefix_groups > 0) != (o.workload.shared_prefix_len > 0))
+    throw std::invalid_argument("--shared-prefix-groups and --shared-prefix-len go together");
+  if (o.workload.shared_prefix_groups > 0 && !o.workload.prompts_file.empty())
+    throw std::invalid_argument("--shared-prefix-groups makes synthetic prompts: no --prompts");
   o.workload.cache = f.cache;
   if (f.cache == "streaming" && o.workload.window <= 0)
     throw std::invalid_argument("--cache streaming needs --window");

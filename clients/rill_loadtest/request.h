@@ -37,6 +37,7 @@ struct RequestSpec {
   int32_t sink = 0, window = 0;
   int cancel_after_tokens = -1;  // >= 1: the client cancels once it received this many tokens
   bool keep_text = false;        // multi-turn: the answer is the next turn's history
+  int group = -1;                // shared-prefix group (--shared-prefix-groups), -1: none
   std::optional<int> ttft_target_ms, tpot_target_ms;  // latency targets sent (--targets)
   std::shared_ptr<StreamControl> control;             // a long-lived stream (--streams)
 };
@@ -46,12 +47,14 @@ struct RequestRecord {
   int64_t id = 0;            // issue order within the run
   int64_t conversation = 0;  // the conversation (one per request unless --turns > 1)
   int turn = 0;              // 0-based turn within the conversation
+  int group = -1;            // shared-prefix group, -1: none
   bool warmup = false;
   double start_s = 0;                 // the request was sent
   double end_s = 0;                   // the stream ended (or failed, or was cancelled)
   std::vector<double> chunk_times_s;  // arrival of each chunk that carried >= 1 token
   std::vector<int> chunk_tokens;      // tokens in that chunk
   int64_t prompt_tokens = 0;          // from the server's usage (0 when none arrived)
+  int64_t cached_tokens = 0;          // of those, taken from the server's prefix cache
   int64_t output_tokens = 0;          // usage's completion tokens, else the tokens received
   bool usage_seen = false;
   std::string finish_reason;  // stop | length | ... ("" when the stream did not finish)

@@ -51,6 +51,12 @@ ServerDelta server_delta(const PromSnapshot& before, const PromSnapshot& after) 
       after.sum("rill_requests_rejected_total") - before.sum("rill_requests_rejected_total");
   d.evicted_tokens =
       after.sum("rill_kv_evicted_tokens_total") - before.sum("rill_kv_evicted_tokens_total");
+  d.prefix_cache_queries =
+      after.sum("rill_prefix_cache_queries_total") - before.sum("rill_prefix_cache_queries_total");
+  d.prefix_cache_hits =
+      after.sum("rill_prefix_cache_hits_total") - before.sum("rill_prefix_cache_hits_total");
+  d.prefix_cache_evictions = after.sum("rill_prefix_cache_evictions_total") -
+                             before.sum("rill_prefix_cache_evictions_total");
   d.ttft_mean_s = mean_delta(before, after, "rill_time_to_first_token_seconds");
   d.tpot_mean_s = mean_delta(before, after, "rill_time_per_output_token_seconds");
   d.itl_mean_s = mean_delta(before, after, "rill_inter_token_latency_seconds");

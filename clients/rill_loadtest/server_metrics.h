@@ -24,6 +24,9 @@ struct ServerDelta {
   double prompt_tokens = 0;      // rill_prompt_tokens_total
   double rejected = 0;           // rill_requests_rejected_total
   double evicted_tokens = 0;     // rill_kv_evicted_tokens_total (StreamingLLM windows)
+  // Prefix cache: prompt tokens looked up at admission and found cached (recomputations of
+  // preempted requests included), and cached blocks evicted.
+  double prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
   // Means from the histograms' _sum / _count differences (nullopt without observations).
   std::optional<double> ttft_mean_s, tpot_mean_s, itl_mean_s, e2e_mean_s;
   // Inter-token latency quantiles from the histogram's buckets (histogram_quantile): the engine's

@@ -26,6 +26,27 @@ double offered_rate(const std::vector<RequestRecord>& records, double start_s) {
   return last > start_s ? static_cast<double>(records.size()) / (last - start_s) : 0;
 }
 
+// TTFT and cached tokens per turn, when some conversation has more than one.
+std::vector<TurnSummary> by_turn(const std::vector<RequestRecord>& records) {
+  int turns = 0;
+  for (const RequestRecord& r : records) turns = std::max(turns, r.turn + 1);
+  if (turns < 2) return {};
+  std::vector<std::vector<double>> ttft(static_cast<size_t>(turns));
+  std::vector<TurnSummary> out(static_cast<size_t>(turns));
+  for (const RequestRecord& r : records) {
+    if (!r.ok()) continue;
+    TurnSummary& t = out[static_cast<size_t>(r.turn)];
+    t.prompt_tokens += r.prompt_tokens;
+    t.cached_tokens += r.cached_tokens;
+    if (!r.chunk_times_s.empty()) ttft[static_cast<size_t>(r.turn)].push_back(latency_of(r).ttft_s);
+  }
+  for (int k = 0; k < turns; ++k) {
+    out[static_cast<size_t>(k)].turn = k;
+    out[static_cast<size_t>(k)].ttft = summarize(std::move(ttft[static_cast<size_t>(k)]));
+  }
+  return out;
+}
+
 }  // namespace
 
 RunSummary summarize_run(const std::vector<RequestRecord>& records, double start_s, double end_s,
@@ -48,6 +69,7 @@ RunSummary summarize_run(const std::vector<RequestRecord>& records, double start
     ++s.completed;
     ++s.finish_reasons[r.finish_reason];
     s.input_tokens += r.prompt_tokens;
+    s.cached_tokens += r.cached_tokens;
     s.output_tokens += r.output_tokens;
     if (r.chunk_times_s.empty()) continue;  // no token at all (max_tokens 0): no latencies
     const RequestLatency l = latency_of(r);
@@ -67,6 +89,10 @@ RunSummary summarize_run(const std::vector<RequestRecord>& records, double start
   s.itl = summarize(std::move(itl));
   s.e2e = summarize(std::move(e2e));
   s.max_in_flight = max_in_flight(records);
+  if (s.input_tokens > 0)
+    s.prefix_cache_hit_rate =
+        static_cast<double>(s.cached_tokens) / static_cast<double>(s.input_tokens);
+  s.turns = by_turn(records);
   return s;
 }
 

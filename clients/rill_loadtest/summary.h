@@ -13,6 +13,13 @@
 
 namespace rill::loadtest {
 
+/// TTFT of the requests of one turn of their conversations (multi-turn runs).
+struct TurnSummary {
+  int turn = 0;  // 0-based
+  Summary ttft;  // seconds, completed requests
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+};
+
 struct RunSummary {
   int64_t requests = 0;   // every request of the run
   int64_t completed = 0;  // succeeded (not failed, not cancelled)
@@ -22,6 +29,8 @@ struct RunSummary {
   std::map<std::string, int64_t> finish_reasons;  // of completed requests
   double duration_s = 0;                          // from the phase's start to its last completion
   int64_t input_tokens = 0, output_tokens = 0;    // of completed requests (server usage)
+  int64_t cached_tokens = 0;                      // of their input tokens, from the prefix cache
+  double prefix_cache_hit_rate = 0;               // cached / input tokens (0 without input)
   int64_t output_tokens_all = 0;                  // of every request, cancelled ones included
   double request_throughput = 0;                  // completed / duration
   double output_throughput = 0;                   // output tokens / duration
@@ -31,6 +40,7 @@ struct RunSummary {
   int64_t good_requests = 0;
   Summary ttft, tpot, itl, e2e;  // seconds
   int64_t max_in_flight = 0;
+  std::vector<TurnSummary> turns;  // one per turn when conversations have several, else empty
 };
 
 /// Summarizes `records` of a phase that ran from `start_s` to `end_s` (same clock).

@@ -71,8 +71,16 @@ Workload::Workload(WorkloadConfig config, std::vector<PromptEntry> prompts,
       words_(std::move(words)),
       tokens_per_word_(tokens_per_word > 0 ? tokens_per_word : 1),
       rng_(config_.seed) {
-  if (prompts_.empty() && (token_pool_.empty() || words_.empty()))
+  if ((prompts_.empty() || config_.shared_prefix_groups > 0) &&
+      (token_pool_.empty() || words_.empty()))
     throw std::invalid_argument("synthetic prompts need a non-empty token pool and word list");
+  // The groups' prompts come from a generator of their own: the same seed gives the same
+  // groups whatever else the run draws.
+  std::mt19937_64 group_rng(config_.seed ^ 0x5eedULL);
+  for (int g = 0; g < config_.shared_prefix_groups; ++g) {
+    group_ids_.push_back(synthetic_ids(config_.shared_prefix_len, group_rng));
+    group_text_.push_back(synthetic_text(config_.shared_prefix_len, group_rng));
+  }
 }
 
 RequestSpec Workload::base_spec() {
@@ -97,27 +105,30 @@ RequestSpec Workload::base_spec() {
   return s;
 }
 
-std::vector<int32_t> Workload::synthetic_ids(int tokens) {
-  std::vector<int32_t> ids;
-  size_t pos = std::uniform_int_distribution<size_t>(0, token_pool_.size() - 1)(rng_);
-  while (static_cast<int>(ids.size()) < tokens)
-    ids.push_back(token_pool_[pos++ % token_pool_.size()]);
+// Token ids drawn independently from the passage's (as vLLM's random dataset draws them): two
+// prompts share no prefix by chance, so a run without shared-prefix groups has no prefix-cache
+// hits (a slice of the short passage from a random offset would repeat every few hundred).
+std::vector<int32_t> Workload::synthetic_ids(int tokens, std::mt19937_64& rng) {
+  std::uniform_int_distribution<size_t> pick(0, token_pool_.size() - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(std::max(0, tokens)));
+  for (int32_t& id : ids) id = token_pool_[pick(rng)];
   return ids;
 }
 
-std::string Workload::synthetic_text(int tokens) {
+// Words of the passage drawn independently, about `tokens` tokens of them.
+std::string Workload::synthetic_text(int tokens, std::mt19937_64& rng) {
   const int num_words = std::max(1, static_cast<int>(tokens / tokens_per_word_ + 0.5));
-  size_t pos = std::uniform_int_distribution<size_t>(0, words_.size() - 1)(rng_);
+  std::uniform_int_distribution<size_t> pick(0, words_.size() - 1);
   std::string text;
   for (int i = 0; i < num_words; ++i) {
     if (i) text += ' ';
-    text += words_[pos++ % words_.size()];
+    text += words_[pick(rng)];
   }
   return text;
 }
 
 std::string Workload::next_user_text() {
-  if (prompts_.empty()) return synthetic_text(config_.input_len.sample(rng_));
+  if (prompts_.empty()) return synthetic_text(config_.input_len.sample(rng_), rng_);
   const PromptEntry& e = prompts_[next_prompt_++ % prompts_.size()];
   return e.messages.empty() ? e.prompt : e.messages.back().content;
 }
@@ -137,16 +148,28 @@ RequestSpec Workload::first_turn() {
     return s;
   }
   const int tokens = config_.input_len.sample(rng_);
+  if (!group_ids_.empty()) {  // a group's system prompt, then the request's own question
+    const size_t g = std::uniform_int_distribution<size_t>(0, group_ids_.size() - 1)(rng_);
+    s.group = static_cast<int>(g);
+    if (s.chat) {
+      s.messages = {{"system", group_text_[g]}, {"user", synthetic_text(tokens, rng_)}};
+    } else {
+      s.prompt_ids = group_ids_[g];
+      const std::vector<int32_t> question = synthetic_ids(tokens, rng_);
+      s.prompt_ids.insert(s.prompt_ids.end(), question.begin(), question.end());
+    }
+    return s;
+  }
   if (s.chat)
-    s.messages = {{"user", synthetic_text(tokens)}};
+    s.messages = {{"user", synthetic_text(tokens, rng_)}};
   else
-    s.prompt_ids = synthetic_ids(tokens);
+    s.prompt_ids = synthetic_ids(tokens, rng_);
   return s;
 }
 
 RequestSpec Workload::long_stream(int prompt_len, int sink, int window) {
   RequestSpec s;
-  s.prompt_ids = synthetic_ids(prompt_len);
+  s.prompt_ids = synthetic_ids(prompt_len, rng_);
   s.max_tokens = 1 << 24;
   s.ignore_eos = true;
   s.temperature = config_.temperature;
@@ -160,6 +183,7 @@ RequestSpec Workload::long_stream(int prompt_len, int sink, int window) {
 RequestSpec Workload::next_turn(const RequestSpec& previous, const std::string& answer) {
   RequestSpec s = base_spec();
   s.chat = true;
+  s.group = previous.group;
   s.messages = previous.messages;
   s.messages.push_back({"assistant", answer});
   s.messages.push_back({"user", next_user_text()});

@@ -1,5 +1,6 @@
-// What each request of a run asks: prompts (synthetic, or from a text / JSONL file), output
-// lengths, multi-turn histories, the cache policy and which requests the client cancels.
+// What each request of a run asks: prompts (synthetic, or from a text / JSONL file), groups
+// sharing a system prompt, output lengths, multi-turn histories, the cache policy and which
+// requests the client cancels.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,11 @@ namespace rill::loadtest {
 struct WorkloadConfig {
   std::string prompts_file;  // "": synthetic prompts; *.jsonl: JSON lines; else one per line
   LengthDist input_len, output_len;
+  // Shared-prefix groups (SGLang's generated-shared-prefix): each request belongs to one of
+  // `shared_prefix_groups` groups, whose common system prompt of `shared_prefix_len` tokens
+  // comes before the request's own question of input_len tokens. 0 groups: none.
+  int shared_prefix_groups = 0;
+  int shared_prefix_len = 0;
   int turns = 1;      // requests per conversation
   bool chat = false;  // chat messages even for single turns (always so when turns > 1)
   bool ignore_eos = true;
@@ -61,8 +67,8 @@ class Workload {
 
  private:
   RequestSpec base_spec();
-  std::string synthetic_text(int tokens);
-  std::vector<int32_t> synthetic_ids(int tokens);
+  std::string synthetic_text(int tokens, std::mt19937_64& rng);
+  std::vector<int32_t> synthetic_ids(int tokens, std::mt19937_64& rng);
   std::string next_user_text();
 
   WorkloadConfig config_;
@@ -72,6 +78,9 @@ class Workload {
   double tokens_per_word_;
   size_t next_prompt_ = 0;
   std::mt19937_64 rng_;
+  // Shared-prefix groups: each group's system prompt, as token ids and as text.
+  std::vector<std::vector<int32_t>> group_ids_;
+  std::vector<std::string> group_text_;
 };
 
 /// A passage of plain English written for rill-loadtest, the source of synthetic prompts.

@@ -1,5 +1,6 @@
 #include "engine/chat/jinja_eval.h"
 
+#include <cstdint>
 #include <optional>
 
 #include "engine/chat/jinja_builtins.h"
@@ -57,17 +58,26 @@ std::optional<Value> take_kwarg(DictEntries& kwargs, const std::string& name) {
   return std::nullopt;
 }
 
+// The address of the calling function's frame, to measure how much stack a render uses (the
+// frame address, not a local's, which a sanitizer's fake stack may move to the heap).
+uintptr_t frame_address() {
+  return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+}
+
 // Counts the evaluator's own recursion (nested blocks and expressions, across macro calls):
 // each level is bounded by the parser, but a recursive macro multiplies them, so the total is
-// bounded too, well inside a thread's stack.
+// bounded too, by count and by the stack it actually takes (frames are several times larger in
+// sanitizer builds), well inside a thread's stack.
 class Nesting {
  public:
-  explicit Nesting(int& depth) : depth_(depth) {
-    if (++depth_ > kMaxRenderNesting) {
-      --depth_;
+  Nesting(int& depth, uintptr_t stack_base) : depth_(depth) {
+    const uintptr_t here = frame_address();
+    const uintptr_t used = stack_base > here ? stack_base - here : here - stack_base;
+    if (depth_ >= kMaxRenderNesting || used > kMaxRenderStackBytes)
       fail("template nested too deeply while rendering (more than " +
-           std::to_string(kMaxRenderNesting) + " levels of blocks and expressions)");
-    }
+           std::to_string(kMaxRenderNesting) + " levels of blocks and expressions, or " +
+           std::to_string(kMaxRenderStackBytes >> 20) + " MiB of stack)");
+    ++depth_;
   }
   ~Nesting() { --depth_; }
   Nesting(const Nesting&) = delete;
@@ -79,8 +89,10 @@ class Nesting {
 
 class Evaluator {
  public:
+  explicit Evaluator(uintptr_t stack_base) : stack_base_(stack_base) {}
+
   Flow exec(const NodeList& nodes, const ScopePtr& scope, std::string& out) {
-    const Nesting nesting(nesting_);
+    const Nesting nesting(nesting_, stack_base_);
     for (const auto& node : nodes) {
       try {
         const Flow flow = exec_node(*node, scope, out);
@@ -94,7 +106,7 @@ class Evaluator {
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
-    const Nesting nesting(nesting_);
+    const Nesting nesting(nesting_, stack_base_);
     try {
       return eval_expr(e, scope);
     } catch (const TemplateError& err) {
@@ -478,12 +490,13 @@ class Evaluator {
 
   int call_depth_ = 0;
   int nesting_ = 0;
+  uintptr_t stack_base_;
 };
 
 }  // namespace
 
 std::string render_template(const NodeList& nodes, std::shared_ptr<Scope> globals) {
-  Evaluator evaluator;
+  Evaluator evaluator(frame_address());
   auto scope = std::make_shared<Scope>(std::move(globals));
   std::string out;
   evaluator.exec(nodes, scope, out);

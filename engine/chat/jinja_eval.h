@@ -28,8 +28,10 @@ class Scope {
 /// Macro, caller and recursive-loop calls nest at most this deep (Python would stop runaway
 /// recursion with RecursionError; this stops it before the stack does).
 inline constexpr int kMaxCallDepth = 100;
-/// Nested blocks and expressions being evaluated at once, across those calls.
+/// Nested blocks and expressions being evaluated at once, across those calls, and the stack
+/// they may take (a release build needs about a quarter of it for kMaxRenderNesting levels).
 inline constexpr int kMaxRenderNesting = 4000;
+inline constexpr size_t kMaxRenderStackBytes = size_t{2} << 20;
 
 /// Renders `nodes` with `globals` as the outermost scope. Throws TemplateError with the line of
 /// the node that failed (raise_exception errors keep only the template's message).

@@ -108,8 +108,9 @@ DictItems kwargs_with_mapping(CallArgs& a) {
     items = a.args[0].as_dict().items;
   }
   for (auto& [k, v] : a.kwargs) {
-    auto it = std::find_if(items.begin(), items.end(), [&](const auto& e) {
-      return e.first.is_string() && e.first.as_string() == k;
+    // An init-capture: clang 14 (the fuzz build's) cannot capture a structured binding.
+    auto it = std::find_if(items.begin(), items.end(), [&key = k](const auto& e) {
+      return e.first.is_string() && e.first.as_string() == key;
     });
     if (it != items.end())
       it->second = v;

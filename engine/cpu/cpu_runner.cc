@@ -5,11 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <string>
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/error.h"
 #include "engine/model/fp8.h"
 #include "engine/model/fp8_weights.h"
+#include "engine/runner/cache_identity.h"
 #include "engine/runner/logprobs.h"
 #include "engine/runner/step_validation.h"
 
@@ -43,6 +46,24 @@ std::vector<float> f32(const Tensor& t) { return t.present() ? t.to_f32() : std:
 std::vector<float> linear(const Tensor& t, bool fp8) {
   if (!t.present()) return {};
   return fp8 ? quantize_fp8_per_channel(t).to_f32() : t.to_f32();
+}
+
+// Blocks of `block_bytes` (all layers' K and V) in a budget of `budget` bytes. Block ids are
+// ints, so a budget of more than 2^31 - 1 blocks is refused rather than truncated (a truncated
+// count wrapped negative and was reported as "too small").
+int pool_blocks(int64_t budget, int64_t block_bytes) {
+  const int64_t blocks = budget / block_bytes;
+  if (blocks <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "cpu_kv_cache_bytes: a budget of " +
+                                                 std::to_string(budget) +
+                                                 " bytes is too small for one KV block of " +
+                                                 std::to_string(block_bytes) + " bytes");
+  if (blocks > std::numeric_limits<int32_t>::max())
+    throw Error(ErrorCode::kInvalidArgument,
+                "cpu_kv_cache_bytes: a budget of " + std::to_string(budget) + " bytes is " +
+                    std::to_string(blocks) + " KV blocks, more than the pool's limit of " +
+                    std::to_string(std::numeric_limits<int32_t>::max()));
+  return static_cast<int>(blocks);
 }
 
 std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) {
@@ -86,12 +107,20 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
     layers_.push_back(std::move(l));
   }
   const int64_t block_floats = 2ll * c.num_kv_heads * opt.block_size * c.head_dim;
-  num_blocks_ = opt.num_blocks > 0 ? opt.num_blocks
-                                   : static_cast<int>(opt.kv_cache_bytes / (block_floats * 4 * c.num_layers));
-  if (num_blocks_ <= 0) throw Error(ErrorCode::kInvalidArgument, "CPU KV cache budget too small for one block");
+  num_blocks_ = opt.num_blocks > 0
+                    ? opt.num_blocks
+                    : pool_blocks(opt.kv_cache_bytes, block_floats * 4 * c.num_layers);
   // Uninitialised on purpose: pages are touched only when blocks are used.
-  cache_.reset(new float[static_cast<size_t>(num_blocks_) * block_floats * c.num_layers]);
-  kv_ = std::make_unique<KvCacheManager>(num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window);
+  const size_t pool_floats = static_cast<size_t>(num_blocks_) * block_floats * c.num_layers;
+  try {
+    cache_.reset(new float[pool_floats]);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kResourceExhausted, "cpu_kv_cache_bytes: cannot allocate a KV pool of " +
+                                                   std::to_string(pool_floats * 4) + " bytes");
+  }
+  kv_ = std::make_unique<KvCacheManager>(
+      num_blocks_, opt.block_size, c.max_position_embeddings, c.sliding_window,
+      kv_cache_identity(model, "cpu", "float32", fp8_kv_ ? "fp8_e4m3" : "float32"));
   host_blocks_ = static_cast<int>(std::min<int64_t>(opt.host_kv_cache_bytes / (block_floats * 4 * c.num_layers), INT32_MAX));
 }
 
@@ -100,11 +129,16 @@ CpuRunner::~CpuRunner() = default;
 void CpuRunner::add_sequence(const SequenceSpec& spec) {
   validate_sequence(spec, config_.vocab_size);
   if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
-  kv_->add_sequence(spec.id, spec.cache);
+  kv_->add_sequence(spec.id, spec.cache, spec.prefix ? &*spec.prefix : nullptr);
   SeqState s;
   s.sampling = spec.sampling;
   s.sampler = SamplerState::resumed(spec.generated);
-  if (spec.sampling.repetition_penalty != 1.0f) s.sampler.prompt_seen.assign(config_.vocab_size, 0);
+  if (spec.sampling.repetition_penalty != 1.0f) {
+    s.sampler.prompt_seen.assign(config_.vocab_size, 0);
+    if (spec.prefix)  // cached tokens count as prompt, as if they had been fed
+      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens)))
+        s.sampler.prompt_seen[t] = 1;
+  }
   seqs_.emplace(spec.id, std::move(s));
 }
 
@@ -156,15 +190,23 @@ void CpuRunner::restore_sequence(SeqId id) {
   auto it = offloaded_.find(id);
   if (it == offloaded_.end()) throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int32_t>& table = kv_->reacquire_blocks(id);
+  std::vector<bool> from_cache;
+  const std::vector<int32_t>& table = kv_->reacquire_blocks(id, &from_cache);
   const int64_t bf = block_floats(), L = config_.num_layers;
   for (size_t b = 0; b < table.size(); ++b)
-    for (int l = 0; l < L; ++l)
+    for (int l = 0; l < L && !from_cache[b]; ++l)
       std::copy_n(it->second.data() + (static_cast<int64_t>(b) * L + l) * bf, bf, kv_ptr(l, table[b], 0, 0, 0));
   host_blocks_used_ -= static_cast<int>(table.size());
   offloaded_.erase(it);
   transfers_.push_back({true, static_cast<int>(table.size()),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+}
+
+void CpuRunner::copy_blocks(const std::vector<BlockCopy>& copies) {
+  const int64_t bf = block_floats();
+  for (const BlockCopy& c : copies)
+    for (int l = 0; l < config_.num_layers; ++l)
+      std::copy_n(kv_ptr(l, c.src, 0, 0, 0), bf, kv_ptr(l, c.dst, 0, 0, 0));
 }
 
 float* CpuRunner::kv_ptr(int layer, int32_t block, int kv, int head, int offset) {
@@ -422,11 +464,13 @@ StepOutput CpuRunner::run(std::span<const StepInput> inputs) {
   kv_->check_append(appends);
   std::vector<Chunk> chunks;
   int64_t T = 0;
-  for (const auto& [id, len] : appends) {  // after the checks: allocation cannot half-fail
-    const int64_t start = kv_->append(id, len);
+  for (size_t k = 0; k < inputs.size(); ++k) {  // after the checks: allocation cannot half-fail
+    const auto [id, len] = appends[k];
+    const int64_t start = kv_->append(id, inputs[k].tokens);
     chunks.push_back({id, &kv_->sequence(id), start, T, len});
     T += len;
   }
+  copy_blocks(kv_->take_copies());
   std::vector<float> x(T * H);  // [T, H] residual stream
   for (size_t k = 0; k < chunks.size(); ++k)
     for (int64_t t = 0; t < chunks[k].len; ++t)

@@ -74,6 +74,7 @@ class CpuRunner final : public ModelRunner {
   bool stores_before_attention(const Chunk& c) const;
   void mlp(const Layer& l, const float* h, float* out, int64_t T);
   void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t T) const;
+  void copy_blocks(const std::vector<BlockCopy>& copies);  // copy-on-write of shared ring blocks
   float* kv_ptr(int layer, int32_t block, int kv, int head, int offset);
   int64_t block_floats() const;  // one block of one layer: [2][kv_heads][block_size][head_dim]
 

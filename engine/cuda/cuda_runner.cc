@@ -10,6 +10,7 @@
 #include "engine/cuda/step_profiler.h"
 #include "engine/error.h"
 #include "engine/model/dtype.h"
+#include "engine/runner/cache_identity.h"
 #include "engine/runner/step_validation.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
@@ -76,6 +77,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(mod
   }
   rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,
                                                  layout_.cache_dtype);
+  cache_identity_ =
+      kv_cache_identity(model, "cuda", dtype == kernels::DType::kF16 ? "float16" : "bfloat16",
+                        kv_dtype == KvCacheDType::kFp8E4M3 ? "fp8_e4m3" : "compute");
   apply_tuning();
   allocate_buffers();
   size_kv_pool(o.gpu_memory_fraction);
@@ -208,8 +212,9 @@ void CudaRunner::size_kv_pool(double fraction) {
   layout_.num_blocks = usable + 1;  // the last block is a trash target for padded graph rows
   trash_block_ = usable;
   cache_ = DeviceMemory(size_t(layout_.num_blocks) * block_bytes, "KV cache");
-  kv_ = std::make_unique<KvCacheManager>(usable, layout_.block_size, config_.max_position_embeddings,
-                                         config_.sliding_window);
+  kv_ =
+      std::make_unique<KvCacheManager>(usable, layout_.block_size, config_.max_position_embeddings,
+                                       config_.sliding_window, cache_identity_);
 }
 
 // One real step on a scratch sequence: surfaces unsupported shapes at load, not at first request.
@@ -267,9 +272,18 @@ void CudaRunner::add_sequence(const SequenceSpec& spec) {
       for (int32_t t : spec.generated) ++host[t];
       RILL_CUDA(cudaMemcpyAsync(counts, host.data(), V * 4, cudaMemcpyHostToDevice, stream_));
     }
-    RILL_CUDA(cudaMemsetAsync(prompt_mask_.as<uint8_t>() + info.sampling.state_slot * V, 0, V, stream_));
+    uint8_t* mask = prompt_mask_.as<uint8_t>() + info.sampling.state_slot * V;
+    if (!spec.prefix || spec.prefix->tokens == 0) {
+      RILL_CUDA(cudaMemsetAsync(mask, 0, V, stream_));
+    } else {  // cached tokens count as prompt, as if they had been fed (pageable, as above)
+      std::vector<uint8_t> host(V, 0);
+      for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens)))
+        host[t] = 1;
+      RILL_CUDA(cudaMemcpyAsync(mask, host.data(), V, cudaMemcpyHostToDevice, stream_));
+    }
   }
-  kv_->add_sequence(spec.id, spec.cache);  // validates the policy
+  kv_->add_sequence(spec.id, spec.cache,
+                    spec.prefix ? &*spec.prefix : nullptr);  // validates the policy
   if (info.sampling.state_slot >= 0) free_state_slots_.pop_back();
   seqs_.emplace(spec.id, info);
 }
@@ -349,8 +363,9 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
                 "a step returning logits is in flight: finish() it before launching another");
   kv_->check_append(appends);
   std::vector<int64_t> starts(n);
-  for (int k = 0; k < n; ++k)
-    starts[k] = kv_->append(inputs[k].id, static_cast<int64_t>(inputs[k].tokens.size()));
+  // kLastSampled inputs name their token later (finish() reports it:
+  // KvCacheManager::resolve_sampled).
+  for (int k = 0; k < n; ++k) starts[k] = kv_->append(inputs[k].id, inputs[k].tokens);
   return starts;
 }
 
@@ -369,9 +384,26 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
   }
   bool any_logits = false;
   const std::vector<int64_t> starts = admit(inputs, any_logits);
+  try {
+    plan_and_enqueue(inputs, starts, any_logits, f);
+  } catch (...) {
+    // Appended but not launched: the blocks this step was to write must not be served.
+    for (const StepInput& in : inputs) kv_->discard_published(in.id);
+    kv_->take_copies();
+    throw;
+  }
+  next_buffer_ = (next_buffer_ + 1) % kMaxStepsInFlight;
+  in_flight_.push_back(std::move(f));
+}
+
+void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
+                                  const std::vector<int64_t>& starts, bool any_logits,
+                                  InFlight& f) {
   const int n = static_cast<int>(inputs.size());
   if (!restoring_.empty())  // a restore not yet seen done: the step waits for its copy
     for (int k = 0; k < n; ++k) wait_for_restore(inputs[k].id);
+  // Copy-on-write: shared ring blocks this step overwrites are copied first (stream order).
+  for (const BlockCopy& c : kv_->take_copies()) copy_pool_block(c.src, c.dst);
   std::vector<const cuda::SamplingSlot*> sampling(n);
   std::vector<int32_t> last_row(n, -1);  // sampled_ row a kLastSampled token is read from
   int decode = 0;
@@ -385,6 +417,7 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
   const int bucket = (decode == n && !any_logits && !profiler_) ? decode_bucket(n) : 0;
   f.plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
                            last_row, h.meta.as<char>(), dmeta());
+  for (const StepInput& in : inputs) f.ids.push_back(in.id);
   enqueue_step(inputs, f.plan, bucket, h);
   last_rows_.clear();
   for (int k = 0; k < n; ++k) {
@@ -392,8 +425,6 @@ void CudaRunner::launch(std::span<const StepInput> inputs) {
     ++seqs_.at(inputs[k].id).sampling.step;  // the draw this step makes
     last_rows_[inputs[k].id] = f.plan.sampled_index[k];
   }
-  next_buffer_ = (next_buffer_ + 1) % kMaxStepsInFlight;
-  in_flight_.push_back(std::move(f));
 }
 
 void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan& plan, int bucket,
@@ -443,7 +474,11 @@ StepOutput CudaRunner::finish() {
     profiler_->collect(profile_);
     ++profile_.steps;
   }
-  return collect_outputs(f.plan, h);
+  StepOutput out = collect_outputs(f.plan, h);
+  // The prefix cache names blocks by their tokens: samples fed as kLastSampled are known now.
+  for (size_t k = 0; k < out.sampled.size(); ++k)
+    if (out.sampled[k] >= 0) kv_->resolve_sampled(f.ids[k], out.sampled[k]);
+  return out;
 }
 
 StepOutput CudaRunner::collect_outputs(const StepPlan& plan, const HostBuffers& h) const {

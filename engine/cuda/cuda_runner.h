@@ -97,6 +97,7 @@ class CudaRunner final : public ModelRunner {
     int buffer = 0;
     bool timed = false;  // begin event recorded (step timing on at launch)
     bool empty = false;  // no inputs: nothing was queued
+    std::vector<SeqId> ids;  // per input
   };
   // Host-side buffers, one set per step in flight: the next step's metadata is written while the
   // previous step's may still be waiting for its upload, and the previous step's tokens are still
@@ -115,6 +116,7 @@ class CudaRunner final : public ModelRunner {
   void allocate_host_kv(int64_t bytes);  // the pinned pool for offloaded caches
   // One block, all layers, on `stream`.
   void copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKind kind, cudaStream_t stream);
+  void copy_pool_block(int32_t src, int32_t dst);  // pool -> pool, all layers, on stream_
   void wait_for_restore(SeqId id);  // later work on stream_ follows the sequence's restore copy
   void forget_offloaded(SeqId id);       // frees an offloaded sequence's host blocks
   void warm_up();
@@ -126,6 +128,9 @@ class CudaRunner final : public ModelRunner {
   void enqueue_logprobs(const cuda::StepPlan& plan);
   // Validates the step and appends its tokens to the caches; returns each input's first position.
   std::vector<int64_t> admit(std::span<const StepInput> inputs, bool& any_logits);
+  // After admit(): block copies, the step's metadata and its enqueue (f.plan, f.ids).
+  void plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
+                        bool any_logits, InFlight& f);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
   void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
                     HostBuffers& h);
@@ -160,6 +165,7 @@ class CudaRunner final : public ModelRunner {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::DeviceWeights> weights_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  std::string cache_identity_;  // seeds the prefix cache's hash chains (cache_identity.h)
   std::unique_ptr<KvCacheManager> kv_;
   kernels::KvCacheLayout layout_;
   int num_sms_ = 0;

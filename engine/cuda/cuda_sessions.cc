@@ -71,6 +71,15 @@ void CudaRunner::copy_block(int32_t pool_block, int32_t host_block, cudaMemcpyKi
                                 config_.num_layers, kind, stream));
 }
 
+void CudaRunner::copy_pool_block(int32_t src, int32_t dst) {
+  const size_t block_bytes = size_t(layout_.block_stride()) * layout_.element_bytes();
+  const size_t layer_bytes = size_t(layout_.layer_stride()) * layout_.element_bytes();
+  char* pool = cache_.as<char>();
+  RILL_CUDA(cudaMemcpy2DAsync(pool + size_t(dst) * block_bytes, layer_bytes,
+                              pool + size_t(src) * block_bytes, layer_bytes, block_bytes,
+                              config_.num_layers, cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaRunner::offload_sequence(SeqId id) {
   if (!seqs_.count(id)) throw Error(ErrorCode::kNotFound, "unknown sequence " + std::to_string(id));
   wait_for_restore(id);
@@ -94,7 +103,8 @@ void CudaRunner::restore_sequence(SeqId id) {
   auto it = offloaded_.find(id);
   if (it == offloaded_.end())
     throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
-  const std::vector<int32_t>& pool = kv_->reacquire_blocks(id);
+  std::vector<bool> from_cache;  // blocks the prefix cache still held: nothing to copy
+  const std::vector<int32_t>& pool = kv_->reacquire_blocks(id, &from_cache);
   // The steps launched so far may still read or write the blocks just taken (freed by sequences
   // removed while they were in flight): the copy starts after them.
   cudaEvent_t launched = nullptr;
@@ -104,7 +114,7 @@ void CudaRunner::restore_sequence(SeqId id) {
   cudaEventDestroy(launched);  // released once it completes
   PendingTransfer t = begin_transfer(true, static_cast<int>(pool.size()), copy_stream_);
   for (size_t b = 0; b < pool.size(); ++b)
-    copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice, copy_stream_);
+    if (!from_cache[b]) copy_block(pool[b], it->second[b], cudaMemcpyHostToDevice, copy_stream_);
   Restoring r;
   r.host = std::move(it->second);
   RILL_CUDA(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));

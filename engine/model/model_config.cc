@@ -1,7 +1,9 @@
 #include "engine/model/model_config.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -22,10 +24,38 @@ T get_or(const json& j, const char* key, T fallback) {
   return it->get<T>();
 }
 
+// An int field's value: an integer, or a float with an integral value (some configs write 2048.0),
+// within int's range. Converting a larger value would overflow (undefined for a float).
+int to_int(const json& v, const char* key, const std::string& source) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max()))
+      return static_cast<int>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max())
+      return static_cast<int>(x);
+  } else if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (x == std::trunc(x) && x >= std::numeric_limits<int>::min() &&
+        x <= std::numeric_limits<int>::max())
+      return static_cast<int>(x);
+  }
+  fail(source, std::string("'") + key + "' must be an integer within [" +
+                   std::to_string(std::numeric_limits<int>::min()) + ", " +
+                   std::to_string(std::numeric_limits<int>::max()) + "] (got " + v.dump() + ")");
+}
+
 int require_int(const json& j, const char* key, const std::string& source) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) fail(source, std::string("missing integer '") + key + "'");
-  return it->get<int>();
+  if (it == j.end() || !it->is_number()) fail(source, std::string("missing integer '") + key + "'");
+  return to_int(*it, key, source);
+}
+
+// An optional int field (absent or null: `fallback`).
+int get_int_or(const json& j, const char* key, int fallback, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return to_int(*it, key, source);
 }
 
 std::vector<int> int_or_list(const json& v) {
@@ -69,6 +99,9 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
   partial = get_or<double>(params, "partial_rotary_factor", partial);
   std::string type = get_or<std::string>(params, "rope_type", get_or<std::string>(params, "type", "default"));
   c.rope.theta = theta;
+  // Checked before the product is converted to int (out of range, that overflows).
+  if (!(partial > 0 && partial <= 1))
+    fail(source, "partial rotary factor " + std::to_string(partial) + " must be in (0, 1]");
   c.rope.rotary_dim = static_cast<int>(c.head_dim * partial);
   if (c.rope.rotary_dim % 2 != 0 || c.rope.rotary_dim <= 0 || c.rope.rotary_dim > c.head_dim)
     fail(source, "rotary dimension " + std::to_string(c.rope.rotary_dim) + " must be even and within head_dim");
@@ -82,7 +115,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     c.rope.factor = get_or<double>(params, "factor", 8.0);
     c.rope.low_freq_factor = get_or<double>(params, "low_freq_factor", 1.0);
     c.rope.high_freq_factor = get_or<double>(params, "high_freq_factor", 4.0);
-    c.rope.original_max_position = get_or<int>(params, "original_max_position_embeddings", 8192);
+    c.rope.original_max_position =
+        get_int_or(params, "original_max_position_embeddings", 8192, source);
     if (c.rope.high_freq_factor <= c.rope.low_freq_factor)
       fail(source, "llama3 rope scaling needs high_freq_factor > low_freq_factor");
   } else {
@@ -154,9 +188,10 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     c.intermediate_size = require_int(j, "intermediate_size", source);
     c.num_layers = require_int(j, "num_hidden_layers", source);
     c.num_heads = require_int(j, "num_attention_heads", source);
-    c.num_kv_heads = get_or<int>(j, "num_key_value_heads", c.num_heads);
-    c.head_dim = get_or<int>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
-    c.max_position_embeddings = get_or<int>(j, "max_position_embeddings", 2048);
+    c.num_kv_heads = get_int_or(j, "num_key_value_heads", c.num_heads, source);
+    c.head_dim =
+        get_int_or(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, source);
+    c.max_position_embeddings = get_int_or(j, "max_position_embeddings", 2048, source);
     c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
     std::string dtype = get_or<std::string>(j, "dtype", get_or<std::string>(j, "torch_dtype", "float32"));
     c.stored_dtype = parse_dtype(dtype);
@@ -174,7 +209,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
       c.qkv_bias = c.arch == Arch::kQwen2 || get_or<bool>(j, "attention_bias", false);
       c.o_bias = c.arch != Arch::kQwen2 && get_or<bool>(j, "attention_bias", false);
       c.mlp_bias = get_or<bool>(j, "mlp_bias", false);
-      if (c.arch == Arch::kMistral) c.sliding_window = get_or<int>(j, "sliding_window", 0);
+      if (c.arch == Arch::kMistral) c.sliding_window = get_int_or(j, "sliding_window", 0, source);
       if (c.arch == Arch::kQwen2 && get_or<bool>(j, "use_sliding_window", false))
         throw Error(ErrorCode::kUnsupported, source + ": Qwen2 use_sliding_window=true is not supported");
     }

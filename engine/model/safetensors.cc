@@ -1,5 +1,6 @@
 #include "engine/model/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,18 @@ Tensor parse_entry(const std::filesystem::path& path, const std::string& name, c
     if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(path, "tensor '" + name + "' has a bad shape");
     t.shape.push_back(d.get<int64_t>());
   }
+  // The element count within the data's size, checked as it is multiplied: a shape such as
+  // [2^32, 2^32] must be refused before anything computes its (overflowing) size.
+  if (std::find(t.shape.begin(), t.shape.end(), 0) == t.shape.end()) {
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (elements > data_size / static_cast<uint64_t>(d))
+        fail(path, "tensor '" + name + "' has shape " + t.shape_str() +
+                       ", more elements than the file's " + std::to_string(data_size) +
+                       " data bytes hold");
+      elements *= static_cast<uint64_t>(d);
+    }
+  }
   const auto& off = info["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
     fail(path, "tensor '" + name + "' has bad data_offsets");
@@ -57,24 +70,30 @@ Tensor parse_entry(const std::filesystem::path& path, const std::string& name, c
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   auto file = map_file(path);
-  if (file->size < 8) fail(path, "too small to be a safetensors file (" + std::to_string(file->size) + " bytes)");
+  return parse({file->data, file->size}, std::shared_ptr<const void>(file, file->data), path);
+}
+
+SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> file,
+                                       std::shared_ptr<const void> owner,
+                                       const std::filesystem::path& path) {
+  if (file.size() < 8)
+    fail(path, "too small to be a safetensors file (" + std::to_string(file.size()) + " bytes)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, file->data, 8);  // little-endian on every platform we build for
-  if (header_len > file->size - 8)
+  std::memcpy(&header_len, file.data(), 8);  // little-endian on every platform we build for
+  if (header_len > file.size() - 8)
     fail(path, "header length " + std::to_string(header_len) + " exceeds the file size " +
-                   std::to_string(file->size) + " (truncated or not safetensors)");
+                   std::to_string(file.size()) + " (truncated or not safetensors)");
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(file->data) + 8,
-                         reinterpret_cast<const char*>(file->data) + 8 + header_len);
+    header = json::parse(reinterpret_cast<const char*>(file.data()) + 8,
+                         reinterpret_cast<const char*>(file.data()) + 8 + header_len);
   } catch (const json::exception& e) {
     fail(path, std::string("malformed header JSON: ") + e.what());
   }
   if (!header.is_object()) fail(path, "header is not a JSON object");
   SafetensorsFile out;
-  const std::byte* data_start = file->data + 8 + header_len;
-  const size_t data_size = file->size - 8 - header_len;
-  std::shared_ptr<const void> owner(file, file->data);
+  const std::byte* data_start = file.data() + 8 + header_len;
+  const size_t data_size = file.size() - 8 - header_len;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (info.is_object())

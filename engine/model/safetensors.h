@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "engine/model/tensor.h"
@@ -14,6 +16,10 @@ class SafetensorsFile {
  public:
   /// Maps `path` and validates its header: size, JSON, dtypes, shapes and data offsets.
   static SafetensorsFile open(const std::filesystem::path& path);
+  /// The same for a whole file already in memory (what open() maps): the tensors point into
+  /// `file` and share `owner`, which keeps it alive; `path` names it in errors.
+  static SafetensorsFile parse(std::span<const std::byte> file, std::shared_ptr<const void> owner,
+                               const std::filesystem::path& path);
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ struct SequenceSpec {
   /// token fed before the sequence's first sample in this runner counts as prompt for the
   /// repetition penalty (generated ones are counted as output anyway).
   std::vector<int32_t> generated;
+  /// Prefix caching: the cached blocks it starts from (KvCacheManager::match_prefix on this
+  /// runner's kv(), in its current state); nullopt: it neither reads nor publishes cached blocks.
+  /// With a match, its cache holds prefix->tokens positions at once, and the caller feeds it
+  /// from there.
+  std::optional<PrefixMatch> prefix;
+  /// With `prefix`: the tokens the match covers (the first prefix->tokens of what the caller
+  /// would have fed), prompt tokens for the repetition penalty as if they had been fed.
+  std::span<const int32_t> prefix_tokens;
 };
 
 /// An offload or restore of a sequence's cache (ModelRunner::offload_sequence) that completed.

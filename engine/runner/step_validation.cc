@@ -42,6 +42,16 @@ void validate_sequence(const SequenceSpec& spec, int vocab_size) {
     if (t < 0 || t >= vocab_size)
       throw Error(ErrorCode::kInvalidArgument,
                   "generated token id " + std::to_string(t) + " outside the vocabulary");
+  if (!spec.prefix) return;
+  if (static_cast<int64_t>(spec.prefix_tokens.size()) < spec.prefix->tokens)
+    throw Error(ErrorCode::kInvalidArgument,
+                "prefix match of " + std::to_string(spec.prefix->tokens) +
+                    " tokens without them (" + std::to_string(spec.prefix_tokens.size()) +
+                    " given)");
+  for (int32_t t : spec.prefix_tokens.first(static_cast<size_t>(spec.prefix->tokens)))
+    if (t < 0 || t >= vocab_size)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cached token id " + std::to_string(t) + " outside the vocabulary");
 }
 
 void check_launch_room(int in_flight) {

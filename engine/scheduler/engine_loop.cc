@@ -239,12 +239,14 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   std::lock_guard lock(mu_);
   const int64_t new_preemptions = planner_.preemptions() - stats_.preemptions;
   if (new_preemptions > 0) metrics_.preemptions.add(static_cast<double>(new_preemptions));
+  publish_prefix_cache(kv);
   stats_.running = static_cast<int>(running_.size());
   stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
   stats_.waiting_prompt_tokens = waiting_tokens;
   stats_.kv_blocks_total = kv.blocks_total;
   stats_.kv_blocks_used = kv.blocks_used;
   stats_.kv_blocks_free = kv.blocks_free;
+  stats_.kv_blocks_cached = kv.blocks_cached;
   stats_.kv_usage = kv.blocks_total ? static_cast<double>(kv.blocks_used) / kv.blocks_total : 0;
   stats_.preemptions = planner_.preemptions();
   stats_.steps = steps_;
@@ -261,6 +263,24 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   metrics_.requests_running.set(stats_.running);
   metrics_.requests_waiting.set(stats_.waiting);
   metrics_.kv_cache_usage.set(stats_.kv_usage);
+}
+
+// Counters advance by what changed since the last call (stats_ holds the totals; mu_ held).
+void EngineLoop::publish_prefix_cache(const KvStats& kv) {
+  const int64_t queries = planner_.prefix_queries(), hits = planner_.prefix_hits();
+  if (queries > stats_.prefix_cache_queries)
+    metrics_.prefix_cache_queries.add(static_cast<double>(queries - stats_.prefix_cache_queries));
+  if (hits > stats_.prefix_cache_hits)
+    metrics_.prefix_cache_hits.add(static_cast<double>(hits - stats_.prefix_cache_hits));
+  if (kv.cache_evictions > prefix_cache_evictions_)
+    metrics_.prefix_cache_evictions.add(
+        static_cast<double>(kv.cache_evictions - prefix_cache_evictions_));
+  prefix_cache_evictions_ = kv.cache_evictions;
+  stats_.prefix_cache_queries = queries;
+  stats_.prefix_cache_hits = hits;
+  stats_.prefix_cache_hit_rate =
+      queries > 0 ? static_cast<double>(hits) / static_cast<double>(queries) : 0;
+  metrics_.prefix_cache_blocks.set(kv.blocks_cached);
 }
 
 EngineStats EngineLoop::stats() const {

@@ -58,6 +58,7 @@ class EngineLoop {
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
   void publish_stats(Clock::time_point now);
+  void publish_prefix_cache(const KvStats& kv);
   void flush_output();
 
   ModelRunner& runner_;
@@ -82,6 +83,7 @@ class EngineLoop {
   std::deque<std::pair<Clock::time_point, int>> recent_steps_;
   std::deque<Clock::time_point> recent_finishes_;
   int64_t steps_ = 0;
+  int64_t prefix_cache_evictions_ = 0;  // KvStats::cache_evictions at the last publish
   double device_busy_s_ = 0;
   bool cost_model_trusted_ = false;      // logged when it first becomes trusted
   Clock::time_point cost_model_logged_;  // and at debug level now and then

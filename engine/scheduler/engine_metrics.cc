@@ -54,6 +54,16 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
           r.gauge("rill_requests_running", "Requests admitted to the engine (prefill or decode).")),
       requests_waiting(r.gauge("rill_requests_waiting", "Requests queued, new or preempted.")),
       kv_cache_usage(r.gauge("rill_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use.")),
+      prefix_cache_queries(r.counter("rill_prefix_cache_queries_total",
+                                     "Prompt tokens looked up in the prefix cache at admission.")),
+      prefix_cache_hits(
+          r.counter("rill_prefix_cache_hits_total",
+                    "Prompt tokens whose KV blocks the prefix cache held at admission.")),
+      prefix_cache_blocks(
+          r.gauge("rill_prefix_cache_blocks",
+                  "KV blocks the prefix cache keeps for reuse that no request holds (evictable).")),
+      prefix_cache_evictions(r.counter("rill_prefix_cache_evictions_total",
+                                       "Cached KV blocks evicted (reused for other contents).")),
       sessions_active(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "active"}})),
       sessions_idle(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "idle"}})),
       sessions_offloaded(

@@ -28,6 +28,11 @@ struct EngineMetrics {
   Gauge& requests_running;
   Gauge& requests_waiting;
   Gauge& kv_cache_usage;             // ratio of KV blocks in use
+  // Prefix caching (docs/scheduler.md), in tokens as vLLM counts them.
+  Counter& prefix_cache_queries;    // prompt tokens looked up at admission
+  Counter& prefix_cache_hits;       // of those, tokens whose blocks were cached
+  Gauge& prefix_cache_blocks;       // blocks cached for reuse that no request holds
+  Counter& prefix_cache_evictions;  // cached blocks reused for other contents
   // Sessions (session.h).
   Gauge& sessions_active;            // a turn admitted (prefilling or decoding)
   Gauge& sessions_idle;              // between turns, cache in the KV pool

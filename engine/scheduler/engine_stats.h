@@ -11,7 +11,11 @@ struct EngineStats {
   int64_t waiting_prompt_tokens = 0;
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;
-  int kv_blocks_free = 0;
+  int kv_blocks_free = 0;            // neither used nor cached
+  int kv_blocks_cached = 0;          // prefix cache: kept for reuse, evictable
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, in total
+  int64_t prefix_cache_hits = 0;     // of those, tokens found cached
+  double prefix_cache_hit_rate = 0;  // hits / queries (0 before any query)
   double kv_usage = 0;              // used / total
   int64_t evicted_tokens = 0;       // total, from streaming windows
   int64_t preemptions = 0;          // total

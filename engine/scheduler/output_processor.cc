@@ -139,6 +139,7 @@ void OutputProcessor::finalize(const SequencePtr& seq, State& st, const FinishNo
   const Request& r = seq->request;
   fin.usage.prompt_tokens = static_cast<int>(r.prompt.size());
   fin.usage.completion_tokens = st.emitted;
+  fin.usage.cached_tokens = seq->cached_tokens.load();
   // The cache held the prompt and every generated token but the last (never fed back); a
   // session's turn counts what its own tokens pushed out of the session's window.
   const int64_t fed = seq->carried_tokens.load() + static_cast<int64_t>(r.prompt.size()) + std::max(0, st.generated - 1);

@@ -20,6 +20,15 @@ namespace rill {
 
 using Clock = std::chrono::steady_clock;
 
+/// `now + d`, saturating at the clock's last time point instead of wrapping past it (a wrapped
+/// deadline lies in the past: the request would end "deadline" at once). d <= 0 is `now`.
+inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::milliseconds d) {
+  if (d.count() <= 0) return now;
+  const auto room =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return d >= room ? Clock::time_point::max() : now + d;
+}
+
 struct Request {
   std::string id;  // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
                    // among live requests (empty: assigned, "req-" + 32 random hex digits)
@@ -42,6 +51,12 @@ struct Request {
   int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
   std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
   std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+  /// Prefix caching (SchedulerConfig::enable_prefix_caching): false keeps this request out of
+  /// it, neither reading cached blocks nor leaving its own for others.
+  bool prefix_caching = true;
+  /// Requests share cached blocks only with requests of the same salt (a tenant's: a shared
+  /// cache is a timing side channel between those who share it). At most kMaxCacheSaltBytes.
+  std::string cache_salt;
   /// Latency targets (latency_targets.h): nullopt takes the server's default
   /// (SchedulerConfig::ttft_target / tpot_target), 0 is none; at most kMaxLatencyTarget.
   std::optional<std::chrono::milliseconds> ttft_target, tpot_target;
@@ -60,8 +75,12 @@ struct TokenChunk {
   std::vector<SampleLogprobs> logprobs;  // one per id when the request asked for them
 };
 
+/// Longest Request::cache_salt accepted.
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
+
 struct Usage {
   int prompt_tokens = 0;
+  int cached_tokens = 0;         // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;     // tokens streamed (a stop token or stop string not counted)
   int64_t evicted_tokens = 0;    // dropped from a streaming window during this request
   int preemptions = 0;           // times recomputed after losing its KV blocks

@@ -11,6 +11,10 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
+bool valid_duration(std::chrono::milliseconds d) {
+  return d.count() > 0 && d <= kMaxSchedulerDuration;
+}
+
 void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManager& kv, int kv_blocks_total,
                     const SchedulerConfig& c) {
   if (cache.is_streaming()) {
@@ -59,10 +63,16 @@ void validate_request(const Request& r, const ModelConfig& model, const KvCacheM
   for (int32_t id : r.stop_token_ids)
     if (id < 0 || id >= model.vocab_size)
       bad("stop token id " + std::to_string(id) + " is out of range [0, " + std::to_string(model.vocab_size) + ")");
+  if (r.queue_timeout && !valid_duration(*r.queue_timeout))
+    bad("queue_timeout must be in [1 ms, 30 days] (got " +
+        std::to_string(r.queue_timeout->count()) + " ms)");
   if (r.stop.size() > kMaxStopStrings) bad("at most " + std::to_string(kMaxStopStrings) + " stop strings");
   for (const std::string& s : r.stop)
     if (s.empty() || s.size() > kMaxStopStringBytes)
       bad("stop strings must have 1 to " + std::to_string(kMaxStopStringBytes) + " bytes");
+  if (r.cache_salt.size() > kMaxCacheSaltBytes)
+    bad("cache_salt has " + std::to_string(r.cache_salt.size()) + " bytes, more than the limit " +
+        std::to_string(kMaxCacheSaltBytes));
   validate_target("ttft_target", r.ttft_target);
   validate_target("tpot_target", r.tpot_target);
   validate_cache(r.cache, static_cast<int64_t>(r.prompt.size()), kv, kv_blocks_total, config);
@@ -84,10 +94,11 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   };
   need(c.max_num_seqs > 0, "max_num_seqs must be > 0");
   need(c.max_num_batched_tokens > 0, "max_num_batched_tokens must be > 0");
-  need(c.max_queued_requests >= 0, "max_queued_requests must be >= 0");
-  need(c.max_queued_prompt_tokens >= 0, "max_queued_prompt_tokens must be >= 0");
-  need(c.queue_timeout.count() > 0, "queue_timeout must be > 0");
-  need(c.stall_timeout.count() > 0, "stall_timeout must be > 0");
+  // 0 would refuse every request as "overloaded": a queue must hold at least one.
+  need(c.max_queued_requests > 0, "max_queued_requests must be > 0");
+  need(c.max_queued_prompt_tokens > 0, "max_queued_prompt_tokens must be > 0");
+  need(valid_duration(c.queue_timeout), "queue_timeout must be in [1 ms, 30 days]");
+  need(valid_duration(c.stall_timeout), "stall_timeout must be in [1 ms, 30 days]");
   need(c.max_buffered_chunks > 0, "max_buffered_chunks must be > 0");
   need(c.max_sink >= 0, "max_sink must be >= 0");
   need(c.max_window > 0, "max_window must be > 0");
@@ -95,7 +106,7 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   need(c.kv_watermark >= 0 && c.kv_watermark < 1, "kv_watermark must be in [0, 1)");
   need(c.max_sessions >= 0, "max_sessions must be >= 0");
   need(c.session_gpu_fraction >= 0 && c.session_gpu_fraction <= 1, "session_gpu_fraction must be in [0, 1]");
-  need(c.session_idle_ttl.count() > 0, "session_idle_ttl must be > 0");
+  need(valid_duration(c.session_idle_ttl), "session_idle_ttl must be in [1 ms, 30 days]");
   need(c.max_restores_per_step > 0, "max_restores_per_step must be > 0");
   need(c.ttft_target.count() >= 0 && c.ttft_target <= kMaxLatencyTarget,
        "ttft_target must be in [0, 3600000] ms");

@@ -9,6 +9,12 @@
 
 namespace rill {
 
+/// The longest duration a scheduler setting (queue timeout, stall timeout, session idle TTL) or
+/// a request's queue timeout may have: 30 days. Deadlines are steady-clock time points in
+/// nanoseconds, `now + duration`, and the clock's range ends about 292 years after boot: 9.3e12
+/// ms would wrap it (every request "deadline" at once); 30 days keeps far from that.
+inline constexpr std::chrono::milliseconds kMaxSchedulerDuration{30LL * 24 * 3600 * 1000};
+
 struct SchedulerConfig {
   std::vector<int32_t> eos_token_ids;  // the model's end-of-sequence ids (Model::stop_token_ids());
                                        // empty: the tokenizer's EOS
@@ -27,8 +33,8 @@ struct SchedulerConfig {
   /// target slows prefill, never stops it), and per step while the cost model warms up.
   int min_prefill_tokens = 64;
   int warmup_prefill_tokens = 256;
-  int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses
-  int64_t max_queued_prompt_tokens = 1 << 20;  // prompt tokens waiting, likewise
+  int max_queued_requests = 1024;     // waiting requests beyond which submit() refuses (>= 1)
+  int64_t max_queued_prompt_tokens = 1 << 20;       // prompt tokens waiting, likewise (>= 1)
   std::chrono::milliseconds queue_timeout{60'000};  // default longest wait to be scheduled
   std::chrono::milliseconds stall_timeout{10'000};  // work pending, no step for this long: stalled
   int max_buffered_chunks = 4096;     // token chunks a consumer may leave untaken before the
@@ -43,6 +49,9 @@ struct SchedulerConfig {
   /// KV blocks kept free for running `full` sequences to grow into before new ones are admitted
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;
+  /// Automatic prefix caching (docs/scheduler.md): requests start from the cached KV blocks of
+  /// the longest prefix they share with earlier ones, and leave theirs for later ones.
+  bool enable_prefix_caching = true;
   // Sessions (session.h). Idle sessions keep their cache in the KV pool up to
   // session_gpu_fraction of it; beyond, the least recently used are offloaded to the runner's
   // host memory (ModelRunner::host_kv_blocks) while it has room, and dropped (expired) past it.

@@ -52,6 +52,8 @@ struct Sequence {
   // sample fed ahead of its prompt (0 or 1), for its evicted-token count. Set at admission.
   std::atomic<int64_t> stream_base{0};
   std::atomic<int> carried_tokens{0};
+  // Prompt tokens its first admission took from the prefix cache (Usage::cached_tokens).
+  std::atomic<int> cached_tokens{0};
   // Auto latency targets as the loop derived them (seconds; 0: not known), for judging the request.
   std::atomic<double> auto_ttft_target_s{0};
   std::atomic<double> auto_tpot_target_s{0};
@@ -70,6 +72,10 @@ struct Sequence {
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
   double steady_sum_s = 0;  // the steady decode step, summed over the steps that decoded it
   int steady_steps = 0;     // ... and their count (auto TPOT target: factor x the mean)
+  // Prefix caching: its chain root, and the hashes of its leading blocks computed so far (kept
+  // across admission attempts and incarnations: they depend on the tokens, which only grow).
+  std::optional<BlockHash> prefix_root;
+  std::vector<BlockHash> prefix_hashes;
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
   /// Samples made or under way: the generation length once every step in flight finishes.

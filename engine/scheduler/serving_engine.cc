@@ -173,11 +173,11 @@ class ServingEngine::Impl {
       seq->order = next_order_++;
     }
     seq->arrival = now;
-    seq->queue_deadline = now + r.queue_timeout.value_or(config_.queue_timeout);
+    seq->queue_deadline = deadline_after(now, r.queue_timeout.value_or(config_.queue_timeout));
     seq->ttft_target = resolve_target(r.ttft_target, config_.ttft_target);
     seq->tpot_target = resolve_target(r.tpot_target, config_.tpot_target);
-    seq->order_deadline =
-        now + ordering_slack(seq->ttft_target, r.queue_timeout.value_or(config_.queue_timeout));
+    seq->order_deadline = deadline_after(
+        now, ordering_slack(seq->ttft_target, r.queue_timeout.value_or(config_.queue_timeout)));
     if (!r.ignore_eos) seq->eos_ids = eos_ids_;
     seq->geometry = runner_->kv().geometry_for(r.cache);
     seq->request = std::move(r);

@@ -53,7 +53,7 @@ void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_
       s->last_active = now;
     }
     if (s->closed) {
-      release(s);
+      release(s, &turn);
     } else if (!s->offloaded && s->runner_id >= 0 && std::erase(parked_, s) > 0) {
       idle_.push_back(s);  // its cache was restored ahead of the turn: back in the pool
       std::lock_guard lock(table_.mutex());
@@ -74,15 +74,16 @@ void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_
     s->last_active = now;
   }
   if (reason == FinishReason::kError) {
-    drop(s, "error", "its turn " + turn.request.id + " failed");
+    drop(s, "error", "its turn " + turn.request.id + " failed", &turn);
   } else if (s->closed) {
-    release(s);
+    release(s, &turn);
   } else {
     idle_.push_back(s);
   }
 }
 
-void SessionKeeper::release(SessionPtr s) {  // by value: `s` may be an element of the lists
+// By value: `s` may be an element of the lists.
+void SessionKeeper::release(SessionPtr s, const Sequence* ending) {
   erase(new_, s);
   erase(idle_, s);
   erase(parked_, s);
@@ -93,11 +94,17 @@ void SessionKeeper::release(SessionPtr s) {  // by value: `s` may be an element 
   s->pending.reset();
   std::lock_guard lock(table_.mutex());
   s->residence = SessionResidence::kNone;
+  // The last turn holds its session (Sequence::session) as the session holds it: kept, the two
+  // would never be freed. No turn follows a released session; one still queued stays, so that
+  // close_session can cancel it, and is let go when it ends (`ending`).
+  if (s->turn && (s->turn.get() == ending || s->turn->phase == SeqPhase::kFinished))
+    s->turn.reset();
 }
 
-void SessionKeeper::drop(SessionPtr s, const char* reason, const std::string& why) {
+void SessionKeeper::drop(SessionPtr s, const char* reason, const std::string& why,
+                         const Sequence* ending) {
   spdlog::info("session {} expired: {}", s->options.id, why);
-  release(s);
+  release(s, ending);
   table_.expire(s, why);
   metrics_.sessions_expired(reason).add();
 }

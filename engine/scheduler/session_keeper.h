@@ -42,8 +42,11 @@ class SessionKeeper {
 
  private:
   bool movable(const SessionPtr& s) const;  // idle: no turn queued or running
-  void release(SessionPtr s);               // frees its runner sequence; leaves the lists
-  void drop(SessionPtr s, const char* reason, const std::string& why);
+  // A session at its end (closed or expired): frees its runner sequence, leaves the lists and
+  // lets go of its last turn once that has ended (`ending`: the turn ending now).
+  void release(SessionPtr s, const Sequence* ending = nullptr);
+  void drop(SessionPtr s, const char* reason, const std::string& why,
+            const Sequence* ending = nullptr);
   bool offload(SessionPtr s);  // to host memory (dropping older offloaded ones for room)
   // Offloads (or drops) the least recently used idle resident session but `keep`; with
   // `queued_too` also one whose next turn is queued (offloaded only).

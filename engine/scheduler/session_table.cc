@@ -109,6 +109,11 @@ SessionInfo SessionTable::info(const std::string& id, Clock::time_point now) con
   return info;
 }
 
+SessionTable::~SessionTable() {
+  for (auto& [id, s] : live_) s->turn.reset();
+  for (const SessionPtr& s : closed_) s->turn.reset();
+}
+
 SessionPtr SessionTable::close(const std::string& id, uint64_t incarnation) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);

@@ -18,6 +18,11 @@ namespace rill {
 class SessionTable {
  public:
   explicit SessionTable(int max_sessions) : max_sessions_(max_sessions) {}
+  /// Lets the sessions left go of their last turns (which hold their sessions: see
+  /// SessionKeeper::release), so both are freed. The loop has stopped.
+  ~SessionTable();
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
 
   /// Registers a session (its id assigned when empty) as a new incarnation, idle from `now`.
   /// kInvalidArgument for an id in use or over kMaxIdBytes, kResourceExhausted at max_sessions.

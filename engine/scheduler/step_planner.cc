@@ -36,11 +36,12 @@ StepPlanner::StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
                          std::function<void(const SequencePtr&, const Error&)> fail, Reclaim reclaim)
     : runner_(runner), config_(config), fail_(std::move(fail)), reclaim_(std::move(reclaim)) {}
 
-// Free blocks minus those still owed to admitted streaming sequences (their whole life's worth)
-// and those the step being planned already takes (appended only at launch).
+// Free blocks (cached ones included: evicted when needed) minus those still owed to admitted
+// streaming sequences (their whole life's worth, and copies of shared blocks their rings will
+// overwrite) and those the step being planned already takes (appended only at launch).
 int StepPlanner::free_blocks_for_growth(const std::vector<SequencePtr>& running) const {
   const KvCacheManager& kv = runner_.kv();
-  int free = kv.num_free_blocks() - promised_;
+  int free = kv.num_free_blocks() - kv.cow_reserve() - promised_;
   for (const SequencePtr& s : running)
     if (s->request.cache.is_streaming()) free -= kv.sequence(s->runner_id).max_blocks - kv.blocks_held(s->runner_id);
   return free;
@@ -118,13 +119,27 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
     s->carried_tokens.store(static_cast<int>(prefix.size()));
     s->session->pending.reset();
     prefix.insert(prefix.end(), r.prompt.begin(), r.prompt.end());
-    started(s, std::move(prefix), now);
+    const int64_t n = static_cast<int64_t>(prefix.size());
+    started(s, std::move(prefix), now, turn_match_, n);
     return true;
   }
   const int64_t len = static_cast<int64_t>(r.prompt.size() + s->generated.size());
+  // A preempted request is recomputed from its prompt and the tokens it generated.
+  std::vector<int32_t> resumed;
+  if (!s->generated.empty()) {
+    resumed = r.prompt;
+    resumed.insert(resumed.end(), s->generated.begin(), s->generated.end());
+  }
+  const std::span<const int32_t> tokens =
+      s->generated.empty() ? std::span<const int32_t>(r.prompt) : resumed;
+  std::optional<PrefixMatch> match = lookup(*s, tokens);
   const bool streaming = r.cache.is_streaming();
-  const int need = streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
-                             : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()));
+  // Only the blocks it must compute count, and what taking cached ones costs the pool.
+  const int cached = match ? static_cast<int>(match->blocks.size()) - match->pool_blocks : 0;
+  const int need =
+      (streaming ? kv.blocks_needed_max(r.cache, len, int64_t{1} << 40)
+                 : kv.blocks_needed_now(r.cache, std::min<int64_t>(len + 1, kv.max_context()))) -
+      cached;
   const int watermark = running.empty() || streaming
                             ? 0 : static_cast<int>(std::ceil(config_.kv_watermark * kv.num_blocks()));
   if (need + watermark > room) {
@@ -133,16 +148,15 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
   }
   const SeqId id = next_runner_id_++;
   try {
-    runner_.add_sequence({id, r.cache, r.sampling, s->generated});
+    runner_.add_sequence({id, r.cache, r.sampling, s->generated, match, tokens});
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kResourceExhausted) return false;  // e.g. penalty state slots: later
     fail_(s, e);
     return false;
   }
   s->runner_id = id;
-  std::vector<int32_t> prefix = r.prompt;
-  prefix.insert(prefix.end(), s->generated.begin(), s->generated.end());
-  started(s, std::move(prefix), now);
+  std::vector<int32_t> prefix = s->generated.empty() ? r.prompt : std::move(resumed);
+  started(s, std::move(prefix), now, match, static_cast<int64_t>(tokens.size()));
   return true;
 }
 
@@ -155,8 +169,12 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
   const Request& r = s->request;
   if (ss.steps_in_flight > 0) return false;
   int need = 0;
-  if (ss.runner_id < 0) {
+  turn_match_.reset();
+  if (ss.runner_id < 0) {  // its first turn: it may start from cached blocks
+    turn_match_ = lookup(*s, r.prompt);
     need = kv.blocks_needed_max(r.cache, static_cast<int64_t>(r.prompt.size()), int64_t{1} << 40);
+    if (turn_match_)
+      need -= static_cast<int>(turn_match_->blocks.size()) - turn_match_->pool_blocks;
   } else {
     const KvSequence& k = kv.sequence(ss.runner_id);
     need = k.max_blocks - static_cast<int>(k.block_table.size());
@@ -169,8 +187,9 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
   try {
     if (ss.runner_id < 0) {
       const SeqId id = next_runner_id_++;
-      runner_.add_sequence({id, r.cache, r.sampling, {}});
+      runner_.add_sequence({id, r.cache, r.sampling, {}, turn_match_, r.prompt});
       ss.runner_id = id;
+      s->stream_base.store(0);
     } else {
       if (ss.offloaded) {
         runner_.restore_sequence(ss.runner_id);
@@ -187,16 +206,36 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
   }
   s->runner_id = ss.runner_id;
   ss.in_runner = true;
-  s->stream_base.store(kv.sequence(ss.runner_id).num_tokens);
+  if (!turn_match_) s->stream_base.store(kv.sequence(ss.runner_id).num_tokens);
   return true;
 }
 
-void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now) {
+// Cached positions are fed already: prefill starts at the first miss.
+void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now,
+                          const std::optional<PrefixMatch>& match, int64_t queried) {
   s->step_blocks = 0;
   s->phase = SeqPhase::kRunning;
   s->prefix = std::move(prefix);
   s->fed = 0;
-  if (s->queue_s.load() < 0) s->queue_s.store(seconds(s->arrival, now));
+  if (match) {
+    s->fed = match->tokens;
+    prefix_queries_ += queried;
+    prefix_hits_ += match->tokens;
+  }
+  if (s->queue_s.load() < 0) {
+    s->queue_s.store(seconds(s->arrival, now));
+    const int64_t cached =
+        match ? std::min<int64_t>(match->tokens, static_cast<int64_t>(s->request.prompt.size()))
+              : 0;
+    s->cached_tokens.store(static_cast<int>(cached));
+  }
+}
+
+std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int32_t> tokens) {
+  if (!config_.enable_prefix_caching || !s.request.prefix_caching) return std::nullopt;
+  const KvCacheManager& kv = runner_.kv();
+  if (!s.prefix_root) s.prefix_root = kv.prefix_root(s.request.cache, s.request.cache_salt);
+  return kv.match_prefix(s.request.cache, *s.prefix_root, tokens, &s.prefix_hashes);
 }
 
 PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,

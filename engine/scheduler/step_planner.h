@@ -62,6 +62,9 @@ class StepPlanner {
   PlannedStep plan(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting, Clock::time_point now);
 
   int64_t preemptions() const { return preemptions_; }
+  /// Prefix cache lookups of admitted sequences: tokens looked up and tokens found, in total.
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
 
   /// A step the runner measured (seconds on the device): the cost model learns from it.
   void observe(const StepComposition& c, double seconds) { cost_model_.observe(c, seconds); }
@@ -86,7 +89,11 @@ class StepPlanner {
   // Admits `s` into the runner; false when it cannot start now (`shortfall`: the blocks it lacks).
   bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now, int& shortfall);
   bool admit_turn(const SequencePtr& s, int room, int& shortfall);  // a session's turn (`room`: free blocks)
-  void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now);
+  // `s` starts with `prefix` to feed, of which match->tokens are cached (`queried` looked up).
+  void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now,
+               const std::optional<PrefixMatch>& match = std::nullopt, int64_t queried = 0);
+  // The cached blocks `s` can start from (nullopt: prefix caching is off for it).
+  std::optional<PrefixMatch> lookup(Sequence& s, std::span<const int32_t> tokens);
   void prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
@@ -103,6 +110,8 @@ class StepPlanner {
   int64_t preemptions_ = 0;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)
   int promised_ = 0;                     // blocks the step being planned takes for `full` sequences
+  std::optional<PrefixMatch> turn_match_;  // admit_turn's lookup for a session's first turn
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   StepCostModel cost_model_;
   std::vector<LatencyTarget> targets_;  // TPOT targets of the step's decoding sequences
   StepComposition last_decodes_;        // the last planned step's decodes and limits

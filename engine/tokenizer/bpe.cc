@@ -47,7 +47,10 @@ BpeModel::BpeModel(TokenMap vocab, const std::vector<std::pair<std::string, std:
       options_.continuing_subword_prefix ? options_.continuing_subword_prefix->size() : 0;
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
+    // Named references, not a structured binding: lambdas capture those only from clang 16
+    // (the fuzz and sanitizer builds use Debian 12's clang 14).
+    const std::string& a = merges[rank].first;
+    const std::string& b = merges[rank].second;
     auto lookup = [&](const std::string& token) {
       auto it = vocab_.find(token);
       if (it == vocab_.end()) {

@@ -135,10 +135,13 @@ for section in "${sections[@]}"; do
         --decode-prompt-len 1024 --decode-window 1020 --num-requests 16 --input-len 2048 --output-len 32 \
         --rate 2 --max-num-seqs 64 --max-num-batched-tokens 224 ;;
     sessions-7b)  # issue 23: a 1,000-turn session (4 + 1020 cache, 80 + 20 tokens a turn) against the
-      # same conversation re-sent whole each turn (full cache) until the context is full
+      # same conversation re-sent whole each turn (full cache) until the context is full, without
+      # prefix caching (S6's baseline: the history recomputed each turn; prefix_cache_check.sh
+      # measures re-sent histories with the cache)
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=8 run sessions_7b 420 "$bin/rill-session-bench" --model /tmp/llama2-7b --device cuda --mode conversation \
-        --turns 1000 --turn-len 80 --answer-len 20 --sink 4 --window 1020 --json "$OUT/sessions_7b.json" ;;
+        --turns 1000 --turn-len 80 --answer-len 20 --sink 4 --window 1020 --no-prefix-caching \
+        --json "$OUT/sessions_7b.json" ;;
     sessions-offload-7b)  # 100 sessions (512-token first turns), idle caches mostly in host memory, 16
       # streams running; then every session's second turn restores its cache
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b

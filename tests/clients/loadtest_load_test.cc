@@ -1,9 +1,12 @@
 // rill-loadtest's load-shaping pieces: arrival schedules (mean and variance of the gaps, the
-// ramp's expected counts), length distributions and their spec syntax, and statistics with SLOs.
+// ramp's expected counts), length distributions and their spec syntax, statistics with SLOs, and
+// synthetic workloads (prompts that share no prefix by chance; shared-prefix groups).
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "clients/rill_loadtest/arrivals.h"
 #include "clients/rill_loadtest/length_dist.h"
 #include "clients/rill_loadtest/stats.h"
+#include "clients/rill_loadtest/workload.h"
 
 namespace rill::loadtest {
 namespace {
@@ -179,6 +183,62 @@ TEST(Stats, GoodputNeedsEveryObjective) {
   EXPECT_FALSE(meets_slo(slo, 0.05, 0.005, 1.2));
   EXPECT_TRUE(meets_slo(slo, 0.05, std::nullopt, 0.5));  // one-token answer: no TPOT
   EXPECT_TRUE(meets_slo(Slo{}, 100, 100, 100));
+}
+
+Workload synthetic_workload(WorkloadConfig c) {
+  std::vector<int32_t> pool(300);
+  std::iota(pool.begin(), pool.end(), 1000);
+  std::vector<std::string> words;
+  for (int i = 0; i < 100; ++i) words.push_back("w" + std::to_string(i));
+  return Workload(c, {}, pool, words, 1.0);
+}
+
+TEST(Workload, SyntheticPromptsShareNoPrefixByChance) {
+  WorkloadConfig c;
+  c.input_len = parse_length_dist(64, "fixed");
+  c.output_len = parse_length_dist(4, "fixed");
+  Workload w = synthetic_workload(c);
+  std::set<std::vector<int32_t>> heads;
+  for (int i = 0; i < 500; ++i) {
+    const RequestSpec s = w.first_turn();
+    ASSERT_EQ(s.prompt_ids.size(), 64u);
+    EXPECT_EQ(s.group, -1);
+    heads.insert(std::vector<int32_t>(s.prompt_ids.begin(), s.prompt_ids.begin() + 16));
+  }
+  EXPECT_EQ(heads.size(), 500u) << "two prompts began with the same 16 tokens";
+}
+
+TEST(Workload, SharedPrefixGroupsShareTheirSystemPromptAndNothingElse) {
+  WorkloadConfig c;
+  c.input_len = parse_length_dist(16, "fixed");
+  c.output_len = parse_length_dist(4, "fixed");
+  c.shared_prefix_groups = 3;
+  c.shared_prefix_len = 48;
+  Workload w = synthetic_workload(c);
+  std::map<int, std::vector<int32_t>> prefix;
+  std::set<std::vector<int32_t>> questions;
+  for (int i = 0; i < 60; ++i) {
+    const RequestSpec s = w.first_turn();
+    ASSERT_GE(s.group, 0);
+    ASSERT_LT(s.group, 3);
+    ASSERT_EQ(s.prompt_ids.size(), 48u + 16u);
+    const std::vector<int32_t> head(s.prompt_ids.begin(), s.prompt_ids.begin() + 48);
+    if (!prefix.count(s.group)) prefix[s.group] = head;
+    EXPECT_EQ(head, prefix[s.group]) << "group " << s.group;
+    questions.insert(std::vector<int32_t>(s.prompt_ids.begin() + 48, s.prompt_ids.end()));
+  }
+  EXPECT_EQ(prefix.size(), 3u) << "every group drawn";
+  EXPECT_NE(prefix[0], prefix[1]);
+  EXPECT_EQ(questions.size(), 60u) << "each question its own";
+  // Chat: the group's system message, then the question; the same seed gives the same groups.
+  c.chat = true;
+  Workload chat = synthetic_workload(c);
+  const RequestSpec s = chat.first_turn();
+  ASSERT_EQ(s.messages.size(), 2u);
+  EXPECT_EQ(s.messages[0].role, "system");
+  EXPECT_EQ(s.messages[1].role, "user");
+  Workload again = synthetic_workload(c);
+  EXPECT_EQ(again.first_turn().messages[0].content, s.messages[0].content);
 }
 
 }  // namespace

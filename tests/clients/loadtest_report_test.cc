@@ -107,6 +107,31 @@ TEST(Summary, CountsThroughputsAndGoodput) {
   EXPECT_FALSE(summarize_run(rs, 0.0, 2.0, Slo{}).goodput);
 }
 
+TEST(Summary, CachedTokensHitRateAndTtftByTurn) {
+  std::vector<RequestRecord> rs;
+  for (int conv = 0; conv < 2; ++conv)
+    for (int turn = 0; turn < 3; ++turn) {
+      RequestRecord r = record(turn, {turn + 0.1 * (turn + 1) + 0.01 * conv}, {1}, turn + 0.5, 1);
+      r.conversation = conv;
+      r.turn = turn;
+      r.cached_tokens = 5 * turn;  // of 10 prompt tokens (record's default)
+      rs.push_back(r);
+    }
+  const RunSummary s = summarize_run(rs, 0.0, 3.0, Slo{});
+  EXPECT_EQ(s.cached_tokens, 2 * (0 + 5 + 10));
+  EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate, 30.0 / 60.0);
+  ASSERT_EQ(s.turns.size(), 3u);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(s.turns[t].turn, t);
+    EXPECT_EQ(s.turns[t].ttft.count, 2u);
+    EXPECT_NEAR(s.turns[t].ttft.median, 0.1 * (t + 1) + 0.005, 1e-9);
+    EXPECT_EQ(s.turns[t].prompt_tokens, 20);
+    EXPECT_EQ(s.turns[t].cached_tokens, 10 * t);
+  }
+  rs.resize(1);  // single turns: no per-turn figures
+  EXPECT_TRUE(summarize_run(rs, 0.0, 3.0, Slo{}).turns.empty());
+}
+
 TEST(TimeSeries, BucketsTokensCompletionsAndInFlight) {
   std::vector<RequestRecord> rs;
   rs.push_back(record(0.0, {0.5, 1.5}, {1, 2}, 1.6, 3));

@@ -3,8 +3,8 @@ test: `rill_loadtest_test.py CASE`. Every case checks that the run had no errors
 holds every metric, and that its request and token counts match the server's /metrics, scraped
 here independently of the tool, before and after it ran.
 
-Cases: http_open, grpc_closed, sweep, multi_turn, streaming_cache, cancel, html_report,
-concurrency_1000, streams."""
+Cases: http_open, grpc_closed, sweep, multi_turn, shared_prefix, streaming_cache, cancel,
+html_report, concurrency_1000, streams."""
 import csv
 import json
 import os
@@ -211,10 +211,42 @@ def case_multi_turn(server, tmp):
             for a, b in zip(conv, conv[1:]):
                 assert b["prompt_tokens"] > a["prompt_tokens"] + a["output_tokens"], (a, b)
                 assert b["start_s"] >= a["end_s"], (a, b)
+            # The history each turn re-sends comes from the server's prefix cache.
+            assert conv[2]["cached_tokens"] > 0, conv
+        turns = run.json["phases"][0]["summary"]["turns"]
+        assert [t["turn"] for t in turns] == [0, 1, 2], turns
+        assert turns[2]["cached_tokens"] > 0 and turns[2]["ttft_s"]["count"] == 4, turns[2]
+        assert "TTFT by turn" in run.stdout
+
+
+def case_shared_prefix(server, tmp):
+    # Groups of requests with a common system prompt (SGLang's generated-shared-prefix): the
+    # server's prefix cache serves the prompt of every request but each group's first ones.
+    for protocol in ("http", "grpc"):
+        run = Run(server, protocol, "--shared-prefix-groups", "2", "--shared-prefix-len", "64",
+                  "--input-len", "8", "--output-len", "4", "--concurrency", "1", "--num-requests", "12",
+                  tmp=tmp, name=f"shared_{protocol}")
+        check_metrics_present(run)
+        check_counts(run)
+        s = run.json["phases"][0]["summary"]
+        delta = run.json["phases"][0]["server"]
+        assert s["cached_tokens"] > 0 and s["prefix_cache_hit_rate"] > 0.5, s
+        # Without preemptions each request is looked up once: the client's usage figures add up
+        # to the server's counters.
+        assert delta["prefix_cache_hits"] == s["cached_tokens"] == run.delta("rill_prefix_cache_hits_total"), \
+            (delta, s["cached_tokens"])
+        assert delta["prefix_cache_queries"] == s["input_tokens"], (delta, s["input_tokens"])
+        groups = {r["group"] for r in run.requests()}
+        assert groups == {0, 1}, groups
+        for r in run.requests():
+            assert 0 <= r["cached_tokens"] < r["prompt_tokens"], r
+        assert "Prompt tokens from the prefix cache" in run.stdout
+        assert run.csv[0]["cached_tokens"] != "", run.csv[0]
 
 
 def case_streaming_cache(server, tmp):
     # 600 tokens each, past the default model's 512-token context, in a 4 + 64 token cache.
+    # Synthetic prompts share no prefix: nothing comes from the prefix cache.
     run = Run(server, "grpc", "--cache", "streaming", "--sink", "4", "--window", "64",
               "--concurrency", "2", "--num-requests", "2", "--input-len", "16", "--output-len", "600",
               tmp=tmp)
@@ -224,6 +256,7 @@ def case_streaming_cache(server, tmp):
     evicted = run.json["phases"][0]["server"]["evicted_tokens"]
     assert evicted > 2 * (600 - 64) * 0.9, evicted
     assert run.delta("rill_kv_evicted_tokens_total") == evicted
+    assert run.json["phases"][0]["summary"]["cached_tokens"] == 0
 
 
 def case_cancel(server, tmp):
@@ -294,7 +327,7 @@ def case_html_report(server, tmp):
         return SKIP
     html = os.path.join(tmp, "report.html")
     run = Run(server, "grpc", "--sweep", "1,4", "--concurrency", "1", "--num-requests", "8",
-              "--output-len", "16", "--html", html, tmp=tmp)
+              "--turns", "2", "--output-len", "16", "--html", html, tmp=tmp)
     check_metrics_present(run)
     check_counts(run)
     with open(html) as f:
@@ -317,7 +350,7 @@ def case_html_report(server, tmp):
     assert 'data-rendered="true"' in out, "the report's script did not finish"
     assert 'data-errors=' not in out, "the report's script raised an error"
     for chart in ("chart-sweep", "chart-ttft", "chart-tpot", "chart-itl", "chart-latency-time",
-                  "chart-throughput-time"):
+                  "chart-throughput-time", "chart-ttft-turn", "chart-cached-turn"):
         start = out.find(f'id="{chart}"')
         assert start >= 0, f"no {chart}"
         svg = out[out.rfind("<svg", 0, start):out.find("</svg>", start)]
@@ -399,6 +432,7 @@ CASES = {
     "grpc_closed": (case_grpc_closed, []),
     "sweep": (case_sweep, []),
     "multi_turn": (case_multi_turn, []),
+    "shared_prefix": (case_shared_prefix, []),
     "streaming_cache": (case_streaming_cache, []),
     "cancel": (case_cancel, []),
     "html_report": (case_html_report, []),

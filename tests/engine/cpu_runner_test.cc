@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <deque>
+#include <limits>
+#include <string>
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/cpu_runner.h"
@@ -273,6 +275,29 @@ TEST(CpuRunner, UnknownKvCacheDtypeIsRejected) {
   }
   o.kv_cache_dtype = "fp8";
   EXPECT_EQ(make_runner(m, o)->name(), "cpu");
+}
+
+// A budget of more than 2^31 - 1 blocks was truncated to a negative int and reported as "too
+// small"; each end now says what is wrong with the budget.
+TEST(CpuRunner, KvBudgetOutsideThePoolsRangeIsNamed) {
+  const Model m = random_model(tiny_llama_config());
+  auto error = [&](int64_t bytes) -> std::string {
+    try {
+      CpuRunner r(m, {.num_threads = 1, .kv_cache_bytes = bytes});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(
+      error(std::numeric_limits<int64_t>::max()).find("more than the pool's limit of 2147483647"),
+      std::string::npos)
+      << error(std::numeric_limits<int64_t>::max());
+  EXPECT_NE(
+      error(100).find("cpu_kv_cache_bytes: a budget of 100 bytes is too small for one KV block"),
+      std::string::npos)
+      << error(100);
+  EXPECT_EQ(error(1 << 20), "");
 }
 
 TEST(CpuRunner, BadInputsAreRejectedWithoutSideEffects) {

@@ -100,6 +100,25 @@ TEST(Safetensors, MalformedFilesGiveClearErrors) {
             std::string::npos);
 }
 
+TEST(Safetensors, ShapesWhoseSizeOverflowsAreRefused) {
+  // Found by the safetensors fuzzer: [2^32, 2^32] elements overflowed int64 (undefined; in
+  // practice 0, which matched the empty data_offsets and was accepted).
+  TempDir d;
+  const fs::path f = d.path() / "model.safetensors";
+  json h = {{"w",
+             {{"dtype", "F32"},
+              {"shape", {int64_t{1} << 32, int64_t{1} << 32}},
+              {"data_offsets", {0, 0}}}}};
+  write_bytes(f, safetensors_bytes(h, ""));
+  const std::string e = error_of([&] { SafetensorsFile::open(f); });
+  EXPECT_NE(e.find("has shape [4294967296, 4294967296], more elements than"), std::string::npos)
+      << e;
+  // A zero dimension makes it empty whatever the others are.
+  h["w"]["shape"] = {int64_t{1} << 62, int64_t{1} << 62, 0};
+  write_bytes(f, safetensors_bytes(h, ""));
+  EXPECT_EQ(SafetensorsFile::open(f).tensors().at("w").nbytes(), 0u);
+}
+
 TEST(Safetensors, ShardedIndex) {
   TempDir d;
   json h1 = {{"x", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}};
@@ -174,6 +193,35 @@ TEST(ModelConfig, RejectsWhatItCannotRun) {
   j = llama_config();
   j["torch_dtype"] = "int8";
   EXPECT_NE(error_of([&] { parse_hf_config(j, "config.json"); }).find("int8"), std::string::npos);
+}
+
+TEST(ModelConfig, NumbersOutOfIntRangeAreRefused) {
+  // Found by the config fuzzer: converting 1e300 (or -1e300, 1e20) to int is undefined; every
+  // int field is now range-checked and named.
+  for (const char* key :
+       {"num_key_value_heads", "head_dim", "max_position_embeddings", "vocab_size"}) {
+    for (const json& v : {json(1e300), json(-1e300), json(int64_t{1} << 40), json(2.5)}) {
+      json j = llama_config();
+      j[key] = v;
+      const std::string e = error_of([&] { parse_hf_config(j, "config.json"); });
+      EXPECT_NE(e.find(std::string("'") + key + "' must be an integer within"), std::string::npos)
+          << key << " = " << v.dump() << ": " << e;
+    }
+  }
+  json j = llama_config();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"original_max_position_embeddings", 1e20}};
+  EXPECT_NE(error_of([&] {
+              parse_hf_config(j, "config.json");
+            }).find("'original_max_position_embeddings'"),
+            std::string::npos);
+  j = llama_config();
+  j["partial_rotary_factor"] = 1e300;
+  EXPECT_NE(error_of([&] { parse_hf_config(j, "config.json"); }).find("partial rotary factor"),
+            std::string::npos);
+  // Integral floats (configs written as 2048.0) still read.
+  j = llama_config();
+  j["max_position_embeddings"] = 128.0;
+  EXPECT_EQ(parse_hf_config(j, "config.json").max_position_embeddings, 128);
 }
 
 TEST(ModelWeights, ShapeMismatchAndMissingTensorsAreNamed) {

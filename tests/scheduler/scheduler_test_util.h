@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,14 +23,16 @@ inline const Model& default_model() {
 }
 
 struct EngineFixture {
-  explicit EngineFixture(SchedulerConfig config = {}, CpuRunnerOptions options = {.num_threads = 1}) {
+  explicit EngineFixture(SchedulerConfig config = {}, CpuRunnerOptions options = {.num_threads = 1})
+      : EngineFixture(config, std::make_unique<CpuRunner>(default_model(), options)) {}
+  EngineFixture(SchedulerConfig config, std::unique_ptr<ModelRunner> runner) {
     const Model& m = default_model();
     // Slow machines (sanitizers, a loaded CI) must not turn queueing into queue timeouts; the
     // queue-timeout test sets its own per request.
     config.queue_timeout = std::chrono::hours(1);
     const std::vector<int> stops = m.stop_token_ids();
     config.eos_token_ids.assign(stops.begin(), stops.end());
-    engine = std::make_unique<ServingEngine>(std::make_unique<CpuRunner>(m, options), *m.tokenizer, config, metrics);
+    engine = std::make_unique<ServingEngine>(std::move(runner), *m.tokenizer, config, metrics);
   }
   MetricsRegistry metrics{MetricLabels{{"model_name", "rill-shakespeare"}}};
   std::unique_ptr<ServingEngine> engine;
@@ -39,7 +42,8 @@ struct EngineFixture {
 /// (step limits, how long a restore takes) and keep the reference runner's results.
 class ForwardingRunner : public ModelRunner {
  public:
-  explicit ForwardingRunner(const Model& m) : inner_(m, {.num_threads = 1}) {}
+  explicit ForwardingRunner(const Model& m, const CpuRunnerOptions& options = {.num_threads = 1})
+      : inner_(m, options) {}
   std::string name() const override { return inner_.name(); }
   const ModelConfig& config() const override { return inner_.config(); }
   const KvCacheManager& kv() const override { return inner_.kv(); }
@@ -55,8 +59,70 @@ class ForwardingRunner : public ModelRunner {
   void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
   StepOutput finish() override { return inner_.finish(); }
 
+ protected:
+  const CpuRunner& inner() const { return inner_; }
+
  private:
   CpuRunner inner_;
+};
+
+/// A CPU runner that checks the KV pool after every call that changes it (on the engine's loop
+/// thread): every block's holders are exactly the block tables naming it (none freed while in
+/// use) and free + cached + used == total. Counts what it saw in atomics the test reads.
+class CheckingRunner final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  void add_sequence(const SequenceSpec& spec) override {
+    checked([&] { ForwardingRunner::add_sequence(spec); });
+  }
+  void remove_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::remove_sequence(id); });
+  }
+  void offload_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::offload_sequence(id); });
+  }
+  void restore_sequence(SeqId id) override {
+    checked([&] { ForwardingRunner::restore_sequence(id); });
+  }
+  void launch(std::span<const StepInput> inputs) override {
+    checked([&] { ForwardingRunner::launch(inputs); });
+  }
+  StepOutput finish() override {
+    StepOutput out;
+    checked([&] { out = ForwardingRunner::finish(); });
+    return out;
+  }
+
+  std::atomic<int64_t> checks{0}, failures{0}, copies{0}, max_cached{0};
+  std::string first_failure;  // written once, before `failures` becomes 1
+
+ private:
+  template <typename Fn>
+  void checked(Fn&& fn) {
+    struct Check {  // after fn, also when it throws
+      CheckingRunner& r;
+      ~Check() { r.check(); }
+    } check{*this};
+    fn();
+  }
+  void check() {
+    ++checks;
+    std::string why;
+    try {
+      inner().kv().check_invariants();
+      const KvStats s = inner().kv().stats();
+      if (s.blocks_free + s.blocks_cached + s.blocks_used != s.blocks_total)
+        why = "free + cached + used != total";
+      copies = s.block_copies;
+      if (s.blocks_cached > max_cached) max_cached = s.blocks_cached;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (!why.empty() && failures.load() == 0) {
+      first_failure = why;
+      ++failures;
+    }
+  }
 };
 
 /// Everything one request produced.

@@ -20,24 +20,29 @@ SERVER = os.environ.get("RILL_SERVER", os.path.join(SOURCE_DIR, "build/server/ri
 
 
 class Server:
-    def __init__(self, *extra_args, startup_timeout=120):
+    """`events`: the machine-readable lines by name ("listening", "ready"); `stdout_lines`: every
+    line the server wrote on stdout (its log included). `preexec_fn` runs in the child before exec
+    (e.g. to lower its RLIMIT_NOFILE)."""
+
+    def __init__(self, *extra_args, startup_timeout=120, preexec_fn=None):
         args = [SERVER, "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--device", "cpu",
                 "--log-level", "warn", *extra_args]
-        self.proc = subprocess.Popen(args, cwd=SOURCE_DIR, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+        self.proc = subprocess.Popen(args, cwd=SOURCE_DIR, stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+                                     errors="replace", preexec_fn=preexec_fn)
         self.http_port = self.grpc_port = None
-        self.log_lines = []  # every stdout line (the log, access lines included)
+        self.stdout_lines = []
         deadline = time.time() + startup_timeout
-        line_holder = {}
+        line_holder = self.events = {}
 
         def read_stdout():
             for line in self.proc.stdout:
-                self.log_lines.append(line.rstrip("\n"))
+                self.stdout_lines.append(line)
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if event.get("event") == "listening":
-                    line_holder["listening"] = event
+                if isinstance(event, dict) and "event" in event:
+                    line_holder[event["event"]] = event
 
         threading.Thread(target=read_stdout, daemon=True).start()
         while "listening" not in line_holder:

@@ -14,6 +14,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import SOURCE_DIR, Server, metric_value, wait_until  # noqa: E402
 
 MAX_BODY = 1 << 20
+# The server under test runs with these (docs/api.md's @over_connections, @over_body_budget).
+MAX_CONNECTIONS = 32
+BODY_BUDGET = MAX_BODY
 
 
 def table_rows():
@@ -28,6 +31,19 @@ def table_rows():
         assert m, f"bad request cell: {request}"
         rows.append((case, m.group(1), m.group(2), m.group(3), int(status), typ, param or None))
     return rows
+
+
+def still_open(s):
+    """False once the server has closed `s` (a read returns end of file)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.setblocking(True)
 
 
 def body_bytes(spec):
@@ -45,6 +61,8 @@ def body_bytes(spec):
         return b'{"prompt": ' + b"[" * 200000 + b"]" * 200000 + b"}"
     if spec == "@deep_session":
         return b'{"cache": {"policy": "streaming"}, "x": ' + b"{\"a\":" * 1000 + b"1" + b"}" * 1000 + b"}"
+    if spec == "@long_salt":
+        return json.dumps({"prompt": "a", "cache_salt": "s" * 1025}).encode()
     if spec == "@long_prompt":
         return json.dumps({"prompt": [5] * 600, "max_tokens": 1}).encode()
     # The attack shape: a 100,000-byte session id (created, then unreachable over HTTP).
@@ -65,7 +83,8 @@ def request_path(spec):
 class HttpErrorsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server("--max-stream-buffer-bytes", "4096")
+        cls.server = Server("--max-stream-buffer-bytes", "4096", "--max-connections", str(MAX_CONNECTIONS),
+                            "--max-buffered-body-bytes", str(BODY_BUDGET))
 
     @classmethod
     def tearDownClass(cls):
@@ -87,10 +106,67 @@ class HttpErrorsTest(unittest.TestCase):
     def test_table_has_rows(self):
         self.assertGreaterEqual(len(table_rows()), 30)
 
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.server.http_port), timeout=60)
+
+    def huge_header(self, method, path):
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=60)
+        try:
+            conn.request(method, path, headers={"X-Pad": "a" * 70000})
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def over_connections(self, method, path):
+        """The request while MAX_CONNECTIONS connections are each in the middle of one."""
+        held = []
+        try:
+            for attempt in range(8):
+                while len(held) < MAX_CONNECTIONS:
+                    s = self.connect()
+                    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                    held.append(s)
+                # Longer each time: on a loaded machine the server may read the holders late.
+                time.sleep(0.2 * 2 ** min(attempt, 4))
+                got, body, _ = self.send(method, path, None)
+                if got == 503:
+                    return got, body
+                # A holder the server had not read yet was idle and made room: replace it.
+                held = [s for s in held if still_open(s) or s.close()]
+            return got, body
+        finally:
+            for s in held:
+                s.close()
+            wait_until(lambda: self.server.get("/health")[0] == 200, timeout=10)
+
+    def over_body_budget(self, method, path):
+        """A 64 KiB body while another connection holds all but 32 KiB of a 1 MiB one."""
+        declared = BODY_BUDGET - 64
+        head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(declared).encode() + b"\r\n\r\n")
+        for attempt in range(8):
+            holder = self.connect()
+            try:
+                holder.sendall(head + b"a" * (declared - 32 * 1024))
+                time.sleep(0.2 * 2 ** min(attempt, 4))
+                got, body, _ = self.send(method, path, b'{"prompt": "' + b"a" * (64 * 1024) + b'"}')
+            finally:
+                holder.close()
+            time.sleep(0.2)  # the holder's bytes are released once the server reads its close
+            if got == 503:
+                return got, body
+        return got, body
+
     def test_every_documented_bad_input(self):
+        special = {"@huge_header": self.huge_header, "@over_connections": self.over_connections,
+                   "@over_body_budget": self.over_body_budget}
         for case, method, path, spec, status, typ, param in table_rows():
             with self.subTest(case=case):
-                got, body, _ = self.send(method, request_path(path), body_bytes(spec))
+                if spec in special:
+                    got, body = special[spec](method, request_path(path))
+                else:
+                    got, body, _ = self.send(method, request_path(path), body_bytes(spec))
                 self.assertEqual(got, status, body[:300])
                 err = json.loads(body)["error"]
                 self.assertEqual(set(err), {"message", "type", "param", "code"})

@@ -60,7 +60,7 @@ class LatencyTargetsTest(unittest.TestCase):
 
     def access_line(self, request_id):
         def find():
-            for line in list(self.server.log_lines):
+            for line in list(self.server.stdout_lines):
                 m = ACCESS.search(line)
                 if m and m.group(1) == request_id:
                     return m

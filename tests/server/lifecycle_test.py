@@ -76,10 +76,75 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("scheduler.max_window", r.stderr)
 
+    def test_settings_past_their_maximum_exit_2_naming_the_field(self):
+        # 9.3e12 ms passed validation and wrapped the clock: every request ended "deadline" with
+        # no text, or every session expired at once. 0 queued requests refused everything.
+        for args, message in [
+                (["--queue-timeout-ms", "9300000000000"], "scheduler.queue_timeout_ms: must be in [1, 2592000000]"),
+                (["--session-idle-ttl-ms", "9300000000000"], "scheduler.session_idle_ttl_ms"),
+                (["--stall-timeout-ms", "0"], "scheduler.stall_timeout_ms"),
+                (["--max-queued-requests", "0"], "scheduler.max_queued_requests: must be in [1, "),
+                (["--cpu-kv-cache-bytes", "9223372036854775807"],
+                 "engine.cpu_kv_cache_bytes: must be in [1, 1099511627776] (got 9223372036854775807)"),
+                (["--max-connections", "0"], "max_connections"),
+                (["--max-buffered-body-bytes", "4096"], "max_buffered_body_bytes: must be at least max_body_bytes"),
+                (["--max-stream-buffer-bytes", str(1 << 40)], "max_stream_buffer_bytes"),
+                (["--host", "localhost"], "host: must be an IPv4 or IPv6 address"),
+                (["--served-model-name", "a\x01b"], "served_model_name")]:
+            with self.subTest(args=args):
+                r = self.run_server(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(message, r.stderr)
+
+    def test_config_that_is_not_a_file_exits_2_naming_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = self.run_server("--config", d)  # aborted with an uncaught std::ios_failure
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"config {d}: is a directory", r.stderr)
+            r = self.run_server("--config", os.path.join(d, "missing.json"))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("missing.json: no such file", r.stderr)
+
+    def test_every_startup_failure_exits_2_naming_the_file_or_field(self):
+        common = ["--host", "127.0.0.1", "--grpc-port", "0", "--device", "cpu"]
+        r = self.run_server(*common, "--http-port", "0", "--model", "/nonexistent/model")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("model: cannot load /nonexistent/model", r.stderr)
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            r = self.run_server(*common, "--http-port", str(busy.getsockname()[1]))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("http_port: cannot listen on 127.0.0.1:", r.stderr)
+
     def test_help(self):
         r = self.run_server("--help")
         self.assertEqual(r.returncode, 0)
         self.assertIn("--grpc-port", r.stdout)
+        for flag in ("--max-connections", "--max-buffered-body-bytes"):
+            self.assertIn(flag, r.stdout)
+        self.assertIn("[1, 2592000000]", r.stdout)
+
+
+class StartupOutputTest(unittest.TestCase):
+    def test_event_lines_are_json_and_the_log_shows_the_values_in_force(self):
+        name = 'we"ird\\name'
+        server = Server("--served-model-name", name, "--log-level", "info")
+        try:
+            # The ready line was printf'd unescaped: invalid JSON.
+            self.assertTrue(wait_until(lambda: "ready" in server.events, timeout=30))
+            self.assertEqual(server.events["ready"]["model"], name)
+            self.assertEqual(json.loads(server.get("/v1/models")[1])["data"][0]["id"], name)
+            log = "".join(server.stdout_lines)
+            # The start line printed the generic scheduler limits (256 sequences, 8192 tokens a
+            # step) the CPU runner then did not use; the values in force follow the runner.
+            start = next(line for line in server.stdout_lines if " config {" in line)
+            self.assertNotIn("max_num_seqs", start)
+            self.assertIn('scheduler in force (cpu runner): {', log)
+            self.assertIn('"max_num_seqs":64', log)
+            self.assertIn('"max_num_batched_tokens":512', log)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 class OverloadTest(unittest.TestCase):

@@ -10,6 +10,7 @@
 #include "engine/scheduler/request.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
+#include "server/json_fields.h"
 #include "server/metrics_exposition.h"
 #include "server/server_config.h"
 
@@ -218,6 +219,24 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_THROW(parse_command_line(static_cast<int>(bargv.size()), bargv.data(), d), Error);
 }
 
+TEST(ServerConfig, EveryBooleanFlagHasANoForm) {
+  auto parse = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "rill-server");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    ServerConfig c;
+    EXPECT_TRUE(parse_command_line(static_cast<int>(argv.size()), argv.data(), c));
+    apply_scheduler_defaults(c, SchedulerConfig{});  // must not undo an explicit flag
+    return c;
+  };
+  EXPECT_TRUE(parse({}).scheduler.enable_prefix_caching) << "on by default";
+  EXPECT_FALSE(parse({"--no-prefix-caching"}).scheduler.enable_prefix_caching);
+  EXPECT_FALSE(parse({"--prefix-caching", "false"}).scheduler.enable_prefix_caching);
+  EXPECT_FALSE(parse({"--no-cuda-graphs"}).engine.cuda_tuning.cuda_graphs);
+  EXPECT_FALSE(load_config_file(write_temp(R"({"scheduler": {"enable_prefix_caching": false}})"))
+                   .scheduler.enable_prefix_caching);
+}
+
 TEST(ChatPrompt, NormalizesAndRenders) {
   const auto msgs = normalize_chat_messages(nlohmann::json::parse(
       R"([{"role": "system", "content": "Be brief."},
@@ -231,6 +250,32 @@ TEST(ChatPrompt, NormalizesAndRenders) {
   EXPECT_THROW(
       normalize_chat_messages(nlohmann::json::parse(R"([{"role": "user", "content": 3}])")), Error);
   EXPECT_THROW(normalize_chat_messages(nlohmann::json::parse(R"("hi")")), Error);
+}
+
+TEST(ChatPrompt, ContentPartTypesOfAnyJsonTypeAreInvalidArguments) {
+  // Found by the HTTP request fuzzer: a part whose "type" was not a string threw a JSON type
+  // error, answered 500 as an internal error.
+  for (const char* type : {"1", "null", "[]", "{\"a\": 1}", "true"}) {
+    const auto messages = nlohmann::json::parse(
+        std::string(R"([{"role": "user", "content": [{"type": )") + type + R"(, "text": "x"}]}])");
+    EXPECT_THROW(normalize_chat_messages(messages), Error) << type;
+  }
+}
+
+TEST(JsonFields, CachePolicyOfAnotherTypeNamesTheField) {
+  // Found by the HTTP request fuzzer: {"policy": 4} threw a JSON type error (500).
+  for (const char* policy : {"4", "[]", "{}", "true"}) {
+    const auto body = nlohmann::json::parse(std::string(R"({"cache": {"policy": )") + policy +
+                                            R"(, "window": 8}})");
+    try {
+      parse_cache_field(body);
+      ADD_FAILURE() << policy;
+    } catch (const FieldError& e) {
+      EXPECT_EQ(e.field(), "cache.policy") << policy;
+    }
+  }
+  EXPECT_FALSE(
+      parse_cache_field(nlohmann::json::parse(R"({"cache": {"policy": null}})"))->is_streaming());
 }
 
 }  // namespace
