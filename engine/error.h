@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace rill {
 
@@ -31,6 +32,19 @@ class Error : public std::runtime_error {
 
  private:
   ErrorCode code_;
+};
+
+/// A bad value in a named request field ("top_p", "cache.window"): the front ends report the
+/// field (the OpenAI error body's "param", gRPC's `error-param` trailing metadata).
+class FieldError : public Error {
+ public:
+  FieldError(std::string field, const std::string& message,
+             ErrorCode code = ErrorCode::kInvalidArgument)
+      : Error(code, message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
 };
 
 }  // namespace rill

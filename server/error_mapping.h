@@ -13,18 +13,6 @@
 
 namespace rill::server {
 
-/// A bad value in a named request field (the OpenAI error body's "param").
-class FieldError : public Error {
- public:
-  FieldError(std::string field, const std::string& message,
-             ErrorCode code = ErrorCode::kInvalidArgument)
-      : Error(code, message), field_(std::move(field)) {}
-  const std::string& field() const { return field_; }
-
- private:
-  std::string field_;
-};
-
 struct ErrorReply {
   grpc::StatusCode grpc_code = grpc::StatusCode::INTERNAL;
   int http_status = 500;

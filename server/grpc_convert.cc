@@ -1,5 +1,8 @@
 #include "server/grpc_convert.h"
 
+#include <variant>
+
+#include "engine/runner/sampling_fields.h"
 #include "server/chat_prompt.h"
 
 namespace rill::server {
@@ -9,6 +12,7 @@ grpc::Status to_status(grpc::CallbackServerContext* call, const ErrorReply& e) {
     call->AddTrailingMetadata("retry-after-ms",
                               std::to_string(static_cast<long long>(*e.retry_after_s * 1e3)));
   }
+  if (!e.param.empty()) call->AddTrailingMetadata("error-param", e.param);
   return grpc::Status(e.grpc_code, e.message);
 }
 
@@ -19,16 +23,75 @@ nlohmann::json chat_messages_json(const pb::ChatMessages& in) {
   return normalize_chat_messages(messages);
 }
 
-void apply_sampling(const pb::SamplingParameters& s, SamplingParams& out) {
-  if (s.has_temperature()) out.temperature = s.temperature();
-  if (s.has_top_k()) out.top_k = s.top_k();
-  if (s.has_top_p()) out.top_p = s.top_p();
-  if (s.has_min_p()) out.min_p = s.min_p();
-  if (s.has_repetition_penalty()) out.repetition_penalty = s.repetition_penalty();
-  if (s.has_presence_penalty()) out.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) out.frequency_penalty = s.frequency_penalty();
-  if (s.has_seed()) out.seed = s.seed();
-  out.validate();
+namespace {
+
+namespace gpb = ::google::protobuf;
+
+// The proto field of a table row. A missing one is a build mismatch that
+// tests/server/sampling_fields_server_test.cc catches before it ships.
+const gpb::FieldDescriptor& proto_field(const SamplingField& f) {
+  const gpb::FieldDescriptor* fd = pb::SamplingParameters::descriptor()->FindFieldByName(f.name);
+  if (!fd)
+    throw Error(ErrorCode::kInternal, std::string("rill.proto lacks sampling field ") + f.name);
+  return *fd;
+}
+
+SamplingNumber proto_number(const gpb::Message& m, const gpb::FieldDescriptor& fd) {
+  const gpb::Reflection& r = *m.GetReflection();
+  switch (fd.cpp_type()) {
+    case gpb::FieldDescriptor::CPPTYPE_FLOAT:
+      return static_cast<double>(r.GetFloat(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return r.GetDouble(m, &fd);
+    case gpb::FieldDescriptor::CPPTYPE_INT32:
+      return static_cast<int64_t>(r.GetInt32(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<int64_t>(r.GetInt64(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_UINT32:
+      return static_cast<uint64_t>(r.GetUInt32(m, &fd));
+    case gpb::FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<uint64_t>(r.GetUInt64(m, &fd));
+    default:
+      throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
+  }
+}
+
+void set_proto_number(gpb::Message& m, const gpb::FieldDescriptor& fd, const SamplingNumber& v) {
+  const gpb::Reflection& r = *m.GetReflection();
+  const double d = std::visit([](auto x) { return static_cast<double>(x); }, v);
+  switch (fd.cpp_type()) {
+    case gpb::FieldDescriptor::CPPTYPE_FLOAT:
+      return r.SetFloat(&m, &fd, static_cast<float>(d));
+    case gpb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return r.SetDouble(&m, &fd, d);
+    case gpb::FieldDescriptor::CPPTYPE_INT32:
+      return r.SetInt32(&m, &fd, static_cast<int32_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_INT64:
+      return r.SetInt64(&m, &fd, static_cast<int64_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_UINT32:
+      return r.SetUInt32(&m, &fd, static_cast<uint32_t>(d));
+    case gpb::FieldDescriptor::CPPTYPE_UINT64:
+      return r.SetUInt64(
+          &m, &fd,
+          std::holds_alternative<uint64_t>(v) ? std::get<uint64_t>(v) : static_cast<uint64_t>(d));
+    default:
+      throw Error(ErrorCode::kInternal, "sampling field " + fd.name() + " is not a number");
+  }
+}
+
+}  // namespace
+
+void apply_sampling(const pb::SamplingParameters& in, SamplingParams& out) {
+  const gpb::Reflection& r = *in.GetReflection();
+  for (const SamplingField& f : sampling_fields()) {
+    const gpb::FieldDescriptor& fd = proto_field(f);
+    if (r.HasField(in, &fd)) set_sampling_field(out, f, proto_number(in, fd));
+  }
+}
+
+void fill_sampling(pb::SamplingParameters& out, const SamplingParams& s) {
+  for (const SamplingField& f : sampling_fields())
+    set_proto_number(out, proto_field(f), get_sampling_field(s, f));
 }
 
 pb::CachePolicy to_pb(const CachePolicy& c) {
@@ -40,9 +103,15 @@ pb::CachePolicy to_pb(const CachePolicy& c) {
 }
 
 CachePolicy from_pb(const pb::CachePolicy& c) {
-  if (c.kind() == pb::CachePolicy::KIND_STREAMING)
-    return CachePolicy::streaming(c.n_sink(), c.window());
-  return CachePolicy::full();
+  switch (c.kind()) {
+    case pb::CachePolicy::KIND_FULL:
+      return CachePolicy::full();
+    case pb::CachePolicy::KIND_STREAMING:
+      return checked_streaming_cache(c.n_sink(), c.window());
+    default:  // proto3 enums are open: a newer client's kind arrives as its number
+      throw FieldError("cache.kind", "'cache.kind' must be KIND_FULL or KIND_STREAMING (got " +
+                                         std::to_string(static_cast<int>(c.kind())) + ")");
+  }
 }
 
 void append_chunk(pb::GenerateResponse& m, const TokenChunk& c, const Tokenizer& tok) {
@@ -75,13 +144,13 @@ void fill_final(pb::FinalInfo& f, const FinalEvent& e) {
   f.set_message(e.error_message);
 }
 
-SessionOptions from_pb(const pb::SessionOptions& in) {
+SessionOptions from_pb(const pb::SessionOptions& in, const SamplingParams& defaults) {
   SessionOptions o;
   o.id = in.session_id();
   o.cache = from_pb(in.cache());
+  o.sampling = defaults;
   apply_sampling(in.sampling(), o.sampling);
-  if (in.has_max_tokens()) o.max_tokens = in.max_tokens();
-  if (o.max_tokens < 0) throw Error(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
+  if (in.has_max_tokens()) o.max_tokens = checked_token_count("max_tokens", in.max_tokens());
   return o;
 }
 
@@ -90,15 +159,7 @@ void fill_session_info(pb::SessionInfo& out, const SessionInfo& info) {
   pb::SessionOptions* po = out.mutable_options();
   po->set_session_id(o.id);
   *po->mutable_cache() = to_pb(o.cache);
-  pb::SamplingParameters* s = po->mutable_sampling();
-  s->set_temperature(o.sampling.temperature);
-  s->set_top_k(o.sampling.top_k);
-  s->set_top_p(o.sampling.top_p);
-  s->set_min_p(o.sampling.min_p);
-  s->set_repetition_penalty(o.sampling.repetition_penalty);
-  s->set_presence_penalty(o.sampling.presence_penalty);
-  s->set_frequency_penalty(o.sampling.frequency_penalty);
-  s->set_seed(o.sampling.seed);
+  fill_sampling(*po->mutable_sampling(), o.sampling);
   po->set_max_tokens(o.max_tokens);
   out.set_turns(info.turns);
   out.set_tokens_seen(info.tokens_seen);

@@ -10,9 +10,11 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/runner/runner.h"
+#include "engine/scheduler/ids.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
 #include "server/session_turn.h"
 #include "server/wake_queue.h"
@@ -31,6 +33,7 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
                    grpc::CallbackServerContext* call) {
   Request r;
   r.id = in.request_id().empty() ? ctx.new_request_id("grpc-") : in.request_id();
+  r.id_scope = request_id_scope(in.request_id(), *call);
   switch (in.input_case()) {
     case pb::GenerateRequest::kText:
       r.prompt = ctx.encode_prompt(in.text());
@@ -45,8 +48,9 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
   ctx.check_prompt(r.prompt, "input");
+  r.sampling = ctx.model().sampling_defaults;
   apply_sampling(in.sampling(), r.sampling);
-  apply_generation_fields(in, r);
+  apply_generation_fields(in, r, ctx.model().vocab_size);
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
@@ -227,7 +231,9 @@ class RillService final : public pb::Rill::CallbackService {
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* call,
                                           const pb::SessionOptions* in,
                                           pb::SessionInfo* out) override {
-    return unary(call, [&] { fill_session_info(*out, create_session(ctx_, from_pb(*in))); });
+    return unary(call, [&] {
+      fill_session_info(*out, create_session(ctx_, from_pb(*in, ctx_.model().sampling_defaults)));
+    });
   }
 
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* call,
@@ -244,7 +250,12 @@ class RillService final : public pb::Rill::CallbackService {
 
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* call, const pb::CancelRequest* in,
                                    pb::CancelResponse* out) override {
-    return unary(call, [&] { out->set_found(ctx_.require_engine().cancel(in->request_id())); });
+    // Finds the caller's own client-given ids, and server-assigned ids from anyone who holds
+    // one (grpc_request_id.h).
+    return unary(call, [&] {
+      check_id_length(in->request_id(), "'request_id'");
+      out->set_found(ctx_.require_engine().cancel(in->request_id(), caller_scope(*call)));
+    });
   }
 
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* call,

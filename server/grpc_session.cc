@@ -8,6 +8,7 @@
 
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
+#include "server/grpc_request_id.h"
 #include "server/session_turn.h"
 
 namespace rill::server {
@@ -119,7 +120,7 @@ class SessionReactor final
       const pb::SessionOpen& open = in_.open();
       SessionInfo info;
       if (open.has_create()) {
-        info = create_session(ctx_, from_pb(open.create()));
+        info = create_session(ctx_, from_pb(open.create(), ctx_.model().sampling_defaults));
         owned_ = true;
       } else if (!open.attach_session_id().empty()) {
         info = get_session(ctx_, open.attach_session_id());
@@ -127,6 +128,7 @@ class SessionReactor final
         throw Error(ErrorCode::kInvalidArgument, "open needs create or attach_session_id");
       }
       session_id_ = info.options.id;
+      incarnation_ = info.incarnation;
       pb::SessionResponse m;
       fill_session_info(*m.mutable_opened(), info);
       out_.push_back(std::move(m));
@@ -150,11 +152,13 @@ class SessionReactor final
                                                  " is running: send the next one after its final "
                                                  "message"));
     try {
-      TurnPlan plan = plan_session_turn(ctx_, session_id_, turn_input(t));
+      // Only the session this call opened: not a later one that took its id.
+      TurnPlan plan = plan_session_turn(ctx_, session_id_, turn_input(t), incarnation_);
       Request r = session_request(plan);
       r.id = id;
+      r.id_scope = request_id_scope(t.request_id(), *call_);
       apply_sampling(t.sampling(), r.sampling);
-      apply_generation_fields(t, r);
+      apply_generation_fields(t, r, ctx_.model().vocab_size);
       ctx_.check_prompt(r.prompt, "input");
       tokenizer_ = &ctx_.require_engine().tokenizer();
       RequestHandle handle = submit_session_turn(ctx_, std::move(r), notifier());
@@ -263,11 +267,11 @@ class SessionReactor final
   }
 
   // The call created the session: it ends with the call (its cache freed), even while the
-  // server drains.
+  // server drains. By incarnation: when the session was deleted and another client created one
+  // with the same id, that one stays open.
   void close_owned_session() {
     owned_ = false;
-    ctx_.sessions().forget(session_id_);
-    if (ServingEngine* engine = ctx_.engine()) engine->close_session(session_id_);
+    if (ServingEngine* engine = ctx_.engine()) engine->close_session(session_id_, incarnation_);
   }
 
   ServingContext& ctx_;
@@ -276,6 +280,7 @@ class SessionReactor final
   std::shared_ptr<Link> link_;
   std::mutex mu_;
   std::string session_id_;  // empty until opened
+  uint64_t incarnation_ = 0;  // of the session opened (SessionInfo::incarnation)
   bool owned_ = false;      // created by this call: closed at its end
   std::optional<Turn> turn_;
   const Tokenizer* tokenizer_ = nullptr;  // the engine's, set at the first turn; outlives calls

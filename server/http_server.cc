@@ -182,20 +182,16 @@ class Session : public std::enable_shared_from_this<Session> {
       return send_error(e, 405, true);
     }
     try {
-      SessionStore& store = ctx_.sessions();
       if (collection) {
         const SessionInfo info = create_session(ctx_, parse_session_options(ctx_, req_.body()));
-        const int64_t created = store.get(info.options.id).value_or(SessionEntry{}).created;
-        return send(201, "application/json", session_body(info, created), true);
+        return send(201, "application/json", session_body(info), true);
       }
       if (m == http::verb::delete_) {
         if (!delete_session(ctx_, id))
           throw Error(ErrorCode::kNotFound, "session " + id + " not found");
         return send(200, "application/json", session_deleted_body(id), true);
       }
-      const SessionInfo info = get_session(ctx_, id);
-      const int64_t created = store.get(id).value_or(SessionEntry{}).created;
-      send(200, "application/json", session_body(info, created), true);
+      send(200, "application/json", session_body(get_session(ctx_, id)), true);
     } catch (const std::exception& e) {
       send_error(map_exception(e), 0, true);
     }

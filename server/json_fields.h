@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/kv/cache_policy.h"
-#include "engine/runner/sampling.h"
 #include "server/error_mapping.h"
 
 namespace rill::server {
@@ -24,17 +23,15 @@ bool has_field(const nlohmann::json& j, const char* key);
 
 /// An integer in [lo, hi] (a float with an integral value is accepted, as Python clients send).
 int64_t get_int_field(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi);
-/// A finite number in [lo, hi].
-float get_float_field(const nlohmann::json& j, const char* key, double lo, double hi);
+/// The same for a value already looked up, named `field` in errors ("cache.window").
+int64_t get_int_value(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi);
 bool get_bool_field(const nlohmann::json& j, const char* key);
 /// A list of int32 token ids (range against the vocabulary is the caller's check).
 std::vector<int32_t> get_id_list(const nlohmann::json& v, const char* key);
 
-/// The sampling fields present in `body` (temperature, top_p, top_k, min_p, the penalties,
-/// seed) written over `s`; absent fields keep their value. Validates the result.
-void parse_sampling_fields(const nlohmann::json& body, SamplingParams& s);
-
-/// The "cache" field ({"policy": "full" | "streaming", "n_sink", "window"}); nullopt when absent.
+/// The "cache" field ({"policy": "full" | "streaming", "n_sink" (default 4), "window"}); nullopt
+/// when absent. Ranges: checked_streaming_cache (request_fields.h). Sampling fields:
+/// sampling_json.h.
 std::optional<CachePolicy> parse_cache_field(const nlohmann::json& body);
 
 }  // namespace rill::server

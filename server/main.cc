@@ -20,6 +20,8 @@
 #include "engine/scheduler/serving_engine.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
+#include "server/openai_api.h"
+#include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/serving_context.h"
 
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<Model> model;
   std::unique_ptr<ServingEngine> engine;
+  SamplingParams sampling;  // what requests start from (docs/api.md, "Sampling fields")
   try {
     model = std::make_unique<Model>(load_model(config.model));
     std::unique_ptr<ModelRunner> runner = make_runner(*model, config.engine);
@@ -141,15 +144,18 @@ int main(int argc, char** argv) {
     // <|eot_id|> is only in generation_config.json).
     const std::vector<int> stops = model->stop_token_ids();
     config.scheduler.eos_token_ids.assign(stops.begin(), stops.end());
+    sampling = server_sampling_defaults(config.generation_config, config.default_sampling,
+                                        model->generation);
     engine = std::make_unique<ServingEngine>(std::move(runner), *model->tokenizer, config.scheduler,
                                              metrics);
   } catch (const std::exception& e) {
     spdlog::error("cannot load {}: {}", config.model, e.what());
     return 1;
   }
-  ctx.set_engine(engine.get(),
-                 model_info(*model, config.served_model_name, config.engine.quantization),
-                 make_chat_renderer(*model));
+  ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
+  info.sampling_defaults = sampling;
+  spdlog::info("sampling defaults: {}", dump_json(sampling_json(sampling)));
+  ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
   grpc->update_health();
   spdlog::info(
       "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "

@@ -7,6 +7,8 @@
 #include "engine/runner/runner.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
+#include "server/request_fields.h"
+#include "server/sampling_json.h"
 
 namespace rill::server {
 namespace {
@@ -52,6 +54,7 @@ json chat_messages(const json& body) {
 TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
   if (!b["session_id"].is_string() || b["session_id"].get_ref<const std::string&>().empty())
     bad_field("session_id", "must be a non-empty string");
+  check_session_id(b["session_id"].get_ref<const std::string&>(), "session_id");
   const char* param = kind == ApiKind::kChat ? "messages" : "prompt";
   TurnInput in;
   if (kind == ApiKind::kChat) {
@@ -95,19 +98,21 @@ std::vector<int32_t> chat_prompt(ServingContext& ctx, const json& body) {
   return ids;
 }
 
+// "stop": a string or a list of strings; the limits are gRPC's too (checked_stop_strings).
 void parse_stop(const json& b, Request& r) {
   if (!has_field(b, "stop")) return;
   const json& v = b["stop"];
+  std::vector<std::string> stop;
   if (v.is_string()) {
-    if (!v.get_ref<const std::string&>().empty()) r.stop.push_back(v.get<std::string>());
-    return;
+    stop.push_back(v.get<std::string>());
+  } else {
+    if (!v.is_array()) bad_field("stop", "must be a string or a list of strings");
+    for (const json& s : v) {
+      if (!s.is_string()) bad_field("stop", "must be a string or a list of strings");
+      stop.push_back(s.get<std::string>());
+    }
   }
-  if (!v.is_array()) bad_field("stop", "must be a string or a list of strings");
-  if (v.size() > 16) bad_field("stop", "has more than 16 strings");
-  for (const json& s : v) {
-    if (!s.is_string()) bad_field("stop", "must be a string or a list of strings");
-    if (!s.get_ref<const std::string&>().empty()) r.stop.push_back(s.get<std::string>());
-  }
+  r.stop = checked_stop_strings(stop);
 }
 
 // Log-probabilities: completions "logprobs": N; chat "logprobs": bool + "top_logprobs": N.
@@ -158,26 +163,24 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
     r = session_request(*a.turn);
   } else {
     r.prompt = kind == ApiKind::kChat ? chat_prompt(ctx, b) : completion_prompt(ctx, b);
+    r.sampling = ctx.model().sampling_defaults;  // the server's, then the model's, then OpenAI's
     r.max_tokens = 16;  // OpenAI's default for completions; chat: up to the context
     if (kind == ApiKind::kChat) r.max_tokens = 256;
   }
   r.id = ctx.new_request_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
-  const int64_t kMaxTokens = 1 << 24;
   if (has_field(b, "max_tokens"))
-    r.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, kMaxTokens));
+    r.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, kMaxTokensLimit));
   if (has_field(b, "max_completion_tokens"))
-    r.max_tokens = static_cast<int>(get_int_field(b, "max_completion_tokens", 0, kMaxTokens));
+    r.max_tokens = static_cast<int>(get_int_field(b, "max_completion_tokens", 0, kMaxTokensLimit));
   if (has_field(b, "min_tokens"))
-    r.min_tokens = static_cast<int>(get_int_field(b, "min_tokens", 0, kMaxTokens));
+    r.min_tokens = static_cast<int>(get_int_field(b, "min_tokens", 0, kMaxTokensLimit));
   parse_sampling_fields(b, r.sampling);
   parse_stop(b, r);
   if (has_field(b, "stop_token_ids")) {
     if (!b["stop_token_ids"].is_array())
       bad_field("stop_token_ids", "must be a list of integer token ids");
     r.stop_token_ids = get_id_list(b["stop_token_ids"], "stop_token_ids");
-    for (int32_t id : r.stop_token_ids)
-      if (id < 0 || id >= engine.tokenizer().vocab_size())
-        bad_field("stop_token_ids", "has a token id out of range");
+    check_stop_token_ids(r.stop_token_ids, engine.tokenizer().vocab_size());
   }
   if (has_field(b, "ignore_eos")) r.ignore_eos = get_bool_field(b, "ignore_eos");
   if (has_field(b, "skip_special_tokens"))

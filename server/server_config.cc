@@ -12,12 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "server/sampling_json.h"
 
 namespace rill::server {
 namespace {
 
-using Target =
-    std::variant<int*, int64_t*, double*, bool*, std::string*, std::chrono::milliseconds*>;
+using Target = std::variant<int*, int64_t*, double*, bool*, std::string*,
+                            std::chrono::milliseconds*, SamplingOverrides*>;
 
 // One configurable value: its JSON place ("section.key" or "key"), its flag and its help.
 struct Field {
@@ -49,6 +50,12 @@ std::vector<Field> fields(ServerConfig& c) {
       {"log_level", "--log-level", "trace, debug, info, warn, error, critical or off",
        &c.log_level},
       {"access_log", "--access-log", "one log line per request", &c.access_log},
+      {"generation_config", "--generation-config",
+       "sampling defaults: auto (the model's generation_config.json), none, or a file or directory",
+       &c.generation_config},
+      {"default_sampling", "--default-sampling",
+       "sampling defaults over the model's, as a JSON object ('{\"temperature\": 0.7}')",
+       &c.default_sampling},
       {"engine.device", "--device", "auto, cpu or cuda", &e.device},
       {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
@@ -113,6 +120,8 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
         if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) bad(f.path, "expected a string");
           *p = v.get<std::string>();
+        } else if constexpr (std::is_same_v<T, SamplingOverrides>) {
+          *p = sampling_overrides_from_json(v, f.path);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) bad(f.path, "expected true or false");
           *p = v.get<bool>();
@@ -134,6 +143,18 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
         }
       },
       f.target);
+}
+
+// --default-sampling's JSON text: the table's fields and checks (sampling_json.h), whose
+// FieldError (kInvalidArgument) names "default_sampling.<field>".
+SamplingOverrides sampling_overrides_text(const std::string& text, const std::string& path) {
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(path, std::string("expected a JSON object: ") + e.what());
+  }
+  return sampling_overrides_from_json(v, path);
 }
 
 void check(bool ok, const std::string& field, const std::string& why) {
@@ -182,6 +203,8 @@ ServerConfig load_config_file(const std::string& path) {
 
 void validate_config(const ServerConfig& c) {
   check(!c.model.empty(), "model", "must not be empty");
+  check(!c.generation_config.empty(), "generation_config",
+        "must be auto, none, or a generation_config.json file or its directory");
   check(!c.host.empty(), "host", "must not be empty");
   check(c.http_port >= 0 && c.http_port <= 65535, "http_port", "must be in [0, 65535]");
   check(c.grpc_port >= 0 && c.grpc_port <= 65535, "grpc_port", "must be in [0, 65535]");
@@ -258,6 +281,10 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
           if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
             app.add_option_function<int64_t>(
                 f.flag, [p](const int64_t& v) { *p = std::chrono::milliseconds(v); }, f.help);
+          } else if constexpr (std::is_same_v<T, SamplingOverrides>) {
+            app.add_option_function<std::string>(
+                f.flag, [p, &f](const std::string& v) { *p = sampling_overrides_text(v, f.path); },
+                f.help);
           } else if constexpr (std::is_same_v<T, bool>) {
             app.add_option(f.flag, *p, f.help + " (true/false)");
           } else {
@@ -299,6 +326,8 @@ std::string config_to_json(const ServerConfig& config) {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, std::chrono::milliseconds>)
             v = p->count();
+          else if constexpr (std::is_same_v<T, SamplingOverrides>)
+            v = sampling_overrides_json(*p);
           else
             v = *p;
         },

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/runner/runner_factory.h"
+#include "engine/runner/sampling_fields.h"
 #include "engine/scheduler/scheduler_config.h"
 
 namespace rill::server {
@@ -25,6 +26,10 @@ struct ServerConfig {
   double drain_timeout_s = 30;                // SIGTERM: wait this long for in-flight requests
   std::string log_level = "info";             // trace debug info warn error critical off
   bool access_log = true;
+  // Sampling defaults of requests that leave a field unset (docs/api.md, "Sampling fields"):
+  // default_sampling, then the generation_config.json named here, then OpenAI's.
+  std::string generation_config = "auto";  // auto (the model's) | none | a file or directory
+  SamplingOverrides default_sampling;      // {"temperature": 0.7, ...}: over the model's
   EngineOptions engine;
   SchedulerConfig scheduler;
   std::set<std::string> explicit_fields;  // paths set by the file or a flag

@@ -1,18 +1,13 @@
 #include "server/serving_context.h"
 
-#include <chrono>
-#include <cstdio>
-#include <random>
-
 #include <spdlog/spdlog.h>
 
+#include "engine/scheduler/ids.h"
 #include "server/error_mapping.h"
 
 namespace rill::server {
 
-ServingContext::ServingContext(ServerConfig config) : config_(std::move(config)) {
-  id_salt_ = std::random_device{}() & 0xffffff;
-}
+ServingContext::ServingContext(ServerConfig config) : config_(std::move(config)) {}
 
 void ServingContext::set_engine(ServingEngine* engine, ModelInfo info,
                                 std::unique_ptr<ChatRenderer> chat) {
@@ -39,10 +34,7 @@ std::string ServingContext::unhealthy_reason() const {
 }
 
 std::string ServingContext::new_request_id(const std::string& prefix) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%06llx%08llx", static_cast<unsigned long long>(id_salt_),
-                static_cast<unsigned long long>(next_id_.fetch_add(1)));
-  return prefix + buf;
+  return random_id(prefix);
 }
 
 std::vector<int32_t> ServingContext::encode_prompt(const std::string& text,

@@ -12,7 +12,6 @@
 #include "engine/scheduler/serving_engine.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
-#include "server/session_store.h"
 
 namespace rill::server {
 
@@ -26,6 +25,10 @@ struct ModelInfo {
   int context_length = 0;
   int vocab_size = 0;
   std::vector<int> eos_token_ids;
+  /// What a request or session starts from before its own sampling fields: the server's
+  /// override, then the model's generation_config.json, then OpenAI's defaults
+  /// (resolve_sampling_defaults; docs/api.md, "Sampling fields").
+  SamplingParams sampling_defaults;
 };
 
 /// One access-log line's worth of a finished request.
@@ -65,8 +68,10 @@ class ServingContext {
   /// "" when healthy, else why not (loading, draining, stalled).
   std::string unhealthy_reason() const;
 
-  /// A fresh request id with `prefix` ("cmpl-", "chatcmpl-", "grpc-").
-  std::string new_request_id(const std::string& prefix);
+  /// A fresh, unguessable request id: `prefix` ("cmpl-", "chatcmpl-", "grpc-") and 128 random
+  /// bits as 32 hex digits (random_id in engine/scheduler/ids.h). Holding it is the right to
+  /// cancel the request (docs/api.md, "Who may cancel what").
+  static std::string new_request_id(const std::string& prefix);
 
   /// Prompt text -> ids (special tokens / BOS added unless `has_special_tokens`); empty text is
   /// kInvalidArgument.
@@ -78,18 +83,12 @@ class ServingContext {
 
   void access_log(const AccessRecord& r) const;
 
-  /// The server-side state of sessions (session_store.h), shared by both front ends.
-  SessionStore& sessions() { return sessions_; }
-
  private:
   ServerConfig config_;
   std::atomic<ServingEngine*> engine_{nullptr};
   ModelInfo info_;
   std::unique_ptr<ChatRenderer> chat_;
   std::atomic<bool> draining_{false};
-  std::atomic<uint64_t> next_id_{1};
-  uint64_t id_salt_ = 0;
-  SessionStore sessions_;
 };
 
 }  // namespace rill::server

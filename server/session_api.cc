@@ -5,6 +5,9 @@
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/openai_api.h"
+#include "server/request_fields.h"
+#include "server/sampling_json.h"
+#include "server/session_entry.h"
 
 namespace rill::server {
 
@@ -22,33 +25,28 @@ SessionOptions parse_session_options(const ServingContext& ctx, const std::strin
   if (has_field(b, "id")) {
     if (!b["id"].is_string() || b["id"].get_ref<const std::string&>().empty())
       bad_field("id", "must be a non-empty string");
-    o.id = b["id"].get<std::string>();  // its characters: create_session checks them
+    o.id = b["id"].get<std::string>();  // its length and characters: create_session checks them
   }
   if (!has_field(b, "cache"))
     bad_field("cache", "is required: {\"policy\": \"streaming\", \"n_sink\", \"window\"}");
   o.cache = *parse_cache_field(b);
+  o.sampling = ctx.model().sampling_defaults;  // as gRPC's from_pb(SessionOptions)
   parse_sampling_fields(b, o.sampling);
   if (has_field(b, "max_tokens"))
-    o.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, 1 << 24));
+    o.max_tokens = static_cast<int>(get_int_field(b, "max_tokens", 0, kMaxTokensLimit));
   return o;
 }
 
-std::string session_body(const SessionInfo& info, int64_t created) {
+std::string session_body(const SessionInfo& info) {
+  const std::shared_ptr<SessionEntry> entry = session_entry(info);
+  const int64_t created = entry ? entry->created() : 0;
   const SessionOptions& o = info.options;
-  const SamplingParams& s = o.sampling;
   const json cache =
       o.cache.is_streaming()
           ? json{{"policy", "streaming"}, {"n_sink", o.cache.n_sink}, {"window", o.cache.window}}
           : json{{"policy", "full"}};
-  const json defaults = {{"temperature", s.temperature},
-                         {"top_p", s.top_p},
-                         {"top_k", s.top_k},
-                         {"min_p", s.min_p},
-                         {"presence_penalty", s.presence_penalty},
-                         {"frequency_penalty", s.frequency_penalty},
-                         {"repetition_penalty", s.repetition_penalty},
-                         {"seed", s.seed},
-                         {"max_tokens", o.max_tokens}};
+  json defaults = sampling_json(o.sampling);
+  defaults["max_tokens"] = o.max_tokens;
   return dump_json({{"id", o.id},
                     {"object", "session"},
                     {"created", created},

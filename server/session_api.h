@@ -17,8 +17,9 @@ namespace rill::server {
 SessionOptions parse_session_options(const ServingContext& ctx, const std::string& body);
 
 /// {"id", "object": "session", "created", "cache", "turns", "tokens_seen", "tokens_evicted",
-/// "tokens_cached", "turn_running", "residence", "idle_s", "defaults"}.
-std::string session_body(const SessionInfo& info, int64_t created);
+/// "tokens_cached", "turn_running", "residence", "idle_s", "defaults"}; "created" from the
+/// session's SessionEntry.
+std::string session_body(const SessionInfo& info);
 
 /// {"id", "object": "session", "deleted": true}.
 std::string session_deleted_body(const std::string& id);

@@ -1,25 +1,14 @@
 #include "server/session_turn.h"
 
-#include <algorithm>
 #include <cctype>
 
 #include "engine/error.h"
+#include "engine/scheduler/ids.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
 
 namespace rill::server {
 namespace {
-
-// Runs `f`, forgetting session `id` when the engine answers that it does not know it.
-template <typename F>
-auto forgetting_unknown(ServingContext& ctx, const std::string& id, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::kNotFound) ctx.sessions().forget(id);
-    throw;
-  }
-}
 
 const char* kind_name(TurnKind k) {
   return k == TurnKind::kChat ? "chat messages" : "a prompt (text or token ids)";
@@ -27,19 +16,34 @@ const char* kind_name(TurnKind k) {
 
 }  // namespace
 
-TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const TurnInput& in) {
+void check_session_id(const std::string& id, const char* param) {
+  try {
+    check_id_length(id, "session id");
+  } catch (const Error& e) {
+    if (!param) throw;
+    throw FieldError(param, e.what());
+  }
+}
+
+TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const TurnInput& in,
+                           uint64_t incarnation) {
   ServingEngine& engine = ctx.require_engine();
+  check_session_id(id);
   TurnPlan plan;
   plan.session_id = id;
-  plan.info = forgetting_unknown(ctx, id, [&] { return engine.session_info(id); });
+  plan.info = engine.session_info(id);
+  if (incarnation != 0 && plan.info.incarnation != incarnation)
+    throw Error(ErrorCode::kNotFound,
+                "session " + id + " was closed (a new session has the same id)");
+  plan.entry = session_entry(plan.info);
   // The first turn starts the stream like a plain request (BOS where the model wants one);
   // later turns continue it, so their text is encoded without special tokens.
   const bool first = plan.info.tokens_seen == 0;
-  const SessionEntry entry = ctx.sessions().get(id).value_or(SessionEntry{});
+  const TurnHistory past = plan.entry ? plan.entry->history() : TurnHistory{};
   plan.kind = in.kind == TurnInput::Kind::kChat ? TurnKind::kChat : TurnKind::kRaw;
-  if (entry.kind != TurnKind::kAny && entry.kind != plan.kind)
+  if (past.kind != TurnKind::kAny && past.kind != plan.kind)
     throw Error(ErrorCode::kInvalidArgument,
-                "session " + id + " takes " + kind_name(entry.kind) + ", as its first turn did");
+                "session " + id + " takes " + kind_name(past.kind) + ", as its first turn did");
   switch (in.kind) {
     case TurnInput::Kind::kText:
       plan.prompt = ctx.encode_prompt(in.text, /*has_special_tokens=*/!first);
@@ -48,8 +52,8 @@ TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const Tur
       plan.prompt = in.ids;
       break;
     case TurnInput::Kind::kChat: {
-      plan.history = first ? nlohmann::json::array() : entry.history;
-      plan.reply_end = first ? std::string() : entry.reply_end;
+      plan.history = first ? nlohmann::json::array() : past.history;
+      plan.reply_end = first ? std::string() : past.reply_end;
       plan.new_messages = in.messages;
       const std::string text =
           chat_turn_delta(ctx.chat(), plan.history, plan.reply_end, in.messages);
@@ -63,6 +67,7 @@ TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const Tur
 Request session_request(const TurnPlan& plan) {
   Request r;
   r.session_id = plan.session_id;
+  r.session_incarnation = plan.info.incarnation;
   r.prompt = plan.prompt;
   r.sampling = plan.info.options.sampling;
   r.max_tokens = plan.info.options.max_tokens;
@@ -71,19 +76,16 @@ Request session_request(const TurnPlan& plan) {
 }
 
 RequestHandle submit_session_turn(ServingContext& ctx, Request r, EventNotifier notify) {
-  const std::string id = r.session_id;
-  return forgetting_unknown(
-      ctx, id, [&] { return ctx.require_engine().submit(std::move(r), std::move(notify)); });
+  return ctx.require_engine().submit(std::move(r), std::move(notify));
 }
 
 void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalEvent& f,
                          const std::string& reply) {
-  if (f.reason == FinishReason::kError) {
-    if (f.error_code == ErrorCode::kNotFound) ctx.sessions().forget(plan.session_id);
-    return;
-  }
+  // Only the entry of the session this turn belongs to: the client may have closed it and
+  // created another with the same id meanwhile, which this turn must leave alone.
+  if (!plan.entry || f.reason == FinishReason::kError) return;
   if (plan.kind != TurnKind::kChat) {
-    ctx.sessions().update(plan.session_id, plan.kind, nlohmann::json::array(), {});
+    plan.entry->set_history({plan.kind, nlohmann::json::array(), {}});
     return;
   }
   // The turn's last sample is fed to the cache by the next turn: when it is the stop token (or
@@ -94,44 +96,34 @@ void finish_session_turn(ServingContext& ctx, const TurnPlan& plan, const FinalE
       reply_end = engine->tokenizer().decode(std::vector<int32_t>{*f.stop_token},
                                              /*skip_special_tokens=*/false);
   }
-  ctx.sessions().update(plan.session_id, plan.kind,
-                        next_chat_history(plan.history, plan.new_messages, reply),
-                        std::move(reply_end));
+  plan.entry->set_history(
+      {plan.kind, next_chat_history(plan.history, plan.new_messages, reply), std::move(reply_end)});
 }
 
 SessionInfo create_session(ServingContext& ctx, SessionOptions options) {
+  check_session_id(options.id, "id");
   // Ids travel in URL paths (/v1/sessions/{id}), whichever front end made them: keep them to
   // characters that need no escape.
   for (char c : options.id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
       throw FieldError("id", "'id' may hold only letters, digits, '-', '_' and '.'");
   ServingEngine& engine = ctx.require_engine();
-  const size_t limit = static_cast<size_t>(std::max(1, engine.config().max_sessions));
-  if (ctx.sessions().size() >= limit) {
-    for (const std::string& id : ctx.sessions().ids()) {
-      try {
-        engine.session_info(id);
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kNotFound) ctx.sessions().forget(id);
-      }
-    }
-  }
-  SessionInfo info = engine.create_session(std::move(options));
-  ctx.sessions().add(info.options.id);
-  return info;
+  options.attachment = std::make_shared<SessionEntry>();
+  return engine.create_session(std::move(options));
 }
 
 SessionInfo get_session(ServingContext& ctx, const std::string& id) {
   ServingEngine& engine = ctx.require_engine();
-  return forgetting_unknown(ctx, id, [&] { return engine.session_info(id); });
+  check_session_id(id);
+  return engine.session_info(id);
 }
 
-bool delete_session(ServingContext& ctx, const std::string& id) {
+bool delete_session(ServingContext& ctx, const std::string& id, uint64_t incarnation) {
   // Not require_engine(): freeing a session is welcome while the server drains.
   ServingEngine* engine = ctx.engine();
   if (!engine) throw Error(ErrorCode::kUnavailable, "the model is loading");
-  ctx.sessions().forget(id);
-  return engine->close_session(id);
+  check_session_id(id);
+  return engine->close_session(id, incarnation);
 }
 
 }  // namespace rill::server

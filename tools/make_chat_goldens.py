@@ -61,7 +61,8 @@ def transformers_renderer():
     return render, "transformers " + transformers.__version__
 
 
-def jinja2_renderer():
+def jinja2_environment():
+    """jinja2 set up the way transformers' chat_template_utils sets it up."""
     from datetime import datetime
 
     import jinja2
@@ -92,6 +93,11 @@ def jinja2_renderer():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+def jinja2_renderer():
+    env = jinja2_environment()
 
     def render(source, meta, conversation, add_generation_prompt):
         special = {k: meta[k] for k in ("bos_token", "eos_token") if meta.get(k) is not None}

@@ -95,22 +95,40 @@ ChatTemplate ChatTemplate::from_model_dir(const fs::path& dir) {
 
 std::string ChatTemplate::render(const ordered_json& messages,
                                  const ChatTemplateOptions& options) const {
-  using jinja::Value;
   if (!messages.is_array())
     throw Error(ErrorCode::kInvalidArgument, "chat messages must be a list");
+  return render_value([&] { return jinja::Value::from_json(messages); }, options);
+}
+
+std::string ChatTemplate::render(const nlohmann::json& messages,
+                                 const ChatTemplateOptions& options) const {
+  if (!messages.is_array())
+    throw Error(ErrorCode::kInvalidArgument, "chat messages must be a list");
+  return render_value([&] { return jinja::Value::from_json(messages); }, options);
+}
+
+std::string ChatTemplate::render_value(const std::function<jinja::Value()>& messages,
+                                       const ChatTemplateOptions& options) const {
+  using jinja::Value;
+  // Declared before the scopes so that it is destroyed after them (see NamespaceRegistry).
+  jinja::NamespaceRegistry namespaces;
   auto globals = std::make_shared<jinja::Scope>();
-  for (auto& [name, fn] : jinja::global_functions()) globals->set(name, fn);
+  for (auto& [name, fn] : jinja::global_functions(&namespaces)) globals->set(name, fn);
   // Like transformers' special_tokens_map: a token the model does not have stays undefined.
   if (!bos_token_.empty()) globals->set("bos_token", Value(bos_token_));
   if (!eos_token_.empty()) globals->set("eos_token", Value(eos_token_));
-  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it)
-    globals->set(it.key(), Value::from_json(it.value()));
-  if (options.extra.is_object())
-    for (auto it = options.extra.begin(); it != options.extra.end(); ++it)
+  try {
+    for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it)
       globals->set(it.key(), Value::from_json(it.value()));
-  globals->set("messages", Value::from_json(messages));
-  globals->set("tools", Value::from_json(options.tools));
-  globals->set("documents", Value::from_json(options.documents));
+    if (options.extra.is_object())
+      for (auto it = options.extra.begin(); it != options.extra.end(); ++it)
+        globals->set(it.key(), Value::from_json(it.value()));
+    globals->set("messages", messages());
+    globals->set("tools", Value::from_json(options.tools));
+    globals->set("documents", Value::from_json(options.documents));
+  } catch (const jinja::TemplateError& e) {  // the inputs nest deeper than the value bound
+    throw Error(ErrorCode::kInvalidArgument, std::string("chat template input: ") + e.what());
+  }
   globals->set("add_generation_prompt", Value(options.add_generation_prompt));
   try {
     return jinja::render_template(*nodes_, globals);
@@ -123,11 +141,6 @@ std::string ChatTemplate::render(const ordered_json& messages,
   } catch (const std::exception& e) {  // a library error the interpreter did not anticipate
     throw Error(ErrorCode::kInvalidArgument, std::string("chat template: ") + e.what());
   }
-}
-
-std::string ChatTemplate::render(const nlohmann::json& messages,
-                                 const ChatTemplateOptions& options) const {
-  return render(ordered_json::parse(messages.dump()), options);
 }
 
 }  // namespace rill

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,7 +15,8 @@ namespace rill {
 
 namespace jinja {
 struct Node;
-}
+class Value;
+}  // namespace jinja
 
 /// What apply_chat_template passes to the template besides the messages.
 struct ChatTemplateOptions {
@@ -44,8 +46,11 @@ class ChatTemplate {
   /// Renders the conversation. `messages` is a list of message objects passed through as the
   /// template sees them (content may be a string or a list of parts). Use ordered_json to keep
   /// the key order of tool schemas (tojson prints keys in their order, like Python dicts).
-  /// Throws rill::Error(kInvalidArgument): the template's raise_exception message verbatim, or
-  /// "chat template line N: ..." for any other error.
+  /// Throws rill::Error(kInvalidArgument): the template's raise_exception message verbatim,
+  /// "chat template line N: ..." for any other template error, or "chat template input: ..."
+  /// when a value nests deeper than jinja::kMaxValueDepth (512) levels. No input or template
+  /// makes the renderer recurse deeper than fixed bounds (see engine/chat/jinja_value.h,
+  /// jinja_ast.h, jinja_eval.h).
   std::string render(const nlohmann::ordered_json& messages,
                      const ChatTemplateOptions& options = {}) const;
   std::string render(const nlohmann::json& messages, const ChatTemplateOptions& options = {}) const;
@@ -55,6 +60,11 @@ class ChatTemplate {
   const std::string& eos_token() const { return eos_token_; }
 
  private:
+  // Renders with `messages` converted by the caller's overload (both convert without
+  // recursing deeper than the interpreter's value bound).
+  std::string render_value(const std::function<jinja::Value()>& messages,
+                           const ChatTemplateOptions& options) const;
+
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;

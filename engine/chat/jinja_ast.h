@@ -1,5 +1,7 @@
 // Jinja syntax tree: expressions (Expr) and statements (Node). Each node keeps the template line
-// it starts on, so run-time errors can name it.
+// it starts on, so run-time errors can name it. Trees are bounded: expressions nest at most
+// kMaxExprDepth deep (chains like a|f|f|f... included) and statements kMaxStatementDepth, so
+// evaluating or destroying a tree never recurses further than that.
 #pragma once
 
 #include <memory>
@@ -11,8 +13,12 @@
 
 namespace rill::jinja {
 
-/// The name a {% filter %} block's body is bound to (no template can spell it).
+/// The name a {% filter %} or filtered {% set %} block's body is bound to (no template can
+/// spell it).
 inline constexpr const char* kFilterInputName = " filter input";
+
+inline constexpr int kMaxExprDepth = 300;
+inline constexpr int kMaxStatementDepth = 200;
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -44,6 +50,7 @@ struct Expr {
   KwargExprs kwargs;
   std::vector<std::string> ops;  // kCompare
   bool negated = false;          // kTest: `is not`
+  int depth = 1;                 // 1 + the deepest argument's depth
 };
 
 struct Node;
@@ -57,12 +64,14 @@ struct Node {
     kIf,        // branches (cond, body); else_body
     kFor,       // for targets in expr [if cond]: body; else_body
     kSet,       // set targets = expr, or set targets[0].attr = expr when attr is not empty
-    kSetBlock,  // set targets[0] %} body {% endset
+    kSetBlock,  // set targets[0][.attr] [| filters: expr, operand a placeholder] %} body {% endset
     kMacro,     // macro text(params) body
     kBreak,
     kContinue,
     kScope,        // a body rendered in place: {% generation %}
     kFilterBlock,  // {% filter expr %} body: expr is a kFilter whose operand is a placeholder
+    kWith,         // with params (name = value, evaluated outside) body, in its own scope
+    kCallBlock,    // call(params) expr: expr is a kCall; body is the `caller` macro's body
   };
   Kind kind;
   int line;
@@ -74,7 +83,13 @@ struct Node {
   std::vector<std::pair<ExprPtr, NodeList>> branches;
   NodeList body;
   NodeList else_body;
-  std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters and defaults
+  std::vector<std::pair<std::string, ExprPtr>> params;  // macro / caller parameters, defaults
+  bool recursive = false;  // kFor: `recursive`, the body may call loop(items)
+  // kMacro / kCallBlock: whether the (caller's) body refers to these, which decides whether
+  // extra arguments are collected or refused, as in jinja2.
+  bool uses_caller = false;
+  bool uses_varargs = false;
+  bool uses_kwargs = false;
 };
 
 }  // namespace rill::jinja

@@ -1,6 +1,7 @@
 // Jinja evaluator: renders a parsed template against variables. Scoping follows jinja2: each
-// for-loop iteration and each macro call gets its own scope, so `set` inside them does not leak
-// out; `if` does not open a scope; namespace() attributes can be assigned from any scope.
+// for-loop iteration, macro or caller call and {% with %} block gets its own scope, so `set`
+// inside them does not leak out; `if` does not open a scope; namespace() attributes can be
+// assigned from any scope.
 #pragma once
 
 #include <memory>
@@ -23,6 +24,12 @@ class Scope {
   std::shared_ptr<Scope> parent_;
   std::unordered_map<std::string, Value> vars_;
 };
+
+/// Macro, caller and recursive-loop calls nest at most this deep (Python would stop runaway
+/// recursion with RecursionError; this stops it before the stack does).
+inline constexpr int kMaxCallDepth = 100;
+/// Nested blocks and expressions being evaluated at once, across those calls.
+inline constexpr int kMaxRenderNesting = 4000;
 
 /// Renders `nodes` with `globals` as the outermost scope. Throws TemplateError with the line of
 /// the node that failed (raise_exception errors keep only the template's message).

@@ -1,32 +1,96 @@
-// Jinja filters (jinja2 3.1 semantics), dispatched by name.
+// Jinja filters on single values (jinja2 3.1 semantics) and the filter dispatch.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <unordered_map>
+#include <optional>
+#include <string>
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
+#include "engine/chat/jinja_filter_table.h"
 #include "engine/chat/jinja_ops.h"
 
 namespace rill::jinja {
 namespace {
 
-using FilterFn = Value (*)(const Value&, const CallArgs&);
-
-std::string to_lower(const std::string& s) {
-  return py_lower(s);
-}
-std::string to_upper(const std::string& s) {
-  return py_upper(s);
+bool is_py_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-int64_t length_of(const Value& v) {
-  if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.as_string()).size());
-  if (v.is_lazy()) fail("object of type '" + v.type_name() + "' has no len()");
-  if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
-  if (v.is_dict()) return static_cast<int64_t>(v.as_dict().entries.size());
-  if (v.is_undefined()) return 0;
-  fail("object of type '" + v.type_name() + "' has no len()");
+// Python's int(text, base): surrounding whitespace, a sign, digits with single underscores
+// between them, and for base 16/8/2 an optional 0x / 0o / 0b prefix.
+std::optional<Value> parse_python_int(const std::string& raw, int base) {
+  const std::string s = strip_chars(raw, nullptr, true, true);
+  size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  if (i + 1 < s.size() && s[i] == '0') {
+    const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i + 1])));
+    if ((base == 16 && p == 'x') || (base == 8 && p == 'o') || (base == 2 && p == 'b')) {
+      i += 2;
+      if (i < s.size() && s[i] == '_') ++i;
+    }
+  }
+  if (i >= s.size() || s.size() - i > 4300) return std::nullopt;
+  BigInt value(0);
+  const BigInt big_base(base);
+  bool prev_digit = false;
+  for (; i < s.size(); ++i) {
+    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+    if (c == '_') {
+      if (!prev_digit) return std::nullopt;
+      prev_digit = false;
+      continue;
+    }
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+    if (d >= base) return std::nullopt;
+    value = value * big_base + BigInt(d);
+    prev_digit = true;
+  }
+  if (!prev_digit) return std::nullopt;
+  return Value(negative ? -value : value);
+}
+
+// Python's float(text): whitespace, sign, digits (single underscores between), an exponent,
+// or inf / infinity / nan in any case.
+std::optional<double> parse_python_float(const std::string& raw) {
+  std::string s = strip_chars(raw, nullptr, true, true);
+  std::string digits;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '_') {
+      const bool ok = i > 0 && i + 1 < s.size() &&
+                      std::isdigit(static_cast<unsigned char>(s[i - 1])) &&
+                      std::isdigit(static_cast<unsigned char>(s[i + 1]));
+      if (!ok) return std::nullopt;
+      continue;
+    }
+    digits += s[i];
+  }
+  std::string lower;
+  for (char c : digits) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t sign = !lower.empty() && (lower[0] == '+' || lower[0] == '-') ? 1 : 0;
+  const std::string word = lower.substr(sign);
+  if (word == "inf" || word == "infinity" || word == "nan") {
+    const double v = word == "nan" ? std::nan("") : HUGE_VAL;
+    return lower[0] == '-' ? -v : v;
+  }
+  if (word.empty() || !(std::isdigit(static_cast<unsigned char>(word[0])) || word[0] == '.'))
+    return std::nullopt;
+  for (char c : word)
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != '+' &&
+        c != '-')
+      return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(digits.c_str(), &end);
+  if (end != digits.c_str() + digits.size()) return std::nullopt;
+  return v;
+}
+
+// int(f) for a float: its integral part exactly; inf and nan raise as in Python.
+Value int_of_float(double d) {
+  if (std::isnan(d)) fail("cannot convert float NaN to integer");
+  if (std::isinf(d)) fail("cannot convert float infinity to integer");
+  return Value(BigInt::from_double(std::trunc(d)));
 }
 
 Value f_length(const Value& v, const CallArgs&) {
@@ -50,7 +114,11 @@ Value f_tojson(const Value& v, const CallArgs& a) {
     item_sep = separators.as_list().items[0].str();
     key_sep = separators.as_list().items[1].str();
   }
-  const int width = indent.is_int() ? static_cast<int>(indent.as_int()) : -1;
+  int width = -1;
+  if (indent.is_int()) {
+    if (indent.as_int() > 1024) fail("tojson indent out of range");
+    width = static_cast<int>(std::max<int64_t>(indent.as_int(), 0));
+  }
   return Value(json_dumps(v, width, custom ? &item_sep : nullptr, custom ? &key_sep : nullptr,
                           sort_keys, ensure_ascii));
 }
@@ -63,22 +131,22 @@ Value f_join(const Value& v, const CallArgs& a) {
   for (const Value& item : v.iterate()) {
     if (!first) out += sep;
     first = false;
-    out += attribute.is_none() ? item.str() : get_attribute(item, attribute.str()).str();
+    out += attribute.is_none() ? item.str() : lookup_path(item, attribute).str();
   }
   return Value(std::move(out));
 }
 
 Value f_upper(const Value& v, const CallArgs&) {
-  return Value(to_upper(v.str()));
+  return Value(py_upper(v.str()));
 }
 Value f_lower(const Value& v, const CallArgs&) {
-  return Value(to_lower(v.str()));
+  return Value(py_lower(v.str()));
 }
 
 Value f_capitalize(const Value& v, const CallArgs&) {
   const std::vector<std::string> chars = utf8_chars(v.str());
   std::string out;
-  for (size_t i = 0; i < chars.size(); ++i) out += i == 0 ? to_upper(chars[i]) : to_lower(chars[i]);
+  for (size_t i = 0; i < chars.size(); ++i) out += i == 0 ? py_upper(chars[i]) : py_lower(chars[i]);
   return Value(std::move(out));
 }
 
@@ -87,9 +155,9 @@ Value f_title(const Value& v, const CallArgs&) {
   std::string out;
   bool word_start = true;
   for (const std::string& c : utf8_chars(v.str())) {
-    const bool sep = c.size() == 1 && (std::isspace(static_cast<unsigned char>(c[0])) ||
-                                       std::string("-({[<").find(c[0]) != std::string::npos);
-    out += sep ? c : word_start ? to_upper(c) : to_lower(c);
+    const bool sep = c.size() == 1 &&
+                     (is_py_space(c[0]) || std::string("-({[<").find(c[0]) != std::string::npos);
+    out += sep ? c : word_start ? py_upper(c) : py_lower(c);
     word_start = sep;
   }
   return Value(std::move(out));
@@ -99,18 +167,6 @@ Value f_replace(const Value& v, const CallArgs& a) {
   const Value method = get_method(Value(v.str()), "replace").value();
   CallArgs args = a;
   return method.as_callable().fn(args);
-}
-
-Value f_items(const Value& v, const CallArgs&) {
-  if (v.is_undefined()) return Value::lazy({});
-  if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
-  ValueList out;
-  for (const auto& [k, x] : v.as_dict().entries) out.push_back(Value::list({Value(k), x}, true));
-  return Value::lazy(std::move(out));
-}
-
-Value f_list(const Value& v, const CallArgs&) {
-  return Value::list(v.iterate());
 }
 
 Value f_first(const Value& v, const CallArgs&) {
@@ -134,351 +190,156 @@ Value f_string(const Value& v, const CallArgs&) {
   return Value(v.str());
 }
 
+// jinja2's int filter: int(value[, base]), else int(float(value)), else the default.
 Value f_int(const Value& v, const CallArgs& a) {
   const Value fallback = a.get(0, "default", Value(0));
+  const Value base_v = a.get(1, "base", Value(10));
   if (v.is_int()) return v;
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
-  if (v.is_float()) return Value(static_cast<int64_t>(v.as_float()));
-  if (!v.is_string()) return fallback;
-  const std::string s = strip_chars(v.as_string(), nullptr, true, true);
-  try {
-    size_t used = 0;
-    const int64_t i = std::stoll(s, &used, 10);
-    if (used == s.size()) return Value(i);
-    const double d = std::stod(s, &used);
-    if (used == s.size()) return Value(static_cast<int64_t>(d));
-  } catch (const std::exception&) {
+  if (v.is_float()) {
+    if (std::isnan(v.as_float())) return fallback;  // ValueError -> the default
+    return int_of_float(v.as_float());
   }
-  return fallback;
+  if (!v.is_string()) return fallback;
+  const int64_t base = base_v.is_int() ? base_v.as_int() : 10;
+  if (base < 2 || base > 36) fail("int() base must be >= 2 and <= 36, or 0");
+  if (auto n = parse_python_int(v.as_string(), static_cast<int>(base))) return *n;
+  const std::optional<double> d = parse_python_float(v.as_string());
+  if (!d || std::isnan(*d)) return fallback;
+  return int_of_float(*d);
 }
 
 Value f_float(const Value& v, const CallArgs& a) {
   const Value fallback = a.get(0, "default", Value(0.0));
   if (v.is_number()) return Value(v.to_double());
   if (!v.is_string()) return fallback;
-  const std::string s = strip_chars(v.as_string(), nullptr, true, true);
-  try {
-    size_t used = 0;
-    const double d = std::stod(s, &used);
-    if (used == s.size()) return Value(d);
-  } catch (const std::exception&) {
-  }
-  return fallback;
+  const std::optional<double> d = parse_python_float(v.as_string());
+  return d ? Value(*d) : fallback;
 }
 
 Value f_abs(const Value& v, const CallArgs&) {
   if (v.is_float()) return Value(std::fabs(v.as_float()));
-  if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
+  if (v.is_int()) return v.as_big_int().negative() ? unary("-", v) : v;
   fail("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
+// Python's int.__round__(ndigits) for ndigits < 0: to a multiple of 10^-ndigits, half to even.
+Value round_int(const Value& v, int64_t ndigits) {
+  if (ndigits >= 0) return v;
+  if (-ndigits > 4300) return Value(0);
+  const BigInt scale = BigInt::pow(BigInt(10), static_cast<uint64_t>(-ndigits));
+  BigInt q, r;
+  BigInt::divmod_floor(v.as_big_int(), scale, q, r);
+  const int c = BigInt::compare(r + r, scale);
+  const bool q_odd = (q.to_string().back() - '0') % 2 == 1;
+  if (c > 0 || (c == 0 && q_odd)) q = q + BigInt(1);
+  return Value(q * scale);
+}
+
 Value f_round(const Value& v, const CallArgs& a) {
-  const int64_t precision = a.get(0, "precision", Value(0)).as_int();
+  const Value precision_v = a.get(0, "precision", Value(0));
   const std::string method = a.get(1, "method", Value("common")).str();
-  if (!v.is_number()) fail("round filter expects a number");
-  if (v.is_int() || v.is_bool())
-    return Value(v.is_bool() ? int64_t{v.as_bool()} : v.as_int());  // stays an int
-  const double scale = std::pow(10.0, static_cast<double>(precision));
-  const double x = v.to_double() * scale;
-  double r;
-  if (method == "common")
-    r = std::nearbyint(x);  // Python's round: half to even
-  else if (method == "ceil")
-    r = std::ceil(x);
-  else if (method == "floor")
-    r = std::floor(x);
-  else
+  if (method != "common" && method != "ceil" && method != "floor")
     fail("method must be common, ceil or floor");
-  return Value(r / scale);
-}
-
-// A callable applying a filter / test / attribute lookup, for map, select and friends.
-Value f_map(const Value& v, const CallArgs& a) {
-  ValueList out;
-  const Value attribute = a.get(99, "attribute");
-  if (!attribute.is_undefined()) {
-    const Value fallback = a.get(99, "default");
-    for (const Value& item : v.iterate()) {
-      Value x = get_attribute(item, attribute.str());
-      out.push_back(x.is_undefined() && !fallback.is_undefined() ? fallback : x);
-    }
-    return Value::lazy(std::move(out));
+  if (!precision_v.is_int() && !precision_v.is_bool())
+    fail("'" + precision_v.type_name() + "' object cannot be interpreted as an integer");
+  const int64_t precision = precision_v.is_bool() ? precision_v.as_bool() : precision_v.as_int();
+  if (!v.is_number()) fail("type " + v.type_name() + " doesn't define __round__ method");
+  if (method == "common") {
+    if (v.is_float()) return Value(python_round(v.as_float(), precision));
+    return round_int(v.is_bool() ? Value(int64_t{v.as_bool()}) : v, precision);
   }
-  if (a.args.empty()) fail("map requires a filter name or attribute=");
-  const std::string name = a.args[0].str();
-  if (!is_filter(name)) fail("no filter named '" + name + "'");
-  CallArgs rest;
-  rest.args.assign(a.args.begin() + 1, a.args.end());
-  rest.kwargs = a.kwargs;
-  for (const Value& item : v.iterate()) out.push_back(apply_filter(name, item, rest));
-  return Value::lazy(std::move(out));
-}
-
-// select / reject / selectattr / rejectattr.
-Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
-  size_t next = 0;
-  std::string attribute;
-  if (by_attr) {
-    if (a.args.empty()) fail("selectattr/rejectattr need an attribute name");
-    attribute = a.args[next++].str();
+  // jinja2: math.ceil / floor(value * 10**precision) / 10**precision, a float.
+  const Value scale = precision >= 0
+                          ? Value(BigInt::pow(BigInt(10), static_cast<uint64_t>(precision)))
+                          : Value(std::pow(10.0, static_cast<double>(precision)));
+  const Value scaled = binary("*", v, scale);
+  Value whole = scaled;
+  if (scaled.is_float()) {
+    const double d = scaled.as_float();
+    if (std::isnan(d)) fail("cannot convert float NaN to integer");
+    if (std::isinf(d)) fail("cannot convert float infinity to integer");
+    whole = Value(BigInt::from_double(method == "ceil" ? std::ceil(d) : std::floor(d)));
   }
-  std::string test;
-  if (next < a.args.size()) test = a.args[next++].str();
-  if (!test.empty() && !is_test(test)) fail("no test named '" + test + "'");
-  CallArgs test_args;
-  test_args.args.assign(a.args.begin() + static_cast<std::ptrdiff_t>(next), a.args.end());
-  ValueList out;
-  for (const Value& item : v.iterate()) {
-    const Value x = by_attr ? get_attribute(item, attribute) : item;
-    const bool pass = test.empty() ? x.truthy() : apply_test(test, x, test_args);
-    if (pass == keep) out.push_back(item);
-  }
-  return Value::lazy(std::move(out));
-}
-Value f_select(const Value& v, const CallArgs& a) {
-  return select_impl(v, a, false, true);
-}
-Value f_reject(const Value& v, const CallArgs& a) {
-  return select_impl(v, a, false, false);
-}
-Value f_selectattr(const Value& v, const CallArgs& a) {
-  return select_impl(v, a, true, true);
-}
-Value f_rejectattr(const Value& v, const CallArgs& a) {
-  return select_impl(v, a, true, false);
-}
-
-// The key unique / sort compare by: an attribute, lowercased strings unless case_sensitive.
-Value sort_key(const Value& item, const Value& attribute, bool case_sensitive) {
-  Value k =
-      attribute.is_none() || attribute.is_undefined() ? item : get_attribute(item, attribute.str());
-  if (!case_sensitive && k.is_string()) return Value(to_lower(k.as_string()));
-  return k;
-}
-
-Value f_unique(const Value& v, const CallArgs& a) {
-  const bool case_sensitive = a.get(0, "case_sensitive", Value(false)).truthy();
-  const Value attribute = a.get(1, "attribute", Value(None{}));
-  ValueList out, seen;
-  for (const Value& item : v.iterate()) {
-    const Value k = sort_key(item, attribute, case_sensitive);
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.equals(k); }))
-      continue;
-    seen.push_back(k);
-    out.push_back(item);
-  }
-  return Value::lazy(std::move(out));
-}
-
-Value f_sort(const Value& v, const CallArgs& a) {
-  const bool reverse = a.get(0, "reverse", Value(false)).truthy();
-  const bool case_sensitive = a.get(1, "case_sensitive", Value(false)).truthy();
-  const Value attribute = a.get(2, "attribute", Value(None{}));
-  ValueList items = v.iterate();
-  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-    const int c = compare_values(sort_key(x, attribute, case_sensitive),
-                                 sort_key(y, attribute, case_sensitive));
-    return reverse ? c > 0 : c < 0;
-  });
-  return Value::list(std::move(items));
-}
-
-Value f_reverse(const Value& v, const CallArgs&) {
-  if (v.is_string()) {
-    std::vector<std::string> chars = utf8_chars(v.as_string());
-    std::string out;
-    for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
-    return Value(std::move(out));
-  }
-  // jinja2 returns reversed(value): an iterator for a list; a copy for what reversed() rejects.
-  ValueList items = v.iterate();
-  std::reverse(items.begin(), items.end());
-  const bool reversible = v.is_list() && !v.is_lazy();
-  return reversible ? Value::lazy(std::move(items), kReverseIteratorView)
-                    : Value::list(std::move(items));
-}
-
-Value f_indent(const Value& v, const CallArgs& a) {
-  const Value width = a.get(0, "width", Value(4));
-  const bool first = a.get(1, "first", Value(false)).truthy();
-  const bool blank = a.get(2, "blank", Value(false)).truthy();
-  if (width.is_int() && (width.as_int() < 0 || width.as_int() > 1024))
-    fail("indent width out of range");
-  const std::string pad =
-      width.is_string() ? width.as_string() : std::string(static_cast<size_t>(width.as_int()), ' ');
-  std::vector<std::string> lines;  // str.splitlines() of s + "\n"
-  const std::string s = v.str() + "\n";
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] == '\n') {
-      lines.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  std::string out = lines.empty() ? "" : lines[0];
-  for (size_t i = 1; i < lines.size(); ++i) {
-    out += '\n';
-    if (blank || !lines[i].empty()) out += pad;
-    out += lines[i];
-  }
-  return Value(first ? pad + out : out);
-}
-
-Value f_safe(const Value& v, const CallArgs&) {
-  return v.is_string() ? v : Value(v.str());
-}
-
-Value f_escape(const Value& v, const CallArgs&) {
-  std::string out;
-  for (char c : v.str()) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return Value(std::move(out));
-}
-
-Value f_wordcount(const Value& v, const CallArgs&) {
-  int64_t n = 0;
-  bool in_word = false;
-  for (char c : v.str()) {
-    const bool w = std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                   static_cast<unsigned char>(c) >= 0x80;
-    if (w && !in_word) ++n;
-    in_word = w;
-  }
-  return Value(n);
-}
-
-Value f_center(const Value& v, const CallArgs& a) {
-  const std::string s = v.str();
-  const int64_t w = a.get(0, "width", Value(80)).as_int();
-  if (w > 1 << 20) fail("center width too large");
-  const auto width = static_cast<size_t>(std::max<int64_t>(w, 0));
-  const size_t len = utf8_chars(s).size();
-  if (width <= len) return Value(s);
-  const size_t total = width - len;
-  const size_t left = total / 2 + (total & width & 1);  // CPython's centering rule
-  return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
-}
-
-Value f_batch(const Value& v, const CallArgs& a) {
-  const int64_t size = a.get(0, "linecount").as_int();
-  if (size <= 0) fail("batch size must be positive");
-  const Value fill = a.get(1, "fill_with", Value(None{}));
-  ValueList out, row;
-  for (const Value& item : v.iterate()) {
-    row.push_back(item);
-    if (static_cast<int64_t>(row.size()) == size)
-      out.push_back(Value::list(std::move(row))), row = {};
-  }
-  if (!row.empty()) {
-    if (!fill.is_none())
-      while (static_cast<int64_t>(row.size()) < size) row.push_back(fill);
-    out.push_back(Value::list(std::move(row)));
-  }
-  return Value::lazy(std::move(out));
+  return binary("/", whole, scale);
 }
 
 Value f_attr(const Value& v, const CallArgs& a) {
   return get_attribute(v, a.get(0, "name").str());
 }
 
-Value f_min_max(const Value& v, bool want_max) {
-  const ValueList items = v.iterate();
-  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-  Value best = items[0];
-  for (const Value& x : items) {
-    const int c =
-        compare_values(sort_key(x, Value(None{}), false), sort_key(best, Value(None{}), false));
-    if (want_max ? c > 0 : c < 0) best = x;
-  }
-  return best;
-}
-Value f_min(const Value& v, const CallArgs&) {
-  return f_min_max(v, false);
-}
-Value f_max(const Value& v, const CallArgs&) {
-  return f_min_max(v, true);
-}
-
-Value f_sum(const Value& v, const CallArgs& a) {
-  const Value attribute = a.get(0, "attribute", Value(None{}));
-  Value total = a.get(1, "start", Value(0));
-  for (const Value& x : v.iterate())
-    total = binary("+", total, attribute.is_none() ? x : get_attribute(x, attribute.str()));
-  return total;
-}
-
-// jinja2's format filter: `value % args`.
+// jinja2's format filter: `value % args`, or `value % kwargs`.
 Value f_format(const Value& v, const CallArgs& a) {
-  return Value(percent_format(v.str(), a.args));
+  if (!a.args.empty() && !a.kwargs.empty())
+    fail("can't handle positional and keyword arguments at the same time");
+  const Value operand = a.kwargs.empty() ? Value::list(a.args, true) : Value::dict(a.kwargs);
+  return Value(percent_format(v.str(), operand));
 }
 
-const std::unordered_map<std::string, FilterFn>& filters() {
-  static const std::unordered_map<std::string, FilterFn> kFilters = {
-      {"trim", f_trim},
-      {"length", f_length},
-      {"count", f_length},
-      {"tojson", f_tojson},
-      {"join", f_join},
-      {"upper", f_upper},
-      {"lower", f_lower},
-      {"capitalize", f_capitalize},
-      {"title", f_title},
-      {"replace", f_replace},
-      {"items", f_items},
-      {"list", f_list},
-      {"first", f_first},
-      {"last", f_last},
-      {"default", f_default},
-      {"d", f_default},
-      {"string", f_string},
-      {"int", f_int},
-      {"float", f_float},
-      {"abs", f_abs},
-      {"round", f_round},
-      {"map", f_map},
-      {"select", f_select},
-      {"reject", f_reject},
-      {"selectattr", f_selectattr},
-      {"rejectattr", f_rejectattr},
-      {"unique", f_unique},
-      {"sort", f_sort},
-      {"reverse", f_reverse},
-      {"indent", f_indent},
-      {"safe", f_safe},
-      {"e", f_escape},
-      {"escape", f_escape},
-      {"wordcount", f_wordcount},
-      {"center", f_center},
-      {"batch", f_batch},
-      {"attr", f_attr},
-      {"min", f_min},
-      {"max", f_max},
-      {"sum", f_sum},
-      {"format", f_format},
-  };
+Value f_safe(const Value& v, const CallArgs&) {
+  return v.is_string() ? v : Value(v.str());
+}
+
+const FilterTable& filters() {
+  static const FilterTable kFilters = [] {
+    FilterTable t = {
+        {"trim", f_trim},       {"length", f_length},
+        {"count", f_length},    {"tojson", f_tojson},
+        {"join", f_join},       {"upper", f_upper},
+        {"lower", f_lower},     {"capitalize", f_capitalize},
+        {"title", f_title},     {"replace", f_replace},
+        {"first", f_first},     {"last", f_last},
+        {"default", f_default}, {"d", f_default},
+        {"string", f_string},   {"int", f_int},
+        {"float", f_float},     {"abs", f_abs},
+        {"round", f_round},     {"attr", f_attr},
+        {"format", f_format},   {"safe", f_safe},
+    };
+    add_sequence_filters(t);
+    add_text_filters(t);
+    return t;
+  }();
   return kFilters;
 }
 
 }  // namespace
+
+int64_t length_of(const Value& v) {
+  if (v.is_string()) return static_cast<int64_t>(utf8_chars(v.as_string()).size());
+  if (v.is_lazy()) fail("object of type '" + v.type_name() + "' has no len()");
+  if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
+  if (v.is_dict()) return static_cast<int64_t>(v.as_dict().items.size());
+  if (v.is_undefined()) return 0;
+  fail("object of type '" + v.type_name() + "' has no len()");
+}
+
+Value lookup_path(const Value& item, const Value& attribute, const Value& fallback) {
+  std::vector<Value> parts;
+  if (attribute.is_string()) {
+    const std::string& path = attribute.as_string();
+    size_t start = 0;
+    while (true) {
+      const size_t dot = path.find('.', start);
+      const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
+      const bool digits =
+          !part.empty() && part.size() < 19 && std::all_of(part.begin(), part.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c));
+          });
+      parts.push_back(digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+  } else {
+    parts.push_back(attribute);
+  }
+  Value v = item;
+  for (const Value& part : parts) {
+    v = get_item(v, part);  // an undefined intermediate raises, as in jinja2
+    if (v.is_undefined() && !fallback.is_undefined()) v = fallback;
+  }
+  return v;
+}
 
 bool is_filter(const std::string& name) {
   return filters().count(name) != 0;
@@ -486,7 +347,7 @@ bool is_filter(const std::string& name) {
 
 Value apply_filter(const std::string& name, const Value& operand, const CallArgs& args) {
   auto it = filters().find(name);
-  if (it == filters().end()) fail("no filter named '" + name + "'");
+  if (it == filters().end()) fail("No filter named '" + name + "' found.");
   return it->second(operand, args);
 }
 

@@ -100,16 +100,18 @@ struct JsonWriter {
     } else if (v.is_bool()) {
       out += v.as_bool() ? "true" : "false";
     } else if (v.is_int()) {
-      out += std::to_string(v.as_int());
+      out += v.repr();
     } else if (v.is_float()) {
       const std::string r = python_float_repr(v.as_float());
       out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
     } else if (v.is_string()) {
       string(v.as_string());
-    } else if (v.is_list() && !v.is_lazy()) {
+    } else if (v.is_list() && !v.as_list().view) {  // lists and tuples, not iterators
+      check_walk_level(level + 1);
       list(v.as_list().items, level);
     } else if (v.is_dict()) {
-      dict(v.as_dict().entries, level);
+      check_walk_level(level + 1);
+      dict(v.as_dict().items, level);
     } else {
       fail("Object of type " + v.type_name() + " is not JSON serializable");
     }
@@ -130,21 +132,35 @@ struct JsonWriter {
     out += ']';
   }
 
-  void dict(const DictEntries& entries, int level) {
-    if (entries.empty()) {
+  // Python's json converts str, int, float, bool and None keys to strings.
+  static std::string key_string(const Value& k) {
+    if (k.is_string()) return k.as_string();
+    if (k.is_bool()) return k.as_bool() ? "true" : "false";
+    if (k.is_none()) return "null";
+    if (k.is_int()) return k.repr();
+    if (k.is_float()) {
+      const std::string r = python_float_repr(k.as_float());
+      return r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
+    }
+    fail("keys must be str, int, float, bool or None, not " + k.type_name());
+  }
+
+  void dict(const DictItems& items, int level) {
+    if (items.empty()) {
       out += "{}";
       return;
     }
-    std::vector<const std::pair<std::string, Value>*> order;
-    for (const auto& e : entries) order.push_back(&e);
-    if (sort_keys)
-      std::stable_sort(order.begin(), order.end(),
-                       [](const auto* a, const auto* b) { return a->first < b->first; });
+    std::vector<const std::pair<Value, Value>*> order;
+    for (const auto& e : items) order.push_back(&e);
+    if (sort_keys)  // Python sorts the original keys: mixed str and int keys raise
+      std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+        return compare_values(a->first, b->first) < 0;
+      });
     out += '{';
     for (size_t i = 0; i < order.size(); ++i) {
       if (i) out += item_sep;
       newline(level + 1);
-      string(order[i]->first);
+      string(key_string(order[i]->first));
       out += key_sep;
       value(order[i]->second, level + 1);
     }

@@ -78,6 +78,8 @@ class Lexer {
       const size_t start = pos_;
       if (kind == '#') {
         lex_comment();
+      } else if (kind == '%' && lex_raw()) {
+        // the raw block's text was emitted as data
       } else {
         lex_tag(kind == '{');
       }
@@ -121,6 +123,63 @@ class Lexer {
     const char sign = end > pos_ + 2 ? src_[end - 1] : '\0';
     advance(end + 2 - pos_);
     after_close(sign == '-' || sign == '+' ? sign : '\0', true);
+  }
+
+  // Matches "{%[-+]? name [-+]?%}" at `at` for a bare tag (raw / endraw); returns the index after
+  // it, or npos. `open_sign` and `close_sign` get the whitespace-control characters.
+  size_t match_bare_tag(size_t at, const char* name, char& open_sign, char& close_sign) const {
+    if (src_.compare(at, 2, "{%") != 0) return std::string::npos;
+    size_t i = at + 2;
+    open_sign = i < src_.size() && (src_[i] == '-' || src_[i] == '+') ? src_[i++] : '\0';
+    while (i < src_.size() && is_space(src_[i])) ++i;
+    const size_t n = std::char_traits<char>::length(name);
+    if (src_.compare(i, n, name) != 0) return std::string::npos;
+    i += n;
+    while (i < src_.size() && is_space(src_[i])) ++i;
+    close_sign = i < src_.size() && (src_[i] == '-' || src_[i] == '+') ? src_[i++] : '\0';
+    if (src_.compare(i, 2, "%}") != 0) return std::string::npos;
+    return i + 2;
+  }
+
+  // {% raw %}...{% endraw %}: the text in between is data, tags and all. As in jinja2, no
+  // newline is trimmed after the raw tag itself ("-%}" strips whitespace), lstrip_blocks and
+  // "{%-" apply before endraw, and trim_blocks after it.
+  bool lex_raw() {
+    char open_sign = 0, close_sign = 0;
+    const size_t begin_end = match_bare_tag(pos_, "raw", open_sign, close_sign);
+    if (begin_end == std::string::npos) return false;
+    const int start_line = line_;
+    advance(begin_end - pos_);
+    if (close_sign == '-')
+      while (pos_ < src_.size() && is_space(src_[pos_])) advance(1);
+    const bool line_starting = pos_ > 0 && src_[pos_ - 1] == '\n';
+    size_t end_at = pos_;
+    size_t end_end = std::string::npos;
+    char end_open = 0, end_close = 0;
+    for (; (end_at = src_.find("{%", end_at)) != std::string::npos; ++end_at) {
+      end_end = match_bare_tag(end_at, "endraw", end_open, end_close);
+      if (end_end != std::string::npos) break;
+    }
+    if (end_at == std::string::npos)
+      throw TemplateError("Missing end of raw directive", start_line);
+    std::string text = src_.substr(pos_, end_at - pos_);
+    if (end_open == '-') {
+      size_t keep = text.size();
+      while (keep > 0 && is_space(text[keep - 1])) --keep;
+      text.resize(keep);
+    } else if (end_open != '+') {
+      const size_t l_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      bool blank = true;
+      for (size_t i = l_pos; i < text.size(); ++i) blank = blank && is_space(text[i]);
+      if ((l_pos > 0 || line_starting) && blank) text.resize(l_pos);
+    }
+    const size_t consumed = end_at - pos_;
+    tokens_.push_back({TokenKind::kText, text, line_});
+    advance(consumed);
+    advance(end_end - pos_);
+    after_close(end_close, true);
+    if (text.empty()) tokens_.pop_back();
+    return true;
   }
 
   void lex_tag(bool is_var) {

@@ -44,62 +44,140 @@ Value repeat(const Value& seq, int64_t n) {
   return Value::list(std::move(out), seq.as_list().is_tuple);
 }
 
+// Python's int arithmetic: int64 while it fits, BigInt beyond.
+Value integer_arithmetic(const std::string& op, const Value& a, const Value& b) {
+  if (!a.is_big_int() && !b.is_big_int()) {
+    const int64_t x = integral(a), y = integral(b);
+    int64_t r = 0;
+    bool overflow = false;
+    if (op == "+") {
+      overflow = __builtin_add_overflow(x, y, &r);
+    } else if (op == "-") {
+      overflow = __builtin_sub_overflow(x, y, &r);
+    } else if (op == "*") {
+      overflow = __builtin_mul_overflow(x, y, &r);
+    } else if (op == "//" || op == "%") {
+      if (x == INT64_MIN && y == -1) {
+        overflow = true;
+      } else {
+        int64_t q = x / y;
+        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
+        r = op == "//" ? q : x - q * y;
+      }
+    }
+    if (!overflow) return Value(r);
+  }
+  const BigInt x = a.as_big_int(), y = b.as_big_int();
+  if (op == "+") return Value(x + y);
+  if (op == "-") return Value(x - y);
+  if (op == "*") return Value(x * y);
+  BigInt q, r;
+  BigInt::divmod_floor(x, y, q, r);
+  return op == "//" ? Value(q) : Value(r);
+}
+
+Value power(const Value& a, const Value& b) {
+  const bool ints = is_integral(a) && is_integral(b);
+  if (ints && compare_numbers(b, Value(0)) >= 0) {
+    if (b.is_big_int()) {  // only 0, 1 and -1 survive a huge exponent
+      const int64_t base = a.is_big_int() ? 2 : integral(a);
+      if (base == 0 || base == 1) return Value(base);
+      if (base == -1) return Value(b.as_big_int().to_string().back() % 2 == 0 ? 1 : -1);
+      fail("integer result too large (more than 4300 digits)");
+    }
+    if (!a.is_big_int()) {  // square-and-multiply while int64 holds
+      int64_t base = integral(a), r = 1;
+      bool overflow = false;
+      for (int64_t e = integral(b); e > 0 && !overflow; e >>= 1) {
+        if (e & 1) overflow = __builtin_mul_overflow(r, base, &r);
+        if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+      }
+      if (!overflow) return Value(r);
+    }
+    return Value(BigInt::pow(a.as_big_int(), static_cast<uint64_t>(integral(b))));
+  }
+  const double x = a.to_double(), y = b.to_double();
+  if (x == 0.0 && y < 0) fail("0.0 cannot be raised to a negative power");
+  return Value(std::pow(x, y));
+}
+
+// CPython's float_divmod: the remainder takes the divisor's sign.
+void float_divmod(double x, double y, double& floordiv, double& mod) {
+  mod = std::fmod(x, y);
+  double div = (x - mod) / y;
+  if (mod != 0.0) {
+    if ((y < 0) != (mod < 0)) {
+      mod += y;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, y);
+  }
+  if (div != 0.0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  } else {
+    floordiv = std::copysign(0.0, x / y);
+  }
+}
+
+// Python's int / int: the double nearest the exact quotient. Small ints convert exactly, so one
+// division rounds once; larger ones divide to a quotient of 66+ bits whose last bit is sticky
+// (set when the remainder is not zero), which the conversion to double then rounds once.
+double int_true_divide(const Value& a, const Value& b) {
+  const BigInt x = a.as_big_int(), y = b.as_big_int();
+  if (x.bit_length() <= 53 && y.bit_length() <= 53) return a.to_double() / b.to_double();
+  const bool negative = x.negative() != y.negative();
+  const BigInt ax = x.negative() ? -x : x, ay = y.negative() ? -y : y;
+  const auto diff = static_cast<int64_t>(ax.bit_length()) - static_cast<int64_t>(ay.bit_length());
+  if (diff > 1100) fail("integer division result too large for a float");
+  if (diff < -1100) return negative ? -0.0 : 0.0;  // below the smallest double
+  const int64_t shift = 66 - diff;                 // |shift| <= 1166: bounded sizes
+  const BigInt num = shift > 0 ? BigInt::shift_left(ax, static_cast<size_t>(shift)) : ax;
+  const BigInt den = shift < 0 ? BigInt::shift_left(ay, static_cast<size_t>(-shift)) : ay;
+  BigInt q, r;
+  BigInt::divmod_floor(num, den, q, r);
+  q = BigInt::shift_left(q, 1);
+  if (!r.is_zero()) q = q + BigInt(1);
+  const double magnitude = std::ldexp(q.to_double(), static_cast<int>(-shift - 1));
+  if (std::isinf(magnitude)) fail("integer division result too large for a float");
+  return negative ? -magnitude : magnitude;
+}
+
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const bool ints = is_integral(a) && is_integral(b);
   if (op == "/") {
-    if (b.to_double() == 0.0) fail("division by zero");
+    if (!b.truthy()) fail("division by zero");
+    if (ints) return Value(int_true_divide(a, b));
     return Value(a.to_double() / b.to_double());
   }
   if (op == "//" || op == "%") {
-    if (b.to_double() == 0.0)
-      fail(op == "%" ? "integer modulo by zero" : "integer division by zero");
-    if (ints) {
-      const int64_t x = integral(a), y = integral(b);
-      int64_t q = x / y;
-      if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
-      return op == "//" ? Value(q) : Value(x - q * y);
-    }
-    const double x = a.to_double(), y = b.to_double();
-    const double q = std::floor(x / y);
-    return op == "//" ? Value(q) : Value(x - q * y);
+    if (!b.truthy())
+      fail(ints ? (op == "%" ? "integer modulo by zero" : "integer division or modulo by zero")
+                : (op == "%" ? "float modulo" : "float floor division by zero"));
+    if (ints) return integer_arithmetic(op, a, b);
+    double floordiv = 0, mod = 0;
+    float_divmod(a.to_double(), b.to_double(), floordiv, mod);
+    return op == "//" ? Value(floordiv) : Value(mod);
   }
-  if (op == "**") {
-    if (ints && integral(b) >= 0) {  // square-and-multiply; Python's ints never overflow, ours do
-      int64_t base = integral(a), r = 1;
-      for (int64_t e = integral(b); e > 0; e >>= 1) {
-        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) fail("integer overflow");
-        if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow");
-      }
-      return Value(r);
-    }
-    return Value(std::pow(a.to_double(), b.to_double()));
-  }
-  if (ints) {
-    const int64_t x = integral(a), y = integral(b);
-    int64_t r = 0;
-    const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
-                          : op == "-" ? __builtin_sub_overflow(x, y, &r)
-                                      : __builtin_mul_overflow(x, y, &r);
-    if (overflow) fail("integer overflow");
-    return Value(r);
-  }
+  if (op == "**") return power(a, b);
+  if (ints) return integer_arithmetic(op, a, b);
   const double x = a.to_double(), y = b.to_double();
   return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
 }
 
-// Python's ordering for <, <=, >, >= (numbers, strings, lists/tuples elementwise).
-int order(const Value& a, const Value& b, const std::string& op) {
-  if (a.is_number() && b.is_number()) {
-    const double x = a.to_double(), y = b.to_double();
-    return x < y ? -1 : x > y ? 1 : 0;
-  }
+// Python's ordering for <, <=, >, >= (numbers, strings, lists/tuples elementwise); 2 means
+// "unordered" (a NaN), for which every comparison is false.
+int order(const Value& a, const Value& b, const std::string& op, int level = 1) {
+  if (a.is_number() && b.is_number()) return compare_numbers(a, b);
   if (a.is_string() && b.is_string())
     return a.as_string().compare(b.as_string()) < 0 ? -1 : a.as_string() == b.as_string() ? 0 : 1;
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_lazy() && !b.is_lazy()) {
+    check_walk_level(level);
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-      if (!x[i].equals(y[i])) return order(x[i], y[i], op);
+      if (!x[i].equals_at(y[i], level + 1)) return order(x[i], y[i], op, level + 1);
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
   if (a.is_undefined()) fail_undefined(a);
@@ -119,7 +197,10 @@ bool contains(const Value& container, const Value& item) {
       if (x.equals(item)) return true;
     return false;
   }
-  if (container.is_dict()) return item.is_string() && container.as_dict().find(item.as_string());
+  if (container.is_dict()) {
+    item.check_hashable();
+    return container.as_dict().find(item) != nullptr;
+  }
   if (container.is_undefined()) return false;
   fail("argument of type '" + container.type_name() + "' is not iterable");
 }
@@ -143,39 +224,6 @@ int64_t clamp_bound(const Value& v, int64_t length, int64_t step, bool is_start)
 
 }  // namespace
 
-std::string percent_format(const std::string& fmt, const ValueList& args) {
-  std::string out;
-  size_t next = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') {
-      out += fmt[i];
-      continue;
-    }
-    if (++i >= fmt.size()) fail("incomplete format");
-    const char spec = fmt[i];
-    if (spec == '%') {
-      out += '%';
-      continue;
-    }
-    if (spec != 's' && spec != 'r' && spec != 'd' && spec != 'i')
-      fail(std::string("unsupported format character '") + spec + "'");
-    if (next >= args.size()) fail("not enough arguments for format string");
-    const Value& x = args[next++];
-    if (spec == 's') {
-      out += x.str();
-    } else if (spec == 'r') {
-      out += x.repr();
-    } else {
-      if (!x.is_number())
-        fail("%" + std::string(1, spec) + " format: a real number is required, not " +
-             x.type_name());
-      out += std::to_string(x.is_float() ? static_cast<int64_t>(x.as_float()) : integral(x));
-    }
-  }
-  if (next < args.size()) fail("not all arguments converted during string formatting");
-  return out;
-}
-
 void fail_undefined(const Value& undefined) {
   const std::string& hint = undefined.undefined_name();
   fail(hint.empty() ? "value is undefined" : hint);
@@ -187,6 +235,7 @@ Value unary(const std::string& op, const Value& v) {
   if (!v.is_number()) fail("bad operand type for unary " + op + ": '" + v.type_name() + "'");
   if (op == "+") return v.is_bool() ? Value(integral(v)) : v;
   if (v.is_float()) return Value(-v.as_float());
+  if (v.is_big_int() || integral(v) == INT64_MIN) return Value(-v.as_big_int());
   return Value(-integral(v));
 }
 
@@ -213,8 +262,7 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
       fail("can't multiply sequence by non-int of type '" +
            (a.is_string() || a.is_list() ? b : a).type_name() + "'");
   }
-  if (op == "%" && a.is_string())
-    return Value(percent_format(a.as_string(), b.is_tuple() ? b.as_list().items : ValueList{b}));
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
   unsupported(op, a, b);
 }
 
@@ -224,6 +272,7 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
   if (op == "in") return contains(b, a);
   if (op == "not in") return !contains(b, a);
   const int c = order(a, b, op);
+  if (c == 2) return false;  // NaN: unordered
   if (op == "<") return c < 0;
   if (op == "<=") return c <= 0;
   if (op == ">") return c > 0;
@@ -234,6 +283,8 @@ Value get_item(const Value& obj, const Value& key) {
   if (obj.is_undefined()) fail_undefined(obj);
   if (obj.is_lazy())  // jinja2 turns the TypeError into an undefined value
     return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
+  if ((obj.is_list() || obj.is_string()) && key.is_big_int())
+    return Value::undefined(obj.type_name() + " object has no element " + key.repr());
   if ((obj.is_list() || obj.is_string()) && is_integral(key)) {
     const bool is_str = obj.is_string();
     const std::vector<std::string> chars =
@@ -246,8 +297,8 @@ Value get_item(const Value& obj, const Value& key) {
     return is_str ? Value(chars[static_cast<size_t>(i)])
                   : obj.as_list().items[static_cast<size_t>(i)];
   }
-  if (obj.is_dict() && key.is_string()) {
-    if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
+  if (obj.is_dict()) {
+    if (const Value* v = obj.as_dict().find(key)) return *v;
   }
   if (key.is_string()) return get_attribute(obj, key.as_string());
   return Value::undefined(object_type_repr(obj) + " has no element " + key.repr());

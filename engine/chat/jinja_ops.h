@@ -11,7 +11,7 @@ namespace rill::jinja {
 
 /// "not", "-", "+".
 Value unary(const std::string& op, const Value& v);
-/// "+", "-", "*", "/", "//", "%", "**", "~".
+/// "+", "-", "*", "/", "//", "%", "**", "~". Ints never overflow (BigInt).
 Value binary(const std::string& op, const Value& a, const Value& b);
 /// "==", "!=", "<", "<=", ">", ">=", "in", "not in".
 bool compare(const std::string& op, const Value& a, const Value& b);
@@ -23,8 +23,11 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 Value get_attribute_checked(const Value& obj, const std::string& name);
 /// callee(args): raises when callee is not callable.
 Value call(const Value& callee, CallArgs& args);
-/// Python's `fmt % args` for the conversions templates use: %s %r %d %i %%.
-std::string percent_format(const std::string& fmt, const ValueList& args);
+/// Python's printf-style `fmt % args`: %(key)s mapping keys, flags "-+ #0", width and
+/// precision (also *), conversions d i u o x X e E f F g G c s r a %. `args` is the right
+/// operand: a tuple supplies the arguments, a dict serves %(key) lookups, anything else is the
+/// single argument.
+std::string percent_format(const std::string& fmt, const Value& args);
 /// Raises jinja2's UndefinedError for an undefined value.
 [[noreturn]] void fail_undefined(const Value& undefined);
 

@@ -1,7 +1,8 @@
-// Jinja parser: tokens -> syntax tree. Supports the statements chat templates use (for with
-// else / loop filter / tuple targets, if/elif/else, set incl. namespace attributes and block
-// set, macro, break/continue, generation, filter blocks) and jinja2's expression grammar and
-// precedence. Anything else fails with a TemplateError naming the line.
+// Jinja statement parser: tokens -> syntax tree. Supports the statements chat templates use:
+// for (with else, loop filter, tuple targets, recursive), if/elif/else, set (names, namespace
+// attributes, tuples, blocks with filters), macro, call blocks, with, break/continue,
+// generation, filter blocks; {% raw %} is handled by the lexer. Anything else fails with a
+// TemplateError naming the line.
 #pragma once
 
 #include <string>

@@ -116,6 +116,13 @@ bool t_upper(const Value& v, const CallArgs&) {
 bool t_escaped(const Value&, const CallArgs&) {
   return false;
 }
+// `name is filter` / `name is test`: whether a filter / test of that name exists.
+bool t_filter(const Value& v, const CallArgs&) {
+  return v.is_string() && is_filter(v.as_string());
+}
+bool t_test(const Value& v, const CallArgs&) {
+  return v.is_string() && is_test(v.as_string());
+}
 
 const std::unordered_map<std::string, TestFn>& tests() {
   static const std::unordered_map<std::string, TestFn> kTests = {
@@ -156,6 +163,8 @@ const std::unordered_map<std::string, TestFn>& tests() {
       {"lower", t_lower},
       {"upper", t_upper},
       {"escaped", t_escaped},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   return kTests;
 }
@@ -168,7 +177,7 @@ bool is_test(const std::string& name) {
 
 bool apply_test(const std::string& name, const Value& operand, const CallArgs& args) {
   auto it = tests().find(name);
-  if (it == tests().end()) fail("no test named '" + name + "'");
+  if (it == tests().end()) fail("No test named '" + name + "' found.");
   return it->second(operand, args);
 }
 

@@ -21,7 +21,7 @@ const char* dtype_name(DType t);  // "float32", "float16", "bfloat16", "float8_e
 DType parse_dtype(const std::string& name);
 
 /// Element type of the KV cache: the model's compute dtype (`auto`), or fp8 e4m3 with per-tensor
-/// scales of 1 (`fp8`, vLLM's --kv-cache-dtype fp8; engine/fp8.h), half the bytes per token.
+/// scales of 1 (`fp8`, vLLM's --kv-cache-dtype fp8; engine/model/fp8.h), half the bytes per token.
 enum class KvCacheDType { kAuto, kFp8E4M3 };
 KvCacheDType parse_kv_cache_dtype(
     const std::string& name);  // "auto" | "fp8"; throws kInvalidArgument

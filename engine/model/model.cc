@@ -15,35 +15,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-GenerationDefaults load_generation_config(const fs::path& file) {
-  GenerationDefaults g;
-  if (!fs::exists(file)) return g;
-  json j;
-  try {
-    std::ifstream in(file);
-    j = json::parse(in);
-    g.do_sample = j.value("do_sample", false);
-    if (j.contains("temperature") && j["temperature"].is_number()) g.temperature = j["temperature"].get<float>();
-    if (j.contains("top_k") && j["top_k"].is_number()) g.top_k = j["top_k"].get<int>();
-    if (j.contains("top_p") && j["top_p"].is_number()) g.top_p = j["top_p"].get<float>();
-    if (j.contains("min_p") && j["min_p"].is_number()) g.min_p = j["min_p"].get<float>();
-    if (j.contains("repetition_penalty") && j["repetition_penalty"].is_number())
-      g.repetition_penalty = j["repetition_penalty"].get<float>();
-    if (j.contains("max_new_tokens") && j["max_new_tokens"].is_number_integer())
-      g.max_new_tokens = j["max_new_tokens"].get<int>();
-    if (j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) g.eos_token_ids.push_back(e.get<int>());
-      if (e.is_array())
-        for (const auto& x : e)
-          if (x.is_number_integer()) g.eos_token_ids.push_back(x.get<int>());
-    }
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::kInvalidArgument, file.string() + ": " + e.what());
-  }
-  return g;
-}
-
 Model load_hf(const fs::path& dir) {
   Model m;
   m.path = dir;
@@ -72,6 +43,46 @@ Model load_llama2c_model(const fs::path& bin) {
 }
 
 }  // namespace
+
+GenerationDefaults load_generation_config(const fs::path& file) {
+  GenerationDefaults g;
+  if (!fs::exists(file)) return g;
+  json j;
+  try {
+    std::ifstream in(file);
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument, file.string() + ": " + e.what());
+  }
+  if (!j.is_object())
+    throw Error(ErrorCode::kInvalidArgument, file.string() + ": expected a JSON object");
+  const bool greedy =
+      j.contains("do_sample") && j["do_sample"].is_boolean() && !j["do_sample"].get<bool>();
+  try {
+    for (const SamplingField& f : sampling_fields()) {
+      if (!f.in_generation_config || !j.contains(f.name) || !j[f.name].is_number()) continue;
+      // Greedy decoding ignores the kept-set fields; penalties still apply.
+      if (greedy && std::string_view(f.name) != "repetition_penalty") continue;
+      const json& v = j[f.name];
+      g.sampling.set(f, v.is_number_unsigned()  ? SamplingNumber(v.get<uint64_t>())
+                        : v.is_number_integer() ? SamplingNumber(v.get<int64_t>())
+                                                : SamplingNumber(v.get<double>()));
+    }
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, file.string() + ": " + e.what());
+  }
+  if (greedy) g.sampling.set(*find_sampling_field("temperature"), 0.0);
+  if (j.contains("max_new_tokens") && j["max_new_tokens"].is_number_integer())
+    g.max_new_tokens = j["max_new_tokens"].get<int>();
+  if (j.contains("eos_token_id")) {
+    const auto& e = j["eos_token_id"];
+    if (e.is_number_integer()) g.eos_token_ids.push_back(e.get<int>());
+    if (e.is_array())
+      for (const auto& x : e)
+        if (x.is_number_integer()) g.eos_token_ids.push_back(x.get<int>());
+  }
+  return g;
+}
 
 std::vector<int> Model::stop_token_ids() const {
   std::vector<int> ids = config.eos_token_ids;

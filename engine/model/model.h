@@ -8,21 +8,26 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/model_weights.h"
+#include "engine/runner/sampling_fields.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {
 
-/// Sampling defaults from generation_config.json (what transformers' generate would use).
+/// The model's generation defaults from generation_config.json, vLLM's --generation-config
+/// "auto": the sampling fields it sets (those of sampling_fields() marked in_generation_config:
+/// temperature, top_k, top_p, min_p, repetition_penalty), applied to every request that leaves
+/// them unset, below a server override (resolve_sampling_defaults). `"do_sample": false` makes
+/// greedy the default (temperature 0; its top_k / top_p / min_p are then not applied), as in
+/// transformers; absent, the values apply as given, as in vLLM.
 struct GenerationDefaults {
-  bool do_sample = false;
-  float temperature = 1.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  std::optional<int> max_new_tokens;
+  SamplingOverrides sampling;
+  std::optional<int> max_new_tokens;  // read for completeness; max_tokens defaults are per endpoint
   std::vector<int> eos_token_ids;
 };
+
+/// Reads a generation_config.json. A missing file gives empty defaults; a malformed one, or a
+/// sampling value out of its range, throws kInvalidArgument naming the file and the key.
+GenerationDefaults load_generation_config(const std::filesystem::path& file);
 
 struct Model {
   std::filesystem::path path;

@@ -4,23 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/error.h"
 #include "rill/kernels/philox.h"
 
 namespace rill {
-
-void SamplingParams::validate() const {
-  auto bad = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); };
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) bad("temperature must be >= 0");
-  if (top_k < 0) bad("top_k must be >= 0");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p must be in (0, 1]");
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p must be in [0, 1]");
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) bad("repetition_penalty must be > 0");
-  if (!std::isfinite(presence_penalty) || presence_penalty < -2.0f || presence_penalty > 2.0f)
-    bad("presence_penalty must be in [-2, 2]");
-  if (!std::isfinite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f)
-    bad("frequency_penalty must be in [-2, 2]");
-}
 
 SamplerState SamplerState::resumed(std::span<const int32_t> generated) {
   SamplerState s;

@@ -1,4 +1,6 @@
 // Sampling parameters of one request, and the CPU sampler (the reference for the GPU sampler).
+// Every member has its row in sampling_fields() (sampling_fields.h): name, range, default, docs;
+// the front ends, the tools and validation derive from that table.
 //
 // Order, as in vLLM: repetition / frequency / presence penalties on the logits, then
 // temperature, then the kept set {p >= tau} with tau the largest of the top-k, top-p (computed
@@ -15,9 +17,11 @@
 
 namespace rill {
 
+/// The defaults are OpenAI's; a request starts from the server's (sampling_fields.h,
+/// resolve_sampling_defaults).
 struct SamplingParams {
   float temperature = 1.0f;         // 0: greedy
-  int top_k = 0;                    // 0: off
+  int32_t top_k = 0;                // 0: off
   float top_p = 1.0f;               // 1: off
   float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off; over prompt and generated tokens
@@ -29,7 +33,8 @@ struct SamplingParams {
   bool has_penalties() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
   }
-  /// Throws kInvalidArgument naming the first out-of-range field.
+  /// Throws FieldError (kInvalidArgument) naming the first field out of its range in
+  /// sampling_fields() (defined in sampling_fields.cc, beside the table).
   void validate() const;
 };
 

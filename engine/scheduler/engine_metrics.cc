@@ -49,6 +49,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
       sessions_active(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "active"}})),
       sessions_idle(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "idle"}})),
       sessions_offloaded(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "offloaded"}})),
+      sessions_new(r.gauge("rill_sessions", "Live sessions, by state.", {{"state", "new"}})),
       session_offloads(r.counter("rill_session_offloads_total",
                                  "Idle session caches copied from the KV pool to host memory.")),
       session_restores(r.counter("rill_session_restores_total",

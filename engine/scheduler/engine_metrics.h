@@ -28,9 +28,10 @@ struct EngineMetrics {
   Gauge& requests_waiting;
   Gauge& kv_cache_usage;             // ratio of KV blocks in use
   // Sessions (session.h).
-  Gauge& sessions_active;            // a turn queued or running
+  Gauge& sessions_active;            // a turn admitted (prefilling or decoding)
   Gauge& sessions_idle;              // between turns, cache in the KV pool
   Gauge& sessions_offloaded;         // between turns, cache in host memory
+  Gauge& sessions_new;               // no turn admitted yet: no cache
   Counter& session_offloads;
   Counter& session_restores;
   Histogram& session_offload_time;   // seconds of device copy per offload

@@ -21,7 +21,13 @@ namespace rill {
 using Clock = std::chrono::steady_clock;
 
 struct Request {
-  std::string id;                // client-visible; unique among live requests (empty: assigned)
+  std::string id;  // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
+                   // among live requests (empty: assigned, "req-" + 32 random hex digits)
+  /// Who may name `id` (ServingEngine::cancel). Empty: the id is unguessable (assigned by the
+  /// engine or a front end), and holding it is the right to cancel. Otherwise the id is the
+  /// client's own and only a caller in this scope (a front end's notion: the gRPC connection)
+  /// finds it; two scopes may use the same id.
+  std::string id_scope;
   std::vector<int32_t> prompt;   // token ids, BOS included where the model wants one
   SamplingParams sampling;
   CachePolicy cache;             // full, or streaming sinks + window
@@ -39,6 +45,9 @@ struct Request {
   /// A turn of this session (ServingEngine::create_session): `prompt` holds only the turn's new
   /// tokens, which the session's cache follows; its cache policy applies (`cache` is ignored).
   std::string session_id;
+  /// With session_id: the session incarnation the turn was planned against (SessionInfo); a
+  /// session that since took the id is refused (kNotFound). 0: whichever has the id.
+  uint64_t session_incarnation = 0;
 };
 
 /// Generated tokens as they are produced: several ids when the consumer fell behind.

@@ -10,9 +10,6 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
-constexpr size_t kMaxStopStrings = 16;
-constexpr size_t kMaxStopStringBytes = 256;
-
 void validate_cache(const CachePolicy& cache, int64_t prompt, const KvCacheManager& kv, int kv_blocks_total,
                     const SchedulerConfig& c) {
   if (cache.is_streaming()) {

@@ -10,6 +10,10 @@
 
 namespace rill {
 
+/// Stop strings a request may carry, and their length in bytes.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+
 /// Throws rill::Error(kInvalidArgument) naming the first problem. `kv` is read for its geometry
 /// only (block size, context, pool size): safe from any thread.
 void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv, int kv_blocks_total,

@@ -9,11 +9,22 @@
 
 #include "engine/scheduler/engine_loop.h"
 #include "engine/scheduler/engine_metrics.h"
+#include "engine/scheduler/ids.h"
 #include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/request_validation.h"
 #include "engine/scheduler/session_table.h"
 
 namespace rill {
+
+namespace {
+
+// The key of a live request: its id within its scope (Request::id_scope), length-prefixed so
+// that no (scope, id) pair spells another.
+std::string live_key(const std::string& scope, const std::string& id) {
+  return std::to_string(scope.size()) + ":" + scope + id;
+}
+
+}  // namespace
 
 class ServingEngine::Impl {
  public:
@@ -35,7 +46,7 @@ class ServingEngine::Impl {
     if (eos_ids_.empty() && tokenizer_.eos_id()) eos_ids_.push_back(*tokenizer_.eos_id());
     output_ = std::make_unique<OutputProcessor>(
         tokenizer_, metrics_, [this](const SequencePtr& s) { loop_->stop_string_matched(s); },
-        [this](const SequencePtr& s) { forget(s->request.id); });
+        [this](const SequencePtr& s) { forget(s->request); });
     loop_ = std::make_unique<EngineLoop>(*runner_, config_, metrics_, *output_, sessions_);
   }
 
@@ -53,7 +64,7 @@ class ServingEngine::Impl {
     auto seq = std::make_shared<Sequence>();
     std::shared_ptr<Sequence> previous_turn;
     if (!r.session_id.empty()) {
-      seq->session = sessions_.begin_turn(r.session_id, seq, previous_turn);
+      seq->session = sessions_.begin_turn(r.session_id, r.session_incarnation, seq, previous_turn);
       r.cache = seq->session->options.cache;
     }
     try {
@@ -74,8 +85,8 @@ class ServingEngine::Impl {
 
   SessionInfo session_info(const std::string& id) const { return sessions_.info(id, Clock::now()); }
 
-  bool close_session(const std::string& id) {
-    const SessionPtr s = sessions_.close(id);
+  bool close_session(const std::string& id, uint64_t incarnation) {
+    const SessionPtr s = sessions_.close(id, incarnation);
     if (!s) return false;
     std::shared_ptr<Sequence> turn;
     {
@@ -87,11 +98,12 @@ class ServingEngine::Impl {
     return true;
   }
 
-  bool cancel(const std::string& id) {
+  bool cancel(const std::string& id, const std::string& scope) {
     std::shared_ptr<RequestChannel> ch;
     {
       std::lock_guard lock(mu_);
-      auto it = live_.find(id);
+      auto it = live_.find(live_key(scope, id));
+      if (it == live_.end() && !scope.empty()) it = live_.find(live_key({}, id));
       if (it == live_.end()) return false;
       ch = it->second;
     }
@@ -129,6 +141,7 @@ class ServingEngine::Impl {
   // Validates and queues a request (`seq` is fresh, its session set for a turn).
   RequestHandle queue(Request r, SequencePtr seq, EventNotifier notify) {
     try {
+      if (!r.id.empty()) check_id_length(r.id, "request id");
       validate_request(r, runner_->config(), runner_->kv(), kv_blocks_total_, config_);
     } catch (const Error&) {
       metrics_.requests_rejected("invalid").add();
@@ -144,13 +157,18 @@ class ServingEngine::Impl {
                                 std::to_string(config_.max_queued_requests) + ")",
                             retry);
     }
+    if (r.id.empty()) {
+      r.id = random_id("req-");
+      r.id_scope.clear();
+    }
     const auto now = Clock::now();
     {
       std::lock_guard lock(mu_);
-      if (r.id.empty()) r.id = "req-" + std::to_string(++next_id_);
-      if (live_.count(r.id)) throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
+      const std::string key = live_key(r.id_scope, r.id);
+      if (live_.count(key))
+        throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
       seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
-      live_.emplace(r.id, seq->channel);
+      live_.emplace(key, seq->channel);
       seq->order = next_order_++;
     }
     seq->arrival = now;
@@ -163,9 +181,9 @@ class ServingEngine::Impl {
     return handle;
   }
 
-  void forget(const std::string& id) {
+  void forget(const Request& r) {
     std::lock_guard lock(mu_);
-    live_.erase(id);
+    live_.erase(live_key(r.id_scope, r.id));
   }
 
   EngineMetrics metrics_;
@@ -174,10 +192,10 @@ class ServingEngine::Impl {
   std::unique_ptr<OutputProcessor> output_;
   std::unique_ptr<EngineLoop> loop_;
   std::atomic<bool> draining_{false};
-  std::mutex mu_;  // live_, ids
-  std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;
+  std::mutex mu_;                                                          // live_, next_order_
+  std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;  // by live_key
   SessionTable sessions_;
-  uint64_t next_id_ = 0, next_order_ = 0;
+  uint64_t next_order_ = 0;
 };
 
 ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config,
@@ -189,10 +207,14 @@ ServingEngine::~ServingEngine() = default;
 RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
   return impl_->submit(std::move(request), std::move(notify));
 }
-bool ServingEngine::cancel(const std::string& id) { return impl_->cancel(id); }
+bool ServingEngine::cancel(const std::string& id, const std::string& scope) {
+  return impl_->cancel(id, scope);
+}
 SessionInfo ServingEngine::create_session(SessionOptions options) { return impl_->create_session(std::move(options)); }
 SessionInfo ServingEngine::session_info(const std::string& id) const { return impl_->session_info(id); }
-bool ServingEngine::close_session(const std::string& id) { return impl_->close_session(id); }
+bool ServingEngine::close_session(const std::string& id, uint64_t incarnation) {
+  return impl_->close_session(id, incarnation);
+}
 EngineStats ServingEngine::stats() const { return impl_->stats(); }
 bool ServingEngine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
 const ModelConfig& ServingEngine::model_config() const { return impl_->runner_->config(); }

@@ -37,11 +37,13 @@ class ServingEngine {
   /// draining. `notify` (may be empty) runs on an engine thread
   /// whenever events are ready for the handle.
   RequestHandle submit(Request request, EventNotifier notify = {});
-  /// Cancels a live request by id; false when no live request has it.
-  bool cancel(const std::string& id);
+  /// Cancels the live request `id` of `scope` (Request::id_scope), or with an unscoped
+  /// (unguessable, assigned) id, from any scope; false when no such live request exists.
+  bool cancel(const std::string& id, const std::string& scope = {});
 
   /// Creates a session whose turns are submitted with Request::session_id. Throws
-  /// kInvalidArgument for a policy that is not streaming or over the limits, or an id in use;
+  /// kInvalidArgument for a policy that is not streaming or over the limits, an id in use or over
+  /// kMaxIdBytes;
   /// kResourceExhausted at SchedulerConfig::max_sessions; kUnavailable while draining.
   /// A turn submitted while the session's previous turn runs is refused (kFailedPrecondition);
   /// one for an unknown or expired session gets kNotFound (the message says "expired" and why).
@@ -49,8 +51,9 @@ class ServingEngine {
   /// The session's state now; kNotFound as for a turn.
   SessionInfo session_info(const std::string& id) const;
   /// Ends a session: cancels its running turn and frees its cache (GPU or host). False when no
-  /// live session has the id.
-  bool close_session(const std::string& id);
+  /// live session has the id, or with `incarnation` (SessionInfo; 0: any) when the session that
+  /// has it now is another one (created after that one was closed).
+  bool close_session(const std::string& id, uint64_t incarnation = 0);
 
   EngineStats stats() const;
   /// Stops admitting requests (submit refuses), waits up to `timeout` for the running and queued

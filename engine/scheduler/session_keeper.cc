@@ -36,6 +36,7 @@ bool SessionKeeper::movable(const SessionPtr& s) const {
 }
 
 void SessionKeeper::turn_started(const SessionPtr& s) {
+  erase(new_, s);
   erase(idle_, s);
   if (std::erase(parked_, s) > 0) metrics_.session_restores.add();  // the planner restored it
   ++active_;
@@ -46,7 +47,11 @@ void SessionKeeper::turn_started(const SessionPtr& s) {
 void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_point now) {
   const SessionPtr& s = turn.session;
   recheck_budget_ = true;
-  if (turn.runner_id < 0) {  // never admitted: the session is as it was
+  if (turn.runner_id < 0) {  // never admitted: the session is as it was, idle from now
+    {
+      std::lock_guard lock(table_.mutex());
+      s->last_active = now;
+    }
     if (s->closed) {
       release(s);
     } else if (!s->offloaded && s->runner_id >= 0 && std::erase(parked_, s) > 0) {
@@ -78,6 +83,7 @@ void SessionKeeper::turn_ended(Sequence& turn, FinishReason reason, Clock::time_
 }
 
 void SessionKeeper::release(SessionPtr s) {  // by value: `s` may be an element of the lists
+  erase(new_, s);
   erase(idle_, s);
   erase(parked_, s);
   if (s->runner_id >= 0) runner_.remove_sequence(s->runner_id);
@@ -144,6 +150,8 @@ bool SessionKeeper::reclaim(int blocks, const SessionState* keep) {
 }
 
 void SessionKeeper::maintain(Clock::time_point now) {
+  // Created before closed: a session closed right after its creation is adopted, then freed.
+  for (SessionPtr& s : table_.take_created()) new_.push_back(std::move(s));
   for (const SessionPtr& s : table_.take_closed()) {
     bool turn_live = false;
     {
@@ -155,7 +163,7 @@ void SessionKeeper::maintain(Clock::time_point now) {
   if (now >= next_ttl_check_) {
     next_ttl_check_ = now + kTtlCheckInterval;
     std::vector<SessionPtr> stale;
-    for (const auto* list : {&idle_, &parked_})
+    for (const auto* list : {&new_, &idle_, &parked_})
       for (const SessionPtr& s : *list)
         if (now - s->last_active > config_.session_idle_ttl && movable(s)) stale.push_back(s);
     for (const SessionPtr& s : stale)
@@ -171,12 +179,14 @@ void SessionKeeper::maintain(Clock::time_point now) {
   }
   for (const KvTransfer& t : runner_.completed_transfers())
     (t.restore ? metrics_.session_restore_time : metrics_.session_offload_time).observe(t.seconds);
+  metrics_.sessions_new.set(static_cast<double>(new_.size()));
   metrics_.sessions_active.set(active_);
   metrics_.sessions_idle.set(static_cast<double>(idle_.size()));
   metrics_.sessions_offloaded.set(static_cast<double>(parked_.size()));
 }
 
 void SessionKeeper::clear() {
+  new_.clear();  // nothing to free: no runner sequence yet
   for (const auto* list : {&idle_, &parked_}) {
     const std::vector<SessionPtr> copy = *list;
     for (const SessionPtr& s : copy) release(s);

@@ -1,7 +1,10 @@
-// Where idle sessions' caches live (loop thread). Between turns a session keeps its runner
+// Where idle sessions' caches live (loop thread). Every live session is in exactly one of four
+// places: new (no cache yet: created, no turn admitted), active (a turn admitted), idle (cache
+// in the KV pool) or offloaded (cache in host memory). Between turns a session keeps its runner
 // sequence: in the KV pool while idle sessions hold at most session_gpu_fraction of it, else the
 // least recently used are offloaded to the runner's host memory, and dropped (expired) when that
-// is full too; a session idle past session_idle_ttl expires wherever it is. An admission that
+// is full too; a session idle past session_idle_ttl (from its last turn's end, or its creation
+// when it has had none) expires wherever it is, new ones included. An admission that
 // lacks blocks reclaims idle caches the same way, offloading sessions whose next turn is queued
 // too. A session whose turn is queued is never dropped; one whose turn runs is never moved.
 #pragma once
@@ -28,8 +31,8 @@ class SessionKeeper {
   /// the runner sequence, with the turn's last sample as `pending` unless a step in flight feeds
   /// it; a closed session or a failed turn frees it.
   void turn_ended(Sequence& turn, FinishReason reason, Clock::time_point now);
-  /// Each loop iteration: frees closed sessions, expires idle ones past the TTL, keeps idle
-  /// caches within the pool budget, records finished transfers and the gauges.
+  /// Each loop iteration: takes in new sessions, frees closed ones, expires idle ones past the
+  /// TTL, keeps idle caches within the pool budget, records finished transfers and the gauges.
   void maintain(Clock::time_point now);
   /// Frees at least `blocks` pool blocks held by idle sessions (not `keep`, the one being
   /// admitted), least recently used first; true when it freed any.
@@ -51,6 +54,7 @@ class SessionKeeper {
   const SchedulerConfig& config_;
   EngineMetrics& metrics_;
   SessionTable& table_;
+  std::vector<SessionPtr> new_;     // no cache yet (no turn admitted), oldest first
   std::vector<SessionPtr> idle_;    // caches in the pool, least recently used first
   std::vector<SessionPtr> parked_;  // caches in host memory, least recently used first
   int active_ = 0;                  // sessions with an admitted turn

@@ -20,6 +20,7 @@ struct Sequence;
 struct SessionState {
   // Immutable after creation.
   SessionOptions options;  // id assigned
+  uint64_t incarnation = 0;  // unique among all sessions created (SessionInfo::incarnation)
   KvGeometry geometry;
 
   // Shared: guarded by SessionTable's mutex.
@@ -28,7 +29,8 @@ struct SessionState {
   int64_t turns = 0;
   int64_t tokens_seen = 0;  // its stream length after the last finished turn
   SessionResidence residence = SessionResidence::kNone;
-  Clock::time_point last_active;  // the end of its last turn (its creation before)
+  Clock::time_point last_active;  // the end of its last turn (its creation before): the idle TTL
+                                  // counts from here
 
   // Loop-owned.
   SeqId runner_id = -1;            // its runner sequence, kept between turns (-1: none yet)

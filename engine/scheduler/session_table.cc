@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "engine/scheduler/ids.h"
 #include "engine/scheduler/sequence.h"
 
 namespace rill {
@@ -23,6 +24,7 @@ const char* session_residence_name(SessionResidence r) {
 }
 
 const SessionPtr& SessionTable::live(const std::string& id) const {
+  check_id_length(id, "session id");  // never a live id; keeps the messages below short
   auto it = live_.find(id);
   if (it != live_.end()) return it->second;
   auto ex = expired_.find(id);
@@ -44,25 +46,35 @@ SessionPtr SessionTable::create(SessionOptions options, const KvGeometry& geomet
                     std::to_string(max_sessions_) +
                     "); close idle ones with DELETE /v1/sessions/{id}");
   if (options.id.empty()) {
-    do options.id = "sess-" + std::to_string(++next_id_);
+    // 128 random bits: a collision with a live or remembered id is never expected; retried all
+    // the same, since ids must be unique.
+    do options.id = random_id("sess-");
     while (live_.count(options.id) || expired_.count(options.id));
-  } else if (live_.count(options.id)) {
-    throw Error(ErrorCode::kInvalidArgument, "session id " + options.id + " is already in use");
+  } else {
+    check_id_length(options.id, "session id");
+    if (live_.count(options.id))
+      throw Error(ErrorCode::kInvalidArgument, "session id " + options.id + " is already in use");
   }
   auto s = std::make_shared<SessionState>();
   s->options = std::move(options);
+  s->incarnation = ++last_incarnation_;
   s->geometry = geometry;
   s->last_active = now;
   expired_.erase(s->options.id);  // a reused id is live again
   live_.emplace(s->options.id, s);
+  created_.push_back(s);
   return s;
 }
 
-SessionPtr SessionTable::begin_turn(const std::string& id, const std::shared_ptr<Sequence>& turn,
+SessionPtr SessionTable::begin_turn(const std::string& id, uint64_t incarnation,
+                                    const std::shared_ptr<Sequence>& turn,
                                     std::shared_ptr<Sequence>& previous) {
   std::lock_guard lock(mu_);
   const SessionPtr& found = live(id);
   SessionState& s = *found;
+  if (incarnation != 0 && s.incarnation != incarnation)
+    throw Error(ErrorCode::kNotFound,
+                "session " + id + " was closed (a new session has the same id)");
   if (turn_running(s))
     throw Error(
         ErrorCode::kFailedPrecondition,
@@ -84,6 +96,7 @@ SessionInfo SessionTable::info(const std::string& id, Clock::time_point now) con
   const SessionState& s = *live(id);
   SessionInfo info;
   info.options = s.options;
+  info.incarnation = s.incarnation;
   info.turns = s.turns;
   info.tokens_seen = s.tokens_seen;
   const KvGeometry& g = s.geometry;
@@ -96,10 +109,11 @@ SessionInfo SessionTable::info(const std::string& id, Clock::time_point now) con
   return info;
 }
 
-SessionPtr SessionTable::close(const std::string& id) {
+SessionPtr SessionTable::close(const std::string& id, uint64_t incarnation) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return nullptr;
+  if (incarnation != 0 && it->second->incarnation != incarnation) return nullptr;
   SessionPtr s = it->second;
   s->closed = true;
   live_.erase(it);
@@ -123,6 +137,11 @@ void SessionTable::remember_expired(const std::string& id, std::string why) {
     expired_.erase(expired_order_.front());
     expired_order_.pop_front();
   }
+}
+
+std::vector<SessionPtr> SessionTable::take_created() {
+  std::lock_guard lock(mu_);
+  return std::exchange(created_, {});
 }
 
 std::vector<SessionPtr> SessionTable::take_closed() {

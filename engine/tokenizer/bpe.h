@@ -1,4 +1,4 @@
-// The BPE model of Hugging Face tokenizers (models/bpe): vocab + ranked merges, applied to
+// The BPE model of Hugging Face tokenizers (its `models::bpe`): vocab + ranked merges, applied to
 // one pre-token ("word") at a time with the exact semantics of HF's Word::merge_all: the
 // lowest-rank mergeable adjacent pair is merged first, leftmost on ties, via a priority
 // queue over a linked list of symbols (O(n log n), so SentencePiece-style tokenizers that run

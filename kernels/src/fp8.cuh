@@ -2,7 +2,7 @@
 // kernels that store K/V (rope_kv, kv_write) and read them (decode and prefill attention).
 // Stored = e4m3(saturate(x / scale)), round to nearest even (cvt.rn.satfinite.e4m3x2.f32 on
 // sm_89+); read = float(stored) * scale, where e4m3 -> fp16 -> fp32 is exact. The host encoder of
-// the CPU engine and of the tests (engine/fp8.h) gives the same bytes.
+// the CPU engine and of the tests (engine/model/fp8.h) gives the same bytes.
 #pragma once
 
 #include <cuda_fp16.h>

@@ -1,4 +1,4 @@
-// GPU sampler with the semantics of the CPU sampler (engine/sampling.cc). One CTA per row:
+// GPU sampler with the semantics of the CPU sampler (engine/runner/sampling.cc). One CTA per row:
 //
 //  1. penalties in place on the logits, and the max / argmax (greedy ends here);
 //  2. e = exp((logit - max) / T) written over the logits. The kept-set thresholds and the draw

@@ -1,4 +1,4 @@
-// The host e4m3 codec (engine/fp8.h) against hand-checked values and against a brute-force
+// The host e4m3 codec (engine/model/fp8.h) against hand-checked values and against a brute-force
 // nearest-value encoder over every midpoint and many random floats.
 #include "engine/model/fp8.h"
 

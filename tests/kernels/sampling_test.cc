@@ -1,4 +1,4 @@
-// GPU sampler against a CPU reference with the semantics of engine/sampling.cc (penalties,
+// GPU sampler against a CPU reference with the semantics of engine/runner/sampling.cc (penalties,
 // temperature, kept set {p >= tau} with tau = max(tau_k, tau_p within top-k, tau_m), inverse-CDF
 // draw in id order with philox_uniform(seed, step)), computed in double.
 //
@@ -35,7 +35,7 @@ struct Ref {
   std::vector<double> prob;  // softmax of the penalised logits / T (empty when greedy)
 };
 
-// Penalties in fp32, exactly as engine/sampling.cc applies them.
+// Penalties in fp32, exactly as engine/runner/sampling.cc applies them.
 void apply_penalties_ref(std::vector<float>& l, const SamplingRow& r, const uint8_t* seen,
                          const int32_t* counts) {
   if (r.state_slot < 0) return;

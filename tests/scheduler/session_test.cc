@@ -1,14 +1,18 @@
 // Sessions on the CPU runner: a long multi-turn session gives exactly the tokens of one
 // continuous streaming sequence fed the same turns, in constant KV memory; offloading its cache
-// to host memory between turns changes nothing; expiry, a concurrent turn, unknown sessions and
-// non-streaming policies get their documented errors; closing a session frees its blocks.
+// to host memory between turns changes nothing; expiry (never-used sessions too), a concurrent
+// turn, unknown sessions, over-long ids and non-streaming policies get their documented errors;
+// every live session is counted; closing a session frees its blocks, and a session closed and
+// created again under the same id is a new incarnation that the old one's turns never touch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "engine/scheduler/ids.h"
 #include "tests/scheduler/scheduler_test_util.h"
 
 namespace rill {
@@ -135,6 +139,27 @@ double metric(const MetricsRegistry& registry, const std::string& name) {
     if (fam.name == name) return fam.series.at(0).value;
   ADD_FAILURE() << "no metric " << name;
   return 0;
+}
+
+// The value of `name`'s series labelled state=`state` (rill_sessions).
+double sessions_in(const MetricsRegistry& registry, const std::string& state) {
+  for (const MetricFamily& fam : registry.snapshot())
+    if (fam.name == "rill_sessions")
+      for (const MetricSeries& s : fam.series)
+        for (const auto& [k, v] : s.labels)
+          if (k == "state" && v == state) return s.value;
+  ADD_FAILURE() << "no rill_sessions{state=" << state << "}";
+  return 0;
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  const auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
 }
 
 template <typename Fn>
@@ -440,6 +465,152 @@ TEST(Sessions, BadSessionsAndTurnsAreRefused) {
   error_of([&] { f.engine->submit(bad); }, ErrorCode::kInvalidArgument);
   RequestHandle ok = f.engine->submit(turn_request("x", 0, 4, {}));
   EXPECT_EQ(collect(ok).finals, 1);
+}
+
+// Regression (issue 27): a session created but never given a turn was neither counted in
+// rill_sessions nor expired, so max_sessions of them locked creation until a restart.
+TEST(Sessions, NeverUsedSessionsAreCountedAndExpireByTheIdleTtl) {
+  SchedulerConfig cfg;
+  cfg.max_sessions = 2;
+  cfg.session_idle_ttl = std::chrono::milliseconds(300);
+  EngineFixture f(cfg);
+  const std::string a = f.engine->create_session(streaming_session()).options.id;
+  const std::string b = f.engine->create_session(streaming_session()).options.id;
+  EXPECT_TRUE(eventually([&] { return sessions_in(f.metrics, "new") == 2; }));
+  error_of([&] { f.engine->create_session(streaming_session()); }, ErrorCode::kResourceExhausted);
+  // Idle since their creation: both expire by the TTL, and creation is open again.
+  for (const std::string& id : {a, b}) {
+    ASSERT_TRUE(eventually([&] {
+      try {
+        f.engine->session_info(id);
+        return false;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("expired: idle for more than 0.3 s"),
+                  std::string::npos)
+            << e.what();
+        return true;
+      }
+    })) << id;
+  }
+  EXPECT_TRUE(eventually([&] { return sessions_in(f.metrics, "new") == 0; }));
+  f.engine->create_session(streaming_session());
+  f.engine->create_session(streaming_session());
+  EXPECT_TRUE(eventually([&] { return sessions_in(f.metrics, "new") == 2; }));
+}
+
+// Every live session is in exactly one state of rill_sessions: new, active, idle or offloaded.
+TEST(Sessions, EveryLiveSessionIsCountedOnce) {
+  EngineFixture f;
+  const std::string used = f.engine->create_session(streaming_session("used")).options.id;
+  run_session(*f.engine, used, 0, 1, 4, {});
+  const std::string busy = f.engine->create_session(streaming_session("busy")).options.id;
+  RequestHandle running = f.engine->submit(turn_request(busy, 0, 100000, {}));
+  f.engine->create_session(streaming_session("unused"));
+  // {new, active, between turns (idle in the pool or offloaded)}.
+  const auto counts = [&] {
+    return std::vector<double>{
+        sessions_in(f.metrics, "new"), sessions_in(f.metrics, "active"),
+        sessions_in(f.metrics, "idle") + sessions_in(f.metrics, "offloaded")};
+  };
+  EXPECT_TRUE(eventually([&] { return counts() == std::vector<double>{1, 1, 1}; }));
+  running.cancel();
+  collect(running);
+  EXPECT_TRUE(f.engine->close_session("unused"));
+  EXPECT_TRUE(eventually([&] { return counts() == std::vector<double>{0, 0, 2}; }));
+  EXPECT_TRUE(f.engine->close_session(used));
+  EXPECT_TRUE(f.engine->close_session(busy));
+  EXPECT_TRUE(eventually([&] { return counts() == std::vector<double>{0, 0, 0}; }));
+}
+
+// Regression (issue 27): closing a session while its turn runs and creating one with the same
+// id gives a new incarnation. The old turn's end leaves it alone, a turn planned against the old
+// one is refused, and closing by the old incarnation (a gRPC Session call that created the old
+// one ending) leaves the new one open.
+TEST(Sessions, ATurnEndsOnlyTheSessionItBelongsTo) {
+  EngineFixture f;
+  const SessionInfo old_info = f.engine->create_session(streaming_session("x"));
+  run_session(*f.engine, "x", 0, 1, 4, {});
+  RequestHandle old_turn = f.engine->submit(turn_request("x", 1, 100000, {}));
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.running == 1; }));
+  EXPECT_TRUE(f.engine->close_session("x"));
+  const SessionInfo fresh = f.engine->create_session(streaming_session("x"));
+  EXPECT_NE(fresh.incarnation, old_info.incarnation);
+  EXPECT_EQ(collect(old_turn).final.reason, FinishReason::kCancelled);
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.running == 0; }));
+
+  SessionInfo now = f.engine->session_info("x");
+  EXPECT_EQ(now.incarnation, fresh.incarnation);
+  EXPECT_EQ(now.turns, 0);
+  EXPECT_EQ(now.tokens_seen, 0);
+  EXPECT_EQ(now.residence, SessionResidence::kNone);
+  EXPECT_FALSE(now.turn_running);
+
+  Request stale = turn_request("x", 0, 4, {});
+  stale.session_incarnation = old_info.incarnation;
+  const std::string msg = error_of([&] { f.engine->submit(stale); }, ErrorCode::kNotFound);
+  EXPECT_NE(msg.find("a new session has the same id"), std::string::npos) << msg;
+  EXPECT_FALSE(f.engine->close_session("x", old_info.incarnation));
+  EXPECT_EQ(f.engine->session_info("x").incarnation, fresh.incarnation);
+
+  // The new session starts its stream afresh: its first turn equals a new session's.
+  const std::vector<TurnResult> want = continuous_reference(2, 6, {});
+  Request first = turn_request("x", 0, 6, {});
+  first.session_incarnation = fresh.incarnation;
+  RequestHandle h = f.engine->submit(first);
+  EXPECT_EQ(collect(h).ids, want[0].ids);
+  EXPECT_TRUE(f.engine->close_session("x", fresh.incarnation));
+  ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0; }));
+}
+
+// For ThreadSanitizer: sessions created, used, closed and created again under the same ids on
+// several threads, with a TTL short enough that some expire meanwhile. Afterwards no session is
+// left uncounted and no block is held.
+TEST(Sessions, ConcurrentTurnsOnRecreatedIdsLeaveNothingBehind) {
+  SchedulerConfig cfg;
+  cfg.session_idle_ttl = std::chrono::milliseconds(5);
+  EngineFixture f(cfg, {.num_threads = 1, .num_blocks = 24});
+  std::atomic<int> finished{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      const std::string id = "t" + std::to_string(i % 2);  // two threads share each id
+      for (int round = 0; round < 6; ++round) {
+        try {
+          f.engine->create_session(streaming_session(id));
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();  // in use
+        }
+        try {
+          RequestHandle h = f.engine->submit(turn_request(id, round, 3 + round % 3, {}));
+          if (round % 2) f.engine->close_session(id);
+          EXPECT_EQ(collect(h).finals, 1);
+          ++finished;
+        } catch (const Error& e) {  // closed, expired or busy under the other thread
+          EXPECT_TRUE(e.code() == ErrorCode::kNotFound ||
+                      e.code() == ErrorCode::kFailedPrecondition)
+              << e.what();
+        }
+      }
+      f.engine->close_session(id);
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(finished.load(), 4);
+  for (const char* state : {"new", "active", "idle", "offloaded"})
+    EXPECT_TRUE(eventually([&] { return sessions_in(f.metrics, state) == 0; })) << state;
+  ASSERT_TRUE(wait_for(
+      *f.engine, [](const EngineStats& s) { return s.kv_blocks_used == 0 && s.running == 0; }));
+}
+
+TEST(Sessions, IdsOverTheLimitAreRefusedNamingIt) {
+  EngineFixture f;
+  const std::string longest(kMaxIdBytes, 'a');
+  EXPECT_EQ(f.engine->create_session(streaming_session(longest)).options.id, longest);
+  const std::string msg =
+      error_of([&] { f.engine->create_session(streaming_session(longest + "a")); },
+               ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("session id is 129 bytes, over the limit of 128"), std::string::npos) << msg;
+  error_of([&] { f.engine->session_info(std::string(100000, 'a')); }, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(f.engine->close_session(std::string(100000, 'a')));
 }
 
 }  // namespace

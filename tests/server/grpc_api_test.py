@@ -1,7 +1,12 @@
 """End-to-end tests of the rill.v1 gRPC API with Python grpcio (a client Rill did not write):
 greedy output against the transformers golden ids, Cancel, client cancellation during prefill and
-decode (KV blocks back to baseline in GetLoad), errors, info methods, health and reflection."""
+decode (KV blocks back to baseline in GetLoad), errors, info methods, health and reflection. Also
+who may cancel what (issue 27): a client-given request id only from its own connection, a
+server-assigned id (HTTP's too) by whoever holds it; server-assigned ids are 128 random bits."""
+import http.client
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +42,22 @@ class Stub:
         self.GetModelInfo = unary("GetModelInfo", pb.GetModelInfoRequest, pb.GetModelInfoResponse)
         self.GetServerInfo = unary("GetServerInfo", pb.GetServerInfoRequest, pb.GetServerInfoResponse)
         self.GetLoad = unary("GetLoad", pb.GetLoadRequest, pb.GetLoadResponse)
+
+
+def streaming_greedy(**kw):
+    """A greedy request that runs until cancelled (a streaming cache never fills the context)."""
+    req = greedy(max_tokens=100000, ignore_eos=True, **kw)
+    req.cache.kind = pb.CachePolicy.KIND_STREAMING
+    req.cache.n_sink = 4
+    req.cache.window = 64
+    return req
+
+
+def finish_reason(stream):
+    for msg in stream:
+        if msg.HasField("final"):
+            return msg.final.finish_reason
+    return None
 
 
 def greedy(**kw):
@@ -141,6 +162,98 @@ class GrpcApiTest(unittest.TestCase):
         # Once finished the id is no longer live (the engine forgets it soon after the final event).
         self.assertTrue(wait_until(lambda: not self.stub.Cancel(pb.CancelRequest(request_id="cancel-me")).found))
         self.assert_back_to_baseline()
+
+    def other_client(self):
+        """A stub on a connection of its own (not shared through grpc's global subchannel pool)."""
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}",
+                                        options=[("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)])
+        self.addCleanup(channel.close)
+        return Stub(channel)
+
+    def test_client_given_ids_are_cancelled_only_from_their_connection(self):
+        # Regression (issue 27): any client could Cancel any request by its id.
+        other = self.other_client()
+        mine = self.stub.Generate(streaming_greedy(text="ROMEO:", request_id="mine"), timeout=120)
+        self.assertEqual(next(mine).request_id, "mine")
+        self.assertFalse(other.Cancel(pb.CancelRequest(request_id="mine"), timeout=10).found)
+        # The id is the caller's own: another connection may use it at the same time.
+        theirs = other.Generate(streaming_greedy(text="JULIET:", request_id="mine"), timeout=120)
+        self.assertEqual(next(theirs).request_id, "mine")
+        self.assertTrue(other.Cancel(pb.CancelRequest(request_id="mine"), timeout=10).found)
+        self.assertEqual(finish_reason(theirs), "cancelled")
+        self.assertTrue(next(mine).token_ids)  # still generating
+        self.assertTrue(self.stub.Cancel(pb.CancelRequest(request_id="mine"), timeout=10).found)
+        self.assertEqual(finish_reason(mine), "cancelled")
+        self.assert_back_to_baseline()
+
+    def test_server_assigned_ids_are_cancelled_by_whoever_holds_them(self):
+        other = self.other_client()
+        stream = self.stub.Generate(streaming_greedy(text="ROMEO:"), timeout=120)
+        rid = next(stream).request_id
+        self.assertRegex(rid, r"^grpc-[0-9a-f]{32}$")
+        self.assertTrue(other.Cancel(pb.CancelRequest(request_id=rid), timeout=10).found)
+        self.assertEqual(finish_reason(stream), "cancelled")
+        # An HTTP request's X-Request-Id is one too.
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=120)
+        conn.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": "ROMEO:", "max_tokens": 100000, "ignore_eos": True, "stream": True,
+            "cache": {"policy": "streaming", "n_sink": 4, "window": 64}}), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        rid = resp.getheader("X-Request-Id")
+        self.assertRegex(rid, r"^cmpl-[0-9a-f]{32}$")
+        self.assertTrue(other.Cancel(pb.CancelRequest(request_id=rid), timeout=10).found)
+        reasons = [json.loads(line[6:])["choices"][0]["finish_reason"] for line in
+                   (raw.decode().strip() for raw in resp) if line.startswith("data: {")]
+        conn.close()
+        self.assertEqual(reasons[-1], "cancelled")
+        # A guess finds nothing.
+        self.assertFalse(other.Cancel(pb.CancelRequest(request_id="cmpl-" + "0" * 32), timeout=10).found)
+        self.assert_back_to_baseline()
+
+    def test_server_assigned_ids_look_random(self):
+        # Regression (issue 27): ids were a fixed salt and a counter (cmpl-5de702000002e5).
+        ids = {"grpc-": [], "cmpl-": [], "chatcmpl-": []}
+        for _ in range(40):
+            ids["grpc-"].append(next(self.stub.Generate(greedy(text="a", max_tokens=1), timeout=60)).request_id)
+        for prefix, path, body in (("cmpl-", "/v1/completions", {"prompt": "a", "max_tokens": 1}),
+                                   ("chatcmpl-", "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": "a"}], "max_tokens": 1})):
+            for _ in range(40):
+                conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=60)
+                conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                ids[prefix].append(r.getheader("X-Request-Id"))
+                conn.close()
+        everything = []
+        for prefix, got in ids.items():
+            for rid in got:
+                self.assertRegex(rid, "^" + re.escape(prefix) + "[0-9a-f]{32}$")
+                everything.append(int(rid[len(prefix):], 16))
+        self.assertEqual(len(set(everything)), len(everything))
+        # Every one of the 128 bits takes both values (a counter or a salt keeps high bits fixed), and
+        # consecutive ids differ in many bits (a counter changes a few low ones).
+        ones = zeros = 0
+        for v in everything:
+            ones |= v
+            zeros |= ~v & ((1 << 128) - 1)
+        self.assertEqual((ones, zeros), ((1 << 128) - 1, (1 << 128) - 1))
+        self.assertGreater(min(bin(a ^ b).count("1") for a, b in zip(everything, everything[1:])), 20)
+
+    def test_request_id_limits(self):
+        for rid, what in (("r" * 129, "over the limit of 128"), ("has space", "visible ASCII"),
+                          ("new\nline", "visible ASCII")):
+            with self.subTest(rid=rid[:20]):
+                with self.assertRaises(grpc.RpcError) as e:
+                    self.collect(greedy(text="x", max_tokens=1, request_id=rid), timeout=30)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn(what, e.exception.details())
+        with self.assertRaises(grpc.RpcError) as e:
+            self.stub.Cancel(pb.CancelRequest(request_id="r" * 100000), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("over the limit of 128", e.exception.details())
+        self.assertEqual(self.collect(greedy(text="x", max_tokens=1, request_id="r" * 128))[3], "r" * 128)
 
     def test_client_cancels_during_decode(self):
         stream = self.stub.Generate(greedy(text="ROMEO:", max_tokens=400, ignore_eos=True), timeout=120)

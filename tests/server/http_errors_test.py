@@ -47,7 +47,19 @@ def body_bytes(spec):
         return b'{"cache": {"policy": "streaming"}, "x": ' + b"{\"a\":" * 1000 + b"1" + b"}" * 1000 + b"}"
     if spec == "@long_prompt":
         return json.dumps({"prompt": [5] * 600, "max_tokens": 1}).encode()
+    # The attack shape: a 100,000-byte session id (created, then unreachable over HTTP).
+    if spec == "@long_session_id":
+        return json.dumps({"id": "s" * 100000, "cache": {"policy": "streaming", "window": 32}}).encode()
+    if spec == "@long_turn_session_id":
+        return json.dumps({"session_id": "s" * 129, "prompt": "a"}).encode()
     return spec.encode()
+
+
+def request_path(spec):
+    """The path of a table row: as written, or generated (`@long_session_path`: a 129-byte id)."""
+    if spec == "@long_session_path":
+        return "/v1/sessions/" + "s" * 129
+    return spec
 
 
 class HttpErrorsTest(unittest.TestCase):
@@ -78,7 +90,7 @@ class HttpErrorsTest(unittest.TestCase):
     def test_every_documented_bad_input(self):
         for case, method, path, spec, status, typ, param in table_rows():
             with self.subTest(case=case):
-                got, body, _ = self.send(method, path, body_bytes(spec))
+                got, body, _ = self.send(method, request_path(path), body_bytes(spec))
                 self.assertEqual(got, status, body[:300])
                 err = json.loads(body)["error"]
                 self.assertEqual(set(err), {"message", "type", "param", "code"})

@@ -1,7 +1,10 @@
 """End-to-end tests of multi-turn sessions (issue 23) on the real rill-server, with clients Rill did
 not write: Python's standard library for HTTP (POST/GET/DELETE /v1/sessions, session turns on chat
 and completions, streamed and not) and grpcio for the rill.v1 Session RPC. A tiny window (4 sinks +
-32) makes the conversation outgrow the cache within a few turns."""
+32) makes the conversation outgrow the cache within a few turns. Also the lifetimes of issue 27:
+never-used sessions are counted and expire, a session deleted and created again under the same id
+is left alone by the old one's turn and by the end of the gRPC call that created the old one, and
+ids over 128 bytes are refused naming the limit."""
 import http.client
 import json
 import os
@@ -220,6 +223,33 @@ class HttpSessionsTest(unittest.TestCase):
         self.assertEqual(status, 200, r)
         self.assertEqual(r["choices"][0]["token_ids"], outs[2])
 
+    def test_delete_and_recreate_during_a_running_turn_leaves_the_new_session_intact(self):
+        # Regression (issue 27): the old (completions) turn's end fixed the new session's kind,
+        # so its first chat turn was refused.
+        for attempt in range(3):
+            sid = f"recreate-http-{attempt}"
+            self.create(id=sid, temperature=0)
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=120)
+            conn.request("POST", "/v1/completions",
+                         body=json.dumps({"session_id": sid, "prompt": "ROMEO:", "max_tokens": 100000,
+                                          "ignore_eos": True, "stream": True}),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            self.assertTrue(resp.readline())  # the old turn runs
+            self.assertEqual(self.call("DELETE", f"/v1/sessions/{sid}")[0], 200)
+            self.create(id=sid, temperature=0, max_tokens=3)
+            events = sse_events(resp)  # the old turn ends, cancelled by the delete
+            conn.close()
+            self.assertEqual(events[-1]["choices"][0]["finish_reason"], "cancelled", events[-1])
+            info = self.info(sid)
+            self.assertEqual((info["turns"], info["tokens_seen"], info["residence"]), (0, 0, "none"), info)
+            self.assertEqual(info["defaults"]["max_tokens"], 3)
+            _, reason, usage = self.chat_turn(sid, "Good morrow.")  # refused (400) before the fix
+            self.assertIn(reason, ("stop", "length"))
+            self.assertLessEqual(usage["completion_tokens"], 3)
+            self.assertEqual(self.info(sid)["turns"], 1)
+
     def test_kv_returns_to_baseline_after_delete(self):
         def kv():
             return metric_value(self.server.metrics(), "rill_kv_cache_usage_ratio")
@@ -250,6 +280,34 @@ class ExpiryTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class NeverUsedTest(unittest.TestCase):
+    def test_never_used_sessions_are_counted_expire_and_free_their_slots(self):
+        # Regression (issue 27): sessions created but never given a turn were neither counted nor
+        # expired, so --max-sessions of them locked creation (503) until a restart.
+        server = Server("--session-idle-ttl-ms", "500", "--max-sessions", "2")
+        try:
+            ids = []
+            for _ in range(2):
+                status, s = server.post("/v1/sessions", {"cache": POLICY})
+                self.assertEqual(status, 201, s)
+                ids.append(json.loads(s)["id"])
+
+            def live(state):
+                return metric_value(server.metrics(), "rill_sessions", state=state)
+            self.assertTrue(wait_until(lambda: live("new") == 2, timeout=10), server.metrics())
+            self.assertEqual(server.post("/v1/sessions", {"cache": POLICY})[0], 503)
+            for sid in ids:
+                self.assertTrue(wait_until(lambda: server.get(f"/v1/sessions/{sid}")[0] == 404, timeout=30))
+                status, e = server.get(f"/v1/sessions/{sid}")
+                self.assertIn("expired: idle for more than 0.5 s", json.loads(e)["error"]["message"])
+            self.assertEqual(live("new"), 0)
+            self.assertEqual(metric_value(server.metrics(), "rill_sessions_expired_total", reason="idle_ttl"), 2)
+            for _ in range(2):
+                self.assertEqual(server.post("/v1/sessions", {"cache": POLICY})[0], 201)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class LimitTest(unittest.TestCase):
     def test_max_sessions_is_overload(self):
         server = Server("--max-sessions", "1")
@@ -261,6 +319,29 @@ class LimitTest(unittest.TestCase):
             self.assertEqual(json.loads(e)["error"]["type"], "overloaded_error")
             self.assertEqual(server.request("DELETE", f"/v1/sessions/{json.loads(a)['id']}")[0], 200)
             self.assertEqual(server.post("/v1/sessions", {"cache": POLICY})[0], 201)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_ids_over_128_bytes_are_refused_naming_the_limit(self):
+        server = Server()
+        try:
+            status, s = server.post("/v1/sessions", {"id": "i" * 128, "cache": POLICY})
+            self.assertEqual(status, 201, s)
+            self.assertEqual(server.get("/v1/sessions/" + "i" * 128)[0], 200)
+            self.assertEqual(server.request("DELETE", "/v1/sessions/" + "i" * 128)[0], 200)
+            # The attack shape: a 100,000-byte id was created, then could never be read or deleted
+            # (its URL is over the header limit).
+            for method, path, body, param in (
+                    ("POST", "/v1/sessions", {"id": "i" * 100000, "cache": POLICY}, "id"),
+                    ("POST", "/v1/completions", {"session_id": "i" * 129, "prompt": "a"}, "session_id"),
+                    ("GET", "/v1/sessions/" + "i" * 129, None, None),
+                    ("DELETE", "/v1/sessions/" + "i" * 129, None, None)):
+                with self.subTest(method=method, path=path[:30]):
+                    status, e = server.request(method, path, body)
+                    self.assertEqual(status, 400, e[:300])
+                    err = json.loads(e)["error"]
+                    self.assertIn("over the limit of 128", err["message"])
+                    self.assertEqual(err["param"], param)
         finally:
             self.assertEqual(server.stop(), 0)
 
@@ -277,6 +358,7 @@ class Stub:
         self.GetSession = unary("GetSession", pb.GetSessionRequest, pb.SessionInfo)
         self.DeleteSession = unary("DeleteSession", pb.DeleteSessionRequest, pb.DeleteSessionResponse)
         self.GetLoad = unary("GetLoad", pb.GetLoadRequest, pb.GetLoadResponse)
+        self.Cancel = unary("Cancel", pb.CancelRequest, pb.CancelResponse)
 
 
 class SessionCall:
@@ -419,6 +501,96 @@ class GrpcSessionTest(unittest.TestCase):
         self.assertTrue(self.stub.DeleteSession(pb.DeleteSessionRequest(session_id="grpc-attach")).found)
         self.assertFalse(self.stub.DeleteSession(pb.DeleteSessionRequest(session_id="grpc-attach")).found)
         self.assert_gone("grpc-attach")
+
+    def test_ending_a_call_leaves_another_clients_session_with_the_same_id_open(self):
+        # Regression (issue 27): a Session call that ended closed its session by id, so when the
+        # session had been deleted and another client had created one with the same id, the call
+        # closed that one (and took its turns in it meanwhile).
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}",
+                                        options=[("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)])
+        self.addCleanup(channel.close)
+        other = Stub(channel)
+        for sid, end in (("grpc-own-turn", "turn"), ("grpc-own-done", "writes_done")):
+            with self.subTest(end=end):
+                call = SessionCall(self.stub)
+                call.send(open=pb.SessionOpen(create=self.options(session_id=sid, max_tokens=4)))
+                self.assertEqual(call.next().opened.options.session_id, sid)
+                self.assertTrue(other.DeleteSession(pb.DeleteSessionRequest(session_id=sid), timeout=10).found)
+                other.CreateSession(self.options(session_id=sid, max_tokens=7), timeout=10)
+                if end == "turn":
+                    # The call's session is gone: its turn ends the call and never runs in theirs.
+                    call.turn(text="ROMEO:")
+                    with self.assertRaises(grpc.RpcError) as e:
+                        call.next()
+                    self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+                    self.assertIn("a new session has the same id", e.exception.details())
+                    call.requests.put(None)
+                else:
+                    self.assertEqual(call.close(), [])
+                info = other.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10)
+                self.assertEqual((info.options.max_tokens, info.turns), (7, 0))
+                self.assertTrue(other.DeleteSession(pb.DeleteSessionRequest(session_id=sid), timeout=10).found)
+
+    def test_delete_and_recreate_during_a_running_turn(self):
+        # Regression (issue 27): the old turn's end and the end of the call that created the old
+        # session must leave the new session (same id, another client) intact.
+        call = SessionCall(self.stub)
+        call.send(open=pb.SessionOpen(create=self.options(session_id="grpc-re", max_tokens=4)))
+        call.next()
+        call.turn(text="ROMEO:", max_tokens=100000, ignore_eos=True)
+        self.assertEqual(call.next().WhichOneof("kind"), "turn")
+        self.assertTrue(self.stub.DeleteSession(pb.DeleteSessionRequest(session_id="grpc-re"), timeout=10).found)
+        self.stub.CreateSession(self.options(session_id="grpc-re", max_tokens=3), timeout=10)
+        _, _, final = call.read_turn()
+        self.assertEqual(final.finish_reason, "cancelled")
+        self.assertEqual(call.close(), [])
+        # The new session takes a chat first turn (the old one's were prompts) and stays open.
+        attached = SessionCall(self.stub)
+        attached.send(open=pb.SessionOpen(attach_session_id="grpc-re"))
+        self.assertEqual(attached.next().opened.turns, 0)
+        attached.turn(messages=pb.ChatMessages(messages=[pb.ChatMessage(role="user", content="Hail.")]))
+        _, _, final = attached.read_turn()
+        self.assertIn(final.finish_reason, ("stop", "length"))
+        self.assertLessEqual(final.usage.completion_tokens, 3)
+        self.assertEqual(attached.close(), [])
+        self.assertEqual(self.stub.GetSession(pb.GetSessionRequest(session_id="grpc-re"), timeout=10).turns, 1)
+        self.assertTrue(self.stub.DeleteSession(pb.DeleteSessionRequest(session_id="grpc-re"), timeout=10).found)
+        self.assert_kv_baseline()
+
+    def test_turn_ids_are_cancelled_only_from_their_connection(self):
+        # Regression (issue 27): any client could Cancel any request (session turns too) by its id.
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}",
+                                        options=[("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)])
+        self.addCleanup(channel.close)
+        other = Stub(channel)
+        call = SessionCall(self.stub)
+        call.send(open=pb.SessionOpen(create=self.options(max_tokens=4)))
+        call.next()
+        call.turn(request_id="my-turn", text="ROMEO:", max_tokens=100000, ignore_eos=True)
+        self.assertEqual(call.next().turn.request_id, "my-turn")
+        self.assertFalse(other.Cancel(pb.CancelRequest(request_id="my-turn"), timeout=10).found)
+        self.assertTrue(self.stub.Cancel(pb.CancelRequest(request_id="my-turn"), timeout=10).found)
+        _, _, final = call.read_turn()
+        self.assertEqual(final.finish_reason, "cancelled")
+        # A turn without request_id gets a server-assigned id: anyone holding it may cancel.
+        call.turn(text="\nJULIET:", max_tokens=100000, ignore_eos=True)
+        rid = call.next().turn.request_id
+        self.assertRegex(rid, r"^grpc-[0-9a-f]{32}$")
+        self.assertTrue(other.Cancel(pb.CancelRequest(request_id=rid), timeout=10).found)
+        _, _, final = call.read_turn()
+        self.assertEqual(final.finish_reason, "cancelled")
+        self.assertEqual(call.close(), [])
+        self.assert_kv_baseline()
+
+    def test_session_ids_over_128_bytes_are_invalid_argument(self):
+        for name, req in (("CreateSession", self.options(session_id="s" * 129)),
+                          ("GetSession", pb.GetSessionRequest(session_id="s" * 100000)),
+                          ("DeleteSession", pb.DeleteSessionRequest(session_id="s" * 129))):
+            with self.subTest(name=name):
+                with self.assertRaises(grpc.RpcError) as e:
+                    getattr(self.stub, name)(req, timeout=10)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("over the limit of 128", e.exception.details())
 
     def test_bad_opens_end_the_call(self):
         cases = [

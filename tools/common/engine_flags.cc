@@ -1,5 +1,10 @@
 #include "tools/common/engine_flags.h"
 
+#include <charconv>
+
+#include "engine/error.h"
+#include "engine/runner/sampling_fields.h"
+
 namespace rill::cli {
 
 std::string default_model_dir() { return RILL_DEFAULT_MODEL_DIR; }
@@ -41,33 +46,53 @@ EngineOptions engine_options(const Args& a) {
   return o;
 }
 
+namespace {
+
+// --top-p for top_p.
+std::string flag_name(const SamplingField& f) {
+  std::string name = f.name;
+  for (char& c : name)
+    if (c == '_') c = '-';
+  return name;
+}
+
+// A flag's text as the number a client would send: integers exactly (a uint64 seed too).
+SamplingNumber flag_number(const Args& a, const std::string& flag, const SamplingField& f) {
+  if (sampling_field_type(f) == SamplingFieldType::kFloat) return a.get_double(flag);
+  const std::string v = a.get(flag);
+  const char* end = v.data() + v.size();
+  int64_t i = 0;
+  if (auto r = std::from_chars(v.data(), end, i); r.ec == std::errc() && r.ptr == end) return i;
+  uint64_t u = 0;
+  if (auto r = std::from_chars(v.data(), end, u); r.ec == std::errc() && r.ptr == end) return u;
+  a.fail("--" + flag + " expects an integer, got '" + v + "'");
+}
+
+}  // namespace
+
 void add_sampling_flags(Args& a) {
-  a.option("temperature", "", "sampling temperature, 0 = greedy (default: generation_config.json)");
-  a.option("top-k", "", "keep the k most likely tokens (0: off)");
-  a.option("top-p", "", "nucleus sampling mass (1: off)");
-  a.option("min-p", "", "drop tokens below min-p x the top probability (0: off)");
-  a.option("repetition-penalty", "", "penalty on tokens of the prompt and output (1: off)");
-  a.option("presence-penalty", "0", "subtracted once from tokens already generated");
-  a.option("frequency-penalty", "0", "subtracted per occurrence from tokens already generated");
-  a.option("seed", "0", "random seed: the same seed and inputs give the same tokens");
+  for (const SamplingField& f : sampling_fields()) {
+    const std::string fallback = format_sampling_number(default_sampling_value(f));
+    const std::string source = f.in_generation_config
+                                   ? "default: generation_config.json, else " + fallback
+                                   : "default " + fallback;
+    a.option(flag_name(f), "",
+             std::string(f.doc) + "; " + sampling_range_text(f) + " (" + source + ")");
+  }
   a.flag("greedy", "greedy decoding (temperature 0)");
 }
 
 SamplingParams sampling_params(const Args& a, const GenerationDefaults& d) {
-  SamplingParams p;
-  p.temperature = d.do_sample ? d.temperature : 0.0f;
-  p.top_k = d.do_sample ? d.top_k : 0;
-  p.top_p = d.do_sample ? d.top_p : 1.0f;
-  p.min_p = d.do_sample ? d.min_p : 0.0f;
-  p.repetition_penalty = d.repetition_penalty;
-  if (a.given("temperature")) p.temperature = static_cast<float>(a.get_double("temperature"));
-  if (a.given("top-k")) p.top_k = a.get_int("top-k");
-  if (a.given("top-p")) p.top_p = static_cast<float>(a.get_double("top-p"));
-  if (a.given("min-p")) p.min_p = static_cast<float>(a.get_double("min-p"));
-  if (a.given("repetition-penalty")) p.repetition_penalty = static_cast<float>(a.get_double("repetition-penalty"));
-  p.presence_penalty = static_cast<float>(a.get_double("presence-penalty"));
-  p.frequency_penalty = static_cast<float>(a.get_double("frequency-penalty"));
-  p.seed = static_cast<uint64_t>(a.get_int64("seed"));
+  SamplingParams p = resolve_sampling_defaults({}, d.sampling);
+  for (const SamplingField& f : sampling_fields()) {
+    const std::string flag = flag_name(f);
+    if (!a.given(flag)) continue;
+    try {
+      set_sampling_field(p, f, flag_number(a, flag, f));
+    } catch (const FieldError& e) {
+      a.fail("--" + flag + ": " + e.what());
+    }
+  }
   if (a.on("greedy")) p.temperature = 0.0f;
   return p;
 }

@@ -15,8 +15,11 @@ std::string default_model_dir();
 void add_engine_flags(Args& args);
 EngineOptions engine_options(const Args& args);
 
+/// One flag per row of sampling_fields() (--top-p for top_p), plus --greedy.
 void add_sampling_flags(Args& args);
-/// Flags override the model's generation_config.json defaults (--greedy forces temperature 0).
+/// Flags override the model's generation_config.json defaults, which override OpenAI's (the
+/// server's order without its override); --greedy forces temperature 0. A value out of range
+/// exits 2 with the field's message.
 SamplingParams sampling_params(const Args& args, const GenerationDefaults& defaults);
 
 void add_cache_flags(Args& args);

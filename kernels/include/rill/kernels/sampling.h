@@ -1,5 +1,5 @@
 // Sampling on the GPU, so full logits never travel to the host. Same semantics as the CPU
-// sampler (engine/sampling.h): penalties, temperature, the kept set {p >= tau} with tau the
+// sampler (engine/runner/sampling.h): penalties, temperature, the kept set {p >= tau} with tau the
 // largest of the top-k, top-p (within top-k) and min-p thresholds, inverse-CDF sampling in
 // token-id order with philox_uniform(seed, step); temperature 0 is argmax (lowest id on ties).
 #pragma once
