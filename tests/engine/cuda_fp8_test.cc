@@ -153,8 +153,12 @@ void check_gemm(const GemmCase& c, Path path, std::mt19937& rng) {
     const int gemm_rows = gemm.fp8_gemm_rows(d_x.get(), lin, c.M, c.N, c.K, c.y_f32);
     std::printf("  M=%d N=%d K=%d %s: %d rows through the W8A8 GEMM, %d through the GEMV\n", c.M,
                 c.N, c.K, c.block ? "block128" : "per-row", gemm_rows, c.M - gemm_rows);
-    if (path == Path::kGemm) EXPECT_EQ(gemm_rows, c.M);
-    if (path == Path::kGemv) EXPECT_EQ(gemm_rows, 0);
+    if (path == Path::kGemm) {
+      EXPECT_EQ(gemm_rows, c.M);
+    }
+    if (path == Path::kGemv) {
+      EXPECT_EQ(gemm_rows, 0);
+    }
     if (path == Path::kLeadingRows) {
       EXPECT_TRUE(gemm_rows == c.M || (gemm_rows % 4 == 0 && c.M - gemm_rows < 128)) << gemm_rows;
     }
