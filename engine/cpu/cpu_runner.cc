@@ -100,11 +100,6 @@ void round_activations(const Fp8ActQuant& q, float* x, int64_t T, int64_t K) {
     }
 }
 
-// True when the CUDA runner takes the W8A8 GEMM for layer `q` in a step of T tokens.
-bool w8a8(const Fp8ActQuant& q, int rows, int64_t T) {
-  return q.on && rows >= 0 && T > rows;
-}
-
 std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) {
   std::vector<float> out;
   for (const Tensor* t : parts) {
@@ -122,6 +117,7 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
   fp8_kv_ = opt.kv_cache_dtype == KvCacheDType::kFp8E4M3;
   const bool fp8 = opt.quantization == WeightQuant::kFp8;
   fp8_act_rows_ = fp8 ? opt.fp8_activation_rows : -1;
+  fp8_gemm_rows_ = opt.fp8_gemm_rows;
   if (fp8 && !c.tie_word_embeddings && is_fp8(model.weights.lm_head)) {
     const Fp8ActQuant q = act_quant({&model.weights.lm_head}, true);
     head_fp8_ = true;
@@ -167,6 +163,13 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
 }
 
 CpuRunner::~CpuRunner() = default;
+
+void CpuRunner::emulate_w8a8(const Fp8ActQuant& q, float* x, int64_t T, int64_t n,
+                             int64_t K) const {
+  if (!q.on || fp8_act_rows_ < 0 || T <= fp8_act_rows_) return;
+  const int64_t rows = fp8_gemm_rows_ ? std::min(T, fp8_gemm_rows_(T, n, K, q.group)) : T;
+  round_activations(q, x, rows, K);
+}
 
 void CpuRunner::add_sequence(const SequenceSpec& spec) {
   validate_sequence(spec, config_.vocab_size);
@@ -350,9 +353,9 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
   const int64_t I = c.intermediate_size, H = c.hidden_size;
   std::vector<float> up(T * I);
   std::vector<float> hq;
-  if (w8a8(l.up_q, fp8_act_rows_, T)) {
+  if (l.up_q.on && fp8_act_rows_ >= 0) {
     hq.assign(h, h + T * H);
-    round_activations(l.up_q, hq.data(), T, H);
+    emulate_w8a8(l.up_q, hq.data(), T, c.gated_mlp ? 2 * I : I, H);  // gate | up fused
     h = hq.data();
   }
   cpu::matmul(*pool_, h, l.wup.data(), l.bup.empty() ? nullptr : l.bup.data(), up.data(), T, H, I);
@@ -364,7 +367,7 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
   } else {
     for (float& v : up) v = act(v);
   }
-  if (w8a8(l.down_q, fp8_act_rows_, T)) round_activations(l.down_q, up.data(), T, I);
+  emulate_w8a8(l.down_q, up.data(), T, H, I);
   cpu::matmul(*pool_, up.data(), l.wdown.data(), l.bdown.empty() ? nullptr : l.bdown.data(), out, T, I, H);
 }
 
@@ -376,7 +379,7 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     norm(l.attn_norm, l.attn_norm_b, x.data(), h.data(), T);
-    if (w8a8(l.qkv_q, fp8_act_rows_, T)) round_activations(l.qkv_q, h.data(), T, H);
+    emulate_w8a8(l.qkv_q, h.data(), T, qkv_dim, H);
     cpu::matmul(*pool_, h.data(), l.wqkv.data(), l.bqkv.empty() ? nullptr : l.bqkv.data(), qkv.data(), T, H, qkv_dim);
     for (const Chunk& ch : chunks)
       for (int64_t t = 0; t < ch.len; ++t) {
@@ -389,7 +392,7 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
     for (const Chunk& ch : chunks) attention(li, ch, &qkv[ch.row * qkv_dim], &attn[ch.row * c.q_dim()]);
     for (const Chunk& ch : chunks)
       if (!stores_before_attention(ch)) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
-    if (w8a8(l.o_q, fp8_act_rows_, T)) round_activations(l.o_q, attn.data(), T, c.q_dim());
+    emulate_w8a8(l.o_q, attn.data(), T, H, c.q_dim());
     cpu::matmul(*pool_, attn.data(), l.wo.data(), l.bo.empty() ? nullptr : l.bo.data(), o.data(), T, c.q_dim(), H);
     if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x))
       norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);
@@ -431,7 +434,7 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   norm(final_norm_, final_norm_b_, gathered.data(), normed.data(), R);
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
   const Fp8ActQuant head_q{head_fp8_, head_group_, head_static_scale_};
-  if (w8a8(head_q, fp8_act_rows_, R)) round_activations(head_q, normed.data(), R, H);
+  emulate_w8a8(head_q, normed.data(), R, V, H);
   cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
 
   const bool any_logprobs = std::any_of(inputs.begin(), inputs.end(),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -15,6 +16,10 @@
 #include "engine/runner/runner.h"
 
 namespace rill {
+
+namespace cpu {
+struct Fp8ActQuant;  // cpu_runner.cc
+}
 
 struct CpuRunnerOptions {
   int num_threads = 0;                   // 0: all cores
@@ -35,6 +40,11 @@ struct CpuRunnerOptions {
   /// columns for block-scaled weights, or with the checkpoint's static input scale
   /// (kernels/src/quantize_fp8.cu). -1: off (the reference: activations stay fp32).
   int fp8_activation_rows = -1;
+  /// With fp8_activation_rows >= 0, when set: how many leading rows of a W8A8 GEMM of `rows`
+  /// tokens on weights [n, k] (`block`: 128-column scales) the CUDA runner quantizes; the others
+  /// take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows, which depends on what cuBLASLt takes).
+  /// Unset: all of them.
+  std::function<int64_t(int64_t rows, int64_t n, int64_t k, bool block)> fp8_gemm_rows;
 };
 
 class CpuRunner final : public ModelRunner {
@@ -89,6 +99,10 @@ class CpuRunner final : public ModelRunner {
   int num_blocks_ = 0;
   bool fp8_kv_ = false;
   int fp8_act_rows_ = -1;  // CpuRunnerOptions::fp8_activation_rows
+  std::function<int64_t(int64_t, int64_t, int64_t, bool)> fp8_gemm_rows_;
+  // Rounds the leading rows of x [T, K] the CUDA runner's W8A8 GEMM quantizes for an fp8 layer
+  // [n, K] with activation quantization `q`.
+  void emulate_w8a8(const cpu::Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K) const;
   // The LM head is fp8 (the checkpoint quantized it; a W8A8 GEMM on CUDA for many rows): with
   // block scales, with a static input scale.
   bool head_fp8_ = false, head_group_ = false;

@@ -299,6 +299,25 @@ double compare(const Model& m, const std::string& quant, int batch, int len, int
                                .quantization = resolve_quantization(quant, m.config.quant)};
   CpuRunnerOptions emulating = plain;
   emulating.fp8_activation_rows = setup.tuning.fp8_gemv_max_rows;
+  // The rows the runner's W8A8 GEMMs quantize: what cuBLASLt takes on this GPU, asked of a Gemm
+  // set up like the runner's (every model here computes in bf16; the LM head writes fp32). The
+  // heuristic only: the pointers are never read.
+  cudaStream_t probe_stream;
+  RILL_CUDA(cudaStreamCreate(&probe_stream));
+  auto probe = std::make_shared<cuda::Gemm>(kernels::DType::kBF16, probe_stream);
+  probe->reserve_fp8(
+      std::max(o.max_step_tokens, o.max_batch + 8),
+      std::max({m.config.hidden_size, m.config.q_dim(), m.config.intermediate_size}));
+  probe->set_fp8_gemv_max_rows(setup.tuning.fp8_gemv_max_rows);
+  emulating.fp8_gemm_rows = [probe, V](int64_t rows, int64_t n, int64_t k, bool block) {
+    const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
+    cuda::DeviceLinear lin;
+    lin.w = aligned;
+    lin.scale = static_cast<const float*>(aligned);
+    lin.scale_layout =
+        block ? kernels::Fp8ScaleLayout::kBlock128 : kernels::Fp8ScaleLayout::kPerRow;
+    return int64_t{probe->fp8_gemm_rows(aligned, lin, int(rows), int(n), int(k), n == V)};
+  };
   CpuRunner cpu(m, emulating), cpu_plain(m, plain);
   const auto prompts = prompts_for(m, batch, len);
   // Teacher forcing: the CPU's greedy tokens, found step by step.
@@ -341,6 +360,9 @@ double compare(const Model& m, const std::string& quant, int batch, int len, int
             << "seq " << s << " step " << step;
       }
     }
+  emulating.fp8_gemm_rows = nullptr;
+  probe.reset();
+  cudaStreamDestroy(probe_stream);
   std::printf(
       "  %s, quantization %s, batch %d: relative L2 error of logits: prefill %.4f, decode %.4f "
       "(fp8 activations alone, CPU: prefill %.4f, decode %.4f)\n",

@@ -166,6 +166,23 @@ TEST(Fp8Cpu, EmulatedW8A8ActivationsMoveThePrefillOnly) {
         name, cost, worst_row);
     EXPECT_GT(cost, 1e-3) << name;
     EXPECT_LT(cost, 0.6) << name;
+    // The CUDA runner's split (cuda::Gemm::fp8_gemm_rows): no rows quantized changes nothing,
+    // all of them is the default; every fp8 layer asks, with its shape.
+    int calls = 0;
+    o.fp8_gemm_rows = [&](int64_t rows, int64_t n, int64_t k, bool block) {
+      ++calls;
+      EXPECT_EQ(rows, 40);
+      EXPECT_GT(n, 0);
+      EXPECT_GT(k, 0);
+      // One 128-column block of a K = 128 layer is a per-row scale (as on CUDA).
+      EXPECT_EQ(block, std::string(name) == "fp8_block" && k > 128) << n << " x " << k;
+      return int64_t{0};
+    };
+    EXPECT_EQ(prefill_logits(m, o), ref) << name;
+    EXPECT_EQ(calls, 4 * m.config.num_layers) << name;  // qkv, o, gate | up, down
+    o.fp8_gemm_rows = [](int64_t rows, int64_t, int64_t, bool) { return rows; };
+    EXPECT_EQ(prefill_logits(m, o), emulated) << name;
+    o.fp8_gemm_rows = nullptr;
     o.quantization = WeightQuant::kNone;
     EXPECT_EQ(prefill_logits(m, o), ref) << name << ": emulated without fp8 weights";
   }
