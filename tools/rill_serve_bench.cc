@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   try {
     const Model model = load_model(args.get("model"));
     EngineOptions eo = cli::engine_options(args);
-    SchedulerConfig sc;
+    SchedulerConfig sc = scheduler_defaults("cuda");
     sc.max_num_seqs = args.get_int("max-num-seqs");
     sc.max_num_batched_tokens = args.get_int("max-num-batched-tokens");
     const std::string aware = args.get("tpot-aware");

@@ -18,8 +18,22 @@
 
 namespace rill {
 
+namespace cpu {
+
+// How the CUDA runner quantizes the input of one fp8 (fused) linear layer for its W8A8 GEMM.
+struct Fp8ActQuant {
+  bool on = false;         // an fp8 layer
+  bool group = false;      // block-scaled weights: per token and 128 columns
+  float static_scale = 0;  // every part's static input scale, the largest (else 0: dynamic)
+};
+
+}  // namespace cpu
+
+using cpu::Fp8ActQuant;
+
 struct CpuRunner::Layer {
   std::vector<float> attn_norm, attn_norm_b, mlp_norm, mlp_norm_b;
+  Fp8ActQuant qkv_q, o_q, up_q, down_q;  // gate and up share their input (up_q)
   std::vector<float> wqkv, bqkv;  // [qkv_dim, hidden]: q rows, then k, then v
   std::vector<float> wo, bo;      // [hidden, q_dim]
   std::vector<float> wgate, bgate, wup, bup;  // [intermediate, hidden]
@@ -66,6 +80,47 @@ int pool_blocks(int64_t budget, int64_t block_bytes) {
   return static_cast<int>(blocks);
 }
 
+// The activation quantization of the fused layer of `parts` as the CUDA runner holds it
+// (cuda_weights.cc, fp8_image.cc): fp8 when `fp8` (every decoder layer under kFp8); per 128
+// columns when any part has block scales; static when every part is fp8 with an input scale.
+Fp8ActQuant act_quant(std::initializer_list<const Tensor*> parts, bool fp8) {
+  Fp8ActQuant q;
+  bool all_static = true;
+  float scale = 0;
+  for (const Tensor* t : parts) {
+    if (!t->present()) continue;
+    q.on = fp8;
+    if (!is_fp8(*t)) {
+      all_static = false;
+      continue;
+    }
+    const Fp8Scales s = t->scales->per_row();
+    q.group = q.group || s.block_cols < s.cols;
+    all_static = all_static && s.input_scale > 0;
+    scale = std::max(scale, s.input_scale);
+  }
+  if (!q.group && all_static) q.static_scale = scale;
+  return q;
+}
+
+// x [T, K] rounded through e4m3 as kernels/src/quantize_fp8.cu does for a W8A8 GEMM: with the
+// static scale, or per token (per 128-column group) with max |x| / 448 (1 for a zero span).
+void round_activations(const Fp8ActQuant& q, float* x, int64_t T, int64_t K) {
+  const int64_t span = q.group ? 128 : K;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c0 = 0; c0 < K; c0 += span) {
+      float* v = x + t * K + c0;
+      const int64_t n = std::min(span, K - c0);
+      float scale = q.static_scale;
+      if (scale <= 0) {
+        float amax = 0;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::abs(v[i]));
+        scale = amax > 0 ? amax / 448.0f : 1.0f;
+      }
+      for (int64_t i = 0; i < n; ++i) v[i] = fp8::e4m3_round_trip(v[i], scale);
+    }
+}
+
 std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) {
   std::vector<float> out;
   for (const Tensor* t : parts) {
@@ -82,6 +137,14 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
   const ModelConfig& c = config_;
   fp8_kv_ = opt.kv_cache_dtype == KvCacheDType::kFp8E4M3;
   const bool fp8 = opt.quantization == WeightQuant::kFp8;
+  fp8_act_rows_ = fp8 ? opt.fp8_activation_rows : -1;
+  fp8_gemm_rows_ = opt.fp8_gemm_rows;
+  if (fp8 && !c.tie_word_embeddings && is_fp8(model.weights.lm_head)) {
+    const Fp8ActQuant q = act_quant({&model.weights.lm_head}, true);
+    head_fp8_ = true;
+    head_group_ = q.group;
+    head_static_scale_ = q.static_scale;
+  }
   pool_ = std::make_unique<ThreadPool>(opt.num_threads);
   embed_ = f32(model.weights.embed);
   lm_head_ = c.tie_word_embeddings ? std::vector<float>{} : f32(model.weights.lm_head);
@@ -94,6 +157,10 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
     l.attn_norm_b = f32(w.attn_norm_bias);
     l.mlp_norm = f32(w.mlp_norm);
     l.mlp_norm_b = f32(w.mlp_norm_bias);
+    l.qkv_q = act_quant({&w.q, &w.k, &w.v}, fp8);
+    l.o_q = act_quant({&w.o}, fp8);
+    l.up_q = c.gated_mlp ? act_quant({&w.gate, &w.up}, fp8) : act_quant({&w.up}, fp8);
+    l.down_q = act_quant({&w.down}, fp8);
     l.wqkv = concat({&w.q, &w.k, &w.v}, fp8);
     if (c.qkv_bias) l.bqkv = concat({&w.q_bias, &w.k_bias, &w.v_bias}, false);
     l.wo = linear(w.o, fp8);
@@ -125,6 +192,13 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(
 }
 
 CpuRunner::~CpuRunner() = default;
+
+void CpuRunner::emulate_w8a8(const Fp8ActQuant& q, float* x, int64_t T, int64_t n,
+                             int64_t K) const {
+  if (!q.on || fp8_act_rows_ < 0 || T <= fp8_act_rows_) return;
+  const int64_t rows = fp8_gemm_rows_ ? std::min(T, fp8_gemm_rows_(T, n, K, q.group)) : T;
+  round_activations(q, x, rows, K);
+}
 
 void CpuRunner::add_sequence(const SequenceSpec& spec) {
   validate_sequence(spec, config_.vocab_size);
@@ -320,6 +394,12 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
   const ModelConfig& c = config_;
   const int64_t I = c.intermediate_size, H = c.hidden_size;
   std::vector<float> up(T * I);
+  std::vector<float> hq;
+  if (l.up_q.on && fp8_act_rows_ >= 0) {
+    hq.assign(h, h + T * H);
+    emulate_w8a8(l.up_q, hq.data(), T, c.gated_mlp ? 2 * I : I, H);  // gate | up fused
+    h = hq.data();
+  }
   cpu::matmul(*pool_, h, l.wup.data(), l.bup.empty() ? nullptr : l.bup.data(), up.data(), T, H, I);
   auto act = c.act == Activation::kSilu ? cpu::silu : c.act == Activation::kGeluErf ? cpu::gelu_erf : cpu::gelu_tanh;
   if (c.gated_mlp) {
@@ -329,6 +409,7 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
   } else {
     for (float& v : up) v = act(v);
   }
+  emulate_w8a8(l.down_q, up.data(), T, H, I);
   cpu::matmul(*pool_, up.data(), l.wdown.data(), l.bdown.empty() ? nullptr : l.bdown.data(), out, T, I, H);
 }
 
@@ -340,6 +421,7 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
   for (int li = 0; li < c.num_layers; ++li) {
     const Layer& l = layers_[li];
     norm(l.attn_norm, l.attn_norm_b, x.data(), h.data(), T);
+    emulate_w8a8(l.qkv_q, h.data(), T, qkv_dim, H);
     cpu::matmul(*pool_, h.data(), l.wqkv.data(), l.bqkv.empty() ? nullptr : l.bqkv.data(), qkv.data(), T, H, qkv_dim);
     for (const Chunk& ch : chunks)
       for (int64_t t = 0; t < ch.len; ++t) {
@@ -352,6 +434,7 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
     for (const Chunk& ch : chunks) attention(li, ch, &qkv[ch.row * qkv_dim], &attn[ch.row * c.q_dim()]);
     for (const Chunk& ch : chunks)
       if (!stores_before_attention(ch)) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
+    emulate_w8a8(l.o_q, attn.data(), T, H, c.q_dim());
     cpu::matmul(*pool_, attn.data(), l.wo.data(), l.bo.empty() ? nullptr : l.bo.data(), o.data(), T, c.q_dim(), H);
     if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x))
       norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);
@@ -392,6 +475,8 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   for (int64_t r = 0; r < R; ++r) std::memcpy(&gathered[r * H], &x[rows[r] * H], H * 4);
   norm(final_norm_, final_norm_b_, gathered.data(), normed.data(), R);
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  const Fp8ActQuant head_q{head_fp8_, head_group_, head_static_scale_};
+  emulate_w8a8(head_q, normed.data(), R, V, H);
   cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
 
   const bool any_logprobs = std::any_of(inputs.begin(), inputs.end(),

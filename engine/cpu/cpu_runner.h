@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -15,6 +16,10 @@
 #include "engine/runner/runner.h"
 
 namespace rill {
+
+namespace cpu {
+struct Fp8ActQuant;  // cpu_runner.cc
+}
 
 struct CpuRunnerOptions {
   int num_threads = 0;                   // 0: all cores
@@ -29,6 +34,17 @@ struct CpuRunnerOptions {
   /// (16/32-bit ones quantized per channel first); kNone: as stored (fp8 ones dequantized).
   /// Embeddings, norms and the LM head are used as stored either way.
   WeightQuant quantization = WeightQuant::kNone;
+  /// >= 0: emulates the CUDA runner's W8A8 GEMMs, which a step of more than this many tokens
+  /// takes for its fp8 linear layers (the CUDA runner's fp8_gemv_max_rows): their input is
+  /// rounded through e4m3 first, per token with the scale max |x| / 448, per token and 128
+  /// columns for block-scaled weights, or with the checkpoint's static input scale
+  /// (kernels/src/quantize_fp8.cu). -1: off (the reference: activations stay fp32).
+  int fp8_activation_rows = -1;
+  /// With fp8_activation_rows >= 0, when set: how many leading rows of a W8A8 GEMM of `rows`
+  /// tokens on weights [n, k] (`block`: 128-column scales) the CUDA runner quantizes; the others
+  /// take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows, which depends on what cuBLASLt takes).
+  /// Unset: all of them.
+  std::function<int64_t(int64_t rows, int64_t n, int64_t k, bool block)> fp8_gemm_rows;
 };
 
 class CpuRunner final : public ModelRunner {
@@ -86,6 +102,15 @@ class CpuRunner final : public ModelRunner {
   std::unique_ptr<float[]> cache_;  // [layers][blocks][2][kv_heads][block_size][head_dim]
   int num_blocks_ = 0;
   bool fp8_kv_ = false;
+  int fp8_act_rows_ = -1;  // CpuRunnerOptions::fp8_activation_rows
+  std::function<int64_t(int64_t, int64_t, int64_t, bool)> fp8_gemm_rows_;
+  // Rounds the leading rows of x [T, K] the CUDA runner's W8A8 GEMM quantizes for an fp8 layer
+  // [n, K] with activation quantization `q`.
+  void emulate_w8a8(const cpu::Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K) const;
+  // The LM head is fp8 (the checkpoint quantized it; a W8A8 GEMM on CUDA for many rows): with
+  // block scales, with a static input scale.
+  bool head_fp8_ = false, head_group_ = false;
+  float head_static_scale_ = 0;
   std::unordered_map<SeqId, SeqState> seqs_;
   // Offloaded caches: per sequence its blocks' contents, [blocks][layers][block_floats].
   std::unordered_map<SeqId, std::vector<float>> offloaded_;

@@ -31,8 +31,9 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, int M, int N, int K
   // Column-major view: y^T [N, M] = w [N, K] (row-major = K x N col-major, transposed) * x^T.
   const cudaDataType_t t = dtype_ == kernels::DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
   const float one = 1.0f, zero = 0.0f;
-  RILL_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, t, K, x, t, K, &zero, y,
-                           y_f32 ? CUDA_R_32F : t, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  RILL_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, t, K, x, t, K,
+                           &zero, y, y_f32 ? CUDA_R_32F : t, N, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT));
 }
 
 void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32,
@@ -113,19 +114,19 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
   run_fp8_gemm(x, w, y, M, N, K, y_f32);
 }
 
-bool Gemm::uses_fp8_gemm(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32) {
-  return w.fp8() && M > 0 && !uses_gemv(x, w, M, K) && M <= fp8_max_rows_ && K <= fp8_max_k_ &&
-         fp8_gemm_->supported(fp8_problem(w, M, N, K, y_f32));
+int Gemm::fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32) {
+  if (!w.fp8() || M <= 0 || uses_gemv(x, w, M, K) || M > fp8_max_rows_ || K > fp8_max_k_) return 0;
+  return fp8_gemm_->rows(fp8_problem(w, M, N, K, y_f32));
 }
 
 void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K,
                         bool y_f32) {
   const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
-  const Fp8Gemm::Problem prob = fp8_problem(w, M, N, K, y_f32);
-  if (M <= fp8_max_rows_ && K <= fp8_max_k_ && fp8_gemm_->supported(prob)) {
+  const int gemm_rows = fp8_gemm_rows(x, w, M, N, K, y_f32);
+  if (gemm_rows > 0) {
     kernels::QuantizeFp8Params q;
     q.dtype = dtype_;
-    q.num_tokens = M;
+    q.num_tokens = gemm_rows;  // scales [gemm_rows] or [ceil(K / 128), gemm_rows]
     q.width = K;
     q.x = x;
     q.out = fp8_x_.as<uint8_t>();
@@ -135,12 +136,13 @@ void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, in
     q.mode = block ? kernels::ActQuantMode::kPerGroup128 : kernels::ActQuantMode::kPerToken;
     if (!block) q.static_scale = w.input_scale;
     RILL_CUDA(kernels::launch_quantize_fp8(q, stream_));
-    fp8_gemm_->run(prob, fp8_x_.as<uint8_t>(), fp8_scales_.as<float>(), w.w, w.scale, y);
-    return;
+    fp8_gemm_->run(fp8_problem(w, gemm_rows, N, K, y_f32), fp8_x_.as<uint8_t>(),
+                   fp8_scales_.as<float>(), w.w, w.scale, y);
   }
-  // The GEMV, one tile of up to 16 rows of x and y at a time (weights read once per tile).
+  // The other rows through the GEMV, up to 16 rows of x and y at a time (weights read once per
+  // tile).
   const size_t x_row = size_t(K) * 2, y_row = size_t(N) * (y_f32 ? 4 : 2);
-  for (int m0 = 0; m0 < M; m0 += kernels::kFp8GemvMaxRows) {
+  for (int m0 = gemm_rows; m0 < M; m0 += kernels::kFp8GemvMaxRows) {
     const int rows = std::min(kernels::kFp8GemvMaxRows, M - m0);
     gemv_fp8(fp8_gemv_params(static_cast<const char*>(x) + m0 * x_row, w,
                              static_cast<char*>(y) + m0 * y_row, rows, N, K, y_f32));

@@ -59,8 +59,9 @@ class Gemm {
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
   bool uses_gemv(const void* x, const DeviceLinear& w, int M, int K) const;
-  /// True when run() takes the W8A8 fp8 GEMM (not a GEMV) for these operands.
-  bool uses_fp8_gemm(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32);
+  /// How many leading rows of x run() puts through the W8A8 fp8 GEMM (Fp8Gemm::rows); the rest
+  /// go through the fp8 GEMV in tiles of 16 rows. 0 for the GEMV path and non-fp8 weights.
+  int fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32);
 
  private:
   // The shape set_deep_config / set_gemv_config forced on GEMVs with or without a deep
@@ -72,7 +73,8 @@ class Gemm {
   Fp8Gemm::Problem fp8_problem(const DeviceLinear& w, int M, int N, int K, bool y_f32) const {
     return {M, N, K, w.scale_layout == kernels::Fp8ScaleLayout::kBlock128, dtype_, y_f32};
   }
-  // fp8 weights: the W8A8 GEMM when cuBLASLt has one, else the GEMV in tiles of 16 rows.
+  // fp8 weights: the W8A8 GEMM on the leading rows cuBLASLt takes, the GEMV in tiles of 16 rows
+  // on the others.
   void run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32);
   kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
                                          int N, int K, bool y_f32) const;

@@ -79,6 +79,18 @@ bool Fp8Gemm::supported(const Problem& p) {
   return plan(p).ok;
 }
 
+int Fp8Gemm::rows(const Problem& p) {
+  if (p.M <= 0) return 0;
+  if (supported(p)) return p.M;
+  for (int align = 4; align <= 128; align *= 2) {
+    Problem q = p;
+    q.M = p.M / align * align;
+    if (q.M <= 0) break;
+    if (q.M != p.M && supported(q)) return q.M;
+  }
+  return 0;
+}
+
 void Fp8Gemm::run(const Problem& p, const uint8_t* xq, const float* x_scale, const void* w,
                   const float* w_scale, void* y) {
   Plan& pl = plan(p);

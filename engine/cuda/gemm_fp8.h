@@ -37,6 +37,12 @@ class Fp8Gemm {
   };
   /// True when cuBLASLt has an algorithm for `p` (K % 16 == 0; block: K % 128 == 0).
   bool supported(const Problem& p);
+  /// The most leading rows of `p` cuBLASLt takes: p.M where it has an algorithm, else the largest
+  /// of M rounded down to a multiple of 4, 8, .., 128 that it has one for; 0: none. On H100
+  /// (cuBLASLt 13.1) per-token x per-row scales took every M tried, 128-column scales M = 128
+  /// but not M = 33, so a prefill chunk runs its leading rows on the tensor cores and the rest
+  /// (fewer than 128) through the GEMV.
+  int rows(const Problem& p);
   /// Enqueues y = xq w^T with the scales described above; supported(p) must hold.
   void run(const Problem& p, const uint8_t* xq, const float* x_scale, const void* w,
            const float* w_scale, void* y);

@@ -13,7 +13,7 @@ using nlohmann::json;
 constexpr const char* kSupported =
     "supported: compressed-tensors float-quantized fp8 (8-bit float weights with per-tensor, "
     "per-channel or 128x128 block scales; static per-tensor or dynamic per-token activations) "
-    "and quant_method fp8 with weight_block_size [128, 128]";
+    "and quant_method fp8 (weight_block_size [128, 128], or per-tensor scales without it)";
 
 [[noreturn]] void unsupported(const std::string& source, const std::string& what) {
   throw Error(ErrorCode::kUnsupported,
@@ -128,23 +128,35 @@ void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::
   q.ignore = string_list(qc, "ignore", source);
 }
 
+// quant_method "fp8": transformers' FineGrainedFP8Config (weight_block_size [128, 128],
+// weight_scale_inv, dynamic activations), or, without weight_block_size, the per-tensor format of
+// AutoFP8 / vLLM's fp8 checkpoints (weight_scale, static input_scale or dynamic activations,
+// ignored_layers).
 void parse_fp8(const json& qc, QuantizationConfig& q, const std::string& source) {
   q.method = QuantMethod::kFp8;
   const std::string fmt = str_or(qc, "fmt", "e4m3");
   if (fmt != "e4m3") unsupported(source, "fp8 with fmt '" + fmt + "'");
   const std::string act = str_or(qc, "activation_scheme", "dynamic");
-  if (act != "dynamic") unsupported(source, "fp8 with activation_scheme '" + act + "'");
   const auto it = qc.find("weight_block_size");
-  if (it == qc.end() || !it->is_array() || it->size() != 2 || (*it)[0] != 128 || (*it)[1] != 128)
-    unsupported(source, "fp8 with weight_block_size " +
-                            (it == qc.end() ? std::string("(missing)") : it->dump()) +
-                            " (only [128, 128])");
-  q.weights = WeightScaleKind::kBlock;
-  q.block_rows = q.block_cols = 128;
-  q.activations = ActivationQuant::kDynamicPerGroup;
+  if (it == qc.end() || it->is_null()) {
+    if (act != "dynamic" && act != "static")
+      unsupported(source, "fp8 with activation_scheme '" + act + "'");
+    q.weights = WeightScaleKind::kTensor;
+    q.activations =
+        act == "static" ? ActivationQuant::kStaticPerTensor : ActivationQuant::kDynamicPerToken;
+    q.ignore = string_list(qc, "ignored_layers", source);
+  } else {
+    if (!it->is_array() || it->size() != 2 || (*it)[0] != 128 || (*it)[1] != 128)
+      unsupported(source, "fp8 with weight_block_size " + it->dump() + " (only [128, 128])");
+    if (act != "dynamic")
+      unsupported(source, "fp8 block scales with activation_scheme '" + act + "'");
+    q.weights = WeightScaleKind::kBlock;
+    q.block_rows = q.block_cols = 128;
+    q.activations = ActivationQuant::kDynamicPerGroup;
+    q.ignore = string_list(qc, "modules_to_not_convert", source);
+  }
   q.targets = {"Linear"};
-  q.ignore = string_list(qc, "modules_to_not_convert", source);
-  // transformers never converts the output embedding (get_keys_to_not_convert).
+  // The output embedding is never converted (transformers' get_keys_to_not_convert, AutoFP8).
   q.ignore.insert(q.ignore.end(), {"lm_head", "embed_out"});
 }
 
@@ -173,7 +185,8 @@ void check_patterns(const std::vector<std::string>& patterns, const std::string&
 }  // namespace
 
 const char* QuantizationConfig::scale_suffix() const {
-  return method == QuantMethod::kFp8 ? "weight_scale_inv" : "weight_scale";
+  return method == QuantMethod::kFp8 && weights == WeightScaleKind::kBlock ? "weight_scale_inv"
+                                                                           : "weight_scale";
 }
 
 bool QuantizationConfig::quantizes(const std::string& module) const {

@@ -4,7 +4,8 @@
 //     per-channel or 128 x 128 block scales (`weight_scale`), activations static per tensor
 //     (`input_scale`) or dynamic per token / per 128-group, and its `ignore` list;
 //   - Hugging Face `quant_method: fp8` with `weight_block_size` [128, 128] (`weight_scale_inv`,
-//     dynamic activations);
+//     dynamic activations), or without it AutoFP8's per-tensor `weight_scale` (static
+//     `input_scale` or dynamic activations);
 //   - any bf16/fp16/fp32 checkpoint with `--quantization fp8`: per-channel weight scales computed
 //     at load, dynamic per-token activations.
 // Every other scheme is refused at load with the method, the scheme and what is supported.
@@ -21,7 +22,7 @@ namespace rill {
 enum class QuantMethod {
   kNone,               // no quantization_config
   kCompressedTensors,  // quant_method "compressed-tensors", float-quantized fp8
-  kFp8,                // quant_method "fp8" (transformers' FineGrainedFP8Config)
+  kFp8,                // quant_method "fp8" (FineGrainedFP8Config; AutoFP8 without block size)
 };
 
 /// How a quantized weight's scales are laid out (one value per block of rows x columns).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the GPU-side binaries of a 90a build for the device machine:
 #   scripts/device/pack_carry.sh BUILD_DIR [EXECUTABLE...]
-# (EXECUTABLEs relative to BUILD_DIR; by default the list below. The checkout plus the carry must
+# (EXECUTABLE paths, e.g. build/bench/rill-bench; by default the list below. The checkout plus the carry must
 # stay under the device tool's 64 MiB, so name fewer when the default is too large.)
 # Writes .carry/c.tar.xz (bin/ + lib/). On the device: tar -xJf .carry/c.tar.xz -C /tmp/c, then
 #   scripts/device/gpu_check.sh /tmp/c/bin /tmp/c/lib SECTION...
@@ -12,11 +12,12 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .carry
 shift
 exes=("$@")
-[ ${#exes[@]} -gt 0 ] || exes=(bench/rill-bench bench/rill-gemv-bench bench/rill-attention-bench bench/rill-sampling-bench
-  bench/rill-gemv-fp8-bench tests/kernels/kernel_tests tests/engine/cuda_engine_tests
-  tools/rill-make-model tools/rill-ppl tools/rill-quant-check tools/rill-serve-bench)
+[ ${#exes[@]} -gt 0 ] || exes=("$build/bench/rill-bench" "$build/bench/rill-gemv-bench" "$build/bench/rill-attention-bench"
+  "$build/bench/rill-sampling-bench" "$build/bench/rill-gemv-fp8-bench" "$build/tests/kernels/kernel_tests"
+  "$build/tests/engine/cuda_engine_tests" "$build/tools/rill-make-model" "$build/tools/rill-ppl"
+  "$build/tools/rill-quant-check" "$build/tools/rill-serve-bench")
 for exe in "${exes[@]}"; do
-  cp "$build/$exe" "$stage/bin/"
+  cp "$exe" "$stage/bin/"
 done
 strip "$stage"/bin/*
 bash ../shared/device/bundle-libs.sh "$stage/lib" "$stage"/bin/* >/dev/null

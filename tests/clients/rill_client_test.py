@@ -107,12 +107,13 @@ def check_flags_and_unreachable():
 
 
 def check_overloaded():
-    # --max-queued-requests 0: every request is refused for overload; exit 4 with the retry hint.
-    server = Server("--max-queued-requests", "0")
+    # A queue that holds at most one prompt token: every real prompt is refused for overload; exit 4
+    # with the retry hint. (--max-queued-requests 0 is refused at start since the limits issue.)
+    server = Server("--max-queued-prompt-tokens", "1")
     try:
-        rc, out, err = client("--http", f"127.0.0.1:{server.http_port}", "--prompt", "a")
+        rc, out, err = client("--http", f"127.0.0.1:{server.http_port}", "--prompt", "ROMEO: a longer prompt")
         assert rc == 4 and "HTTP 503" in err and "retry after" in err, (rc, err)
-        rc, out, err = client("--grpc", f"127.0.0.1:{server.grpc_port}", "--prompt", "a")
+        rc, out, err = client("--grpc", f"127.0.0.1:{server.grpc_port}", "--prompt", "ROMEO: a longer prompt")
         assert rc == 4 and "RESOURCE_EXHAUSTED" in err and "retry after" in err and " ms" in err, (rc, err)
     finally:
         assert server.stop() == 0

@@ -97,6 +97,26 @@ TEST(QuantizationConfig, ParsesTransformersFp8BlockFormat) {
       "fp8 (quant_method fp8, 128x128 block weight scales, dynamic per-token-group activations)");
 }
 
+// AutoFP8 / vLLM's per-tensor fp8 checkpoints: quant_method fp8 without weight_block_size.
+TEST(QuantizationConfig, ParsesPerTensorFp8WithoutBlockSize) {
+  const json j = {{"quantization_config",
+                   {{"quant_method", "fp8"},
+                    {"activation_scheme", "static"},
+                    {"ignored_layers", {"model.layers.1.mlp.down_proj"}}}}};
+  const auto q = parse_quantization_config(j, "c");
+  EXPECT_EQ(q.weights, WeightScaleKind::kTensor);
+  EXPECT_EQ(q.activations, ActivationQuant::kStaticPerTensor);
+  EXPECT_STREQ(q.scale_suffix(), "weight_scale");
+  EXPECT_FALSE(q.quantizes("model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(q.quantizes("lm_head"));
+  EXPECT_TRUE(q.quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_EQ(q.describe(),
+            "fp8 (quant_method fp8, per-tensor weight scales, static per-tensor activations)");
+  const auto dyn = parse_quantization_config(
+      {{"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}}}, "c");
+  EXPECT_EQ(dyn.activations, ActivationQuant::kDynamicPerToken);
+}
+
 // Each unsupported scheme: kUnsupported, the message names what it is and what is supported.
 TEST(QuantizationConfig, RefusesEveryOtherSchemeNamingIt) {
   auto refused = [](const json& j, const std::string& names) {
@@ -134,13 +154,14 @@ TEST(QuantizationConfig, RefusesEveryOtherSchemeNamingIt) {
   refused({{"quantization_config", json::object()}}, "(missing quant_method)");
   refused({{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}}}},
           "weight_block_size [64,64]");
-  refused({{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", nullptr}}}},
-          "weight_block_size null");
   refused({{"quantization_config",
             {{"quant_method", "fp8"},
              {"activation_scheme", "static"},
              {"weight_block_size", {128, 128}}}}},
-          "activation_scheme 'static'");
+          "fp8 block scales with activation_scheme 'static'");
+  refused({{"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "weird"}}}},
+          "activation_scheme 'weird'");
+  refused({{"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e5m2"}}}}, "fmt 'e5m2'");
   json two = ct_config(fp8_args("channel"), nullptr);
   two["quantization_config"]["config_groups"]["group_1"] =
       two["quantization_config"]["config_groups"]["group_0"];

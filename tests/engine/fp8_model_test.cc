@@ -122,6 +122,72 @@ TEST(Fp8Cpu, QuantizingTheDefaultModelAtLoadKeepsPerplexityWithinTwoPercent) {
   EXPECT_LT(std::abs(ppl[1] / ppl[0] - 1), 0.02);
 }
 
+// Logits of every position of a 40-token prompt (one prefill step) on the CPU engine.
+std::vector<float> prefill_logits(const Model& m, const CpuRunnerOptions& o) {
+  CpuRunner r(m, o);
+  r.add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+  std::vector<int32_t> prompt = m.tokenizer->encode("KING HENRY: O, what a noble mind is here");
+  prompt.resize(40, 7);
+  StepInput in{1, prompt, LogitsMode::kAll, false};
+  return r.step(std::span<const StepInput>(&in, 1)).logits;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// CpuRunnerOptions::fp8_activation_rows, the CUDA W8A8 GEMMs' e4m3 activations on the CPU: off
+// (-1) or for steps of at most that many tokens nothing changes; on, every fixture's prefill
+// logits move by what e4m3 activations cost (the CUDA fp8 test's reference), and only under
+// --quantization fp8 / auto (none runs the dequantized weights in 16 bits on CUDA).
+TEST(Fp8Cpu, EmulatedW8A8ActivationsMoveThePrefillOnly) {
+  for (const char* name : kFixtures) {
+    const Model m = load_model(source_path(std::string("tests/fixtures/") + name));
+    CpuRunnerOptions o{.num_threads = 2, .quantization = WeightQuant::kFp8};
+    const std::vector<float> ref = prefill_logits(m, o);
+    o.fp8_activation_rows = 40;  // a step of 40 tokens stays on the GEMV
+    EXPECT_EQ(prefill_logits(m, o), ref) << name;
+    o.fp8_activation_rows = 16;
+    const std::vector<float> emulated = prefill_logits(m, o);
+    const double cost = rel_l2(emulated, ref);
+    const size_t V = m.config.vocab_size;
+    double worst_row = 0;
+    for (size_t r = 0; r < ref.size() / V; ++r)
+      worst_row =
+          std::max(worst_row, rel_l2({emulated.begin() + r * V, emulated.begin() + (r + 1) * V},
+                                     {ref.begin() + r * V, ref.begin() + (r + 1) * V}));
+    std::printf(
+        "%s: e4m3 activations move the prefill logits by %.4f (relative L2; worst row %.4f)\n",
+        name, cost, worst_row);
+    EXPECT_GT(cost, 1e-3) << name;
+    EXPECT_LT(cost, 0.6) << name;
+    // The CUDA runner's split (cuda::Gemm::fp8_gemm_rows): no rows quantized changes nothing,
+    // all of them is the default; every fp8 layer asks, with its shape.
+    int calls = 0;
+    o.fp8_gemm_rows = [&](int64_t rows, int64_t n, int64_t k, bool block) {
+      ++calls;
+      EXPECT_EQ(rows, 40);
+      EXPECT_GT(n, 0);
+      EXPECT_GT(k, 0);
+      // One 128-column block of a K = 128 layer is a per-row scale (as on CUDA).
+      EXPECT_EQ(block, std::string(name) == "fp8_block" && k > 128) << n << " x " << k;
+      return int64_t{0};
+    };
+    EXPECT_EQ(prefill_logits(m, o), ref) << name;
+    EXPECT_EQ(calls, 4 * m.config.num_layers) << name;  // qkv, o, gate | up, down
+    o.fp8_gemm_rows = [](int64_t rows, int64_t, int64_t, bool) { return rows; };
+    EXPECT_EQ(prefill_logits(m, o), emulated) << name;
+    o.fp8_gemm_rows = nullptr;
+    o.quantization = WeightQuant::kNone;
+    EXPECT_EQ(prefill_logits(m, o), ref) << name << ": emulated without fp8 weights";
+  }
+}
+
 // The engine option reaches the CPU runner (make_runner) and bad names are refused.
 TEST(Fp8Cpu, EngineOptionQuantization) {
   const Model m = load_model(source_path("tests/fixtures/fp8_block"));

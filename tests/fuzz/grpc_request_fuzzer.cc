@@ -53,7 +53,7 @@ void session_turn(ServingFixture& fx, const pb::SessionTurn& t) {
   rill::Request r = rill::server::session_request(plan);
   r.id = t.request_id().empty() ? "grpc-fuzz" : t.request_id();
   rill::server::apply_sampling(t.sampling(), r.sampling);
-  rill::server::apply_generation_fields(t, r);
+  rill::server::apply_generation_fields(t, r, fx.ctx().model().vocab_size);
   fx.ctx().check_prompt(r.prompt, "input");
   fx.validate(r);
 }
@@ -61,7 +61,9 @@ void session_turn(ServingFixture& fx, const pb::SessionTurn& t) {
 void session_request(ServingFixture& fx, const pb::SessionRequest& m) {
   if (m.has_turn()) return session_turn(fx, m.turn());
   if (!m.has_open()) return;
-  if (m.open().has_create()) return fx.validate(rill::server::from_pb(m.open().create()));
+  if (m.open().has_create())
+    return fx.validate(
+        rill::server::from_pb(m.open().create(), fx.ctx().model().sampling_defaults));
   // attach: a read-only lookup (unknown ids are kNotFound).
   rill::server::get_session(fx.ctx(), m.open().attach_session_id());
 }

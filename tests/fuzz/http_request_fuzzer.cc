@@ -73,11 +73,11 @@ class InputStream {
 void tokenize(rill::server::ServingContext& ctx, const std::string& body) {
   const nlohmann::json b = rill::server::parse_json_object(body);
   const char* key = b.contains("prompt") ? "prompt" : "text";
-  if (!b.contains(key) || !b[key].is_string()) throw rill::server::FieldError("prompt", "string");
+  if (!b.contains(key) || !b[key].is_string()) throw rill::FieldError("prompt", "string");
   bool add_special = true;
   if (b.contains("add_special_tokens")) {
     if (!b["add_special_tokens"].is_boolean())
-      throw rill::server::FieldError("add_special_tokens", "boolean");
+      throw rill::FieldError("add_special_tokens", "boolean");
     add_special = b["add_special_tokens"].get<bool>();
   }
   ctx.require_engine().tokenizer().encode(b[key].get<std::string>(), add_special);
@@ -86,13 +86,12 @@ void tokenize(rill::server::ServingContext& ctx, const std::string& body) {
 void detokenize(rill::server::ServingContext& ctx, const std::string& body) {
   const nlohmann::json b = rill::server::parse_json_object(body);
   const rill::Tokenizer& tok = ctx.require_engine().tokenizer();
-  if (!b.contains("tokens") || !b["tokens"].is_array())
-    throw rill::server::FieldError("tokens", "list");
+  if (!b.contains("tokens") || !b["tokens"].is_array()) throw rill::FieldError("tokens", "list");
   std::vector<int32_t> ids;
   for (const nlohmann::json& x : b["tokens"]) {
-    if (!x.is_number_integer()) throw rill::server::FieldError("tokens", "ids");
+    if (!x.is_number_integer()) throw rill::FieldError("tokens", "ids");
     const int64_t id = x.get<int64_t>();
-    if (id < 0 || id >= tok.vocab_size()) throw rill::server::FieldError("tokens", "range");
+    if (id < 0 || id >= tok.vocab_size()) throw rill::FieldError("tokens", "range");
     ids.push_back(static_cast<int32_t>(id));
   }
   rill::server::dump_json({{"prompt", tok.decode(ids)}});

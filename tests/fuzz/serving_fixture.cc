@@ -12,6 +12,7 @@
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
 #include "server/openai_api.h"
+#include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/session_turn.h"
 
@@ -53,6 +54,8 @@ ServingFixture::ServingFixture() {
   info.context_length = model_->config.max_position_embeddings;
   info.vocab_size = model_->tokenizer->vocab_size();
   info.eos_token_ids = stops;
+  info.sampling_defaults = server::server_sampling_defaults(
+      config.generation_config, config.default_sampling, model_->generation);
   ctx_ = std::make_unique<server::ServingContext>(config);
   ctx_->set_engine(engine_.get(), info, server::make_chat_renderer(*model_));
   SessionOptions session;

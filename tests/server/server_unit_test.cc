@@ -219,6 +219,18 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_THROW(parse_command_line(static_cast<int>(bargv.size()), bargv.data(), d), Error);
 }
 
+TEST(ServerConfig, PrefixCachingDefaultsPerRunner) {
+  // On by default on the CPU runner; off on the CUDA runner until CudaPrefixCache.* pass on the
+  // H100; an explicit --prefix-caching wins over either.
+  EXPECT_TRUE(scheduler_defaults("cpu").enable_prefix_caching);
+  EXPECT_FALSE(scheduler_defaults("cuda").enable_prefix_caching);
+  ServerConfig c;
+  c.explicit_fields.insert("scheduler.enable_prefix_caching");
+  c.scheduler.enable_prefix_caching = true;
+  apply_scheduler_defaults(c, scheduler_defaults("cuda"));
+  EXPECT_TRUE(c.scheduler.enable_prefix_caching);
+}
+
 TEST(ServerConfig, EveryBooleanFlagHasANoForm) {
   auto parse = [](std::vector<std::string> args) {
     args.insert(args.begin(), "rill-server");
