@@ -33,38 +33,41 @@ using namespace rill::server;
 
 namespace {
 
-// SIGINT / SIGTERM are blocked in every thread and taken by one sigwait thread.
+// SIGINT / SIGTERM are blocked in every thread and taken by one sigwait thread. The thread is
+// detached and may outlive the waiter (a start-up error returns from main before it ever runs), so
+// what it touches lives in a shared state it co-owns, never in the waiter's frame.
 class SignalWaiter {
  public:
-  SignalWaiter() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
-    thread_ = std::thread([this] {
+  SignalWaiter() : state_(std::make_shared<State>()) {
+    sigemptyset(&state_->set);
+    sigaddset(&state_->set, SIGINT);
+    sigaddset(&state_->set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &state_->set, nullptr);  // before any other thread starts
+    std::thread([state = state_] {
       int sig = 0;
-      sigwait(&set_, &sig);
+      sigwait(&state->set, &sig);
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        signal_ = sig;
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->signal = sig;
       }
-      cv_.notify_all();
-    });
-    thread_.detach();
+      state->cv.notify_all();
+    }).detach();
   }
   /// Waits up to `timeout`; the signal number once one arrived, else 0.
   int wait_for(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return signal_ != 0; });
-    return signal_;
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait_for(lock, timeout, [&] { return state_->signal != 0; });
+    return state_->signal;
   }
 
  private:
-  sigset_t set_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int signal_ = 0;
+  struct State {
+    sigset_t set;
+    std::mutex mu;
+    std::condition_variable cv;
+    int signal = 0;
+  };
+  std::shared_ptr<State> state_;
 };
 
 void raise_fd_limit() {
