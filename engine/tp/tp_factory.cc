@@ -20,6 +20,26 @@ std::unique_ptr<TpRunner> make_cpu_tp_runner(const Model& model, int world,
   });
 }
 
+std::vector<int> parse_gpus(const std::string& list) {
+  std::vector<int> out;
+  if (list.empty()) return out;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    if (item.empty() || item.size() > 3 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--gpus: '" + list + "' is not a list of device ids such as 0,1");
+    out.push_back(std::stoi(item));
+    if (out.size() > size_t(kMaxWorld))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--gpus: more than " + std::to_string(kMaxWorld) + " devices");
+    if (comma == list.size()) return out;
+    at = comma + 1;
+  }
+}
+
 std::vector<int> choose_gpus(const std::vector<int>& gpus, int world, int visible) {
   if (gpus.empty()) {
     if (world > visible)

@@ -18,6 +18,10 @@ namespace rill::tp {
 std::unique_ptr<TpRunner> make_cpu_tp_runner(const Model& model, int world,
                                              const CpuRunnerOptions& options);
 
+/// "0,2" -> {0, 2}; "" -> {}. kInvalidArgument naming --gpus for anything but non-negative
+/// integers separated by commas (at most kMaxWorld).
+std::vector<int> parse_gpus(const std::string& list);
+
 /// The GPUs a group of `world` ranks runs on: `gpus` (ids of visible devices, each once) or, when
 /// empty, devices 0 .. world - 1. kInvalidArgument naming the flag when the list's length is not
 /// `world`, an id repeats or is not below `visible`.
