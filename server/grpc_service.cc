@@ -323,6 +323,7 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_max_queued_requests(e.config().max_queued_requests);
       out->set_prefix_caching(e.config().enable_prefix_caching);
       out->set_prefix_cache_hit_rate(e.stats().prefix_cache_hit_rate);
+      out->set_tensor_parallel_size(ctx_.model().tensor_parallel_size);
     });
   }
 

@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Model> model = std::move(loaded.model);
   std::unique_ptr<ServingEngine> engine = std::move(loaded.engine);
   ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
+  info.tensor_parallel_size = config.engine.tensor_parallel_size;
   info.sampling_defaults = loaded.sampling;
   spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
   ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));

@@ -25,6 +25,7 @@ struct ModelInfo {
   int context_length = 0;
   int vocab_size = 0;
   std::vector<int> eos_token_ids;
+  int tensor_parallel_size = 1;  // GPUs the model is split over (EngineOptions)
   /// What a request or session starts from before its own sampling fields: the server's
   /// override, then the model's generation_config.json, then OpenAI's defaults
   /// (resolve_sampling_defaults; docs/api.md, "Sampling fields").
