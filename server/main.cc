@@ -27,6 +27,7 @@
 #include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/serving_context.h"
+#include "server/tool_calls.h"
 
 using namespace rill;
 using namespace rill::server;
@@ -225,7 +226,13 @@ int main(int argc, char** argv) {
   ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
   info.sampling_defaults = loaded.sampling;
   spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
-  ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
+  std::unique_ptr<ChatRenderer> chat = make_chat_renderer(*model);
+  try {
+    info.tool_family = resolve_tool_family(config.tool_call_parser, *chat, engine->tokenizer());
+  } catch (const std::exception& e) {
+    return startup_error(e.what());
+  }
+  ctx.set_engine(engine.get(), std::move(info), std::move(chat));
   grpc->update_health();
   spdlog::info(
       "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "
