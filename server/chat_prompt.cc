@@ -27,30 +27,55 @@ std::string BuiltinChatRenderer::render(const nlohmann::json& messages, bool add
 
 namespace {
 
-// A copy of `messages` with each tool call's "arguments" JSON string parsed into an object (the
-// form templates that print them with tojson expect, as transformers users pass them), in the
-// key order the client wrote, which tojson keeps.
-nlohmann::ordered_json with_object_arguments(const nlohmann::json& messages) {
-  auto out = nlohmann::ordered_json::parse(messages.dump());  // depth bounded by the body's
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!out[i].contains("tool_calls") || !out[i]["tool_calls"].is_array()) continue;
-    nlohmann::ordered_json& calls = out[i]["tool_calls"];
-    for (size_t j = 0; j < calls.size(); ++j) {
-      nlohmann::ordered_json& args = calls[j]["function"]["arguments"];
-      if (!args.is_string()) continue;
-      const std::string text = args.get<std::string>();
-      nlohmann::ordered_json parsed = nullptr;
-      if (json_nesting_depth(text, kMaxJsonDepth) <= kMaxJsonDepth)
-        parsed = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (!parsed.is_object())
-        throw Error(ErrorCode::kInvalidArgument,
-                    "messages[" + std::to_string(i) + "].tool_calls[" + std::to_string(j) +
-                        "].function.arguments must be a JSON object (as a string) at most " +
-                        std::to_string(kMaxJsonDepth) + " levels deep");
-      args = std::move(parsed);
+// nlohmann::json keeps keys sorted, so a message's tool calls would reach a template that prints
+// them with tojson as {"arguments": .., "name": ..}. This copy puts them back in OpenAI's order
+// (role, content, tool_calls [{id, type, function {name, arguments}}], tool_call_id, the rest),
+// the order clients send and transformers users write. With `object_arguments` each call's
+// "arguments" JSON string is parsed into an object (in its own key order), the form templates
+// that print arguments with tojson or items expect.
+nlohmann::ordered_json ordered_messages(const nlohmann::json& messages, bool object_arguments) {
+  using ojson = nlohmann::ordered_json;
+  const auto reorder = [](const nlohmann::json& in, std::initializer_list<const char*> first) {
+    ojson out = ojson::object();
+    for (const char* k : first)
+      if (in.contains(k)) out[k] = ojson::parse(in[k].dump());  // depth bounded by the body's
+    for (auto it = in.begin(); it != in.end(); ++it)
+      if (!out.contains(it.key())) out[it.key()] = ojson::parse(it.value().dump());
+    return out;
+  };
+  ojson out = ojson::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ojson m = reorder(messages[i], {"role", "content", "name", "tool_calls", "tool_call_id"});
+    if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+      const nlohmann::json& calls = messages[i]["tool_calls"];
+      for (size_t j = 0; j < calls.size(); ++j) {
+        ojson call = reorder(calls[j], {"id", "type", "function"});
+        call["function"] = reorder(calls[j]["function"], {"name", "arguments"});
+        ojson& args = call["function"]["arguments"];
+        if (object_arguments && args.is_string()) {
+          const std::string text = args.get<std::string>();
+          ojson parsed = nullptr;
+          if (json_nesting_depth(text, kMaxJsonDepth) <= kMaxJsonDepth)
+            parsed = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (!parsed.is_object())
+            throw Error(ErrorCode::kInvalidArgument,
+                        "messages[" + std::to_string(i) + "].tool_calls[" + std::to_string(j) +
+                            "].function.arguments must be a JSON object (as a string) at most " +
+                            std::to_string(kMaxJsonDepth) + " levels deep");
+          args = std::move(parsed);
+        }
+        m["tool_calls"][j] = std::move(call);
+      }
     }
+    out.push_back(std::move(m));
   }
   return out;
+}
+
+bool has_tool_calls(const nlohmann::json& messages) {
+  for (const auto& m : messages)
+    if (m.contains("tool_calls")) return true;
+  return false;
 }
 
 // The probe call's render with `arguments`, or "" when the template rejects it.
@@ -100,8 +125,8 @@ class ModelChatRenderer final : public ChatRenderer {
     ChatTemplateOptions options;
     options.add_generation_prompt = add_generation_prompt;
     options.tools = tools;
-    if (!object_arguments_) return template_.render(messages, options);
-    return template_.render(with_object_arguments(messages), options);
+    if (!has_tool_calls(messages)) return template_.render(messages, options);
+    return template_.render(ordered_messages(messages, object_arguments_), options);
   }
   bool has_special_tokens() const override { return true; }
   std::string name() const override { return "model"; }
