@@ -27,6 +27,7 @@
 #include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/serving_context.h"
+#include "server/tool_calls.h"
 
 using namespace rill;
 using namespace rill::server;
@@ -229,7 +230,13 @@ int main(int argc, char** argv) {
   info.tensor_parallel_size = config.engine.tensor_parallel_size;
   info.sampling_defaults = loaded.sampling;
   spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
-  ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
+  std::unique_ptr<ChatRenderer> chat = make_chat_renderer(*model);
+  try {
+    info.tool_family = resolve_tool_family(config.tool_call_parser, *chat, engine->tokenizer());
+  } catch (const std::exception& e) {
+    return startup_error(e.what());
+  }
+  ctx.set_engine(engine.get(), std::move(info), std::move(chat));
   grpc->update_health();
   spdlog::info(
       "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "

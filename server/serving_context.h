@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/scheduler/serving_engine.h"
+#include "engine/toolcall/family.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
 
@@ -30,6 +31,8 @@ struct ModelInfo {
   /// override, then the model's generation_config.json, then OpenAI's defaults
   /// (resolve_sampling_defaults; docs/api.md, "Sampling fields").
   SamplingParams sampling_defaults;
+  /// The format chat replies' tool calls are parsed in (--tool-call-parser; resolve_tool_family).
+  toolcall::ToolFamily tool_family = toolcall::ToolFamily::kNone;
 };
 
 /// One access-log line's worth of a finished request.
