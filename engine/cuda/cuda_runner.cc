@@ -12,6 +12,8 @@
 #include "engine/model/dtype.h"
 #include "engine/runner/cache_identity.h"
 #include "engine/runner/step_validation.h"
+#include "engine/tp/host_collective.h"
+#include "engine/tp/tp_stage.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
@@ -26,7 +28,9 @@ using cuda::DeviceMemory;
 using cuda::PinnedMemory;
 using cuda::StepPlan;
 
-int cuda_device_count() { return cuda::cuda_device_count(); }
+int cuda_device_count() {
+  return cuda::cuda_device_count();
+}
 
 namespace {
 
@@ -38,6 +42,11 @@ const int kBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 size_t esize() {
   return 2;
 }  // fp16 / bf16 activations (the cache: layout_.element_bytes())
+
+// Names a tensor-parallel rank's stage (the group's watchdog and RILL_TP_TRACE).
+void tp_stage(const CudaTpRank& tp, const char* what) {
+  if (tp.comm) tp::set_stage(what);
+}
 
 }  // namespace
 
@@ -62,6 +71,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  // The ranks of a group choose the same decode graphs (attention_splits reads num_sms_).
+  if (tp_.host) num_sms_ = static_cast<int>(tp_.host->min(tp_.comm->rank(), num_sms_));
+  tp_stage(tp_, "loading the weights");
   RILL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   RILL_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
@@ -87,9 +99,19 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
       kv_cache_identity(model, "cuda", dtype == kernels::DType::kF16 ? "float16" : "bfloat16",
                         kv_dtype == KvCacheDType::kFp8E4M3 ? "fp8_e4m3" : "compute");
   apply_tuning();
+  tp_stage(tp_, "allocating buffers");
   allocate_buffers();
+  tp_stage(tp_, "sizing the KV pool");
   size_kv_pool(o.gpu_memory_fraction);
+  tp_stage(tp_, "allocating host KV memory");
   allocate_host_kv(o.host_kv_cache_bytes);
+  // No rank's first collective before every rank's last allocation: an allocation can wait for
+  // its device while the other rank's collective spins on it waiting for this one.
+  if (tp_.host) {
+    tp_stage(tp_, "waiting for the other ranks' allocations");
+    tp_.host->barrier();
+  }
+  tp_stage(tp_, "warm-up steps");
   warm_up();
   spdlog::info(
       "cuda runner: {} weights {:.1f} MiB ({}, linear layers: {}), KV pool {} blocks x {} tokens "
@@ -184,14 +206,17 @@ void CudaRunner::allocate_buffers() {
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
   logprob_logits_ = DeviceMemory(size_t(max_batch_) * V * 4, "logprobs");
   logprobs_ = DeviceMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
-  attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
-                          "attention workspace");
+  attn_ws_ = DeviceMemory(
+      kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
+      "attention workspace");
   // The split merge's counters must start at zero; every launch leaves them zero again.
-  if (attn_ws_.bytes() > 0) RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
+  if (attn_ws_.bytes() > 0)
+    RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
-  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_, true};
+  const cuda::StepShape biggest{max_tokens_, max_batch_,  max_batch_, max_rows_,
+                                max_rows_,   max_blocks_, true};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
@@ -205,7 +230,8 @@ void CudaRunner::allocate_buffers() {
 void CudaRunner::size_kv_pool(double fraction) {
   size_t free_b = 0, total_b = 0;
   RILL_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  const double keep = (1.0 - fraction) * double(total_b) + 512.0 * (1 << 20);  // graphs, cuBLAS, fragmentation
+  const double keep =
+      (1.0 - fraction) * double(total_b) + 512.0 * (1 << 20);  // graphs, cuBLAS, fragmentation
   const double budget = double(free_b) - keep;
   // In bytes: an fp8 cache holds twice the tokens of a 16-bit one in the same memory.
   const size_t block_bytes =
@@ -215,10 +241,12 @@ void CudaRunner::size_kv_pool(double fraction) {
   if (tp_.host) blocks = tp_.host->min(tp_.comm->rank(), blocks);
   if (blocks < max_blocks_ + 1)
     throw Error(ErrorCode::kResourceExhausted,
-                "not enough GPU memory for the KV cache: " + std::to_string(std::max(0.0, budget) / 1048576.0) +
+                "not enough GPU memory for the KV cache: " +
+                    std::to_string(std::max(0.0, budget) / 1048576.0) +
                     " MiB left after the weights, one sequence needs " +
                     std::to_string(double(block_bytes) * max_blocks_ / 1048576.0) + " MiB");
-  const int usable = static_cast<int>(std::min<long long>(blocks - 1, INT32_MAX / layout_.block_size - 1));
+  const int usable =
+      static_cast<int>(std::min<long long>(blocks - 1, INT32_MAX / layout_.block_size - 1));
   layout_.num_blocks = usable + 1;  // the last block is a trash target for padded graph rows
   trash_block_ = usable;
   cache_ = DeviceMemory(size_t(layout_.num_blocks) * block_bytes, "KV cache");
@@ -263,14 +291,16 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
 
 void CudaRunner::add_sequence(const SequenceSpec& spec) {
   validate_sequence(spec, config_.vocab_size);
-  if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
+  if (seqs_.count(spec.id))
+    throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
   SeqInfo info;
   info.sampling.params = spec.sampling;
   // A resumed sequence: its draws continue at generated.size(), its generated tokens count as
   // output (the prefill that recomputes them marks them as prompt too, which changes nothing).
   info.sampling.step = info.sampling.first_step = spec.generated.size();
   if (spec.sampling.has_penalties()) {
-    if (free_state_slots_.empty()) throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
+    if (free_state_slots_.empty())
+      throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
     info.sampling.state_slot = free_state_slots_.back();
     const size_t V = config_.vocab_size;
     int32_t* counts = output_counts_.as<int32_t>() + info.sampling.state_slot * V;
@@ -301,7 +331,8 @@ void CudaRunner::add_sequence(const SequenceSpec& spec) {
 void CudaRunner::remove_sequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  if (it->second.sampling.state_slot >= 0) free_state_slots_.push_back(it->second.sampling.state_slot);
+  if (it->second.sampling.state_slot >= 0)
+    free_state_slots_.push_back(it->second.sampling.state_slot);
   seqs_.erase(it);
   last_rows_.erase(id);
   wait_for_restore(id);  // its blocks go back to the pool: later steps must follow the copy
@@ -309,7 +340,9 @@ void CudaRunner::remove_sequence(SeqId id) {
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
 
-void CudaRunner::profile_snapshot_and_stop() { profiler_.reset(); }
+void CudaRunner::profile_snapshot_and_stop() {
+  profiler_.reset();
+}
 
 void CudaRunner::set_profiling(bool on) {
   profiler_ = on ? std::make_unique<Profiler>(stream_) : nullptr;
@@ -328,7 +361,11 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
       throw Error(ErrorCode::kInternal, "graph shape changed");
     return it->second;
   }
+  const bool group = tp_.host && tp_.comm->world() > 1;
+  if (group) quiesce_group(key);
+  tp_stage(tp_, "capturing a decode graph");
   cudaGraph_t graph;
+  // Thread-local mode: the other ranks' threads keep their CUDA calls legal during this capture.
   RILL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
     enqueue_forward(plan, false);
@@ -343,7 +380,32 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   RILL_CUDA(cudaGraphDestroy(graph));
   graphs_[key] = exec;
   graph_shapes_[key] = plan.shape;
+  if (group) {  // uploaded everywhere before any rank launches it (its collectives would spin)
+    RILL_CUDA(cudaGraphUpload(exec, stream_));
+    RILL_CUDA(cudaStreamSynchronize(stream_));
+    tp_stage(tp_, "waiting for the other ranks' graph captures");
+    tp_.host->barrier();
+  }
+  tp_stage(tp_, "step");
   return exec;
+}
+
+// Before a group's ranks capture and instantiate a graph (which allocate on the device), every
+// GPU finishes its work: no collective may be in flight while a rank allocates, or the
+// allocation waits for a device whose collective waits for this rank (the NCCL documentation's
+// multi-GPU-per-process deadlock). All ranks come here at the same step: they hold the same
+// sequences and agree on num_sms_, so they choose the same key; it is checked.
+void CudaRunner::quiesce_group(int key) {
+  tp_stage(tp_, "agreeing on a new decode graph");
+  const int rank = tp_.comm->rank();
+  const int64_t lo = tp_.host->min(rank, key), hi = -tp_.host->min(rank, -int64_t(key));
+  if (lo != hi)
+    throw Error(ErrorCode::kInternal, "tensor parallel: the ranks chose different decode graphs (" +
+                                          std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+  tp_stage(tp_, "draining the stream before a graph capture");
+  RILL_CUDA(cudaStreamSynchronize(stream_));
+  tp_stage(tp_, "waiting for the other ranks to drain");
+  tp_.host->barrier();
 }
 
 std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& any_logits) {
@@ -360,13 +422,16 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
     if (in.logits == LogitsMode::kAll) extra_rows += static_cast<int>(in.tokens.size());
     if (in.logits != LogitsMode::kNone) any_logits = true;
   }
-  if (n > max_batch_) throw Error(ErrorCode::kInvalidArgument, "step has more sequences than max_batch");
+  if (n > max_batch_)
+    throw Error(ErrorCode::kInvalidArgument, "step has more sequences than max_batch");
   if (total > max_tokens_)
-    throw Error(ErrorCode::kInvalidArgument, "step has " + std::to_string(total) + " tokens, more than the " +
-                                                 std::to_string(max_tokens_) + " the runner was sized for");
+    throw Error(ErrorCode::kInvalidArgument,
+                "step has " + std::to_string(total) + " tokens, more than the " +
+                    std::to_string(max_tokens_) + " the runner was sized for");
   if (extra_rows + n > max_rows_)
     throw Error(ErrorCode::kInvalidArgument, "too many logits rows in one step (at most " +
-                                                 std::to_string(max_rows_ - max_batch_) + " for LogitsMode::kAll)");
+                                                 std::to_string(max_rows_ - max_batch_) +
+                                                 " for LogitsMode::kAll)");
   if (any_logits && std::any_of(in_flight_.begin(), in_flight_.end(),
                                 [](const InFlight& f) { return f.plan.any_logits; }))
     throw Error(ErrorCode::kInvalidArgument,
@@ -448,7 +513,8 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   for (int k = 0; k < n; ++k) {
     const cuda::SamplingSlot& s = seqs_.at(inputs[k].id).sampling;
     if (s.state_slot < 0 || s.step > s.first_step || s.params.repetition_penalty == 1.0f) continue;
-    const int32_t* toks = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
+    const int32_t* toks =
+        reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
     RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), config_.vocab_size,
                                           s.state_slot, toks,
                                           static_cast<int>(inputs[k].tokens.size()), stream_));
@@ -474,6 +540,7 @@ StepOutput CudaRunner::finish() {
   in_flight_.pop_front();
   if (f.empty) return {};
   HostBuffers& h = host_[f.buffer];
+  tp_stage(tp_, "waiting for the step on the GPU");
   RILL_CUDA(cudaEventSynchronize(h.end.get()));
   if (f.timed) {
     float ms = 0;
