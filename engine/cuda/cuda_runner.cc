@@ -28,9 +28,7 @@ using cuda::DeviceMemory;
 using cuda::PinnedMemory;
 using cuda::StepPlan;
 
-int cuda_device_count() {
-  return cuda::cuda_device_count();
-}
+int cuda_device_count() { return cuda::cuda_device_count(); }
 
 namespace {
 
@@ -206,17 +204,14 @@ void CudaRunner::allocate_buffers() {
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
   logprob_logits_ = DeviceMemory(size_t(max_batch_) * V * 4, "logprobs");
   logprobs_ = DeviceMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
-  attn_ws_ = DeviceMemory(
-      kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
-      "attention workspace");
+  attn_ws_ = DeviceMemory(kernels::decode_attention_workspace_bytes(max_batch_, c.num_heads, c.head_dim, kMaxSplits),
+                          "attention workspace");
   // The split merge's counters must start at zero; every launch leaves them zero again.
-  if (attn_ws_.bytes() > 0)
-    RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
+  if (attn_ws_.bytes() > 0) RILL_CUDA(cudaMemsetAsync(attn_ws_.get(), 0, attn_ws_.bytes(), stream_));
   output_counts_ = DeviceMemory(size_t(max_batch_) * V * 4, "penalty state");
   prompt_mask_ = DeviceMemory(size_t(max_batch_) * V, "penalty state");
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
-  const cuda::StepShape biggest{max_tokens_, max_batch_,  max_batch_, max_rows_,
-                                max_rows_,   max_blocks_, true};
+  const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_, true};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
@@ -230,8 +225,7 @@ void CudaRunner::allocate_buffers() {
 void CudaRunner::size_kv_pool(double fraction) {
   size_t free_b = 0, total_b = 0;
   RILL_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  const double keep =
-      (1.0 - fraction) * double(total_b) + 512.0 * (1 << 20);  // graphs, cuBLAS, fragmentation
+  const double keep = (1.0 - fraction) * double(total_b) + 512.0 * (1 << 20);  // graphs, cuBLAS, fragmentation
   const double budget = double(free_b) - keep;
   // In bytes: an fp8 cache holds twice the tokens of a 16-bit one in the same memory.
   const size_t block_bytes =
@@ -241,12 +235,10 @@ void CudaRunner::size_kv_pool(double fraction) {
   if (tp_.host) blocks = tp_.host->min(tp_.comm->rank(), blocks);
   if (blocks < max_blocks_ + 1)
     throw Error(ErrorCode::kResourceExhausted,
-                "not enough GPU memory for the KV cache: " +
-                    std::to_string(std::max(0.0, budget) / 1048576.0) +
+                "not enough GPU memory for the KV cache: " + std::to_string(std::max(0.0, budget) / 1048576.0) +
                     " MiB left after the weights, one sequence needs " +
                     std::to_string(double(block_bytes) * max_blocks_ / 1048576.0) + " MiB");
-  const int usable =
-      static_cast<int>(std::min<long long>(blocks - 1, INT32_MAX / layout_.block_size - 1));
+  const int usable = static_cast<int>(std::min<long long>(blocks - 1, INT32_MAX / layout_.block_size - 1));
   layout_.num_blocks = usable + 1;  // the last block is a trash target for padded graph rows
   trash_block_ = usable;
   cache_ = DeviceMemory(size_t(layout_.num_blocks) * block_bytes, "KV cache");
@@ -291,16 +283,14 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
 
 void CudaRunner::add_sequence(const SequenceSpec& spec) {
   validate_sequence(spec, config_.vocab_size);
-  if (seqs_.count(spec.id))
-    throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
+  if (seqs_.count(spec.id)) throw Error(ErrorCode::kInvalidArgument, "sequence " + std::to_string(spec.id) + " exists");
   SeqInfo info;
   info.sampling.params = spec.sampling;
   // A resumed sequence: its draws continue at generated.size(), its generated tokens count as
   // output (the prefill that recomputes them marks them as prompt too, which changes nothing).
   info.sampling.step = info.sampling.first_step = spec.generated.size();
   if (spec.sampling.has_penalties()) {
-    if (free_state_slots_.empty())
-      throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
+    if (free_state_slots_.empty()) throw Error(ErrorCode::kResourceExhausted, "too many sequences with penalties");
     info.sampling.state_slot = free_state_slots_.back();
     const size_t V = config_.vocab_size;
     int32_t* counts = output_counts_.as<int32_t>() + info.sampling.state_slot * V;
@@ -331,8 +321,7 @@ void CudaRunner::add_sequence(const SequenceSpec& spec) {
 void CudaRunner::remove_sequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  if (it->second.sampling.state_slot >= 0)
-    free_state_slots_.push_back(it->second.sampling.state_slot);
+  if (it->second.sampling.state_slot >= 0) free_state_slots_.push_back(it->second.sampling.state_slot);
   seqs_.erase(it);
   last_rows_.erase(id);
   wait_for_restore(id);  // its blocks go back to the pool: later steps must follow the copy
@@ -340,9 +329,7 @@ void CudaRunner::remove_sequence(SeqId id) {
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
 
-void CudaRunner::profile_snapshot_and_stop() {
-  profiler_.reset();
-}
+void CudaRunner::profile_snapshot_and_stop() { profiler_.reset(); }
 
 void CudaRunner::set_profiling(bool on) {
   profiler_ = on ? std::make_unique<Profiler>(stream_) : nullptr;
@@ -400,8 +387,9 @@ void CudaRunner::quiesce_group(int key) {
   const int rank = tp_.comm->rank();
   const int64_t lo = tp_.host->min(rank, key), hi = -tp_.host->min(rank, -int64_t(key));
   if (lo != hi)
-    throw Error(ErrorCode::kInternal, "tensor parallel: the ranks chose different decode graphs (" +
-                                          std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+    throw Error(ErrorCode::kInternal,
+                "tensor parallel: the ranks chose different decode graphs (" + std::to_string(lo) +
+                    " .. " + std::to_string(hi) + ")");
   tp_stage(tp_, "draining the stream before a graph capture");
   RILL_CUDA(cudaStreamSynchronize(stream_));
   tp_stage(tp_, "waiting for the other ranks to drain");
@@ -422,16 +410,13 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
     if (in.logits == LogitsMode::kAll) extra_rows += static_cast<int>(in.tokens.size());
     if (in.logits != LogitsMode::kNone) any_logits = true;
   }
-  if (n > max_batch_)
-    throw Error(ErrorCode::kInvalidArgument, "step has more sequences than max_batch");
+  if (n > max_batch_) throw Error(ErrorCode::kInvalidArgument, "step has more sequences than max_batch");
   if (total > max_tokens_)
-    throw Error(ErrorCode::kInvalidArgument,
-                "step has " + std::to_string(total) + " tokens, more than the " +
-                    std::to_string(max_tokens_) + " the runner was sized for");
+    throw Error(ErrorCode::kInvalidArgument, "step has " + std::to_string(total) + " tokens, more than the " +
+                                                 std::to_string(max_tokens_) + " the runner was sized for");
   if (extra_rows + n > max_rows_)
     throw Error(ErrorCode::kInvalidArgument, "too many logits rows in one step (at most " +
-                                                 std::to_string(max_rows_ - max_batch_) +
-                                                 " for LogitsMode::kAll)");
+                                                 std::to_string(max_rows_ - max_batch_) + " for LogitsMode::kAll)");
   if (any_logits && std::any_of(in_flight_.begin(), in_flight_.end(),
                                 [](const InFlight& f) { return f.plan.any_logits; }))
     throw Error(ErrorCode::kInvalidArgument,
@@ -513,8 +498,7 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
   for (int k = 0; k < n; ++k) {
     const cuda::SamplingSlot& s = seqs_.at(inputs[k].id).sampling;
     if (s.state_slot < 0 || s.step > s.first_step || s.params.repetition_penalty == 1.0f) continue;
-    const int32_t* toks =
-        reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
+    const int32_t* toks = reinterpret_cast<const int32_t*>(dmeta() + plan.layout.tokens) + plan.input_first_row[k];
     RILL_CUDA(kernels::launch_mark_prompt(prompt_mask_.as<uint8_t>(), config_.vocab_size,
                                           s.state_slot, toks,
                                           static_cast<int>(inputs[k].tokens.size()), stream_));
