@@ -58,6 +58,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cmath>
@@ -547,13 +548,14 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
   const auto launch = [&](auto kernel) {
     // Clusters of the splits of one group when the device can hold them (per kernel and size,
-    // asked once); else the workspace merge.
-    static int fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
+    // asked once; atomic: a thread per GPU asks at once under tensor parallelism, and identical
+    // GPUs give one answer); else the workspace merge.
+    static std::atomic<int> fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
     DecodeArgs a = args;
     if (a.cluster && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits) {
-      int& f = fits[a.num_splits];
-      if (f == 0) f = cluster_size_fits(kernel, a.num_splits, kDecodeThreads) ? 1 : -1;
-      a.cluster = f > 0;
+      std::atomic<int>& f = fits[a.num_splits];
+      if (f.load() == 0) f.store(cluster_size_fits(kernel, a.num_splits, kDecodeThreads) ? 1 : -1);
+      a.cluster = f.load() > 0;
     } else {
       a.cluster = false;
     }
