@@ -156,6 +156,8 @@ std::vector<Field> fields(ServerConfig& c) {
        "streaming cache: largest window a request may ask for", &s.max_window, Range{1, kGiB}},
       {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited", &s.aging_per_s,
        Range{0, 1e6}},
+      {"scheduler.policy", "--scheduling-policy",
+       "scheduling policy: priority (with aging) or fcfs (arrival order)", &s.policy},
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark,
        Range{0, 1, false, /*max_open=*/true}},
@@ -403,6 +405,8 @@ void validate_config(const ServerConfig& config) {
         "must be auto or fp8");
   check(e.quantization == "auto" || e.quantization == "fp8" || e.quantization == "none",
         "engine.quantization", "must be auto, fp8 or none");
+  check(c.scheduler.policy == "priority" || c.scheduler.policy == "fcfs", "scheduler.policy",
+        "must be priority or fcfs");
   check((e.block_size & (e.block_size - 1)) == 0, "engine.block_size",
         "must be a power of two in [1, 1024]");
 }

@@ -19,14 +19,14 @@ constexpr auto kCostModelLogEvery = std::chrono::seconds(30);
 
 EngineLoop::EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
                        OutputProcessor& output, SessionTable& sessions)
-    : runner_(runner), config_(config), metrics_(metrics), output_(output),
+    : runner_(runner),
+      config_(config),
+      metrics_(metrics),
+      output_(output),
       sessions_(runner, config, metrics, sessions),
-      planner_(
-          runner, config,
-          [this](const SequencePtr& s, const Error& e) {
-            finish(s, FinishReason::kError, std::nullopt, e.code(), e.what());
-          },
-          [this](int blocks, const SessionState* keep) { return sessions_.reclaim(blocks, keep); }),
+      plan_host_(runner, sessions_),
+      policy_(make_scheduling_policy(config)),
+      planner_(plan_host_, config, *policy_),
       thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() { stop("engine shut down"); }
@@ -113,6 +113,12 @@ void EngineLoop::expire(Clock::time_point now) {
   };
   for (const SequencePtr& s : running_) check(s);
   for (const SequencePtr& s : waiting_) check(s);
+}
+
+void EngineLoop::apply(const StepDecisions& d) {
+  preemptions_ += static_cast<int64_t>(d.preempted.size());
+  for (const StepDecisions::Failure& f : d.failed)
+    finish(f.seq, FinishReason::kError, std::nullopt, f.error.code(), f.error.what());
 }
 
 void EngineLoop::launch(PlannedStep& step) {
@@ -237,7 +243,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   int64_t waiting_tokens = 0;
   for (const SequencePtr& s : waiting_) waiting_tokens += static_cast<int64_t>(s->request.prompt.size());
   std::lock_guard lock(mu_);
-  const int64_t new_preemptions = planner_.preemptions() - stats_.preemptions;
+  const int64_t new_preemptions = preemptions_ - stats_.preemptions;
   if (new_preemptions > 0) metrics_.preemptions.add(static_cast<double>(new_preemptions));
   publish_prefix_cache(kv);
   stats_.running = static_cast<int>(running_.size());
@@ -248,7 +254,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   stats_.kv_blocks_free = kv.blocks_free;
   stats_.kv_blocks_cached = kv.blocks_cached;
   stats_.kv_usage = kv.blocks_total ? static_cast<double>(kv.blocks_used) / kv.blocks_total : 0;
-  stats_.preemptions = planner_.preemptions();
+  stats_.preemptions = preemptions_;
   stats_.steps = steps_;
   stats_.device_busy_s = device_busy_s_;
   stats_.step_cost_trusted = planner_.cost_model().trusted();
@@ -314,8 +320,9 @@ void EngineLoop::run() {
     sessions_.maintain(now);
     std::erase_if(running_, [](const SequencePtr& s) { return s->phase == SeqPhase::kFinished; });
     std::erase_if(waiting_, [](const SequencePtr& s) { return s->phase == SeqPhase::kFinished; });
-    sort_waiting(waiting_, config_.aging_per_s, now);
+    policy_->order_waiting(waiting_, now);
     PlannedStep step = planner_.plan(running_, waiting_, now);
+    apply(step.decisions);
     for (const SequencePtr& s : step.seqs)
       if (!s->counted) {
         s->counted = true;

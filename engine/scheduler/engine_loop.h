@@ -15,7 +15,9 @@
 #include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/engine_stats.h"
 #include "engine/scheduler/output_processor.h"
+#include "engine/scheduler/runner_plan_host.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/scheduling_policy.h"
 #include "engine/scheduler/session_keeper.h"
 #include "engine/scheduler/session_table.h"
 #include "engine/scheduler/step_planner.h"
@@ -50,6 +52,7 @@ class EngineLoop {
   void run();
   void take_inbox(std::vector<SequencePtr>& stopped);
   void expire(Clock::time_point now);
+  void apply(const StepDecisions& d);  // what the plan host did not apply
   void launch(PlannedStep& step);
   void finish_oldest();
   void learn_step_cost(
@@ -66,7 +69,10 @@ class EngineLoop {
   EngineMetrics& metrics_;
   OutputProcessor& output_;
   SessionKeeper sessions_;  // before planner_: the planner reclaims idle sessions' blocks through it
+  RunnerPlanHost plan_host_;
+  std::unique_ptr<SchedulingPolicy> policy_;
   StepPlanner planner_;
+  int64_t preemptions_ = 0;  // preemptions the planner decided, in total
   std::vector<SequencePtr> running_, waiting_;
   std::deque<InFlight> in_flight_;
   OutputBatch batch_;  // what this iteration hands to the output thread

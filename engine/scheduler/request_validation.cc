@@ -103,6 +103,7 @@ void validate_scheduler_config(const SchedulerConfig& c) {
   need(c.max_sink >= 0, "max_sink must be >= 0");
   need(c.max_window > 0, "max_window must be > 0");
   need(c.aging_per_s >= 0, "aging_per_s must be >= 0");
+  need(c.policy == "priority" || c.policy == "fcfs", "policy must be priority or fcfs");
   need(c.kv_watermark >= 0 && c.kv_watermark < 1, "kv_watermark must be in [0, 1)");
   need(c.max_sessions >= 0, "max_sessions must be >= 0");
   need(c.session_gpu_fraction >= 0 && c.session_gpu_fraction <= 1, "session_gpu_fraction must be in [0, 1]");
