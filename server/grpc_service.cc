@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/runner/runner.h"
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/latency_stats.h"
 

@@ -10,7 +10,7 @@
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/runner/runner.h"
-#include "engine/scheduler/session_state.h"
+#include "engine/serving/session_state.h"
 
 namespace rill {
 

@@ -19,9 +19,9 @@
 
 #include "engine/runner/runner.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/request_channel.h"
-#include "engine/scheduler/session_state.h"
+#include "engine/serving/request.h"
+#include "engine/serving/request_channel.h"
+#include "engine/serving/session_state.h"
 
 namespace rill {
 

@@ -10,7 +10,7 @@
 
 #include "engine/model/model.h"
 #include "engine/runner/runner_factory.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 

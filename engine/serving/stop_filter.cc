@@ -1,4 +1,4 @@
-#include "engine/scheduler/stop_filter.h"
+#include "engine/serving/stop_filter.h"
 
 #include <algorithm>
 
@@ -11,7 +11,8 @@ StopFilter::StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)
 void StopFilter::add(int32_t id, std::string_view piece, const SampleLogprobs* logprobs) {
   if (matched_) return;
   text_ += piece;
-  pending_.push_back({id, true, logprobs ? std::optional<SampleLogprobs>(*logprobs) : std::nullopt, text_.size()});
+  pending_.push_back(
+      {id, true, logprobs ? std::optional<SampleLogprobs>(*logprobs) : std::nullopt, text_.size()});
   scan();
 }
 
@@ -54,7 +55,8 @@ void StopFilter::scan() {
   if (cut != std::string::npos) {
     size_t n = 0, start = 0;
     // Tokens that start before the cut, and the one whose text starts at it.
-    while (n < pending_.size() && (start < cut || (start == cut && pending_[n].end > cut))) start = pending_[n++].end;
+    while (n < pending_.size() && (start < cut || (start == cut && pending_[n].end > cut)))
+      start = pending_[n++].end;
     ready_tokens_ = n;
     ready_bytes_ = cut;
     return;

@@ -15,9 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/sequence.h"
-#include "engine/scheduler/stop_filter.h"
+#include "engine/serving/engine_metrics.h"
+#include "engine/serving/stop_filter.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {
@@ -48,7 +48,8 @@ class OutputProcessor {
  public:
   /// `on_stop_string(seq)`: a stop string ended the request (the final event is sent already).
   /// `on_finalized(seq)`: the final event of a request was delivered.
-  OutputProcessor(Tokenizer tokenizer, EngineMetrics& metrics, std::function<void(const SequencePtr&)> on_stop_string,
+  OutputProcessor(Tokenizer tokenizer, EngineMetrics& metrics,
+                  std::function<void(const SequencePtr&)> on_stop_string,
                   std::function<void(const SequencePtr&)> on_finalized);
   ~OutputProcessor();  // processes what was queued, then stops
 

@@ -1,4 +1,4 @@
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,13 +7,13 @@
 #include <thread>
 #include <unordered_map>
 
-#include "engine/scheduler/engine_loop.h"
-#include "engine/scheduler/engine_metrics.h"
-#include "engine/scheduler/ids.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/scheduler/output_processor.h"
-#include "engine/scheduler/request_validation.h"
-#include "engine/scheduler/session_table.h"
+#include "engine/serving/engine_loop.h"
+#include "engine/serving/engine_metrics.h"
+#include "engine/serving/ids.h"
+#include "engine/serving/output_processor.h"
+#include "engine/serving/request_validation.h"
+#include "engine/serving/session_table.h"
 
 namespace rill {
 
@@ -29,20 +29,28 @@ std::string live_key(const std::string& scope, const std::string& id) {
 
 class ServingEngine::Impl {
  public:
-  Impl(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config, MetricsRegistry& registry)
-      : runner_(std::move(runner)), tokenizer_(std::move(tokenizer)), config_(std::move(config)), metrics_(registry),
-        kv_blocks_total_(runner_->kv().num_blocks()), sessions_(config_.max_sessions) {
+  Impl(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config,
+       MetricsRegistry& registry)
+      : runner_(std::move(runner)),
+        tokenizer_(std::move(tokenizer)),
+        config_(std::move(config)),
+        metrics_(registry),
+        kv_blocks_total_(runner_->kv().num_blocks()),
+        sessions_(config_.max_sessions) {
     validate_scheduler_config(config_);
     if (config_.max_num_seqs > runner_->max_step_sequences())
       throw Error(ErrorCode::kInvalidArgument,
-                  "scheduler: max_num_seqs " + std::to_string(config_.max_num_seqs) + " exceeds the " +
-                      runner_->name() + " runner's " + std::to_string(runner_->max_step_sequences()) +
+                  "scheduler: max_num_seqs " + std::to_string(config_.max_num_seqs) +
+                      " exceeds the " + runner_->name() + " runner's " +
+                      std::to_string(runner_->max_step_sequences()) +
                       " sequences per step (raise the runner's max_batch or lower max_num_seqs)");
     if (config_.max_num_batched_tokens > runner_->max_step_tokens())
       throw Error(ErrorCode::kInvalidArgument,
-                  "scheduler: max_num_batched_tokens " + std::to_string(config_.max_num_batched_tokens) +
-                      " exceeds the " + runner_->name() + " runner's " + std::to_string(runner_->max_step_tokens()) +
-                      " tokens per step (raise the runner's max_step_tokens or lower max_num_batched_tokens)");
+                  "scheduler: max_num_batched_tokens " +
+                      std::to_string(config_.max_num_batched_tokens) + " exceeds the " +
+                      runner_->name() + " runner's " + std::to_string(runner_->max_step_tokens()) +
+                      " tokens per step (raise the runner's max_step_tokens or lower "
+                      "max_num_batched_tokens)");
     eos_ids_ = config_.eos_token_ids;
     if (eos_ids_.empty() && tokenizer_.eos_id()) eos_ids_.push_back(*tokenizer_.eos_id());
     output_ = std::make_unique<OutputProcessor>(
@@ -54,7 +62,7 @@ class ServingEngine::Impl {
   ~Impl() {
     loop_->stop("server shutting down");  // final events of everything left go to the output thread
     loop_.reset();
-    output_.reset();                      // delivers them, then stops
+    output_.reset();  // delivers them, then stops
   }
 
   RequestHandle submit(Request r, EventNotifier notify) {
@@ -77,7 +85,8 @@ class ServingEngine::Impl {
   }
 
   SessionInfo create_session(SessionOptions options) {
-    if (draining_.load()) throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new sessions");
+    if (draining_.load())
+      throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new sessions");
     validate_session_options(options, runner_->kv(), kv_blocks_total_, config_);
     const KvGeometry g = runner_->kv().geometry_for(options.cache);
     const SessionPtr s = sessions_.create(std::move(options), g, Clock::now());
@@ -122,7 +131,8 @@ class ServingEngine::Impl {
   bool drain(std::chrono::milliseconds timeout) {
     draining_.store(true);
     const auto until = Clock::now() + timeout;
-    while (loop_->pending() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (loop_->pending() > 0 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (loop_->pending() == 0) return true;
     {
       std::lock_guard lock(mu_);
@@ -130,7 +140,8 @@ class ServingEngine::Impl {
     }
     loop_->wake();
     const auto grace = Clock::now() + std::chrono::seconds(10);
-    while (loop_->pending() > 0 && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (loop_->pending() > 0 && Clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return false;
   }
 
@@ -151,10 +162,13 @@ class ServingEngine::Impl {
     const EngineStats st = loop_->stats();
     const int64_t queued = loop_->pending() - st.running;
     if (queued >= config_.max_queued_requests ||
-        st.waiting_prompt_tokens + static_cast<int64_t>(r.prompt.size()) > config_.max_queued_prompt_tokens) {
+        st.waiting_prompt_tokens + static_cast<int64_t>(r.prompt.size()) >
+            config_.max_queued_prompt_tokens) {
       metrics_.requests_rejected("queue_full").add();
-      const double retry = std::clamp(std::ceil((queued + 1) / std::max(st.finished_per_s, 0.1)), 1.0, 60.0);
-      throw OverloadedError("server overloaded: " + std::to_string(queued) + " requests waiting (limit " +
+      const double retry =
+          std::clamp(std::ceil((queued + 1) / std::max(st.finished_per_s, 0.1)), 1.0, 60.0);
+      throw OverloadedError("server overloaded: " + std::to_string(queued) +
+                                " requests waiting (limit " +
                                 std::to_string(config_.max_queued_requests) + ")",
                             retry);
     }
@@ -168,7 +182,8 @@ class ServingEngine::Impl {
       const std::string key = live_key(r.id_scope, r.id);
       if (live_.count(key))
         throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
-      seq->channel = std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
+      seq->channel =
+          std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
       live_.emplace(key, seq->channel);
       seq->order = next_order_++;
     }
@@ -203,9 +218,10 @@ class ServingEngine::Impl {
   uint64_t next_order_ = 0;
 };
 
-ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer, SchedulerConfig config,
-                             MetricsRegistry& metrics)
-    : impl_(std::make_unique<Impl>(std::move(runner), std::move(tokenizer), std::move(config), metrics)) {}
+ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer,
+                             SchedulerConfig config, MetricsRegistry& metrics)
+    : impl_(std::make_unique<Impl>(std::move(runner), std::move(tokenizer), std::move(config),
+                                   metrics)) {}
 
 ServingEngine::~ServingEngine() = default;
 
@@ -215,18 +231,38 @@ RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
 bool ServingEngine::cancel(const std::string& id, const std::string& scope) {
   return impl_->cancel(id, scope);
 }
-SessionInfo ServingEngine::create_session(SessionOptions options) { return impl_->create_session(std::move(options)); }
-SessionInfo ServingEngine::session_info(const std::string& id) const { return impl_->session_info(id); }
+SessionInfo ServingEngine::create_session(SessionOptions options) {
+  return impl_->create_session(std::move(options));
+}
+SessionInfo ServingEngine::session_info(const std::string& id) const {
+  return impl_->session_info(id);
+}
 bool ServingEngine::close_session(const std::string& id, uint64_t incarnation) {
   return impl_->close_session(id, incarnation);
 }
-EngineStats ServingEngine::stats() const { return impl_->stats(); }
-bool ServingEngine::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
-const ModelConfig& ServingEngine::model_config() const { return impl_->runner_->config(); }
-const Tokenizer& ServingEngine::tokenizer() const { return impl_->tokenizer_; }
-const SchedulerConfig& ServingEngine::config() const { return impl_->config_; }
-std::string ServingEngine::runner_name() const { return impl_->runner_->name(); }
-int ServingEngine::kv_block_size() const { return impl_->runner_->kv().block_size(); }
-int ServingEngine::kv_blocks_total() const { return impl_->runner_->kv().num_blocks(); }
+EngineStats ServingEngine::stats() const {
+  return impl_->stats();
+}
+bool ServingEngine::drain(std::chrono::milliseconds timeout) {
+  return impl_->drain(timeout);
+}
+const ModelConfig& ServingEngine::model_config() const {
+  return impl_->runner_->config();
+}
+const Tokenizer& ServingEngine::tokenizer() const {
+  return impl_->tokenizer_;
+}
+const SchedulerConfig& ServingEngine::config() const {
+  return impl_->config_;
+}
+std::string ServingEngine::runner_name() const {
+  return impl_->runner_->name();
+}
+int ServingEngine::kv_block_size() const {
+  return impl_->runner_->kv().block_size();
+}
+int ServingEngine::kv_blocks_total() const {
+  return impl_->runner_->kv().num_blocks();
+}
 
 }  // namespace rill

@@ -22,29 +22,29 @@ struct SessionAttachment {
 };
 
 struct SessionOptions {
-  std::string id;            // empty: assigned ("sess-" + 32 random hex digits); unique among live
-                             // sessions; at most kMaxIdBytes (ids.h)
-  CachePolicy cache;         // must be streaming (sinks + window): the session's memory is constant
-  SamplingParams sampling;   // defaults for its turns: stored for the front ends, which apply them
-  int max_tokens = 256;      // likewise
+  std::string id;           // empty: assigned ("sess-" + 32 random hex digits); unique among live
+                            // sessions; at most kMaxIdBytes (ids.h)
+  CachePolicy cache;        // must be streaming (sinks + window): the session's memory is constant
+  SamplingParams sampling;  // defaults for its turns: stored for the front ends, which apply them
+  int max_tokens = 256;     // likewise
   std::shared_ptr<SessionAttachment> attachment;  // the front end's state (may be null)
 };
 
 enum class SessionResidence {
-  kNone,       // no turn has run yet: nothing cached
-  kGpu,        // its cache blocks are in the runner's pool
-  kHost,       // offloaded to host memory (restored by its next turn)
+  kNone,  // no turn has run yet: nothing cached
+  kGpu,   // its cache blocks are in the runner's pool
+  kHost,  // offloaded to host memory (restored by its next turn)
 };
 
 struct SessionInfo {
-  SessionOptions options;       // id filled in
-  uint64_t incarnation = 0;     // this session among all created: a new session with the id of
-                                // a closed one is another incarnation (never 0)
-  int64_t turns = 0;            // turns finished (any finish reason)
-  int64_t tokens_seen = 0;      // every token fed to its cache so far (the stream length)
-  int64_t tokens_evicted = 0;   // of those, dropped from the window
-  int64_t tokens_cached = 0;    // in the cache now: sinks + window part
-  bool turn_running = false;    // a turn is queued or generating
+  SessionOptions options;      // id filled in
+  uint64_t incarnation = 0;    // this session among all created: a new session with the id of
+                               // a closed one is another incarnation (never 0)
+  int64_t turns = 0;           // turns finished (any finish reason)
+  int64_t tokens_seen = 0;     // every token fed to its cache so far (the stream length)
+  int64_t tokens_evicted = 0;  // of those, dropped from the window
+  int64_t tokens_cached = 0;   // in the cache now: sinks + window part
+  bool turn_running = false;   // a turn is queued or generating
   SessionResidence residence = SessionResidence::kNone;
   double idle_s = 0;  // since its last turn ended, or creation (0 during a turn)
 };

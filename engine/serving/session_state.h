@@ -10,8 +10,8 @@
 
 #include "engine/kv/cache_policy.h"
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/request.h"
+#include "engine/serving/session.h"
 
 namespace rill {
 
@@ -19,7 +19,7 @@ struct Sequence;
 
 struct SessionState {
   // Immutable after creation.
-  SessionOptions options;  // id assigned
+  SessionOptions options;    // id assigned
   uint64_t incarnation = 0;  // unique among all sessions created (SessionInfo::incarnation)
   KvGeometry geometry;
 

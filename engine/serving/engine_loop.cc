@@ -1,4 +1,4 @@
-#include "engine/scheduler/engine_loop.h"
+#include "engine/serving/engine_loop.h"
 
 #include <algorithm>
 
@@ -8,7 +8,9 @@ namespace rill {
 
 namespace {
 
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
@@ -29,12 +31,15 @@ EngineLoop::EngineLoop(ModelRunner& runner, const SchedulerConfig& config, Engin
       planner_(plan_host_, config, *policy_),
       thread_([this] { run(); }) {}
 
-EngineLoop::~EngineLoop() { stop("engine shut down"); }
+EngineLoop::~EngineLoop() {
+  stop("engine shut down");
+}
 
 void EngineLoop::enqueue(SequencePtr seq) {
   {
     std::lock_guard lock(mu_);
-    if (pending_.fetch_add(1) == 0) last_step_ns_.store(to_ns(Clock::now()));  // progress clock restarts
+    if (pending_.fetch_add(1) == 0)
+      last_step_ns_.store(to_ns(Clock::now()));  // progress clock restarts
     inbox_.push_back(std::move(seq));
   }
   cv_.notify_one();
@@ -48,7 +53,9 @@ void EngineLoop::stop_string_matched(SequencePtr seq) {
   cv_.notify_one();
 }
 
-void EngineLoop::wake() { cv_.notify_one(); }
+void EngineLoop::wake() {
+  cv_.notify_one();
+}
 
 void EngineLoop::stop(const std::string& message) {
   {
@@ -60,18 +67,20 @@ void EngineLoop::stop(const std::string& message) {
   if (thread_.joinable()) thread_.join();
 }
 
-void EngineLoop::finish(const SequencePtr& s, FinishReason reason, std::optional<int32_t> stop_token, ErrorCode code,
-                        std::string message) {
+void EngineLoop::finish(const SequencePtr& s, FinishReason reason,
+                        std::optional<int32_t> stop_token, ErrorCode code, std::string message) {
   if (s->phase == SeqPhase::kFinished) return;
   if (s->session)
-    sessions_.turn_ended(*s, reason, Clock::now());  // the session keeps (or frees) the runner sequence
+    sessions_.turn_ended(*s, reason,
+                         Clock::now());  // the session keeps (or frees) the runner sequence
   else if (s->runner_id >= 0)
     runner_.remove_sequence(s->runner_id);
   s->runner_id = -1;
   s->phase = SeqPhase::kFinished;
   pending_.fetch_sub(1);
   recent_finishes_.push_back(Clock::now());
-  if (!s->finalized.load()) batch_.finishes.push_back({s, reason, stop_token, code, std::move(message)});
+  if (!s->finalized.load())
+    batch_.finishes.push_back({s, reason, stop_token, code, std::move(message)});
 }
 
 void EngineLoop::take_inbox(std::vector<SequencePtr>& stopped) {
@@ -101,13 +110,18 @@ void EngineLoop::expire(Clock::time_point now) {
     if (s->phase == SeqPhase::kFinished) return;
     const Request& r = s->request;
     if (s->channel->cancel_requested()) {
-      finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, s->channel->cancel_reason());
+      finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled,
+             s->channel->cancel_reason());
     } else if (r.deadline && now >= *r.deadline) {
-      finish(s, FinishReason::kDeadline, std::nullopt, ErrorCode::kDeadlineExceeded, "request deadline exceeded");
-    } else if (s->phase == SeqPhase::kWaiting && s->queue_s.load() < 0 && now >= s->queue_deadline) {
+      finish(s, FinishReason::kDeadline, std::nullopt, ErrorCode::kDeadlineExceeded,
+             "request deadline exceeded");
+    } else if (s->phase == SeqPhase::kWaiting && s->queue_s.load() < 0 &&
+               now >= s->queue_deadline) {
       finish(s, FinishReason::kDeadline, std::nullopt, ErrorCode::kDeadlineExceeded,
              "queue timeout: not scheduled within " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(s->queue_deadline - s->arrival).count()) +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    s->queue_deadline - s->arrival)
+                                    .count()) +
                  " ms");
     }
   };
@@ -127,7 +141,8 @@ void EngineLoop::launch(PlannedStep& step) {
   } catch (const Error& e) {
     spdlog::error("engine step of {} sequences failed to launch: {}", step.inputs.size(), e.what());
     for (const SequencePtr& s : step.seqs)
-      finish(s, FinishReason::kError, std::nullopt, e.code(), std::string("step failed: ") + e.what());
+      finish(s, FinishReason::kError, std::nullopt, e.code(),
+             std::string("step failed: ") + e.what());
     return;
   }
   InFlight f;
@@ -179,14 +194,16 @@ void EngineLoop::finish_oldest() {
     if (s->session) --s->session->steps_in_flight;
   for (size_t k = 0; k < f.seqs.size(); ++k) {
     const SequencePtr& s = f.seqs[k];
-    if (!f.sampled[k] || s->phase != SeqPhase::kRunning || s->runner_id != f.runner_ids[k]) continue;  // stale
+    if (!f.sampled[k] || s->phase != SeqPhase::kRunning || s->runner_id != f.runner_ids[k])
+      continue;  // stale
     --s->samples_in_flight;
     const Request& r = s->request;
     const int32_t tok = out.sampled[k];
     s->last_sample = tok;
     ++sampled;
-    const bool stop_id = std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end() ||
-                         std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
+    const bool stop_id =
+        std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end() ||
+        std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
     if (stop_id && static_cast<int>(s->generated.size()) >= r.min_tokens) {
       finish(s, FinishReason::kStop, tok);
       continue;
@@ -201,7 +218,8 @@ void EngineLoop::finish_oldest() {
     if (s->phase == SeqPhase::kRunning && s->at_context_limit && s->samples_in_flight == 0)
       finish(s, FinishReason::kLength);
   recent_steps_.emplace_back(now, sampled);
-  while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow) recent_steps_.pop_front();
+  while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow)
+    recent_steps_.pop_front();
 }
 
 void EngineLoop::learn_step_cost(const StepComposition& c) {
@@ -221,8 +239,10 @@ void EngineLoop::learn_step_cost(const StepComposition& c) {
 }
 
 void EngineLoop::fail_all(const std::string& message) {
-  for (const SequencePtr& s : running_) finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
-  for (const SequencePtr& s : waiting_) finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
+  for (const SequencePtr& s : running_)
+    finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
+  for (const SequencePtr& s : waiting_)
+    finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
   while (!in_flight_.empty()) {  // the runner may still hold them
     in_flight_.pop_front();
     try {
@@ -241,7 +261,8 @@ void EngineLoop::flush_output() {
 void EngineLoop::publish_stats(Clock::time_point now) {
   const KvStats kv = runner_.kv().stats();
   int64_t waiting_tokens = 0;
-  for (const SequencePtr& s : waiting_) waiting_tokens += static_cast<int64_t>(s->request.prompt.size());
+  for (const SequencePtr& s : waiting_)
+    waiting_tokens += static_cast<int64_t>(s->request.prompt.size());
   std::lock_guard lock(mu_);
   const int64_t new_preemptions = preemptions_ - stats_.preemptions;
   if (new_preemptions > 0) metrics_.preemptions.add(static_cast<double>(new_preemptions));
@@ -263,7 +284,8 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   for (const auto& [t, n] : recent_steps_) tokens += n;
   stats_.steps_per_s = span > 0 ? (recent_steps_.size() - 1) / span : 0;
   stats_.generation_tokens_per_s = span > 0 ? tokens / span : 0;
-  while (!recent_finishes_.empty() && now - recent_finishes_.front() > kRateWindow) recent_finishes_.pop_front();
+  while (!recent_finishes_.empty() && now - recent_finishes_.front() > kRateWindow)
+    recent_finishes_.pop_front();
   const double finish_span = recent_finishes_.empty() ? 0 : seconds(recent_finishes_.front(), now);
   stats_.finished_per_s = recent_finishes_.size() / std::max(finish_span, 1.0);
   metrics_.requests_running.set(stats_.running);
@@ -297,8 +319,8 @@ EngineStats EngineLoop::stats() const {
   }
   const double since = (to_ns(Clock::now()) - last_step_ns_.load()) * 1e-9;
   s.seconds_since_last_step = since;
-  s.stalled = pending_.load() > 0 &&
-              since > std::chrono::duration<double>(config_.stall_timeout).count();
+  s.stalled =
+      pending_.load() > 0 && since > std::chrono::duration<double>(config_.stall_timeout).count();
   return s;
 }
 
@@ -348,8 +370,10 @@ void EngineLoop::run() {
   std::vector<SequencePtr> stopped;
   take_inbox(stopped);
   for (const SequencePtr& s : stopped) finish(s, FinishReason::kStop);
-  for (const SequencePtr& s : running_) finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
-  for (const SequencePtr& s : waiting_) finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
+  for (const SequencePtr& s : running_)
+    finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
+  for (const SequencePtr& s : waiting_)
+    finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
   while (!in_flight_.empty()) {
     in_flight_.pop_front();
     try {

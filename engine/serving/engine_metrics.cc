@@ -1,4 +1,4 @@
-#include "engine/scheduler/engine_metrics.h"
+#include "engine/serving/engine_metrics.h"
 
 #include <vector>
 
@@ -7,20 +7,24 @@ namespace rill {
 namespace {
 
 // Per-token latencies resolve 1 ms (a 7B decode step on an H100 is under 5 ms).
-const std::vector<double> kTokenBuckets = {0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01,
-                                           0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
-                                           0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0};
-const std::vector<double> kTtftBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25,
-                                          0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kRequestBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0,
-                                             20.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
-const std::vector<double> kQueueBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                                           10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kTokenBuckets = {0.001, 0.002, 0.003, 0.004,  0.005, 0.006,  0.007,
+                                           0.008, 0.009, 0.01,  0.0125, 0.015, 0.0175, 0.02,
+                                           0.025, 0.03,  0.04,  0.05,   0.075, 0.1,    0.15,
+                                           0.2,   0.3,   0.5,   0.75,   1.0,   2.5,    5.0};
+const std::vector<double> kTtftBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06,
+                                          0.08,  0.1,    0.15,  0.25, 0.5,  0.75, 1.0,
+                                          2.5,   5.0,    7.5,   10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestBuckets = {0.01,  0.025, 0.05,  0.1,   0.25,  0.5,  1.0,
+                                             2.5,   5.0,   10.0,  15.0,  20.0,  30.0, 60.0,
+                                             120.0, 240.0, 480.0, 960.0, 1920.0};
+const std::vector<double> kQueueBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
+                                           1.0,   2.5,   5.0,  10.0,  20.0, 40.0, 80.0};
 // Copies of a session's cache over PCIe: ~0.1 ms for a small cache to ~100 ms for a 7B one of
 // several thousand tokens.
 const std::vector<double> kTransferBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                              0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
-const std::vector<double> kBatchBuckets = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+                                              0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
+const std::vector<double> kBatchBuckets = {1,  2,  4,   8,   16,  24,  32, 48,
+                                           64, 96, 128, 192, 256, 384, 512};
 
 }  // namespace
 
@@ -103,9 +107,10 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
 }
 
 Counter& EngineMetrics::sessions_expired(const std::string& reason) {
-  return registry_.counter("rill_sessions_expired_total",
-                           "Sessions dropped by the server (their next turn gets \"session expired\"), by reason.",
-                           {{"reason", reason}});
+  return registry_.counter(
+      "rill_sessions_expired_total",
+      "Sessions dropped by the server (their next turn gets \"session expired\"), by reason.",
+      {{"reason", reason}});
 }
 
 void EngineMetrics::record_slo(const SloOutcome& slo) {
@@ -119,8 +124,8 @@ Counter& EngineMetrics::requests_finished(FinishReason reason) {
 }
 
 Counter& EngineMetrics::requests_rejected(const std::string& reason) {
-  return registry_.counter("rill_requests_rejected_total", "Requests refused at submission, by reason.",
-                           {{"reason", reason}});
+  return registry_.counter("rill_requests_rejected_total",
+                           "Requests refused at submission, by reason.", {{"reason", reason}});
 }
 
 }  // namespace rill

@@ -4,9 +4,9 @@
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
-#include "engine/scheduler/request.h"
 #include "engine/scheduler/scheduler_config.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/request.h"
+#include "engine/serving/session.h"
 
 namespace rill {
 
@@ -16,12 +16,12 @@ inline constexpr size_t kMaxStopStringBytes = 256;
 
 /// Throws rill::Error(kInvalidArgument) naming the first problem. `kv` is read for its geometry
 /// only (block size, context, pool size): safe from any thread.
-void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv, int kv_blocks_total,
-                      const SchedulerConfig& config);
+void validate_request(const Request& r, const ModelConfig& model, const KvCacheManager& kv,
+                      int kv_blocks_total, const SchedulerConfig& config);
 
 /// Likewise for a session: a streaming policy within the limits and the pool, sampling defaults.
-void validate_session_options(const SessionOptions& options, const KvCacheManager& kv, int kv_blocks_total,
-                              const SchedulerConfig& config);
+void validate_session_options(const SessionOptions& options, const KvCacheManager& kv,
+                              int kv_blocks_total, const SchedulerConfig& config);
 
 /// Throws rill::Error(kInvalidArgument) naming the first field out of range.
 void validate_scheduler_config(const SchedulerConfig& c);

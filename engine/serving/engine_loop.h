@@ -12,29 +12,30 @@
 #include <vector>
 
 #include "engine/runner/runner.h"
-#include "engine/scheduler/engine_metrics.h"
-#include "engine/scheduler/engine_stats.h"
-#include "engine/scheduler/output_processor.h"
-#include "engine/scheduler/runner_plan_host.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/scheduling_policy.h"
-#include "engine/scheduler/session_keeper.h"
-#include "engine/scheduler/session_table.h"
 #include "engine/scheduler/step_planner.h"
+#include "engine/serving/engine_metrics.h"
+#include "engine/serving/engine_stats.h"
+#include "engine/serving/output_processor.h"
+#include "engine/serving/runner_plan_host.h"
+#include "engine/serving/session_keeper.h"
+#include "engine/serving/session_table.h"
 
 namespace rill {
 
 class EngineLoop {
  public:
-  EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics, OutputProcessor& output,
-             SessionTable& sessions);
+  EngineLoop(ModelRunner& runner, const SchedulerConfig& config, EngineMetrics& metrics,
+             OutputProcessor& output, SessionTable& sessions);
   ~EngineLoop();  // stop() if still running
 
   /// Thread-safe: hand over a new request / a sequence a stop string ended / wake the loop.
   void enqueue(SequencePtr seq);
   void stop_string_matched(SequencePtr seq);
   void wake();
-  /// Finishes every request (cancelled, with `message`), waits for steps in flight, ends the thread.
+  /// Finishes every request (cancelled, with `message`), waits for steps in flight, ends the
+  /// thread.
   void stop(const std::string& message);
 
   EngineStats stats() const;
@@ -57,7 +58,8 @@ class EngineLoop {
   void finish_oldest();
   void learn_step_cost(
       const StepComposition& c);  // feeds the step the runner just timed to the model
-  void finish(const SequencePtr& s, FinishReason reason, std::optional<int32_t> stop_token = std::nullopt,
+  void finish(const SequencePtr& s, FinishReason reason,
+              std::optional<int32_t> stop_token = std::nullopt,
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
   void publish_stats(Clock::time_point now);
@@ -68,7 +70,8 @@ class EngineLoop {
   const SchedulerConfig& config_;
   EngineMetrics& metrics_;
   OutputProcessor& output_;
-  SessionKeeper sessions_;  // before planner_: the planner reclaims idle sessions' blocks through it
+  SessionKeeper
+      sessions_;  // before planner_: the planner reclaims idle sessions' blocks through it
   RunnerPlanHost plan_host_;
   std::unique_ptr<SchedulingPolicy> policy_;
   StepPlanner planner_;

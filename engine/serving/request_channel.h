@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/scheduler/request_handle.h"
+#include "engine/serving/request_handle.h"
 
 namespace rill {
 
@@ -26,7 +26,8 @@ class RequestChannel {
   /// Queues the final event (at most once; later calls are ignored).
   void push_final(FinalEvent final);
   bool cancel_requested() const { return cancelled_.load(std::memory_order_acquire); }
-  /// Why the consumer wants out: "cancelled by the client", "client went away", "consumer too slow".
+  /// Why the consumer wants out: "cancelled by the client", "client went away", "consumer too
+  /// slow".
   std::string cancel_reason() const;
 
   // Consumer side (RequestHandle).

@@ -1,4 +1,4 @@
-#include "engine/scheduler/session_keeper.h"
+#include "engine/serving/session_keeper.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 
 namespace rill {
 

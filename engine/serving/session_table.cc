@@ -1,9 +1,9 @@
-#include "engine/scheduler/session_table.h"
+#include "engine/serving/session_table.h"
 
 #include <chrono>
 
-#include "engine/scheduler/ids.h"
 #include "engine/scheduler/sequence.h"
+#include "engine/serving/ids.h"
 
 namespace rill {
 

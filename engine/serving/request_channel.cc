@@ -1,4 +1,4 @@
-#include "engine/scheduler/request_channel.h"
+#include "engine/serving/request_channel.h"
 
 namespace rill {
 
@@ -44,8 +44,10 @@ std::string RequestChannel::cancel_reason() const {
 bool RequestChannel::poll(std::vector<RequestEvent>& out) {
   std::lock_guard lock(mu_);
   while (!events_.empty()) {
-    if (std::holds_alternative<FinalEvent>(events_.front())) final_taken_ = true;
-    else --buffered_chunks_;
+    if (std::holds_alternative<FinalEvent>(events_.front()))
+      final_taken_ = true;
+    else
+      --buffered_chunks_;
     out.push_back(std::move(events_.front()));
     events_.pop_front();
   }
@@ -58,8 +60,10 @@ std::optional<RequestEvent> RequestChannel::next(std::chrono::milliseconds timeo
   if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
   RequestEvent e = std::move(events_.front());
   events_.pop_front();
-  if (std::holds_alternative<FinalEvent>(e)) final_taken_ = true;
-  else --buffered_chunks_;
+  if (std::holds_alternative<FinalEvent>(e))
+    final_taken_ = true;
+  else
+    --buffered_chunks_;
   return e;
 }
 
@@ -80,7 +84,8 @@ void RequestChannel::detach() {
   }
 }
 
-RequestHandle::RequestHandle(std::shared_ptr<RequestChannel> channel) : channel_(std::move(channel)) {}
+RequestHandle::RequestHandle(std::shared_ptr<RequestChannel> channel)
+    : channel_(std::move(channel)) {}
 
 RequestHandle& RequestHandle::operator=(RequestHandle&& other) noexcept {
   if (this != &other) {
@@ -99,7 +104,9 @@ const std::string& RequestHandle::id() const {
   return channel_ ? channel_->id() : kNone;
 }
 
-bool RequestHandle::poll(std::vector<RequestEvent>& out) { return channel_ && channel_->poll(out); }
+bool RequestHandle::poll(std::vector<RequestEvent>& out) {
+  return channel_ && channel_->poll(out);
+}
 
 std::optional<RequestEvent> RequestHandle::next(std::chrono::milliseconds timeout) {
   return channel_ ? channel_->next(timeout) : std::nullopt;

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/scheduler/session_state.h"
+#include "engine/serving/session_state.h"
 
 namespace rill {
 

@@ -4,7 +4,7 @@
 
 #include "engine/runner/runner.h"
 #include "engine/scheduler/plan_host.h"
-#include "engine/scheduler/session_keeper.h"
+#include "engine/serving/session_keeper.h"
 
 namespace rill {
 

@@ -37,11 +37,11 @@ struct Request {
   /// client's own and only a caller in this scope (a front end's notion: the gRPC connection)
   /// finds it; two scopes may use the same id.
   std::string id_scope;
-  std::vector<int32_t> prompt;   // token ids, BOS included where the model wants one
+  std::vector<int32_t> prompt;  // token ids, BOS included where the model wants one
   SamplingParams sampling;
-  CachePolicy cache;             // full, or streaming sinks + window
-  int max_tokens = 256;          // generated tokens at most (>= 0)
-  int min_tokens = 0;            // EOS / stop ids / stop strings are ignored before this many
+  CachePolicy cache;     // full, or streaming sinks + window
+  int max_tokens = 256;  // generated tokens at most (>= 0)
+  int min_tokens = 0;    // EOS / stop ids / stop strings are ignored before this many
   std::vector<int32_t> stop_token_ids;  // end generation (not streamed), besides the model's EOS
   std::vector<std::string> stop;        // stop strings, matched on the detokenized text; the
                                         // match and what follows are never streamed
@@ -50,7 +50,8 @@ struct Request {
   int logprobs = -1;                    // -1 none; 0 the sampled token's; N <= 20 also top N
   int priority = 0;                     // lower runs first (vLLM's convention); FCFS within one
   std::optional<Clock::time_point> deadline;  // the whole request (queue + generation)
-  std::optional<std::chrono::milliseconds> queue_timeout;  // longest wait to start (default: config)
+  std::optional<std::chrono::milliseconds>
+      queue_timeout;  // longest wait to start (default: config)
   /// Prefix caching (SchedulerConfig::enable_prefix_caching): false keeps this request out of
   /// it, neither reading cached blocks nor leaving its own for others.
   bool prefix_caching = true;
@@ -80,10 +81,10 @@ inline constexpr size_t kMaxCacheSaltBytes = 1024;
 
 struct Usage {
   int prompt_tokens = 0;
-  int cached_tokens = 0;         // prompt tokens whose KV came from the prefix cache
-  int completion_tokens = 0;     // tokens streamed (a stop token or stop string not counted)
-  int64_t evicted_tokens = 0;    // dropped from a streaming window during this request
-  int preemptions = 0;           // times recomputed after losing its KV blocks
+  int cached_tokens = 0;       // prompt tokens whose KV came from the prefix cache
+  int completion_tokens = 0;   // tokens streamed (a stop token or stop string not counted)
+  int64_t evicted_tokens = 0;  // dropped from a streaming window during this request
+  int preemptions = 0;         // times recomputed after losing its KV blocks
 };
 
 /// Whether a request met its latency targets (latency_targets.h, judge_slo).
@@ -105,12 +106,12 @@ struct RequestTimings {
 
 struct FinalEvent {
   FinishReason reason = FinishReason::kStop;
-  std::string stop_string;             // the stop string that matched, if any
-  std::optional<int32_t> stop_token;   // the EOS / stop id that ended it, if any
+  std::string stop_string;            // the stop string that matched, if any
+  std::optional<int32_t> stop_token;  // the EOS / stop id that ended it, if any
   Usage usage;
   RequestTimings timings;
   ErrorCode error_code = ErrorCode::kInternal;  // with kError (and a refusal after admission)
-  std::string error_message;                     // with kError, kDeadline and kCancelled
+  std::string error_message;                    // with kError, kDeadline and kCancelled
 };
 
 using RequestEvent = std::variant<TokenChunk, FinalEvent>;

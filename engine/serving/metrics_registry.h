@@ -57,8 +57,8 @@ class Histogram {
 enum class MetricType { kCounter, kGauge, kHistogram };
 
 struct MetricSeries {
-  MetricLabels labels;          // the registry's constant labels first
-  double value = 0;             // counter, gauge
+  MetricLabels labels;  // the registry's constant labels first
+  double value = 0;     // counter, gauge
   Histogram::Snapshot histogram;
 };
 
@@ -78,10 +78,11 @@ class MetricsRegistry {
 
   /// Registers (or returns the existing) series of a family; references stay valid for the
   /// registry's lifetime. Throws kInvalidArgument on a name reused with another type.
-  Counter& counter(const std::string& name, const std::string& help, const MetricLabels& labels = {});
+  Counter& counter(const std::string& name, const std::string& help,
+                   const MetricLabels& labels = {});
   Gauge& gauge(const std::string& name, const std::string& help, const MetricLabels& labels = {});
-  Histogram& histogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
-                       const MetricLabels& labels = {});
+  Histogram& histogram(const std::string& name, const std::string& help,
+                       const std::vector<double>& bounds, const MetricLabels& labels = {});
 
   /// Every family in registration order, series in registration order.
   std::vector<MetricFamily> snapshot() const;
@@ -98,7 +99,8 @@ class MetricsRegistry {
     MetricType type;
     std::deque<Series> series;
   };
-  Series& series(const std::string& name, const std::string& help, MetricType type, const MetricLabels& labels);
+  Series& series(const std::string& name, const std::string& help, MetricType type,
+                 const MetricLabels& labels);
 
   MetricLabels constant_labels_;
   mutable std::mutex mu_;

@@ -1,4 +1,4 @@
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 
 #include <sys/random.h>
 

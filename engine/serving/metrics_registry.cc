@@ -1,4 +1,4 @@
-#include "engine/scheduler/metrics_registry.h"
+#include "engine/serving/metrics_registry.h"
 
 #include <algorithm>
 
@@ -6,7 +6,8 @@
 
 namespace rill {
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
   if (!std::is_sorted(bounds_.begin(), bounds_.end()) ||
       std::adjacent_find(bounds_.begin(), bounds_.end()) != bounds_.end())
     throw Error(ErrorCode::kInvalidArgument, "histogram bounds must increase strictly");
@@ -32,11 +33,13 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
-MetricsRegistry::MetricsRegistry(MetricLabels constant_labels) : constant_labels_(std::move(constant_labels)) {}
+MetricsRegistry::MetricsRegistry(MetricLabels constant_labels)
+    : constant_labels_(std::move(constant_labels)) {}
 
-MetricsRegistry::Series& MetricsRegistry::series(const std::string& name, const std::string& help, MetricType type,
-                                                 const MetricLabels& labels) {
-  auto fam = std::find_if(families_.begin(), families_.end(), [&](const Family& f) { return f.name == name; });
+MetricsRegistry::Series& MetricsRegistry::series(const std::string& name, const std::string& help,
+                                                 MetricType type, const MetricLabels& labels) {
+  auto fam = std::find_if(families_.begin(), families_.end(),
+                          [&](const Family& f) { return f.name == name; });
   if (fam == families_.end()) {
     families_.push_back({name, help, type, {}});
     fam = std::prev(families_.end());
@@ -49,14 +52,16 @@ MetricsRegistry::Series& MetricsRegistry::series(const std::string& name, const 
   return fam->series.back();
 }
 
-Counter& MetricsRegistry::counter(const std::string& name, const std::string& help, const MetricLabels& labels) {
+Counter& MetricsRegistry::counter(const std::string& name, const std::string& help,
+                                  const MetricLabels& labels) {
   std::lock_guard lock(mu_);
   Series& s = series(name, help, MetricType::kCounter, labels);
   if (!s.counter) s.counter = std::make_unique<Counter>();
   return *s.counter;
 }
 
-Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help, const MetricLabels& labels) {
+Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help,
+                              const MetricLabels& labels) {
   std::lock_guard lock(mu_);
   Series& s = series(name, help, MetricType::kGauge, labels);
   if (!s.gauge) s.gauge = std::make_unique<Gauge>();
@@ -64,7 +69,8 @@ Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help, 
 }
 
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
-                                      const std::vector<double>& bounds, const MetricLabels& labels) {
+                                      const std::vector<double>& bounds,
+                                      const MetricLabels& labels) {
   std::lock_guard lock(mu_);
   Series& s = series(name, help, MetricType::kHistogram, labels);
   if (!s.histogram) s.histogram = std::make_unique<Histogram>(bounds);

@@ -11,12 +11,12 @@
 
 #include "engine/model/model_config.h"
 #include "engine/runner/runner.h"
-#include "engine/scheduler/engine_stats.h"
-#include "engine/scheduler/metrics_registry.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/request_handle.h"
 #include "engine/scheduler/scheduler_config.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/engine_stats.h"
+#include "engine/serving/metrics_registry.h"
+#include "engine/serving/request.h"
+#include "engine/serving/request_handle.h"
+#include "engine/serving/session.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {

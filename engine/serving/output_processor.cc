@@ -1,4 +1,4 @@
-#include "engine/scheduler/output_processor.h"
+#include "engine/serving/output_processor.h"
 
 #include <algorithm>
 
@@ -6,7 +6,9 @@ namespace rill {
 
 namespace {
 
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Prompt tokens the detokenizer sees as context: enough for a first token's leading space and
 // for multi-token characters, without decoding a long prompt.
@@ -22,7 +24,8 @@ int64_t evicted_tokens(const KvGeometry& g, int64_t stream_len) {
 struct OutputProcessor::State {
   State(const Tokenizer& tok, const Sequence& s)
       : detok(tok, s.request.skip_special_tokens,
-              std::span<const int32_t>(s.request.prompt).last(std::min(kDetokContext, s.request.prompt.size()))),
+              std::span<const int32_t>(s.request.prompt)
+                  .last(std::min(kDetokContext, s.request.prompt.size()))),
         filter(s.request.stop) {}
   IncrementalDetokenizer detok;
   StopFilter filter;
@@ -35,8 +38,11 @@ struct OutputProcessor::State {
 OutputProcessor::OutputProcessor(Tokenizer tokenizer, EngineMetrics& metrics,
                                  std::function<void(const SequencePtr&)> on_stop_string,
                                  std::function<void(const SequencePtr&)> on_finalized)
-    : tokenizer_(std::move(tokenizer)), metrics_(metrics), on_stop_string_(std::move(on_stop_string)),
-      on_finalized_(std::move(on_finalized)), thread_([this] { run(); }) {}
+    : tokenizer_(std::move(tokenizer)),
+      metrics_(metrics),
+      on_stop_string_(std::move(on_stop_string)),
+      on_finalized_(std::move(on_finalized)),
+      thread_([this] { run(); }) {}
 
 OutputProcessor::~OutputProcessor() {
   {
@@ -92,7 +98,8 @@ void OutputProcessor::process(OutputBatch& batch) {
       }
     }
     if (st.filter.matched()) {
-      finalize(note.seq, st, {note.seq, FinishReason::kStop, std::nullopt, ErrorCode::kInternal, {}});
+      finalize(note.seq, st,
+               {note.seq, FinishReason::kStop, std::nullopt, ErrorCode::kInternal, {}});
       on_stop_string_(note.seq);
     }
   }
@@ -142,9 +149,11 @@ void OutputProcessor::finalize(const SequencePtr& seq, State& st, const FinishNo
   fin.usage.cached_tokens = seq->cached_tokens.load();
   // The cache held the prompt and every generated token but the last (never fed back); a
   // session's turn counts what its own tokens pushed out of the session's window.
-  const int64_t fed = seq->carried_tokens.load() + static_cast<int64_t>(r.prompt.size()) + std::max(0, st.generated - 1);
+  const int64_t fed = seq->carried_tokens.load() + static_cast<int64_t>(r.prompt.size()) +
+                      std::max(0, st.generated - 1);
   const int64_t base = seq->stream_base.load();
-  fin.usage.evicted_tokens = evicted_tokens(seq->geometry, base + fed) - evicted_tokens(seq->geometry, base);
+  fin.usage.evicted_tokens =
+      evicted_tokens(seq->geometry, base + fed) - evicted_tokens(seq->geometry, base);
   fin.usage.preemptions = seq->preemptions.load();
   const double queue_s = seq->queue_s.load();
   fin.timings.queue_s = queue_s >= 0 ? queue_s : seconds(seq->arrival, now);

@@ -13,10 +13,10 @@
 
 #include "engine/finish_reason.h"
 #include "engine/runner/runner.h"
-#include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/sequence.h"
-#include "engine/scheduler/session_table.h"
+#include "engine/serving/engine_metrics.h"
+#include "engine/serving/session_table.h"
 
 namespace rill {
 
