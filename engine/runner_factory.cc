@@ -1,4 +1,4 @@
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 
 #include <spdlog/spdlog.h>
 

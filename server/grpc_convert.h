@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/runner/runner.h"
 #include "engine/serving/request.h"
 #include "engine/serving/session.h"
 #include "engine/tokenizer/tokenizer.h"

@@ -19,8 +19,8 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/step_meta.h"
 #include "engine/model/model.h"
+#include "engine/runner/engine_options.h"
 #include "engine/runner/runner.h"
-#include "engine/runner/runner_factory.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 

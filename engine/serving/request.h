@@ -13,7 +13,7 @@
 #include "engine/error.h"
 #include "engine/finish_reason.h"
 #include "engine/kv/cache_policy.h"
-#include "engine/runner/runner.h"
+#include "engine/runner/sample_logprobs.h"
 #include "engine/runner/sampling.h"
 
 namespace rill {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "engine/model/model_config.h"
-#include "engine/runner/runner.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/serving/engine_stats.h"
 #include "engine/serving/metrics_registry.h"
@@ -20,6 +19,8 @@
 #include "engine/tokenizer/tokenizer.h"
 
 namespace rill {
+
+class ModelRunner;  // engine/runner/runner.h: front ends never need the runner interface
 
 class ServingEngine {
  public:

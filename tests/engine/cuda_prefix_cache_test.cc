@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "engine/serving/serving_engine.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"

@@ -3,8 +3,8 @@
 
 #include "engine/kv/cache_policy.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
 #include "engine/runner/sampling.h"
+#include "engine/runner_factory.h"
 #include "tools/common/args.h"
 
 namespace rill::cli {
