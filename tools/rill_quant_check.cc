@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
-    o.max_batch = 8;
+    if (!args.given("max-batch")) o.max_batch = 8;
     const Model m = load_model(args.get("model"));
     const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
     if (positions < 2 || decode < 1 || decode >= positions)

@@ -1,9 +1,18 @@
 // How a program asks for its model runner: device, dtypes, memory and the CUDA runner's tuning.
 // The runners read it; make_runner (engine/runner_factory.h) chooses between them.
+//
+// engine_option_table() describes every field once: its JSON key (the server's
+// "engine.<key>"), its command-line spelling, help, and allowed values. The server's CLI11 flags
+// and configuration file (server/server_config.cc) and the tools' flags
+// (tools/common/engine_flags.cc) are both built from it, so an option is spelled and checked the
+// same way by every program. A boolean `--x` also has `--no-x`.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "engine/cuda/cuda_tuning.h"
 
@@ -27,5 +36,31 @@ struct EngineOptions {
                                       // checkpoint has none) | none (the model dtype)
   CudaTuning cuda_tuning;            // CUDA runner: graphs, GEMV shapes, fusions (cuda_tuning.h)
 };
+
+/// The values a numeric option may take: [min, max], either end open where marked.
+struct OptionRange {
+  double min, max;
+  bool min_open = false, max_open = false;
+};
+
+/// "[1, 1024]", "(0, 1]".
+std::string option_range_text(const OptionRange& r);
+
+struct EngineOption {
+  const char* key;   // JSON: "block_size" (the server's "engine.block_size")
+  const char* flag;  // every program's flag: "--block-size"
+  const char* help;
+  std::variant<int*, int64_t*, double*, bool*, std::string*> target;
+  std::optional<OptionRange> range = std::nullopt;  // numbers
+  std::vector<std::string> choices = {};            // strings: the values allowed
+  bool power_of_two = false;                        // integers: and a power of two
+};
+
+/// Every field of `o`, pointing into it.
+std::vector<EngineOption> engine_option_table(EngineOptions& o);
+
+/// Why the option's current value is not allowed ("must be in [1, 1024] (got 0)", "must be
+/// auto, cpu or cuda (got 'gpu')"); empty when it is.
+std::string engine_option_problem(const EngineOption& option);
 
 }  // namespace rill
