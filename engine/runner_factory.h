@@ -31,7 +31,13 @@ struct DeviceChoice {
 /// Throws kInvalidArgument for another device name or an unknown dtype.
 DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& options, bool cuda_present);
 
-/// Builds the runner choose_device picks, logging a one-line warning when "auto" falls back to
+/// Checks tensor_parallel_size and gpus against the model's heads (tp_unsupported_reason) and
+/// the `visible` GPUs; kInvalidArgument naming the flag and the problem.
+void check_tensor_parallel(const ModelConfig& c, const EngineOptions& options, bool cuda,
+                           int visible);
+
+/// Builds the runner choose_device picks (a tensor-parallel group of them with
+/// tensor_parallel_size > 1 or gpus set; check_tensor_parallel first), logging a one-line warning when "auto" falls back to
 /// the CPU because the CUDA runner cannot run the model.
 std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& options);
 

@@ -24,6 +24,7 @@
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
 #include "engine/tokenizer/utf8.h"
+#include "engine/toolcall/family.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
@@ -97,6 +98,10 @@ std::vector<Field> fields(ServerConfig& c) {
       {"default_sampling", "--default-sampling",
        "sampling defaults over the model's, as a JSON object ('{\"temperature\": 0.7}')",
        &c.default_sampling},
+      {"tool_call_parser", "--tool-call-parser",
+       "tool-call format parsed from chat replies: auto (from the chat template), hermes, "
+       "llama3_json, mistral or none",
+       &c.tool_call_parser},
       {"scheduler.max_num_seqs", "--max-num-seqs",
        "sequences in one step (unset: 256 on CUDA, 64 on the CPU)", &s.max_num_seqs,
        Range{1, 65536}},
@@ -381,6 +386,10 @@ void validate_config(const ServerConfig& config) {
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= c.log_level == l;
   check(level_ok, "log_level", "must be one of trace, debug, info, warn, error, critical, off");
+  toolcall::ToolFamily family{};
+  bool detect = false;
+  check(toolcall::parse_tool_parser_flag(c.tool_call_parser, family, detect), "tool_call_parser",
+        "must be auto, hermes, llama3_json, mistral or none");
   check(c.scheduler.policy == "priority" || c.scheduler.policy == "fcfs", "scheduler.policy",
         "must be priority or fcfs");
   EngineOptions e = c.engine;  // the table points into its argument

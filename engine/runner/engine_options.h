@@ -35,6 +35,12 @@ struct EngineOptions {
                                       // fp8 (e4m3; per-channel scales at load where the
                                       // checkpoint has none) | none (the model dtype)
   CudaTuning cuda_tuning;            // CUDA runner: graphs, GEMV shapes, fusions (cuda_tuning.h)
+  /// Tensor parallelism (docs/tensor_parallel.md): the model split over this many GPUs of the
+  /// host, one rank each; 1: one runner. With --device cpu, ranks emulated on CPU threads.
+  int tensor_parallel_size = 1;
+  /// The GPUs of the ranks, "0,1" (each visible, once, as many as tensor_parallel_size); empty:
+  /// devices 0 .. N-1. Given with a size of 1, the one GPU the runner uses.
+  std::string gpus;
 };
 
 /// The values a numeric option may take: [min, max], either end open where marked.
