@@ -68,6 +68,7 @@ struct Sequence {
   bool sampled_in_last_launch = false;  // its next input may be kLastSampled
   bool at_context_limit = false;     // `full` cache cannot take another token
   int step_blocks = 0;               // blocks the step being planned will take for it
+  int kv_budget_blocks = 0;          // its share of the planner's KV budget sums (kv_budget.h)
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
   double steady_sum_s = 0;  // the steady decode step, summed over the steps that decoded it

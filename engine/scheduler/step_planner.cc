@@ -15,32 +15,24 @@ bool contains(const std::vector<SequencePtr>& v, const SequencePtr& s) { return 
 
 StepPlanner::StepPlanner(PlanHost& host, const SchedulerConfig& config,
                          const SchedulingPolicy& policy)
-    : host_(host), config_(config), policy_(policy) {}
+    : host_(host), config_(config), policy_(policy), budget_(host.kv()) {}
 
 // Free blocks (cached ones included: evicted when needed) minus those still owed to admitted
 // streaming sequences (their whole life's worth, and copies of shared blocks their rings will
 // overwrite) and those the step being planned already takes (appended only at launch).
-int StepPlanner::free_blocks_for_growth(const std::vector<SequencePtr>& running) const {
+int StepPlanner::free_blocks_for_growth() const {
   const KvCacheManager& kv = host_.kv();
-  int free = kv.num_free_blocks() - kv.cow_reserve() - promised_;
-  for (const SequencePtr& s : running)
-    if (s->request.cache.is_streaming()) free -= kv.sequence(s->runner_id).max_blocks - kv.blocks_held(s->runner_id);
-  return free;
+  return kv.num_free_blocks() - kv.cow_reserve() - promised_ - budget_.sums().reserved;
 }
 
 // Blocks running `full` sequences still need to finish feeding their prefill (beyond this step).
-int StepPlanner::owed_prefill_blocks(const std::vector<SequencePtr>& running) const {
-  const KvCacheManager& kv = host_.kv();
-  int owed = 0;
-  for (const SequencePtr& p : running)
-    if (!p->request.cache.is_streaming())
-      owed += std::max(0, kv.blocks_needed_now(p->request.cache, static_cast<int64_t>(p->prefix.size())) -
-                              kv.blocks_held(p->runner_id) - p->step_blocks);
-  return owed;
+int StepPlanner::owed_prefill_blocks() const {
+  return budget_.sums().owed;
 }
 
 void StepPlanner::preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting,
                           StepDecisions& d) {
+  budget_.remove(*s);
   host_.remove_sequence(s->runner_id);
   s->runner_id = -1;
   s->phase = SeqPhase::kWaiting;
@@ -62,7 +54,7 @@ bool StepPlanner::ensure_blocks(const SequencePtr& s, int blocks, std::vector<Se
                                 const std::vector<SequencePtr>& scheduled, StepDecisions& d) {
   const KvCacheManager& kv = host_.kv();
   std::vector<SequencePtr> candidates;
-  while (free_blocks_for_growth(running) < blocks) {
+  while (free_blocks_for_growth() < blocks) {
     candidates.clear();
     for (const SequencePtr& v : running)
       if (!v->request.cache.is_streaming() && !contains(scheduled, v) &&
@@ -93,7 +85,7 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
   const KvCacheManager& kv = host_.kv();
   const Request& r = s->request;
   shortfall = 0;
-  const int room = free_blocks_for_growth(running) - owed_prefill_blocks(running);
+  const int room = free_blocks_for_growth() - owed_prefill_blocks();
   if (s->session) {
     if (!admit_turn(s, room, shortfall, d)) return false;
     std::vector<int32_t> prefix;
@@ -245,6 +237,7 @@ void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<c
   if (!s->request.cache.is_streaming()) {
     s->step_blocks = host_.kv().blocks_to_append(s->runner_id, static_cast<int64_t>(tokens.size()));
     promised_ += s->step_blocks;
+    budget_.update(*s);
   }
   step.inputs.push_back({s->runner_id, tokens, LogitsMode::kNone, sample, sample ? s->request.logprobs : -1});
   step.seqs.push_back(s);
@@ -261,6 +254,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   promised_ = 0;
   restores_ = 0;
   for (const SequencePtr& s : running) s->step_blocks = 0;
+  budget_.reset(running);  // one walk per step; the planner's decisions keep it from here
   std::vector<SequencePtr> scheduled;
   StepComposition decodes;
   targets_.clear();
@@ -299,12 +293,12 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     if (fits == 0) continue;
     int64_t n = fits;
     if (!s->request.cache.is_streaming()) {
-      n = chunk_that_fits(*s, n, free_blocks_for_growth(running));
+      n = chunk_that_fits(*s, n, free_blocks_for_growth());
       if (n == 0) {
         if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled,
                            step.decisions))
           continue;
-        n = chunk_that_fits(*s, fits, free_blocks_for_growth(running));
+        n = chunk_that_fits(*s, fits, free_blocks_for_growth());
         if (n == 0) continue;
       }
     }
@@ -328,6 +322,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
       break;
     waiting.erase(waiting.begin());
     running.push_back(s);
+    budget_.add(*s);
     step.decisions.admitted.push_back(s);
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
@@ -359,7 +354,8 @@ void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& running,
                                      [&](const StepDecisions::Failure& f) { return f.seq == s; });
     if (s->phase == SeqPhase::kFinished || refused || !ss.offloaded || ss.steps_in_flight > 0)
       continue;
-    if (kv.sequence(ss.runner_id).max_blocks > free_blocks_for_growth(running) - owed_prefill_blocks(running)) return;
+    if (kv.sequence(ss.runner_id).max_blocks > free_blocks_for_growth() - owed_prefill_blocks())
+      return;
     try {
       host_.restore_sequence(ss.runner_id);
     } catch (const Error& e) {

@@ -38,6 +38,7 @@
 
 #include "engine/error.h"
 #include "engine/runner/runner.h"
+#include "engine/scheduler/kv_budget.h"
 #include "engine/scheduler/plan_host.h"
 #include "engine/scheduler/prefill_budget.h"
 #include "engine/scheduler/scheduler_config.h"
@@ -83,6 +84,8 @@ class StepPlanner {
 
   /// Prefix cache lookups of admitted sequences: tokens looked up and tokens found, in total.
   int64_t prefix_queries() const { return prefix_queries_; }
+  /// The KV budget's sums as the last plan() left them (tests compare them with a recomputation).
+  const KvBudget::Sums& kv_budget() const { return budget_.sums(); }
   int64_t prefix_hits() const { return prefix_hits_; }
 
   /// A step the runner measured (seconds on the device): the cost model learns from it.
@@ -99,8 +102,8 @@ class StepPlanner {
     int tokens;
     int seqs;
   };
-  int free_blocks_for_growth(const std::vector<SequencePtr>& running) const;
-  int owed_prefill_blocks(const std::vector<SequencePtr>& running) const;
+  int free_blocks_for_growth() const;  // O(1): the kept sums (kv_budget.h)
+  int owed_prefill_blocks() const;
   bool ensure_blocks(const SequencePtr& s, int blocks, std::vector<SequencePtr>& running,
                      std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled,
                      StepDecisions& d);
@@ -127,6 +130,8 @@ class StepPlanner {
   PlanHost& host_;
   const SchedulerConfig& config_;
   const SchedulingPolicy& policy_;
+  KvBudget
+      budget_;  // reserved and owed blocks of the running sequences, kept as the step is planned
   int restores_ = 0;  // restores of offloaded session caches started while planning this step
   SeqId next_runner_id_ = 1;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "tests/scheduler/planner_harness.h"
 
 namespace rill {
@@ -139,6 +141,64 @@ TEST(StepPlannerDirect, AdmissionsAreDecisionsAndRefusalsAreReturnedNotApplied) 
   EXPECT_EQ(step.inputs[0].tokens.size(), 6u);
   EXPECT_TRUE(step.inputs[0].sample);
   EXPECT_EQ(host.added, 1);
+}
+
+}  // namespace
+}  // namespace rill
+
+namespace rill {
+namespace {
+
+// The planner's kept KV-budget sums (kv_budget.h) equal a walk of the running list after every
+// step of random workloads: admissions, prefill chunks, decodes, preemptions and finishes of
+// `full` and `streaming` requests in a pool small enough to preempt.
+TEST(KvBudget, KeptSumsEqualARecomputationAfterRandomSteps) {
+  for (const uint32_t seed : {1u, 2u, 3u, 4u}) {
+    std::mt19937 rng(seed);
+    SchedulerConfig config;
+    config.tpot_aware = false;
+    config.max_num_batched_tokens = 48;
+    config.enable_prefix_caching = false;
+    const PriorityPolicy policy(1.0);
+    KvOnlyHost host(/*num_blocks=*/40, /*block_size=*/4, /*max_context=*/128);
+    StepPlanner planner(host, config, policy);
+    std::vector<SequencePtr> running, waiting;
+    uint64_t order = 0;
+    int preemptions = 0, finished = 0;
+    const Clock::time_point now{};
+    for (int step = 0; step < 400; ++step) {
+      for (int n = std::uniform_int_distribution<int>(0, 2)(rng); n > 0; --n) {
+        SequencePtr s = planner_seq(std::uniform_int_distribution<int>(1, 40)(rng),
+                                    std::uniform_int_distribution<int>(0, 2)(rng), ++order,
+                                    std::uniform_int_distribution<int>(1, 40)(rng));
+        if (rng() % 3 == 0) s->request.cache = CachePolicy::streaming(4, 16);
+        waiting.push_back(s);
+      }
+      policy.order_waiting(waiting, now);
+      const PlannedStep planned = planner.plan(running, waiting, now);
+      ASSERT_EQ(planner.kv_budget(), KvBudget::recompute(host.kv(), running))
+          << "seed " << seed << " step " << step;
+      preemptions += static_cast<int>(planned.decisions.preempted.size());
+      host.launch(planned);
+      // The loop's part: finish what reached its length or its context, and a random one.
+      for (size_t i = 0; i < running.size();) {
+        Sequence& s = *running[i];
+        const bool done =
+            s.samples_committed() >= s.request.max_tokens || s.at_context_limit || rng() % 50 == 0;
+        if (!done) {
+          ++i;
+          continue;
+        }
+        host.remove_sequence(s.runner_id);
+        s.runner_id = -1;
+        s.phase = SeqPhase::kFinished;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        ++finished;
+      }
+    }
+    EXPECT_GT(preemptions, 0) << "seed " << seed << ": the pool never ran short";
+    EXPECT_GT(finished, 50) << "seed " << seed;
+  }
 }
 
 }  // namespace
