@@ -168,6 +168,8 @@ class CudaRunner final : public ModelRunner {
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
+  void
+  precapture_graphs();  // every (bucket, split count) graph now (CudaTuning::precapture_graphs)
   void drop_graphs();  // after a change that alters what a step launches
   const char* dmeta() const { return meta_dev_.as<const char>(); }
 
@@ -192,6 +194,7 @@ class CudaRunner final : public ModelRunner {
   kernels::KvCacheLayout layout_;
   int num_sms_ = 0;
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
+  size_t meta_bytes_ = 0;  // a step's packed metadata at most (the biggest step's layout)
   int32_t trash_block_ = 0;
   CudaTuning tuning_;  // see set_tuning
   static constexpr int kQkv = CudaTuning::kQkv, kO = CudaTuning::kO, kUp = CudaTuning::kUp,

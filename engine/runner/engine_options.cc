@@ -80,6 +80,9 @@ std::vector<EngineOption> engine_option_table(EngineOptions& e) {
       {"gpus", "--gpus", "GPUs of the ranks, e.g. 0,1 (default: 0 .. N-1)", &e.gpus},
       {"cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs",
        &e.cuda_tuning.cuda_graphs},
+      {"precapture_graphs", "--precapture-graphs",
+       "capture every decode CUDA graph (batch bucket x split count) at start-up, timed in the log",
+       &e.cuda_tuning.precapture_graphs},
       {"fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
        &e.cuda_tuning.fused_decode},
   };
