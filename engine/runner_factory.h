@@ -37,8 +37,8 @@ void check_tensor_parallel(const ModelConfig& c, const EngineOptions& options, b
                            int visible);
 
 /// Builds the runner choose_device picks (a tensor-parallel group of them with
-/// tensor_parallel_size > 1 or gpus set; check_tensor_parallel first), logging a one-line warning when "auto" falls back to
-/// the CPU because the CUDA runner cannot run the model.
+/// tensor_parallel_size > 1 or gpus set; check_tensor_parallel first), logging a one-line warning
+/// when "auto" falls back to the CPU because the CUDA runner cannot run the model.
 std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& options);
 
 }  // namespace rill

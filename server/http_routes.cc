@@ -52,8 +52,8 @@ RouteResult not_found(const std::string& target) {
 }
 
 RouteResult not_allowed(std::string_view method_name, const std::string& target) {
-  ErrorReply e = map_error(ErrorCode::kInvalidArgument, "method " + std::string(method_name) +
-                                                            " is not allowed on " + target);
+  ErrorReply e = map_error(ErrorCode::kInvalidArgument,
+                           "method " + std::string(method_name) + " is not allowed on " + target);
   e.type = "invalid_request_error";
   return error(std::move(e), 405);
 }

@@ -29,7 +29,8 @@ class ReactorLink {
   explicit ReactorLink(Pumped* reactor) : reactor_(reactor) {}
 
   /// A notifier for an engine request of the linked reactor. `self` is this link.
-  static EventNotifier notifier(std::shared_ptr<ReactorLink> self, std::shared_ptr<WakeQueue> wakes) {
+  static EventNotifier notifier(std::shared_ptr<ReactorLink> self,
+                                std::shared_ptr<WakeQueue> wakes) {
     return [link = std::move(self), wq = std::move(wakes)] {
       if (link->queued_.exchange(true)) return;  // a wake-up is already on its way
       wq->post([link] {
