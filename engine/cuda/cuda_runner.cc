@@ -110,6 +110,7 @@ CudaRunner::~CudaRunner() {
     cudaEventDestroy(t.end);
   }
   for (auto& [id, r] : restoring_) cudaEventDestroy(r.done);
+  for (Offloading& o : offloading_) cudaEventDestroy(o.done);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -309,6 +310,7 @@ void CudaRunner::remove_sequence(SeqId id) {
   seqs_.erase(it);
   last_rows_.erase(id);
   wait_for_restore(id);  // its blocks go back to the pool: later steps must follow the copy
+  drop_offloading(id);   // likewise for an offload's copy still reading them
   forget_offloaded(id);
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
@@ -414,6 +416,11 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
                                 [](const InFlight& f) { return f.plan.any_logits; }))
     throw Error(ErrorCode::kInvalidArgument,
                 "a step returning logits is in flight: finish() it before launching another");
+  // An offloaded sequence takes no step until restored (its blocks may still be copying out).
+  for (const StepInput& in : inputs)
+    if (offloaded_.count(in.id))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "sequence " + std::to_string(in.id) + " is offloaded: restore it first");
   kv_->check_append(appends);
   std::vector<int64_t> starts(n);
   // kLastSampled inputs name their token later (finish() reports it:

@@ -63,6 +63,7 @@ class CudaRunner final : public ModelRunner {
   void restart_sampling(SeqId id, const SamplingParams& sampling) override;
   int host_kv_blocks() const override;
   int host_kv_blocks_free() const override;
+  int releasing_blocks() const override { return offloading_blocks_; }
   void offload_sequence(SeqId id) override;
   void restore_sequence(SeqId id) override;
   bool restore_done(SeqId id) override;
@@ -270,6 +271,18 @@ class CudaRunner final : public ModelRunner {
     std::vector<int32_t> host;    // its host blocks, freed once the copy has read them
   };
   std::unordered_map<SeqId, Restoring> restoring_;
+  // CudaTuning::async_offload: offloads copying on copy_stream_ whose sequences still hold their
+  // pool blocks (released in order as the copies end: release_offloaded).
+  struct Offloading {
+    SeqId id = 0;
+    int blocks = 0;
+    cudaEvent_t done = nullptr;  // the copy's end on copy_stream_
+  };
+  std::deque<Offloading> offloading_;
+  int offloading_blocks_ = 0;
+  void release_offloaded();        // releases the blocks of the offloads whose copies ended
+  bool keep_offloading(SeqId id);  // a restore of an offload still copying: keeps its blocks
+  void drop_offloading(SeqId id);  // a removal: later steps wait for the copy's reads
 
   std::unordered_map<SeqId, SeqInfo> seqs_;
   // Row of sampled_ holding each sequence's token from the last launched step (kLastSampled).

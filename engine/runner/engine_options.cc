@@ -83,6 +83,10 @@ std::vector<EngineOption> engine_option_table(EngineOptions& e) {
       {"precapture_graphs", "--precapture-graphs",
        "capture every decode CUDA graph (batch bucket x split count) at start-up, timed in the log",
        &e.cuda_tuning.precapture_graphs},
+      {"async_offload", "--async-offload",
+       "copy idle sessions' caches to host memory beside the steps (their blocks freed when "
+       "the copy ends)",
+       &e.cuda_tuning.async_offload},
       {"fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
        &e.cuda_tuning.fused_decode},
   };

@@ -99,6 +99,10 @@ class ModelRunner {
   /// step until restore_sequence. kResourceExhausted (nothing changed) when host memory lacks
   /// room.
   virtual void offload_sequence(SeqId id) = 0;
+  /// Pool blocks of offloads whose copies have not finished: they are freed once the copies are
+  /// done (seen by completed_transfers), not at offload_sequence. Admission and reclaim count
+  /// them as about to be free. 0 for runners whose offload frees at once.
+  virtual int releasing_blocks() const { return 0; }
   /// Starts copying an offloaded cache back into pool blocks (kResourceExhausted, nothing
   /// changed, when the pool lacks them). The copy may run beside the steps in flight and later
   /// ones; the sequence is ready for a step once restore_done(id) (a step that carries it sooner

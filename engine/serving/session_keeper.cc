@@ -149,11 +149,18 @@ int SessionKeeper::idle_blocks() const {
   return blocks;
 }
 
+// Offloads still copying (ModelRunner::releasing_blocks) free their blocks soon: they count
+// toward `blocks`, so a step that waits for them offloads no more sessions; true only when
+// blocks are free now (the planner retries the admission).
 bool SessionKeeper::reclaim(int blocks, const SessionState* keep) {
-  const int before = runner_.kv().num_free_blocks();
-  while (runner_.kv().num_free_blocks() - before < blocks && evict_one(keep, true)) {
+  const KvCacheManager& kv = runner_.kv();
+  const int free_before = kv.num_free_blocks();
+  const int coming_before = free_before + runner_.releasing_blocks();
+  const int want = blocks - runner_.releasing_blocks();
+  while (kv.num_free_blocks() + runner_.releasing_blocks() - coming_before < want &&
+         evict_one(keep, true)) {
   }
-  return runner_.kv().num_free_blocks() > before;
+  return kv.num_free_blocks() > free_before;
 }
 
 void SessionKeeper::maintain(Clock::time_point now) {
