@@ -168,6 +168,7 @@ class CudaRunner final : public ModelRunner {
   void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
+  void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void
   precapture_graphs();  // every (bucket, split count) graph now (CudaTuning::precapture_graphs)
