@@ -580,25 +580,8 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   return err != cudaSuccess ? err : launch_status();
 }
 
-/// Calls body.template operator()<D>() for the supported decode head dims.
-template <typename Body>
-cudaError_t dispatch_decode_head_dim(int head_dim, Body&& body) {
-  switch (head_dim) {
-    case 32:
-      return body.template operator()<32>();
-    case 64:
-      return body.template operator()<64>();
-    case 80:
-      return body.template operator()<80>();
-    case 96:
-      return body.template operator()<96>();
-    case 128:
-      return body.template operator()<128>();
-    case 256:
-      return body.template operator()<256>();
-  }
-  return invalid_argument("unsupported head_dim=" + std::to_string(head_dim));
-}
+/// The decode kernels' head dims.
+using DecodeHeadDims = HeadDims<32, 64, 80, 96, 128, 256>;
 
 }  // namespace
 
@@ -616,9 +599,7 @@ size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_di
 }
 
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 &&
-      p.head_dim != 128 && p.head_dim != 256)
-    return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
+  if (const cudaError_t e = check_head_dim<DecodeHeadDims>(p.head_dim); e != cudaSuccess) return e;
   if (const std::string why =
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
       !why.empty())
@@ -682,7 +663,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
     return invalid_argument("decode attention: too many kv heads");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
-      return dispatch_decode_head_dim(p.head_dim, [&]<int D>() {
+      return dispatch_head_dim(DecodeHeadDims{}, p.head_dim, [&]<int D>() {
         return launch_decode_typed<T, C, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
       });
     });
