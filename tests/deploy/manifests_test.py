@@ -41,8 +41,12 @@ def server_default(field, text=None):
 
 
 def known_config_paths():
-    """Every JSON path rill-server accepts ({"engine.block_size", "--block-size", ...} in server_config.cc)."""
-    return set(re.findall(r'\{"([a-z_.]+)",\s*"--', read("server/server_config.cc")))
+    """Every JSON path rill-server accepts: its own table ({"http_port", "--http-port", ...} in
+    server/server_config.cc) and the engine option table every program shares ({"block_size",
+    "--block-size", ...} in engine/runner/engine_options.cc), which the server nests under "engine."."""
+    own = set(re.findall(r'\{"([a-z_.]+)",\s*"--', read("server/server_config.cc")))
+    engine = re.findall(r'\{"([a-z_]+)",\s*"--', read("engine/runner/engine_options.cc"))
+    return own | {"engine." + key for key in engine}
 
 
 def config_paths(config):
