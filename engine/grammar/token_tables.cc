@@ -1,0 +1,161 @@
+#include "engine/grammar/token_tables.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+
+#include "engine/grammar/earley.h"
+#include "engine/grammar/grammar_error.h"
+
+namespace rill::grammar {
+
+namespace {
+
+enum Verdict : uint8_t { kRejected, kAccepted, kUncertain };
+
+// Classifies every walkable token for the position `state`: verdicts[i] for sorted()[i]
+// (kRejected on entry). A depth-first walk of the vocabulary trie; a byte the parser refuses
+// settles the node's whole subtree at once.
+void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_t state,
+          std::vector<uint8_t>& verdicts) {
+  const ByteSet& follow = g.follow(g.state(state).rule);
+  const auto& trie = v.trie();
+  p.reset(state);
+  // exit_ok[d]: within the first d bytes the rule ended where the next byte may follow it.
+  std::vector<uint8_t> exit_ok{0};
+  std::vector<uint32_t> next{trie[0].first_child};  // per depth: the next child to try
+  while (!next.empty()) {
+    const uint32_t c = next.back();
+    if (c == 0) {
+      next.pop_back();
+      if (!next.empty()) {
+        p.pop();
+        exit_ok.pop_back();
+      }
+      continue;
+    }
+    const Vocabulary::TrieNode& n = trie[c];
+    next.back() = n.next_sibling;
+    const uint8_t e = exit_ok.back() || (p.exited() && follow.test(n.byte));
+    if (!p.push(n.byte)) {
+      if (e) std::fill(verdicts.begin() + n.lo, verdicts.begin() + n.hi, kUncertain);
+      continue;
+    }
+    exit_ok.push_back(e);
+    std::fill(verdicts.begin() + n.lo, verdicts.begin() + n.lo + n.ends, kAccepted);
+    next.push_back(n.first_child);
+  }
+}
+
+// Moore's partition refinement, bounded at the longest token: states in one class accept,
+// refuse and leave their rule on exactly the same byte strings of that length, so they share
+// one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
+std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
+                                      int32_t& num_classes) {
+  const size_t n = g.num_states();
+  std::vector<int32_t> cls(n), next(n);
+  std::map<std::vector<uint64_t>, int32_t> ids;
+  auto follow_key = [&](const AutomatonState& st, std::vector<uint64_t>& key) {
+    key.push_back(st.final ? 1 : 0);
+    if (st.final)
+      for (uint64_t w : g.follow(st.rule).bits) key.push_back(w);
+  };
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<uint64_t> key;
+    follow_key(g.state(static_cast<int32_t>(s)), key);
+    cls[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+  }
+  size_t count = ids.size();
+  for (size_t r = 0; r < rounds; ++r) {
+    ids.clear();
+    for (size_t s = 0; s < n; ++s) {
+      const AutomatonState& st = g.state(static_cast<int32_t>(s));
+      std::vector<uint64_t> key{static_cast<uint64_t>(cls[s])};
+      std::vector<std::array<uint64_t, 5>> edges;
+      for (const ByteEdge& e : st.bytes)
+        edges.push_back({e.set.bits[0], e.set.bits[1], e.set.bits[2], e.set.bits[3],
+                         static_cast<uint64_t>(cls[static_cast<size_t>(e.target)])});
+      std::sort(edges.begin(), edges.end());
+      for (const auto& e : edges) key.insert(key.end(), e.begin(), e.end());
+      key.push_back(~uint64_t{0});
+      std::vector<std::pair<int32_t, int32_t>> calls;
+      for (const CallEdge& c : st.calls)
+        calls.emplace_back(c.rule, cls[static_cast<size_t>(c.target)]);
+      std::sort(calls.begin(), calls.end());
+      for (auto [rule, t] : calls)
+        key.push_back((static_cast<uint64_t>(rule) << 32) | static_cast<uint32_t>(t));
+      next[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+    }
+    cls.swap(next);
+    if (ids.size() == count) break;  // stable
+    count = ids.size();
+  }
+  num_classes = static_cast<int32_t>(count);
+  return cls;
+}
+
+PositionTable pack(const Vocabulary& v, const std::vector<uint8_t>& verdicts) {
+  PositionTable t;
+  const auto& sorted = v.sorted();
+  size_t accepted = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (verdicts[i] == kAccepted) ++accepted;
+    if (verdicts[i] == kUncertain) t.uncertain.push_back(static_cast<uint32_t>(i));
+  }
+  const size_t list_bytes = accepted * 4, complement_bytes = (sorted.size() - accepted) * 4;
+  const size_t bitset_bytes = v.mask_words() * 4;
+  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes)
+    t.form = PositionTable::Form::kList;
+  else if (complement_bytes <= bitset_bytes)
+    t.form = PositionTable::Form::kComplement;
+  else
+    t.form = PositionTable::Form::kBitset;
+  if (t.form == PositionTable::Form::kBitset) t.bits.assign(v.mask_words(), 0);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const int32_t id = sorted[i];
+    const bool acc = verdicts[i] == kAccepted;
+    switch (t.form) {
+      case PositionTable::Form::kList:
+        if (acc) t.ids.push_back(id);
+        break;
+      case PositionTable::Form::kComplement:
+        if (!acc) t.ids.push_back(id);
+        break;
+      case PositionTable::Form::kBitset:
+        if (acc) t.bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+        break;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+                         std::chrono::steady_clock::time_point started) {
+  walkable_.assign(v.mask_words(), 0);
+  for (int32_t id : v.sorted()) walkable_[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  int32_t num_classes = 0;
+  const std::vector<int32_t> cls = position_classes(g, v.max_token_bytes() + 1, num_classes);
+  std::vector<int32_t> table_of_class(static_cast<size_t>(num_classes), -1);
+  index_.assign(g.num_states(), -1);
+  EarleyParser parser(g, limits.max_earley_items_per_byte);
+  std::vector<uint8_t> verdicts(v.sorted().size());
+  for (size_t s = 0; s < g.num_states(); ++s) {
+    if (g.state(static_cast<int32_t>(s)).bytes.empty()) continue;
+    int32_t& t = table_of_class[static_cast<size_t>(cls[s])];
+    if (t < 0) {
+      if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
+        fail("grammar compilation exceeded the time-out of " +
+             std::to_string(limits.compile_timeout.count()) + " ms");
+      std::fill(verdicts.begin(), verdicts.end(), kRejected);
+      walk(g, v, parser, static_cast<int32_t>(s), verdicts);
+      t = static_cast<int32_t>(tables_.size());
+      tables_.push_back(pack(v, verdicts));
+    }
+    index_[s] = t;
+  }
+}
+
+}  // namespace rill::grammar
