@@ -63,7 +63,9 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
     }
     uncertain_.insert(uncertain_.end(), t.uncertain.begin(), t.uncertain.end());
   }
-  if (positions_.size() > 1) {
+  size_t with_uncertain = 0;
+  for (int32_t s : positions_) with_uncertain += c_->tables.at(s)->uncertain.empty() ? 0 : 1;
+  if (with_uncertain > 1) {
     std::sort(uncertain_.begin(), uncertain_.end());
     uncertain_.erase(std::unique(uncertain_.begin(), uncertain_.end()), uncertain_.end());
   }

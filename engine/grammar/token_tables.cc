@@ -12,13 +12,11 @@ namespace rill::grammar {
 
 namespace {
 
-enum Verdict : uint8_t { kRejected, kAccepted, kUncertain };
-
-// Classifies every walkable token for the position `state`: verdicts[i] for sorted()[i]
-// (kRejected on entry). A depth-first walk of the vocabulary trie; a byte the parser refuses
-// settles the node's whole subtree at once.
+// Classifies every walkable token for the position `state`: the sorted() indices of the
+// accepted and of the uncertain ones, in increasing order (the rest are rejected). A depth-first
+// walk of the vocabulary trie; a byte the parser refuses settles the node's whole subtree at once.
 void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_t state,
-          std::vector<uint8_t>& verdicts) {
+          std::vector<uint32_t>& accepted, std::vector<uint32_t>& uncertain) {
   const ByteSet& follow = g.follow(g.state(state).rule);
   const auto& trie = v.trie();
   p.reset(state);
@@ -39,11 +37,12 @@ void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_
     next.back() = n.next_sibling;
     const uint8_t e = exit_ok.back() || (p.exited() && follow.test(n.byte));
     if (!p.push(n.byte)) {
-      if (e) std::fill(verdicts.begin() + n.lo, verdicts.begin() + n.hi, kUncertain);
+      if (e)
+        for (uint32_t i = n.lo; i < n.hi; ++i) uncertain.push_back(i);
       continue;
     }
     exit_ok.push_back(e);
-    std::fill(verdicts.begin() + n.lo, verdicts.begin() + n.lo + n.ends, kAccepted);
+    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
     next.push_back(n.first_child);
   }
 }
@@ -95,37 +94,32 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
   return cls;
 }
 
-PositionTable pack(const Vocabulary& v, const std::vector<uint8_t>& verdicts) {
+// `accepted` and `uncertain` hold sorted() indices in increasing order (the walk's order).
+PositionTable pack(const Vocabulary& v, const std::vector<uint32_t>& accepted,
+                   std::vector<uint32_t> uncertain) {
   PositionTable t;
   const auto& sorted = v.sorted();
-  size_t accepted = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (verdicts[i] == kAccepted) ++accepted;
-    if (verdicts[i] == kUncertain) t.uncertain.push_back(static_cast<uint32_t>(i));
-  }
-  const size_t list_bytes = accepted * 4, complement_bytes = (sorted.size() - accepted) * 4;
+  t.uncertain = std::move(uncertain);
+  const size_t list_bytes = accepted.size() * 4,
+               complement_bytes = (sorted.size() - accepted.size()) * 4;
   const size_t bitset_bytes = v.mask_words() * 4;
-  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes)
+  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes) {
     t.form = PositionTable::Form::kList;
-  else if (complement_bytes <= bitset_bytes)
+    for (uint32_t i : accepted) t.ids.push_back(sorted[i]);
+  } else if (complement_bytes <= bitset_bytes) {
     t.form = PositionTable::Form::kComplement;
-  else
-    t.form = PositionTable::Form::kBitset;
-  if (t.form == PositionTable::Form::kBitset) t.bits.assign(v.mask_words(), 0);
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const int32_t id = sorted[i];
-    const bool acc = verdicts[i] == kAccepted;
-    switch (t.form) {
-      case PositionTable::Form::kList:
-        if (acc) t.ids.push_back(id);
-        break;
-      case PositionTable::Form::kComplement:
-        if (!acc) t.ids.push_back(id);
-        break;
-      case PositionTable::Form::kBitset:
-        if (acc) t.bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-        break;
+    size_t k = 0;
+    for (uint32_t i = 0; i < sorted.size(); ++i) {
+      if (k < accepted.size() && accepted[k] == i)
+        ++k;
+      else
+        t.ids.push_back(sorted[i]);
     }
+  } else {
+    t.form = PositionTable::Form::kBitset;
+    t.bits.assign(v.mask_words(), 0);
+    for (uint32_t i : accepted)
+      t.bits[static_cast<size_t>(sorted[i]) >> 5] |= 1u << (sorted[i] & 31);
   }
   return t;
 }
@@ -141,7 +135,7 @@ TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const Gr
   std::vector<int32_t> table_of_class(static_cast<size_t>(num_classes), -1);
   index_.assign(g.num_states(), -1);
   EarleyParser parser(g, limits.max_earley_items_per_byte);
-  std::vector<uint8_t> verdicts(v.sorted().size());
+  std::vector<uint32_t> accepted, uncertain;
   for (size_t s = 0; s < g.num_states(); ++s) {
     if (g.state(static_cast<int32_t>(s)).bytes.empty()) continue;
     int32_t& t = table_of_class[static_cast<size_t>(cls[s])];
@@ -149,10 +143,11 @@ TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const Gr
       if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
         fail("grammar compilation exceeded the time-out of " +
              std::to_string(limits.compile_timeout.count()) + " ms");
-      std::fill(verdicts.begin(), verdicts.end(), kRejected);
-      walk(g, v, parser, static_cast<int32_t>(s), verdicts);
+      accepted.clear();
+      uncertain.clear();
+      walk(g, v, parser, static_cast<int32_t>(s), accepted, uncertain);
       t = static_cast<int32_t>(tables_.size());
-      tables_.push_back(pack(v, verdicts));
+      tables_.push_back(pack(v, accepted, uncertain));
     }
     index_[s] = t;
   }
