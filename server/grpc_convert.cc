@@ -18,8 +18,19 @@ grpc::Status to_status(grpc::CallbackServerContext* call, const ErrorReply& e) {
 
 nlohmann::json chat_messages_json(const pb::ChatMessages& in) {
   nlohmann::json messages = nlohmann::json::array();
-  for (const pb::ChatMessage& m : in.messages())
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  for (const pb::ChatMessage& m : in.messages()) {
+    nlohmann::json j = {{"role", m.role()}, {"content", m.content()}};
+    if (m.tool_calls_size() > 0) {
+      nlohmann::json calls = nlohmann::json::array();
+      for (const pb::ToolCall& c : m.tool_calls())
+        calls.push_back({{"id", c.id()},
+                         {"type", "function"},
+                         {"function", {{"name", c.name()}, {"arguments", c.arguments()}}}});
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
+    messages.push_back(std::move(j));
+  }
   return normalize_chat_messages(messages);
 }
 

@@ -17,15 +17,20 @@
 #include "server/grpc_request.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
+#include "server/grpc_tools.h"
 #include "server/session_turn.h"
 #include "server/wake_queue.h"
 
 namespace rill::server {
 namespace {
 
-std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in) {
+std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in,
+                                 const toolcall::ToolSpec& tools) {
+  const nlohmann::ordered_json tools_json = tools.tools.empty()
+                                                ? nlohmann::ordered_json(nullptr)
+                                                : toolcall::tools_template_json(tools.tools);
   const std::string text =
-      ctx.chat().render(chat_messages_json(in), /*add_generation_prompt=*/true);
+      ctx.chat().render(chat_messages_json(in), /*add_generation_prompt=*/true, tools_json);
   return ctx.encode_prompt(text, ctx.chat().has_special_tokens());
 }
 
@@ -35,6 +40,9 @@ std::vector<int32_t> chat_prompt(ServingContext& ctx, const pb::ChatMessages& in
 Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
                    grpc::CallbackServerContext* call) {
   Request r;
+  const toolcall::ToolSpec tools = tool_spec_from_pb(in.tool_options());
+  if (in.has_tool_options() && in.input_case() != pb::GenerateRequest::kMessages)
+    throw FieldError("tool_options", "'tool_options' needs the input 'messages'");
   r.id = in.request_id().empty() ? ctx.new_request_id("grpc-") : in.request_id();
   r.id_scope = request_id_scope(in.request_id(), *call);
   switch (in.input_case()) {
@@ -45,7 +53,7 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
       r.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
       break;
     case pb::GenerateRequest::kMessages:
-      r.prompt = chat_prompt(ctx, in.messages());
+      r.prompt = chat_prompt(ctx, in.messages(), tools);
       break;
     default:
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
@@ -54,6 +62,9 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
   r.sampling = ctx.model().sampling_defaults;
   apply_sampling(in.sampling(), r.sampling);
   apply_generation_fields(in, r, ctx.model().vocab_size);
+  // Call markers are special tokens in some families: kept in the text the parser reads.
+  if (tools.active() && ctx.model().tool_family != toolcall::ToolFamily::kNone)
+    r.skip_special_tokens = false;
   r.cache = from_pb(in.cache());
   r.priority = in.priority();
   const auto now = Clock::now();
@@ -86,6 +97,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
       ServingEngine& engine = ctx.require_engine();
       engine_ = &engine;
       Request req = to_request(ctx, *in, call);
+      tool_calls_ = StreamToolCalls(ctx.model().tool_family, tool_spec_from_pb(in->tool_options()));
       request_id_ = req.id;
       prompt_tokens_ = static_cast<int>(req.prompt.size());
       std::shared_ptr<Link> link = link_;
@@ -174,12 +186,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
     bool has_tokens = false;
     for (const RequestEvent& ev : events_) {
       if (const auto* c = std::get_if<TokenChunk>(&ev)) {
-        append_chunk(msg_, *c, tok);
+        append_chunk(msg_, tool_calls_.on_chunk(msg_, *c), tok);
         has_tokens |= !c->ids.empty() || !c->text.empty();
         continue;
       }
       const FinalEvent& f = std::get<FinalEvent>(ev);
       finish_reason_ = finish_reason_name(f.reason);
+      if (tool_calls_.on_final(msg_) && f.reason == FinishReason::kStop)
+        finish_reason_ = "tool_calls";
       completion_tokens_ = f.usage.completion_tokens;
       timings_ = f.timings;
       final_written_ = true;
@@ -189,6 +203,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
         final_status_ = to_status(call_, err);
       } else {
         fill_final(*msg_.mutable_final(), f);
+        msg_.mutable_final()->set_finish_reason(finish_reason_);
         final_status_ = grpc::Status::OK;
         status_code_ = grpc::StatusCode::OK;
         has_tokens = true;
@@ -210,7 +225,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
   std::mutex mu_;
   RequestHandle handle_;
   std::vector<RequestEvent> events_;
-  pb::GenerateResponse msg_;  // the write in flight
+  pb::GenerateResponse msg_;    // the write in flight
+  StreamToolCalls tool_calls_;  // the reply parsed into content and calls (with tools)
   bool writing_ = false, final_written_ = false, finish_called_ = false, sent_first_ = false;
   grpc::Status final_status_;
   // For the access log.
@@ -323,6 +339,7 @@ class RillService final : public pb::Rill::CallbackService {
       out->set_max_queued_requests(e.config().max_queued_requests);
       out->set_prefix_caching(e.config().enable_prefix_caching);
       out->set_prefix_cache_hit_rate(e.stats().prefix_cache_hit_rate);
+      out->set_tensor_parallel_size(ctx_.model().tensor_parallel_size);
     });
   }
 

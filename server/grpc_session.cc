@@ -9,6 +9,7 @@
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_request_id.h"
+#include "server/grpc_tools.h"
 #include "server/session_turn.h"
 
 namespace rill::server {
@@ -28,10 +29,14 @@ TurnInput turn_input(const pb::SessionTurn& t) {
     case pb::SessionTurn::kMessages:
       in.kind = TurnInput::Kind::kChat;
       in.messages = chat_messages_json(t.messages());
+      if (const auto spec = tool_spec_from_pb(t.tool_options()); !spec.tools.empty())
+        in.tools = toolcall::tools_template_json(spec.tools);
       break;
     default:
       throw Error(ErrorCode::kInvalidArgument, "one of text, token_ids or messages is required");
   }
+  if (t.has_tool_options() && in.kind != TurnInput::Kind::kChat)
+    throw FieldError("tool_options", "'tool_options' needs the input 'messages'");
   return in;
 }
 
@@ -110,6 +115,7 @@ class SessionReactor final
     RequestHandle handle;
     std::string request_id, text;
     bool final_written = false;  // ended: its final message is queued or being written
+    StreamToolCalls tool_calls;  // the reply parsed into content and calls (with tools)
   };
 
   void open_locked() {
@@ -159,10 +165,18 @@ class SessionReactor final
       r.id_scope = request_id_scope(t.request_id(), *call_);
       apply_sampling(t.sampling(), r.sampling);
       apply_generation_fields(t, r, ctx_.model().vocab_size);
+      const toolcall::ToolSpec tools = tool_spec_from_pb(t.tool_options());
+      if (tools.active() && ctx_.model().tool_family != toolcall::ToolFamily::kNone)
+        r.skip_special_tokens = false;  // call markers may be special tokens
       ctx_.check_prompt(r.prompt, "input");
       tokenizer_ = &ctx_.require_engine().tokenizer();
       RequestHandle handle = submit_session_turn(ctx_, std::move(r), notifier());
-      turn_.emplace(Turn{std::move(plan), std::move(handle), id, {}, false});
+      turn_.emplace(Turn{std::move(plan),
+                         std::move(handle),
+                         id,
+                         {},
+                         false,
+                         StreamToolCalls(ctx_.model().tool_family, tools)});
     } catch (const std::exception& e) {
       const ErrorReply err = map_exception(e);
       if (err.grpc_code == grpc::StatusCode::NOT_FOUND)  // the session is gone: so is the call
@@ -228,7 +242,7 @@ class SessionReactor final
     std::optional<ErrorReply> failed;
     for (const RequestEvent& ev : events_) {
       if (const auto* c = std::get_if<TokenChunk>(&ev)) {
-        append_chunk(*g, *c, *tokenizer_);
+        append_chunk(*g, turn_->tool_calls.on_chunk(*g, *c), *tokenizer_);
         turn_->text += c->text;
         has_tokens |= !c->ids.empty() || !c->text.empty();
         continue;
@@ -240,7 +254,10 @@ class SessionReactor final
       if (f.reason == FinishReason::kError) {
         failed = map_error(f.error_code, f.error_message);
       } else {
+        const bool called = turn_->tool_calls.on_final(*g);
         fill_final(*g->mutable_final(), f);
+        if (called && f.reason == FinishReason::kStop)
+          g->mutable_final()->set_finish_reason("tool_calls");
         has_tokens = true;
       }
     }
@@ -279,9 +296,9 @@ class SessionReactor final
   grpc::CallbackServerContext* call_;
   std::shared_ptr<Link> link_;
   std::mutex mu_;
-  std::string session_id_;  // empty until opened
+  std::string session_id_;    // empty until opened
   uint64_t incarnation_ = 0;  // of the session opened (SessionInfo::incarnation)
-  bool owned_ = false;      // created by this call: closed at its end
+  bool owned_ = false;        // created by this call: closed at its end
   std::optional<Turn> turn_;
   const Tokenizer* tokenizer_ = nullptr;  // the engine's, set at the first turn; outlives calls
   std::deque<pb::SessionResponse> out_;

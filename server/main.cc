@@ -27,44 +27,48 @@
 #include "server/sampling_json.h"
 #include "server/server_config.h"
 #include "server/serving_context.h"
+#include "server/tool_calls.h"
 
 using namespace rill;
 using namespace rill::server;
 
 namespace {
 
-// SIGINT / SIGTERM are blocked in every thread and taken by one sigwait thread.
+// SIGINT / SIGTERM are blocked in every thread and taken by one sigwait thread. The thread is
+// detached and may outlive the waiter (a start-up error returns from main before it ever runs), so
+// what it touches lives in a shared state it co-owns, never in the waiter's frame.
 class SignalWaiter {
  public:
-  SignalWaiter() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts
-    thread_ = std::thread([this] {
+  SignalWaiter() : state_(std::make_shared<State>()) {
+    sigemptyset(&state_->set);
+    sigaddset(&state_->set, SIGINT);
+    sigaddset(&state_->set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &state_->set, nullptr);  // before any other thread starts
+    std::thread([state = state_] {
       int sig = 0;
-      sigwait(&set_, &sig);
+      sigwait(&state->set, &sig);
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        signal_ = sig;
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->signal = sig;
       }
-      cv_.notify_all();
-    });
-    thread_.detach();
+      state->cv.notify_all();
+    }).detach();
   }
   /// Waits up to `timeout`; the signal number once one arrived, else 0.
   int wait_for(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return signal_ != 0; });
-    return signal_;
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait_for(lock, timeout, [&] { return state_->signal != 0; });
+    return state_->signal;
   }
 
  private:
-  sigset_t set_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int signal_ = 0;
+  struct State {
+    sigset_t set;
+    std::mutex mu;
+    std::condition_variable cv;
+    int signal = 0;
+  };
+  std::shared_ptr<State> state_;
 };
 
 void raise_fd_limit() {
@@ -223,9 +227,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<Model> model = std::move(loaded.model);
   std::unique_ptr<ServingEngine> engine = std::move(loaded.engine);
   ModelInfo info = model_info(*model, config.served_model_name, config.engine.quantization);
+  info.tensor_parallel_size = config.engine.tensor_parallel_size;
   info.sampling_defaults = loaded.sampling;
   spdlog::info("sampling defaults: {}", dump_json(sampling_json(loaded.sampling)));
-  ctx.set_engine(engine.get(), std::move(info), make_chat_renderer(*model));
+  std::unique_ptr<ChatRenderer> chat = make_chat_renderer(*model);
+  try {
+    info.tool_family = resolve_tool_family(config.tool_call_parser, *chat, engine->tokenizer());
+  } catch (const std::exception& e) {
+    return startup_error(e.what());
+  }
+  ctx.set_engine(engine.get(), std::move(info), std::move(chat));
   grpc->update_health();
   spdlog::info(
       "serving {} as '{}' on {} ({} KV blocks of {} tokens; up to {} sequences, {} tokens per "

@@ -9,6 +9,7 @@
 #include "server/json_fields.h"
 #include "server/request_fields.h"
 #include "server/sampling_json.h"
+#include "server/tool_calls.h"
 
 namespace rill::server {
 namespace {
@@ -51,7 +52,8 @@ json chat_messages(const json& body) {
 }
 
 // A turn of the session named by "session_id": its new tokens and defaults (session_turn.h).
-TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
+TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b,
+                      const nlohmann::ordered_json& tools) {
   if (!b["session_id"].is_string() || b["session_id"].get_ref<const std::string&>().empty())
     bad_field("session_id", "must be a non-empty string");
   check_session_id(b["session_id"].get_ref<const std::string&>(), "session_id");
@@ -60,6 +62,7 @@ TurnPlan session_turn(ServingContext& ctx, ApiKind kind, const json& b) {
   if (kind == ApiKind::kChat) {
     in.kind = TurnInput::Kind::kChat;
     in.messages = chat_messages(b);
+    in.tools = tools;
   } else if (const json p = one_prompt(b); p.is_string()) {
     in.text = p.get<std::string>();
   } else {
@@ -84,11 +87,12 @@ bool same_policy(const CachePolicy& a, const CachePolicy& b) {
   return a.kind == b.kind && a.n_sink == b.n_sink && a.window == b.window;
 }
 
-std::vector<int32_t> chat_prompt(ServingContext& ctx, const json& body) {
+std::vector<int32_t> chat_prompt(ServingContext& ctx, const json& body,
+                                 const nlohmann::ordered_json& tools) {
   const json messages = chat_messages(body);
   std::string text;
   try {
-    text = ctx.chat().render(messages, /*add_generation_prompt=*/true);
+    text = ctx.chat().render(messages, /*add_generation_prompt=*/true, tools);
   } catch (const Error& e) {
     throw FieldError("messages", e.what());
   }
@@ -189,12 +193,21 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   }
   if (has_field(b, "return_token_ids")) a.return_token_ids = get_bool_field(b, "return_token_ids");
   Request& r = a.request;
+  nlohmann::ordered_json tools_json = nullptr;  // what the template sees
+  if (kind == ApiKind::kChat) {
+    a.tools = parse_tool_fields(b, body_text);
+    a.tool_family = ctx.model().tool_family;
+    if (!a.tools.tools.empty()) tools_json = toolcall::tools_template_json(a.tools.tools);
+  } else {
+    for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"})
+      if (has_field(b, key)) bad_field(key, "is only for /v1/chat/completions");
+  }
   if (has_field(b, "session_id")) {
     // A session turn: the session's defaults stand for the fields the body leaves out.
-    a.turn = session_turn(ctx, kind, b);
+    a.turn = session_turn(ctx, kind, b, tools_json);
     r = session_request(*a.turn);
   } else {
-    r.prompt = kind == ApiKind::kChat ? chat_prompt(ctx, b) : completion_prompt(ctx, b);
+    r.prompt = kind == ApiKind::kChat ? chat_prompt(ctx, b, tools_json) : completion_prompt(ctx, b);
     r.sampling = ctx.model().sampling_defaults;  // the server's, then the model's, then OpenAI's
     r.max_tokens = 16;  // OpenAI's default for completions; chat: up to the context
     if (kind == ApiKind::kChat) r.max_tokens = 256;
@@ -217,6 +230,8 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   if (has_field(b, "ignore_eos")) r.ignore_eos = get_bool_field(b, "ignore_eos");
   if (has_field(b, "skip_special_tokens"))
     r.skip_special_tokens = get_bool_field(b, "skip_special_tokens");
+  else if (a.tools.active() && a.tool_family != toolcall::ToolFamily::kNone)
+    r.skip_special_tokens = false;  // call markers are special tokens in some families (vLLM too)
   if (has_field(b, "priority"))
     r.priority = static_cast<int>(get_int_field(b, "priority", -1'000'000, 1'000'000));
   if (const auto cache = parse_cache_field(b)) {
@@ -254,7 +269,11 @@ ApiResponder::ApiResponder(const ApiRequest& req, const Tokenizer& tok, std::str
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      tok_(tok) {}
+      tok_(tok) {
+  if (kind_ == ApiKind::kChat && req.tools.active() &&
+      req.tool_family != toolcall::ToolFamily::kNone)
+    parser_.emplace(req.tool_family, req.tools);
+}
 
 std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -325,35 +344,70 @@ std::string ApiResponder::start() {
   return sse(j);
 }
 
+json ApiResponder::parsed_delta_json(const toolcall::ParsedDelta& d) {
+  json delta = json::object();
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.calls.empty()) delta["tool_calls"] = tool_call_deltas_json(d.calls);
+  return delta;
+}
+
 std::string ApiResponder::chunk(const TokenChunk& c) {
+  toolcall::ParsedDelta parsed;
+  if (parser_) parser_->feed(c.text, parsed);
   if (!stream_) {
     text_ += c.text;
+    message_.apply(parsed);
     ids_.insert(ids_.end(), c.ids.begin(), c.ids.end());
     logprobs_.insert(logprobs_.end(), c.logprobs.begin(), c.logprobs.end());
     return {};
   }
-  json choice = {{"index", 0},
-                 {"logprobs", logprobs_json(c.ids, c.logprobs, text_.size())},
-                 {"finish_reason", nullptr}};
-  if (kind_ == ApiKind::kChat)
+  const json lps = logprobs_json(c.ids, c.logprobs, text_.size());
+  text_ += c.text;  // for completion text offsets
+  // With tools, text the parser holds back (a possible call marker) waits for a later chunk.
+  if (parser_ && parsed.empty() && lps.is_null() && !return_ids_) return {};
+  json choice = {{"index", 0}, {"logprobs", lps}, {"finish_reason", nullptr}};
+  if (parser_)
+    choice["delta"] = parsed_delta_json(parsed);
+  else if (kind_ == ApiKind::kChat)
     choice["delta"] = {{"content", c.text}};
   else
     choice["text"] = c.text;
   if (return_ids_) choice["token_ids"] = c.ids;
-  text_ += c.text;  // for completion text offsets
   json j = envelope(true);
   j["choices"] = json::array({choice});
   return sse(j);
 }
 
+// The non-streaming assistant message: content (null when the reply is only calls) and calls.
+json ApiResponder::final_message() const {
+  if (!parser_) return {{"role", "assistant"}, {"content", text_}};
+  json m = {{"role", "assistant"}};
+  m["content"] = message_.content.empty() && !message_.tool_calls.empty() ? json(nullptr)
+                                                                          : json(message_.content);
+  if (!message_.tool_calls.empty()) m["tool_calls"] = tool_calls_json(message_.tool_calls);
+  return m;
+}
+
 std::string ApiResponder::final(const FinalEvent& f) {
+  toolcall::ParsedDelta held;  // what the tool-call parser held back until the end
+  if (parser_) parser_->finish(held);
   const char* reason = finish_reason_name(f.reason);
+  if (tool_calls() > 0 && f.reason == FinishReason::kStop) reason = "tool_calls";
   const json usage = {{"prompt_tokens", f.usage.prompt_tokens},
                       {"completion_tokens", f.usage.completion_tokens},
                       {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
                       {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}},
                       {"evicted_tokens", f.usage.evicted_tokens}};
   if (stream_) {
+    std::string out;
+    if (!held.empty()) {
+      json j = envelope(true);
+      j["choices"] = json::array({{{"index", 0},
+                                   {"delta", parsed_delta_json(held)},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}}});
+      out += sse(j);
+    }
     json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", reason}};
     if (kind_ == ApiKind::kChat)
       choice["delta"] = json::object();
@@ -363,7 +417,7 @@ std::string ApiResponder::final(const FinalEvent& f) {
     json j = envelope(true);
     j["choices"] = json::array({choice});
     j["slo"] = slo_json(f.timings.slo);
-    std::string out = sse(j);
+    out += sse(j);
     if (include_usage_) {
       json u = envelope(true);
       u["choices"] = json::array();
@@ -374,8 +428,9 @@ std::string ApiResponder::final(const FinalEvent& f) {
   }
   json choice = {
       {"index", 0}, {"logprobs", logprobs_json(ids_, logprobs_, 0)}, {"finish_reason", reason}};
+  message_.apply(held);
   if (kind_ == ApiKind::kChat)
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    choice["message"] = final_message();
   else
     choice["text"] = text_;
   if (return_ids_) choice["token_ids"] = ids_;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/scheduler/request.h"
+#include "engine/toolcall/tool_parser.h"
 #include "server/error_mapping.h"
 #include "server/serving_context.h"
 #include "server/session_turn.h"
@@ -28,6 +29,8 @@ struct ApiRequest {
   bool return_token_ids = false;  // Rill extension: "token_ids" in every choice
   int top_logprobs = -1;          // -1: no logprobs; else the number of alternatives
   std::optional<TurnPlan> turn;   // with "session_id": the session turn this request is
+  toolcall::ToolSpec tools;       // chat: "tools", "tool_choice", "parallel_tool_calls"
+  toolcall::ToolFamily tool_family = toolcall::ToolFamily::kNone;  // the served model's
 };
 
 /// Parses and checks a /v1/completions or /v1/chat/completions body. Throws FieldError /
@@ -48,12 +51,17 @@ class ApiResponder {
   std::string final(const FinalEvent& f);
   /// The text generated so far (both modes): a session chat turn keeps it as the reply.
   const std::string& text() const { return text_; }
+  /// Tool calls returned so far.
+  int tool_calls() const { return parser_ ? parser_->calls() : 0; }
 
  private:
   nlohmann::json logprobs_json(const std::vector<int32_t>& ids,
                                const std::vector<SampleLogprobs>& lps, size_t text_offset) const;
   nlohmann::json envelope(bool chunk) const;
   static std::string sse(const nlohmann::json& j);
+  // Streaming, tools: the delta of what the parser released (content and tool_calls).
+  static nlohmann::json parsed_delta_json(const toolcall::ParsedDelta& d);
+  nlohmann::json final_message() const;
 
   ApiKind kind_;
   bool stream_, include_usage_, return_ids_;
@@ -65,6 +73,9 @@ class ApiResponder {
   std::string text_;
   std::vector<int32_t> ids_;
   std::vector<SampleLogprobs> logprobs_;
+  // Chat with tools: the reply parsed into content and calls (streamed deltas, or the message).
+  std::optional<toolcall::ToolCallParser> parser_;
+  toolcall::ParsedMessage message_;
 };
 
 /// {"error": {"message", "type", "param", "code"}}.

@@ -23,6 +23,7 @@
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
 #include "engine/tokenizer/utf8.h"
+#include "engine/toolcall/family.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
@@ -93,6 +94,10 @@ std::vector<Field> fields(ServerConfig& c) {
       {"default_sampling", "--default-sampling",
        "sampling defaults over the model's, as a JSON object ('{\"temperature\": 0.7}')",
        &c.default_sampling},
+      {"tool_call_parser", "--tool-call-parser",
+       "tool-call format parsed from chat replies: auto (from the chat template), hermes, "
+       "llama3_json, mistral or none",
+       &c.tool_call_parser},
       {"engine.device", "--device", "auto, cpu or cuda", &e.device},
       {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
       {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
@@ -114,6 +119,10 @@ std::vector<Field> fields(ServerConfig& c) {
        Range{1, 4096}},
       {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step",
        &e.max_step_tokens, Range{1, kMiB}},
+      {"engine.tensor_parallel_size", "--tensor-parallel-size",
+       "GPUs the model is split over (tensor parallelism; with --device cpu, emulated)",
+       &e.tensor_parallel_size, Range{1, 8}},
+      {"engine.gpus", "--gpus", "GPUs of the ranks, e.g. 0,1 (default: 0 .. N-1)", &e.gpus},
       {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs",
        &e.cuda_tuning.cuda_graphs},
       {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
@@ -394,6 +403,10 @@ void validate_config(const ServerConfig& config) {
   bool level_ok = false;
   for (const char* l : kLevels) level_ok |= c.log_level == l;
   check(level_ok, "log_level", "must be one of trace, debug, info, warn, error, critical, off");
+  toolcall::ToolFamily family{};
+  bool detect = false;
+  check(toolcall::parse_tool_parser_flag(c.tool_call_parser, family, detect), "tool_call_parser",
+        "must be auto, hermes, llama3_json, mistral or none");
   const EngineOptions& e = c.engine;
   check(e.device == "auto" || e.device == "cpu" || e.device == "cuda", "engine.device",
         "must be auto, cpu or cuda");

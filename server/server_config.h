@@ -20,19 +20,22 @@ struct ServerConfig {
   std::string host = "0.0.0.0";                   // bind address of both listeners
   int http_port = 8000;                           // 0: an ephemeral port (printed at start)
   int grpc_port = 50051;
-  int http_threads = 2;                       // Asio threads serving every connection
-  int max_connections = 10'000;               // open HTTP connections (also bounded by the fds)
-  int64_t max_body_bytes = 1 << 20;           // larger HTTP bodies: 413
+  int http_threads = 2;                         // Asio threads serving every connection
+  int max_connections = 10'000;                 // open HTTP connections (also bounded by the fds)
+  int64_t max_body_bytes = 1 << 20;             // larger HTTP bodies: 413
   int64_t max_buffered_body_bytes = 256 << 20;  // unfinished bodies of all connections: 503
-  int64_t max_stream_buffer_bytes = 1 << 20;  // unsent SSE bytes before a slow reader is cut
-  int max_prompt_tokens = 0;                  // 0: the model's context
-  double drain_timeout_s = 30;                // SIGTERM: wait this long for in-flight requests
-  std::string log_level = "info";             // trace debug info warn error critical off
+  int64_t max_stream_buffer_bytes = 1 << 20;    // unsent SSE bytes before a slow reader is cut
+  int max_prompt_tokens = 0;                    // 0: the model's context
+  double drain_timeout_s = 30;                  // SIGTERM: wait this long for in-flight requests
+  std::string log_level = "info";               // trace debug info warn error critical off
   bool access_log = true;
   // Sampling defaults of requests that leave a field unset (docs/api.md, "Sampling fields"):
   // default_sampling, then the generation_config.json named here, then OpenAI's.
   std::string generation_config = "auto";  // auto (the model's) | none | a file or directory
   SamplingOverrides default_sampling;      // {"temperature": 0.7, ...}: over the model's
+  // Tool calls in chat replies (docs/api.md, "Tools"): auto (the chat template's family) |
+  // hermes | llama3_json | mistral | none.
+  std::string tool_call_parser = "auto";
   EngineOptions engine;
   SchedulerConfig scheduler;
   std::set<std::string> explicit_fields;  // paths set by the file or a flag

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/scheduler/serving_engine.h"
+#include "engine/toolcall/family.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
 
@@ -25,10 +26,13 @@ struct ModelInfo {
   int context_length = 0;
   int vocab_size = 0;
   std::vector<int> eos_token_ids;
+  int tensor_parallel_size = 1;  // GPUs the model is split over (EngineOptions)
   /// What a request or session starts from before its own sampling fields: the server's
   /// override, then the model's generation_config.json, then OpenAI's defaults
   /// (resolve_sampling_defaults; docs/api.md, "Sampling fields").
   SamplingParams sampling_defaults;
+  /// The format chat replies' tool calls are parsed in (--tool-call-parser; resolve_tool_family).
+  toolcall::ToolFamily tool_family = toolcall::ToolFamily::kNone;
 };
 
 /// One access-log line's worth of a finished request.

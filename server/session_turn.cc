@@ -56,7 +56,7 @@ TurnPlan plan_session_turn(ServingContext& ctx, const std::string& id, const Tur
       plan.reply_end = first ? std::string() : past.reply_end;
       plan.new_messages = in.messages;
       const std::string text =
-          chat_turn_delta(ctx.chat(), plan.history, plan.reply_end, in.messages);
+          chat_turn_delta(ctx.chat(), plan.history, plan.reply_end, in.messages, in.tools);
       plan.prompt = ctx.encode_prompt(text, !first || ctx.chat().has_special_tokens());
       break;
     }

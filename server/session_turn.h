@@ -25,6 +25,7 @@ struct TurnInput {
   std::string text;          // kText: appended as is
   std::vector<int32_t> ids;  // kTokens: used as given
   nlohmann::json messages;   // kChat: the new messages, normalized (normalize_chat_messages)
+  nlohmann::ordered_json tools = nullptr;  // kChat: the turn's tools for the template, or null
 };
 
 /// What a turn feeds, and what to keep once it ends.

@@ -133,8 +133,11 @@ std::vector<float> concat(std::initializer_list<const Tensor*> parts, bool fp8) 
 
 }  // namespace
 
-CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt) : config_(model.config) {
+CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt)
+    : config_(model.config), tp_comm_(opt.tp_comm), tp_rank_(opt.tp_rank) {
   const ModelConfig& c = config_;
+  const int world = tp_comm_ ? tp_comm_->world() : 1;
+  vocab_ = tp::vocab_range(c.vocab_size, world, tp_rank_);
   fp8_kv_ = opt.kv_cache_dtype == KvCacheDType::kFp8E4M3;
   const bool fp8 = opt.quantization == WeightQuant::kFp8;
   fp8_act_rows_ = fp8 ? opt.fp8_activation_rows : -1;
@@ -410,7 +413,17 @@ void CpuRunner::mlp(const Layer& l, const float* h, float* out, int64_t T) {
     for (float& v : up) v = act(v);
   }
   emulate_w8a8(l.down_q, up.data(), T, H, I);
-  cpu::matmul(*pool_, up.data(), l.wdown.data(), l.bdown.empty() ? nullptr : l.bdown.data(), out, T, I, H);
+  const bool bias = !tp_comm_ && !l.bdown.empty();  // with TP: added after the sum
+  cpu::matmul(*pool_, up.data(), l.wdown.data(), bias ? l.bdown.data() : nullptr, out, T, I, H);
+  tp_reduce(out, T * H, l.bdown);
+}
+
+void CpuRunner::tp_reduce(float* x, int64_t n, const std::vector<float>& bias) const {
+  if (!tp_comm_) return;
+  tp_comm_->all_reduce_sum(tp_rank_, x, static_cast<size_t>(n));
+  const int64_t H = config_.hidden_size;
+  if (!bias.empty())
+    for (int64_t i = 0; i < n; ++i) x[i] += bias[static_cast<size_t>(i % H)];
 }
 
 // The decoder stack over the step's token matrix: x [T, H] holds the residual stream.
@@ -435,7 +448,10 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
     for (const Chunk& ch : chunks)
       if (!stores_before_attention(ch)) write_kv(li, ch, &qkv[ch.row * qkv_dim]);
     emulate_w8a8(l.o_q, attn.data(), T, H, c.q_dim());
-    cpu::matmul(*pool_, attn.data(), l.wo.data(), l.bo.empty() ? nullptr : l.bo.data(), o.data(), T, c.q_dim(), H);
+    const bool o_bias = !tp_comm_ && !l.bo.empty();  // with TP: added after the sum
+    cpu::matmul(*pool_, attn.data(), l.wo.data(), o_bias ? l.bo.data() : nullptr, o.data(), T,
+                c.q_dim(), H);
+    tp_reduce(o.data(), T * H, l.bo);
     if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x))
       norm(l.mlp_norm, l.mlp_norm_b, x.data(), h.data(), T);
       mlp(l, h.data(), m.data(), T);
@@ -477,7 +493,21 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
   const Fp8ActQuant head_q{head_fp8_, head_group_, head_static_scale_};
   emulate_w8a8(head_q, normed.data(), R, V, H);
-  cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
+  if (!tp_comm_) {
+    cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
+  } else {  // this rank's columns [R, padded], gathered [world][R][padded], then [R, V]
+    const int64_t P = vocab_.padded, world = tp_comm_->world();
+    const int64_t rows = vocab_.rows();
+    std::vector<float> mine(R * rows), local(R * P, 0.0f), all(world * R * P);
+    cpu::matmul(*pool_, normed.data(), head, nullptr, mine.data(), R, H, rows);
+    for (int64_t r = 0; r < R; ++r) std::memcpy(&local[r * P], &mine[r * rows], rows * 4);
+    tp_comm_->all_gather(tp_rank_, local.data(), local.size(), all.data());
+    for (int64_t rk = 0; rk < world; ++rk) {
+      const tp::VocabRange v = tp::vocab_range(V, static_cast<int>(world), static_cast<int>(rk));
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(&logits[r * V + v.begin], &all[(rk * R + r) * P], v.rows() * 4);
+    }
+  }
 
   const bool any_logprobs = std::any_of(inputs.begin(), inputs.end(),
                                         [](const StepInput& in) { return in.sample && in.logprobs >= 0; });
@@ -556,10 +586,14 @@ StepOutput CpuRunner::run(std::span<const StepInput> inputs) {
     T += len;
   }
   copy_blocks(kv_->take_copies());
-  std::vector<float> x(T * H);  // [T, H] residual stream
+  std::vector<float> x(T * H);  // [T, H] residual stream; zero rows for other ranks' tokens
   for (size_t k = 0; k < chunks.size(); ++k)
-    for (int64_t t = 0; t < chunks[k].len; ++t)
-      std::memcpy(&x[(chunks[k].row + t) * H], &embed_[static_cast<int64_t>(inputs[k].tokens[t]) * H], H * 4);
+    for (int64_t t = 0; t < chunks[k].len; ++t) {
+      const int64_t id = static_cast<int64_t>(inputs[k].tokens[t]) - vocab_.begin;
+      if (id >= 0 && id < vocab_.rows())
+        std::memcpy(&x[(chunks[k].row + t) * H], &embed_[id * H], H * 4);
+    }
+  tp_reduce(x.data(), T * H, {});
   forward_layers(chunks, x, T);
   return logits_and_samples(inputs, chunks, x);
 }

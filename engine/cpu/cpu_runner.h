@@ -14,6 +14,8 @@
 #include "engine/model/dtype.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner.h"
+#include "engine/tp/host_collective.h"
+#include "engine/tp/tp_shard.h"
 
 namespace rill {
 
@@ -45,6 +47,12 @@ struct CpuRunnerOptions {
   /// take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows, which depends on what cuBLASLt takes).
   /// Unset: all of them.
   std::function<int64_t(int64_t rows, int64_t n, int64_t k, bool block)> fp8_gemm_rows;
+  /// Tensor parallelism, emulated: this runner is rank `tp_rank` of the group whose ranks meet
+  /// in `tp_comm` (one thread each), and its model is that rank's tp::shard_model. It all-reduces
+  /// after o and down (adding their biases after the sum), looks up only its vocabulary rows
+  /// (all-reducing the embeddings) and all-gathers its logit columns. Null: the whole model.
+  std::shared_ptr<tp::HostCollective> tp_comm;
+  int tp_rank = 0;
 };
 
 class CpuRunner final : public ModelRunner {
@@ -94,7 +102,14 @@ class CpuRunner final : public ModelRunner {
   float* kv_ptr(int layer, int32_t block, int kv, int head, int offset);
   int64_t block_floats() const;  // one block of one layer: [2][kv_heads][block_size][head_dim]
 
+  // Tensor parallelism (CpuRunnerOptions::tp_comm): the sum over ranks of x [n] (nothing alone),
+  // then `bias` [H] added to each of its rows.
+  void tp_reduce(float* x, int64_t n, const std::vector<float>& bias) const;
+
   ModelConfig config_;
+  std::shared_ptr<tp::HostCollective> tp_comm_;
+  int tp_rank_ = 0;
+  tp::VocabRange vocab_;  // the embedding and LM head rows this runner holds
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCacheManager> kv_;
   std::vector<float> embed_, lm_head_, final_norm_, final_norm_b_, inv_freq_;

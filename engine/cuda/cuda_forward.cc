@@ -157,6 +157,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO),
                projection_config(kO, H, c.q_dim(), T));
   });
+  enqueue_all_reduce(o_.get(), T, false);  // row-parallel o: partial sums (its bias comes after)
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
@@ -222,6 +223,43 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown),
                projection_config(kDown, H, I, T));
   });
+  enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
+}
+
+void CudaRunner::enqueue_all_reduce(void* buf, int T, bool f32) {
+  if (!tp_.comm) return;
+  const auto type = f32 ? cuda::CollectiveType::kF32
+                        : (weights_->dtype() == kernels::DType::kBF16 ? cuda::CollectiveType::kBF16
+                                                                      : cuda::CollectiveType::kF16);
+  tp_.comm->all_reduce_sum(buf, size_t(T) * config_.hidden_size, type, stream_);
+}
+
+void CudaRunner::enqueue_lm_head(int rows) {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size;
+  if (!tp_.comm) {
+    timed(Profiler::kGemm, [&] {
+      gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), rows, c.vocab_size, H, true,
+                 deep_gemv(kHead), projection_config(kHead, c.vocab_size, H, rows));
+    });
+    return;
+  }
+  // This rank's columns [rows, vocab_.rows()] into its part of gather_ [world][rows][padded], the
+  // all-gather, then each rank's part into its columns of logits_ [rows, V].
+  const int world = tp_.comm->world(), N = static_cast<int>(vocab_.rows());
+  const size_t part = size_t(rows) * vocab_.padded;
+  float* all = gather_.as<float>();
+  timed(Profiler::kGemm, [&] {
+    gemm_->run(normed_.get(), weights_->lm_head(), all + tp_.comm->rank() * part, rows, N, H, true,
+               deep_gemv(kHead), projection_config(kHead, N, H, rows));
+  });
+  tp_.comm->all_gather_f32(all, part, stream_);
+  for (int r = 0; r < world; ++r) {
+    const tp::VocabRange v = tp::vocab_range(c.vocab_size, world, r);
+    RILL_CUDA(cudaMemcpy2DAsync(logits_.as<float>() + v.begin, size_t(c.vocab_size) * 4,
+                                all + r * part, size_t(v.rows()) * 4, size_t(v.rows()) * 4, rows,
+                                cudaMemcpyDeviceToDevice, stream_));
+  }
 }
 
 void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
@@ -297,7 +335,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     e.dtype = dt;
     e.num_tokens = sh.tokens;
     e.hidden = c.hidden_size;
-    e.vocab = c.vocab_size;
+    e.vocab = static_cast<int>(vocab_.rows());  // a vocabulary-parallel rank: its rows only
+    e.vocab_begin = static_cast<int>(vocab_.begin);
     e.table = weights_->embed();
     e.tokens = reinterpret_cast<const int32_t*>(dmeta() + L.tokens);
     e.previous = sampled_.as<int32_t>();  // kLastSampled tokens: the previous step's samples
@@ -305,6 +344,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     e.out = x_.as<float>();
     RILL_CUDA(kernels::launch_embedding(e, stream_));
   });
+  enqueue_all_reduce(x_.get(), sh.tokens, true);  // other ranks' tokens: zero rows here
   if (rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {  // the angles of every layer's RoPE
       kernels::RopeTableParams t;
@@ -329,11 +369,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
   enqueue_add_norm(first, plan, false);
   for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
-  timed(Profiler::kGemm, [&] {
-    gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), sh.logit_rows, c.vocab_size,
-               c.hidden_size, true, deep_gemv(kHead),
-               projection_config(kHead, c.vocab_size, c.hidden_size, sh.logit_rows));
-  });
+  enqueue_lm_head(sh.logit_rows);
   if (copy_logits)  // before sampling, which edits the logits in place
     RILL_CUDA(cudaMemcpyAsync(logits_host_.get(), logits_.get(), size_t(sh.logit_rows) * c.vocab_size * 4,
                               cudaMemcpyDeviceToHost, stream_));

@@ -41,7 +41,13 @@ size_t esize() {
 
 }  // namespace
 
-CudaRunner::CudaRunner(const Model& model, const EngineOptions& o) : config_(model.config), options_(o) {
+CudaRunner::CudaRunner(const Model& model, const EngineOptions& o)
+    : CudaRunner(model, o, CudaTpRank{}) {}
+
+CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp)
+    : config_(model.config), options_(o), tp_(std::move(tp)) {
+  vocab_ = tp::vocab_range(config_.vocab_size, tp_.comm ? tp_.comm->world() : 1,
+                           tp_.comm ? tp_.comm->rank() : 0);
   // Everything that can be refused is checked before any GPU work: options, the model's shapes
   // against what the kernels take, the tuning.
   const KvCacheDType kv_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
@@ -173,6 +179,8 @@ void CudaRunner::allocate_buffers() {
   m_ = DeviceMemory(T * H * esize(), "activations");
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
+  if (tp_.comm)
+    gather_ = DeviceMemory(size_t(tp_.comm->world()) * R * vocab_.padded * 4, "gathered logits");
   sampled_ = DeviceMemory(R * 4, "sampled tokens");
   logprob_logits_ = DeviceMemory(size_t(max_batch_) * V * 4, "logprobs");
   logprobs_ = DeviceMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
@@ -202,7 +210,9 @@ void CudaRunner::size_kv_pool(double fraction) {
   // In bytes: an fp8 cache holds twice the tokens of a 16-bit one in the same memory.
   const size_t block_bytes =
       size_t(layout_.block_stride()) * layout_.element_bytes() * config_.num_layers;
-  const long long blocks = budget > 0 ? static_cast<long long>(budget / double(block_bytes)) : 0;
+  long long blocks = budget > 0 ? static_cast<long long>(budget / double(block_bytes)) : 0;
+  // The ranks of a group take the same decisions on their pools: the same number of blocks.
+  if (tp_.host) blocks = tp_.host->min(tp_.comm->rank(), blocks);
   if (blocks < max_blocks_ + 1)
     throw Error(ErrorCode::kResourceExhausted,
                 "not enough GPU memory for the KV cache: " + std::to_string(std::max(0.0, budget) / 1048576.0) +

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cuda/collective.h"
 #include "engine/cuda/cuda_tuning.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/cuda/cuda_weights.h"
@@ -21,6 +22,8 @@
 #include "engine/model/model.h"
 #include "engine/runner/runner.h"
 #include "engine/runner/runner_factory.h"
+#include "engine/tp/host_collective.h"
+#include "engine/tp/tp_shard.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 
@@ -35,9 +38,20 @@ struct StepProfile {
   int steps = 0;
 };
 
+/// A CudaRunner that is one rank of a tensor-parallel group (engine/tp/): its model is the rank's
+/// tp::shard_model, it all-reduces the outputs of o and down (and the embeddings) over `comm`,
+/// gathers the logit columns of every rank before sampling (so every rank samples the same
+/// tokens) and sizes its KV pool to the group's smallest over `host`.
+struct CudaTpRank {
+  std::shared_ptr<cuda::Collective> comm;  // on this rank's GPU
+  std::shared_ptr<tp::HostCollective> host;
+};
+
 class CudaRunner final : public ModelRunner {
  public:
   CudaRunner(const Model& model, const EngineOptions& options);
+  /// Rank `tp.comm->rank()` of a tensor-parallel group over `shard` (a size-1 group too).
+  CudaRunner(const Model& shard, const EngineOptions& options, CudaTpRank tp);
   ~CudaRunner() override;
 
   std::string name() const override { return "cuda"; }
@@ -141,6 +155,12 @@ class CudaRunner final : public ModelRunner {
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
   void enqueue_mlp(int layer, const void* in, int num_tokens);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
+  // Tensor parallelism: the sum over the ranks of buf [T, H] (activations in the model dtype, or
+  // the fp32 residual stream); nothing without a group.
+  void enqueue_all_reduce(void* buf, int T, bool f32);
+  // The LM head over normed_ into logits_ [R, V]: this rank's columns, gathered from every rank
+  // with tensor parallelism.
+  void enqueue_lm_head(int rows);
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
@@ -160,6 +180,8 @@ class CudaRunner final : public ModelRunner {
 
   ModelConfig config_;
   EngineOptions options_;
+  CudaTpRank tp_;         // comm null: not tensor-parallel
+  tp::VocabRange vocab_;  // the embedding and LM head rows this runner holds
   bool step_timing_ = true;
   double last_step_gpu_ms_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -206,6 +228,7 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory m_;        // [T, H]
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
+  cuda::DeviceMemory gather_;   // tensor parallelism: [world][R][vocab_.padded] fp32
   cuda::DeviceMemory sampled_;  // [R] int32
   // Log-probabilities (StepInput::logprobs): the raw logits of the sampled rows that ask, kept
   // before the sampler edits logits_ in place, and the kernel's compact output rows.

@@ -5,6 +5,8 @@
 #include "engine/cpu/cpu_runner.h"
 #include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
+#include "engine/tp/tp_factory.h"
+#include "engine/tp/tp_shard.h"
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
 #endif
@@ -40,8 +42,34 @@ DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& o, bool cu
   return {.cuda = false, .fallback_reason = *why};
 }
 
+void check_tensor_parallel(const ModelConfig& c, const EngineOptions& o, bool cuda,
+                           int visible) {
+  if (const auto why = tp::tp_unsupported_reason(c, o.tensor_parallel_size))
+    throw Error(ErrorCode::kInvalidArgument, "--tensor-parallel-size: " + *why);
+  if (!cuda) {
+    if (!o.gpus.empty())
+      throw Error(ErrorCode::kInvalidArgument, "--gpus: the CPU runner uses no GPU");
+    return;
+  }
+  tp::choose_gpus(tp::parse_gpus(o.gpus), o.tensor_parallel_size, visible);
+}
+
 std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& o) {
+  const bool grouped = o.tensor_parallel_size != 1 || !o.gpus.empty();
+  if (grouped && o.device == "auto" && !cuda_available())
+    throw Error(ErrorCode::kInvalidArgument,
+                "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                    " needs GPUs and none is visible (--device cpu emulates the ranks on the CPU)");
   const DeviceChoice choice = choose_device(model.config, o, cuda_available());
+  if (grouped) {
+#ifdef RILL_HAVE_CUDA
+    const int visible = choice.cuda ? cuda_device_count() : 0;
+#else
+    const int visible = 0;
+#endif
+    check_tensor_parallel(model.config, o, choice.cuda, visible);
+    if (choice.cuda) return tp::make_cuda_tp_runner(model, o);
+  }
   if (choice.cuda) {
 #ifdef RILL_HAVE_CUDA
     return std::make_unique<CudaRunner>(model, o);
@@ -57,6 +85,7 @@ std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions
   c.host_kv_cache_bytes = o.host_kv_cache_bytes;
   c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   c.quantization = resolve_quantization(o.quantization, model.config.quant);
+  if (grouped) return tp::make_cpu_tp_runner(model, o.tensor_parallel_size, c);
   return std::make_unique<CpuRunner>(model, c);
 }
 

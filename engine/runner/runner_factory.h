@@ -28,6 +28,12 @@ struct EngineOptions {
                                       // fp8 (e4m3; per-channel scales at load where the
                                       // checkpoint has none) | none (the model dtype)
   CudaTuning cuda_tuning;            // CUDA runner: graphs, GEMV shapes, fusions (cuda_tuning.h)
+  /// Tensor parallelism (docs/tensor_parallel.md): the model split over this many GPUs of the
+  /// host, one rank each; 1: one runner. With --device cpu, ranks emulated on CPU threads.
+  int tensor_parallel_size = 1;
+  /// The GPUs of the ranks, "0,1" (each visible, once, as many as tensor_parallel_size); empty:
+  /// devices 0 .. N-1. Given with a size of 1, the one GPU the runner uses.
+  std::string gpus;
 };
 
 /// True when this build has CUDA and a device is visible.
@@ -48,7 +54,13 @@ struct DeviceChoice {
 /// Throws kInvalidArgument for another device name or an unknown dtype.
 DeviceChoice choose_device(const ModelConfig& c, const EngineOptions& options, bool cuda_present);
 
-/// Builds the runner choose_device picks, logging a one-line warning when "auto" falls back to
+/// Checks tensor_parallel_size and gpus against the model's heads (tp_unsupported_reason) and
+/// the `visible` GPUs; kInvalidArgument naming the flag and the problem.
+void check_tensor_parallel(const ModelConfig& c, const EngineOptions& options, bool cuda,
+                           int visible);
+
+/// Builds the runner choose_device picks (a tensor-parallel group of them with
+/// tensor_parallel_size > 1 or gpus set; check_tensor_parallel first), logging a one-line warning when "auto" falls back to
 /// the CPU because the CUDA runner cannot run the model.
 std::unique_ptr<ModelRunner> make_runner(const Model& model, const EngineOptions& options);
 

@@ -19,13 +19,14 @@ __global__ void __launch_bounds__(kThreads)
                      const int32_t* __restrict__ previous,  // [num_previous] or null
                      int num_previous,
                      float* __restrict__ out,  // [num_tokens, hidden]
-                     int hidden, int vocab) {
+                     int hidden, int vocab, int vocab_begin) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
   const int t = blockIdx.x;
   int id = tokens[t];
   if (id < 0 && previous) id = -1 - id < num_previous ? previous[-1 - id] : -1;
-  const bool valid = id >= 0 && id < vocab;
+  const bool valid = id >= vocab_begin && id - vocab_begin < vocab;  // -1 never valid: begin >= 0
+  id -= vocab_begin;
   const T* src = table + static_cast<int64_t>(valid ? id : 0) * hidden;
   float* dst = out + static_cast<int64_t>(t) * hidden;
   constexpr int kStep = VEC ? kVec : 1;
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
-  if (p.num_tokens < 0 || p.hidden < 0 || p.vocab < 0)
+  if (p.num_tokens < 0 || p.hidden < 0 || p.vocab < 0 || p.vocab_begin < 0)
     return invalid_argument("embedding: negative size");
   if (p.num_tokens == 0 || p.hidden == 0) return cudaSuccess;
   if (!p.table || !p.tokens || !p.out) return invalid_argument("embedding: null pointer");
@@ -59,10 +60,10 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
     const T* table = static_cast<const T*>(p.table);
     if (vec) {
       launch_kernel(embedding_kernel<T, true>, dim3(grid), dim3(kThreads), 0, stream, table,
-                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab);
+                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab, p.vocab_begin);
     } else {
       launch_kernel(embedding_kernel<T, false>, dim3(grid), dim3(kThreads), 0, stream, table,
-                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab);
+                    p.tokens, p.previous, p.num_previous, p.out, p.hidden, p.vocab, p.vocab_begin);
     }
     return launch_status();
   });

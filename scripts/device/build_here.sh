@@ -8,7 +8,7 @@ set -euo pipefail
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
 targets=(rill-bench rill-serve-bench rill-session-bench rill-make-model rill-ppl rill-run rill-logprobs-bench
-  rill-gemv-fp8-bench rill-quant-check kernel_tests cuda_engine_tests)
+  rill-gemv-fp8-bench rill-quant-check rill-tp-bench kernel_tests cuda_engine_tests)
 cmake --build build-device -j "$(nproc)" --target "${targets[@]}" "$@"
 mkdir -p build-device/bin
 for t in "${targets[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs the GPU-side binaries of a 90a build for the device machine:
+# Packs the GPU-side binaries of a 90a build for the device machine (configure it with
+# -DRILL_SHARED_KERNELS=ON: the executables share one librill_kernels.so, bundled once into lib/):
 #   scripts/device/pack_carry.sh BUILD_DIR [EXECUTABLE...]
 # (EXECUTABLE paths, e.g. build/bench/rill-bench; by default the list below. The checkout plus the carry must
 # stay under the device tool's 64 MiB, so name fewer when the default is too large.)
@@ -21,5 +22,6 @@ for exe in "${exes[@]}"; do
 done
 strip "$stage"/bin/*
 bash ../shared/device/bundle-libs.sh "$stage/lib" "$stage"/bin/* >/dev/null
+[ -f "$stage/lib/librill_kernels.so" ] && strip --strip-unneeded "$stage/lib/librill_kernels.so"
 XZ_OPT=-9e tar -cJf .carry/c.tar.xz -C "$stage" bin lib
 ls -l .carry/c.tar.xz

@@ -47,9 +47,11 @@ TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
   const std::vector<int32_t> previous = {17, vocab - 1, -3, vocab + 2, 0};
   for (DType dt : kDTypes) {
     for (int hidden : {64, 769, 4096, 5125}) {
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
         const bool offset_table = variant == 1;  // a misaligned table: the scalar path
-        const bool use_previous = variant == 2;  // negative ids name previous[-1 - id]
+        const bool use_previous = variant >= 2;  // negative ids name previous[-1 - id]
+        // A vocabulary-parallel shard (tensor parallelism) holding rows [300, 700).
+        const int begin = variant == 3 ? 300 : 0, rows = variant == 3 ? 400 : vocab;
         SCOPED_TRACE(std::string(dtype_name(dt)) + " hidden=" + std::to_string(hidden) +
                      " variant=" + std::to_string(variant));
         const std::vector<float> table = rounded_random(size_t(vocab) * hidden, rng, dt);
@@ -72,8 +74,9 @@ TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
         p.dtype = dt;
         p.num_tokens = int(tokens.size());
         p.hidden = hidden;
-        p.vocab = vocab;
-        p.table = d_table.as<uint16_t>() + off;
+        p.vocab = rows;
+        p.vocab_begin = begin;
+        p.table = d_table.as<uint16_t>() + off + size_t(begin) * hidden;
         p.tokens = d_tokens.as<int32_t>();
         if (use_previous) {
           p.previous = d_previous.as<int32_t>();
@@ -88,10 +91,11 @@ TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
         for (size_t t = 0; t < tokens.size(); ++t) {
           const int32_t id = embedding_id(tokens[t], previous, use_previous);
           from_previous += tokens[t] < 0 && id >= 0 && id < vocab;
-          if (id >= 0 && id < vocab)
+          if (id >= begin && id < begin + rows)
             std::copy_n(table.begin() + size_t(id) * hidden, hidden, want.begin() + t * hidden);
         }
-        EXPECT_EQ(from_previous, use_previous ? 4 : 0);  // tokens 2 and 5 (-1), 6 (-2), 9 (-5)
+        EXPECT_EQ(from_previous, use_previous ? 4 : 0);
+        if (variant == 3) EXPECT_GT(std::count(want.begin(), want.end(), 0.0f), hidden);  // tokens 2 and 5 (-1), 6 (-2), 9 (-5)
         const std::vector<float> got = d_out.download_floats(dt);
         ASSERT_FALSE(has_nonfinite(got));
         EXPECT_EQ(max_abs_error(got, want), 0.0);

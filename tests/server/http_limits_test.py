@@ -161,6 +161,12 @@ class ConnectionCapTest(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+# The sanitizers' runtime needs descriptors of its own (UBSan's vptr check probes memory through a
+# pipe and reports a valid object as invalid when it cannot open one; reports go to files it then
+# cannot open), so the sanitized run (scripts/test_asan.sh) leaves descriptor exhaustion to the
+# plain run.
+@unittest.skipIf(os.environ.get("RILL_SANITIZED") == "1",
+                 "descriptor exhaustion breaks the sanitizer runtime itself (see above)")
 class DescriptorExhaustionTest(unittest.TestCase):
     def test_accept_loop_backs_off_and_health_answers(self):
         server = Server()

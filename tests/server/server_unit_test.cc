@@ -305,7 +305,8 @@ nlohmann::json msg(const char* role, const std::string& content) {
 class ChatMlRenderer final : public ChatRenderer {
  public:
   explicit ChatMlRenderer(bool trim = false) : trim_(trim) {}
-  std::string render(const nlohmann::json& messages, bool add_generation_prompt) const override {
+  std::string render(const nlohmann::json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& /*tools*/ = nullptr) const override {
     std::string out;
     for (const auto& m : messages) {
       std::string content = m.at("content").get<std::string>();

@@ -21,6 +21,9 @@ void add_engine_flags(Args& a) {
   a.option("quantization", "auto",
            "linear weights: auto (what the checkpoint says) | fp8 (e4m3; per-channel scales at "
            "load where the checkpoint has none) | none (the model dtype)");
+  a.option("tensor-parallel-size", "1",
+           "GPUs the model is split over (tensor parallelism; with --device cpu, emulated)");
+  a.option("gpus", "", "GPUs of the tensor-parallel ranks, e.g. 0,1 (default: 0 .. N-1)");
   a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
   a.flag("no-fused-decode",
          "run SiLU-and-mul of small-batch decode as its own kernel instead of in the gate|up GEMV");
@@ -36,6 +39,10 @@ EngineOptions engine_options(const Args& a) {
   o.cuda_tuning.cuda_graphs = !a.on("no-cuda-graphs");
   o.cuda_tuning.fused_decode = !a.on("no-fused-decode");
   o.kv_cache_dtype = a.get("kv-cache-dtype");
+  o.tensor_parallel_size = a.get_int("tensor-parallel-size");
+  o.gpus = a.get("gpus");
+  if (o.tensor_parallel_size < 1 || o.tensor_parallel_size > 8)
+    a.fail("--tensor-parallel-size must be in [1, 8]");
   if (o.block_size <= 0) a.fail("--block-size must be positive");
   if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8")

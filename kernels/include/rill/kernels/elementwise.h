@@ -7,10 +7,13 @@ namespace rill::kernels {
 
 /// out[t, :] = float(table[id, :]) with id = tokens[t], or id = previous[-1 - tokens[t]] for a
 /// negative tokens[t] when `previous` is given (a token sampled by the step before, still on the
-/// device); ids outside [0, vocab) give a zero row.
+/// device); ids outside [0, vocab) give a zero row. A vocabulary-parallel shard (tensor
+/// parallelism) holds rows [vocab_begin, vocab_begin + vocab): row id - vocab_begin, zero for
+/// ids outside.
 struct EmbeddingParams {
   DType dtype = DType::kF16;
   int num_tokens = 0, hidden = 0, vocab = 0;
+  int vocab_begin = 0;
   const void* table = nullptr;        // [vocab, hidden]
   const int32_t* tokens = nullptr;    // [num_tokens]
   const int32_t* previous = nullptr;  // optional: indexed by -1 - tokens[t]
