@@ -86,6 +86,10 @@ void EngineLoop::take_inbox(std::vector<SequencePtr>& stopped) {
       finish(s, FinishReason::kLength);
       continue;
     }
+    if (s->compiled) {
+      s->constraint = std::make_unique<ConstraintState>(s->compiled, s->request.constraint->forced_tokens);
+      if (constraint_ended(s, s->constraint->status())) continue;
+    }
     // Auto TTFT target: kAutoTtftFactor x the TTFT it would get unqueued beside the streams now.
     if (s->ttft_target.kind == LatencyTarget::Kind::kAuto)
       s->auto_ttft_target_s.store(
@@ -116,6 +120,10 @@ void EngineLoop::expire(Clock::time_point now) {
 }
 
 void EngineLoop::launch(PlannedStep& step) {
+  // Constrained rows sample under their grammar masks (the sequence's state after its last
+  // token: none of its samples is in flight, StepPlanner).
+  for (size_t k = 0; k < step.inputs.size(); ++k)
+    if (step.inputs[k].sample && step.seqs[k]->constraint) step.inputs[k].mask = step.seqs[k]->constraint->mask();
   try {
     runner_.launch(step.inputs);
   } catch (const Error& e) {
@@ -185,10 +193,22 @@ void EngineLoop::finish_oldest() {
       finish(s, FinishReason::kStop, tok);
       continue;
     }
+    // The constraint's next state (and its mask) before the token is streamed: a token it
+    // refuses means the sampler ignored the mask, and is never delivered.
+    const ConstraintState::Next next = s->constraint ? s->constraint->advance(tok) : ConstraintState::Next::kContinue;
+    if (next == ConstraintState::Next::kRejected) {
+      finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal,
+             "sampled token " + std::to_string(tok) + " is outside the constraint's mask");
+      continue;
+    }
     s->generated.push_back(tok);
     std::optional<SampleLogprobs> lp;
     if (r.logprobs >= 0 && k < out.logprobs.size()) lp = std::move(out.logprobs[k]);
     batch_.tokens.push_back({s, tok, std::move(lp), now});
+    if (s->constraint) {
+      metrics_.grammar_mask_time.observe(s->constraint->last_mask_us() * 1e-6);
+      if (constraint_ended(s, next)) continue;
+    }
     if (static_cast<int>(s->generated.size()) >= r.max_tokens) finish(s, FinishReason::kLength);
   }
   for (const SequencePtr& s : running_)
@@ -196,6 +216,22 @@ void EngineLoop::finish_oldest() {
       finish(s, FinishReason::kLength);
   recent_steps_.emplace_back(now, sampled);
   while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow) recent_steps_.pop_front();
+}
+
+// A constrained sequence whose grammar is complete (nothing but EOS may follow) ends "stop";
+// one whose parser can go nowhere ends with an error. True when it ended.
+bool EngineLoop::constraint_ended(const SequencePtr& s, ConstraintState::Next next) {
+  if (next == ConstraintState::Next::kComplete) {
+    finish(s, FinishReason::kStop);
+    return true;
+  }
+  if (next == ConstraintState::Next::kStuck) {
+    finish(s, FinishReason::kError, std::nullopt, ErrorCode::kResourceExhausted,
+           "constrained decoding: no token can continue the output (the grammar parser's state "
+           "exceeded its limit of items per byte)");
+    return true;
+  }
+  return false;
 }
 
 void EngineLoop::learn_step_cost(const StepComposition& c) {

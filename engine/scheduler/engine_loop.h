@@ -57,6 +57,7 @@ class EngineLoop {
   void finish(const SequencePtr& s, FinishReason reason, std::optional<int32_t> stop_token = std::nullopt,
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
+  bool constraint_ended(const SequencePtr& s, ConstraintState::Next next);
   void publish_stats(Clock::time_point now);
   void publish_prefix_cache(const KvStats& kv);
   void flush_output();
