@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "engine/grammar/earley.h"
 #include "engine/grammar/grammar_error.h"
@@ -134,23 +138,57 @@ TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const Gr
   const std::vector<int32_t> cls = position_classes(g, v.max_token_bytes() + 1, num_classes);
   std::vector<int32_t> table_of_class(static_cast<size_t>(num_classes), -1);
   index_.assign(g.num_states(), -1);
-  EarleyParser parser(g, limits.max_earley_items_per_byte);
-  std::vector<uint32_t> accepted, uncertain;
+  std::vector<int32_t> reps;  // per table: the state whose walk builds it
   for (size_t s = 0; s < g.num_states(); ++s) {
     if (g.state(static_cast<int32_t>(s)).bytes.empty()) continue;
     int32_t& t = table_of_class[static_cast<size_t>(cls[s])];
     if (t < 0) {
-      if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
-        fail("grammar compilation exceeded the time-out of " +
-             std::to_string(limits.compile_timeout.count()) + " ms");
-      accepted.clear();
-      uncertain.clear();
-      walk(g, v, parser, static_cast<int32_t>(s), accepted, uncertain);
-      t = static_cast<int32_t>(tables_.size());
-      tables_.push_back(pack(v, accepted, uncertain));
+      t = static_cast<int32_t>(reps.size());
+      reps.push_back(static_cast<int32_t>(s));
     }
     index_[s] = t;
   }
+  tables_.resize(reps.size());
+  build_parallel(g, v, limits, started, reps);
+}
+
+// The tables are independent walks of the vocabulary trie: they are built on several threads
+// (each its own parser), taking the next table from a shared counter.
+void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
+                                 const GrammarLimits& limits,
+                                 std::chrono::steady_clock::time_point started,
+                                 const std::vector<int32_t>& reps) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      EarleyParser parser(g, limits.max_earley_items_per_byte);
+      std::vector<uint32_t> accepted, uncertain;
+      for (size_t t = next++; t < reps.size() && !failed.load(); t = next++) {
+        if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
+          fail("grammar compilation exceeded the time-out of " +
+               std::to_string(limits.compile_timeout.count()) + " ms");
+        accepted.clear();
+        uncertain.clear();
+        walk(g, v, parser, reps[t], accepted, uncertain);
+        tables_[t] = pack(v, accepted, uncertain);
+      }
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!error) error = std::current_exception();
+      failed.store(true);
+    }
+  };
+  // A few dozen tables per thread at least: a small grammar is not worth the threads.
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min({hw, kMaxBuildThreads, reps.size() / 32 + 1});
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace rill::grammar

@@ -7,6 +7,7 @@
 //               decides, so the matcher checks these at run time;
 //   rejected  - the rest.
 // Each accepted set is stored in its smallest form: the ids, the rejected ids, or a bitset.
+// The walks are independent and run on up to kMaxBuildThreads threads.
 #pragma once
 
 #include <chrono>
@@ -42,6 +43,12 @@ class TokenTables {
   size_t num_tables() const { return tables_.size(); }
 
  private:
+  /// Most threads one table build uses (the cores of a serving host are shared with the engine).
+  static constexpr size_t kMaxBuildThreads = 8;
+  void build_parallel(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+                      std::chrono::steady_clock::time_point started,
+                      const std::vector<int32_t>& reps);
+
   std::vector<int32_t> index_;  // per automaton state
   std::vector<PositionTable> tables_;
   std::vector<uint32_t> walkable_;
