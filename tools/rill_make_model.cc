@@ -114,19 +114,20 @@ std::vector<Spec> tensor_specs(const ModelConfig& c) {
   return s;
 }
 
-// Uniform(-a, a) with standard deviation 0.02 (transformers' default init), from a counter hash
-// so that threads fill disjoint ranges reproducibly.
-uint16_t random_value(uint64_t seed, uint64_t i, DType t) {
+// Uniform(-a, a) with standard deviation `std` (transformers' default init: 0.02), from a counter
+// hash so that threads fill disjoint ranges reproducibly.
+uint16_t random_value(uint64_t seed, uint64_t i, DType t, float std) {
   uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
   x ^= x >> 31;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 29;
   const float u = static_cast<float>(x >> 40) / 16777216.0f;  // [0, 1)
-  const float v = (2.0f * u - 1.0f) * 0.0346f;
+  // a = sqrt(3) std, written so that the default gives the bytes it always gave (a = 0.0346).
+  const float v = (2.0f * u - 1.0f) * (0.0346f * (std / 0.02f));
   return t == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
 }
 
-void write_tensor(std::ofstream& out, const Spec& s, DType t, uint64_t seed) {
+void write_tensor(std::ofstream& out, const Spec& s, DType t, uint64_t seed, float std) {
   int64_t n = 1;
   for (int64_t d : s.shape) n *= d;
   const uint16_t one = t == DType::kF16 ? f32_to_f16(1.0f) : f32_to_bf16(1.0f);
@@ -139,7 +140,7 @@ void write_tensor(std::ofstream& out, const Spec& s, DType t, uint64_t seed) {
     for (unsigned w = 0; w < threads; ++w)
       pool.emplace_back([&, w] {
         for (int64_t i = m * w / threads; i < m * (w + 1) / threads; ++i)
-          buf[i] = s.init == Spec::kRandom ? random_value(seed, base + i, t) : s.init == Spec::kOnes ? one : 0;
+          buf[i] = s.init == Spec::kRandom ? random_value(seed, base + i, t, std) : s.init == Spec::kOnes ? one : 0;
       });
     for (auto& th : pool) th.join();
     out.write(reinterpret_cast<const char*>(buf.data()), m * 2);
@@ -200,6 +201,9 @@ int main(int argc, char** argv) {
   args.option("out", "", "output directory");
   args.option("dtype", "", "float16 | bfloat16 (default: the config's torch_dtype)");
   args.option("seed", "0", "random seed");
+  args.option("init-std", "0.02",
+              "standard deviation of the random weights (0.02: transformers' default; a smaller "
+              "model keeps a larger one's per-layer gains with 0.02 * sqrt(4096 / hidden_size))");
   args.parse(argc, argv);
   try {
     if (args.get("out").empty()) args.fail("--out is required");
@@ -213,6 +217,8 @@ int main(int argc, char** argv) {
     }
     if (!args.get("dtype").empty()) cfg["torch_dtype"] = args.get("dtype");
     const ModelConfig mc = parse_hf_config(cfg, c);  // validates
+    const double init_std = args.get_double("init-std");
+    if (!(init_std > 0 && init_std <= 1)) args.fail("--init-std must be in (0, 1]");
     const DType t = mc.stored_dtype == DType::kF32 ? DType::kF16 : mc.stored_dtype;
     cfg["torch_dtype"] = dtype_name(t);
     const fs::path out = args.get("out");
@@ -235,7 +241,7 @@ int main(int argc, char** argv) {
     st.write(reinterpret_cast<const char*>(&hlen), 8);
     st.write(h.data(), static_cast<std::streamsize>(h.size()));
     const uint64_t seed = static_cast<uint64_t>(args.get_int64("seed")) * 0x100000001B3ull + 1;
-    for (size_t i = 0; i < specs.size(); ++i) write_tensor(st, specs[i], t, seed + i * 0x51ED27ull);
+    for (size_t i = 0; i < specs.size(); ++i) write_tensor(st, specs[i], t, seed + i * 0x51ED27ull, float(init_std));
     st.close();
     if (!st) throw Error(ErrorCode::kInvalidArgument, (out / "model.safetensors").string() + ": write failed");
     write_json(out / "config.json", cfg);

@@ -5,12 +5,18 @@
 // step (fp8: the weight-only GEMV). Prints, for each part, the cosine similarity of the two
 // runs' logits per position (mean and minimum), their relative L2 distance and how often the
 // top-1 token agrees.
+// On the CPU (--device cpu) the fp8 run emulates what the CUDA runner computes: fp8 weights
+// dequantized, and (--cpu-fp8-activations emulate, the default) the W8A8 GEMMs' e4m3
+// activations in steps of more than --fp8-gemv-max-rows tokens (CpuRunnerOptions::
+// fp8_activation_rows); `fp32` keeps the activations exact, which isolates the weights' part.
 //   rill-quant-check --model /tmp/llama2-7b --positions 256
+//   rill-quant-check --model /tmp/deep-small --device cpu --cpu-fp8-activations fp32
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
+#include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner_factory.h"
@@ -20,12 +26,29 @@ using namespace rill;
 
 namespace {
 
+// The runner of `quant`: the engine's, or on the CPU with `emulate_w8a8` the CPU runner emulating
+// the CUDA runner's e4m3 activations (runner_factory.cc's options plus fp8_activation_rows).
+std::unique_ptr<ModelRunner> runner_for(const Model& m, EngineOptions o, const std::string& quant,
+                                        bool emulate_w8a8) {
+  o.quantization = quant;
+  if (o.device != "cpu" || !emulate_w8a8) return make_runner(m, o);
+  CpuRunnerOptions c;
+  c.num_threads = o.cpu_threads;
+  c.block_size = o.block_size;
+  c.kv_cache_bytes = o.cpu_kv_cache_bytes;
+  c.host_kv_cache_bytes = o.host_kv_cache_bytes;
+  c.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  c.quantization = resolve_quantization(o.quantization, m.config.quant);
+  c.fp8_activation_rows = o.cuda_tuning.fp8_gemv_max_rows;
+  return std::make_unique<CpuRunner>(m, c);
+}
+
 // Logits [positions, V] of `tokens` fed to a fresh runner: `prefill` tokens in one step, the
 // rest one per step.
-std::vector<float> logits_of(const Model& m, EngineOptions o, const std::string& quant,
-                             const std::vector<int32_t>& tokens, size_t prefill) {
-  o.quantization = quant;
-  auto r = make_runner(m, o);
+std::vector<float> logits_of(const Model& m, const EngineOptions& o, const std::string& quant,
+                             bool emulate_w8a8, const std::vector<int32_t>& tokens,
+                             size_t prefill) {
+  auto r = runner_for(m, o, quant, emulate_w8a8);
   r->add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
   std::vector<float> out;
   for (size_t pos = 0; pos < tokens.size();) {
@@ -79,6 +102,9 @@ int main(int argc, char** argv) {
   args.option("decode-positions", "64", "of those, the last ones fed one token per step");
   args.option("seed", "1", "seed of the random token sequence");
   args.option("min-cosine", "0.99", "exit 1 when a part's mean cosine similarity is below this");
+  args.option("cpu-fp8-activations", "emulate",
+              "--device cpu: emulate (the CUDA runner's e4m3 activations in prefill steps) | "
+              "fp32 (weight-only fp8)");
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
@@ -93,13 +119,19 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens(positions);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % m.config.vocab_size);
     const std::string quant = o.quantization == "auto" ? "fp8" : o.quantization;
+    const std::string acts = args.get("cpu-fp8-activations");
+    if (acts != "emulate" && acts != "fp32")
+      args.fail("--cpu-fp8-activations must be emulate or fp32, not '" + acts + "'");
     const size_t prefill = size_t(positions - decode);
-    const std::vector<float> ref = logits_of(m, o, "none", tokens, prefill);
-    const std::vector<float> got = logits_of(m, o, quant, tokens, prefill);
+    const std::vector<float> ref = logits_of(m, o, "none", false, tokens, prefill);
+    const std::vector<float> got = logits_of(m, o, quant, acts == "emulate", tokens, prefill);
     const int V = m.config.vocab_size;
     bool ok = true;
-    std::printf("%s: --quantization %s against none, %d positions\n", args.get("model").c_str(),
-                quant.c_str(), positions);
+    std::printf("%s: --quantization %s against none, %d positions%s\n", args.get("model").c_str(),
+                quant.c_str(), positions,
+                o.device != "cpu"   ? ""
+                : acts == "emulate" ? " (CPU, e4m3 activations emulated)"
+                                    : " (CPU, weight-only: fp32 activations)");
     for (const auto& [name, from, to] : {std::tuple{"prefill", size_t(0), prefill},
                                          std::tuple{"decode", prefill, size_t(positions)}}) {
       const Stats s = compare(got, ref, from, to, V);

@@ -103,6 +103,23 @@ Fp8ActQuant act_quant(std::initializer_list<const Tensor*> parts, bool fp8) {
   return q;
 }
 
+// u in [-1, 1) from a counter hash of (seed, key, i) (splitmix64's finaliser).
+float jitter_unit(uint64_t seed, uint64_t key, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + key * 0xD1B54A32D192ED03ull + i;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
+}
+
+// CpuRunnerOptions::fp8_activation_jitter: x [T, K] (the input of a layer [n, K]) times
+// 1 + u * jitter.
+void jitter_activations(float* x, int64_t T, int64_t n, int64_t K, float jitter, uint32_t seed) {
+  const uint64_t key = static_cast<uint64_t>(n) << 32 | static_cast<uint64_t>(K);
+  for (int64_t i = 0; i < T * K; ++i)
+    x[i] *= 1.0f + jitter * jitter_unit(seed, key, static_cast<uint64_t>(i));
+}
+
 // x [T, K] rounded through e4m3 as kernels/src/quantize_fp8.cu does for a W8A8 GEMM: with the
 // static scale, or per token (per 128-column group) with max |x| / 448 (1 for a zero span).
 void round_activations(const Fp8ActQuant& q, float* x, int64_t T, int64_t K) {
@@ -142,6 +159,8 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt)
   const bool fp8 = opt.quantization == WeightQuant::kFp8;
   fp8_act_rows_ = fp8 ? opt.fp8_activation_rows : -1;
   fp8_gemm_rows_ = opt.fp8_gemm_rows;
+  fp8_jitter_ = opt.fp8_activation_jitter;
+  fp8_jitter_seed_ = opt.fp8_activation_jitter_seed;
   if (fp8 && !c.tie_word_embeddings && is_fp8(model.weights.lm_head)) {
     const Fp8ActQuant q = act_quant({&model.weights.lm_head}, true);
     head_fp8_ = true;
@@ -200,6 +219,7 @@ void CpuRunner::emulate_w8a8(const Fp8ActQuant& q, float* x, int64_t T, int64_t 
                              int64_t K) const {
   if (!q.on || fp8_act_rows_ < 0 || T <= fp8_act_rows_) return;
   const int64_t rows = fp8_gemm_rows_ ? std::min(T, fp8_gemm_rows_(T, n, K, q.group)) : T;
+  if (fp8_jitter_ > 0) jitter_activations(x, rows, n, K, fp8_jitter_, fp8_jitter_seed_);
   round_activations(q, x, rows, K);
 }
 

@@ -47,6 +47,15 @@ struct CpuRunnerOptions {
   /// take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows, which depends on what cuBLASLt takes).
   /// Unset: all of them.
   std::function<int64_t(int64_t rows, int64_t n, int64_t k, bool block)> fp8_gemm_rows;
+  /// With fp8_activation_rows >= 0, > 0: every emulated activation is first multiplied by
+  /// 1 + u * fp8_activation_jitter, u uniform in [-1, 1) from a hash of the seed, the layer's
+  /// shape and the element's row and column. e4m3 rounding is discontinuous: the CUDA runner's
+  /// activations, which its 16-bit compute moves by a few bf16 ulps from these fp32 ones, round
+  /// to another e4m3 neighbour wherever they straddle a rounding boundary. Two runs with
+  /// different seeds and a jitter of the size of that compute error measure how far such flips
+  /// move the logits (tests/engine/cuda_fp8_test.cc bounds the GPU by it). 0: exact emulation.
+  float fp8_activation_jitter = 0;
+  uint32_t fp8_activation_jitter_seed = 0;
   /// Tensor parallelism, emulated: this runner is rank `tp_rank` of the group whose ranks meet
   /// in `tp_comm` (one thread each), and its model is that rank's tp::shard_model. It all-reduces
   /// after o and down (adding their biases after the sum), looks up only its vocabulary rows
@@ -119,6 +128,8 @@ class CpuRunner final : public ModelRunner {
   bool fp8_kv_ = false;
   int fp8_act_rows_ = -1;  // CpuRunnerOptions::fp8_activation_rows
   std::function<int64_t(int64_t, int64_t, int64_t, bool)> fp8_gemm_rows_;
+  float fp8_jitter_ = 0;  // CpuRunnerOptions::fp8_activation_jitter (and its seed)
+  uint32_t fp8_jitter_seed_ = 0;
   // Rounds the leading rows of x [T, K] the CUDA runner's W8A8 GEMM quantizes for an fp8 layer
   // [n, K] with activation quantization `q`.
   void emulate_w8a8(const cpu::Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K) const;

@@ -21,6 +21,9 @@ class Collective {
                               cudaStream_t stream) = 0;
   /// In place: buf [world][count], this rank's part at buf + rank * count, gathered from all.
   virtual void all_gather_f32(float* buf, size_t count, cudaStream_t stream) = 0;
+  /// Ends the communicator from any thread: operations in flight on the device stop, later
+  /// calls throw. What a group does when one rank fails, so that the others never wait for it.
+  virtual void abort() = 0;
 };
 
 }  // namespace rill::cuda

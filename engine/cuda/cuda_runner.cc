@@ -12,6 +12,8 @@
 #include "engine/model/dtype.h"
 #include "engine/runner/cache_identity.h"
 #include "engine/runner/step_validation.h"
+#include "engine/tp/host_collective.h"
+#include "engine/tp/tp_stage.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
 #include "rill/kernels/gemv.h"
@@ -39,6 +41,11 @@ size_t esize() {
   return 2;
 }  // fp16 / bf16 activations (the cache: layout_.element_bytes())
 
+// Names a tensor-parallel rank's stage (the group's watchdog and RILL_TP_TRACE).
+void tp_stage(const CudaTpRank& tp, const char* what) {
+  if (tp.comm) tp::set_stage(what);
+}
+
 }  // namespace
 
 CudaRunner::CudaRunner(const Model& model, const EngineOptions& o)
@@ -62,6 +69,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   int dev = 0;
   RILL_CUDA(cudaGetDevice(&dev));
   RILL_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  // The ranks of a group choose the same decode graphs (attention_splits reads num_sms_).
+  if (tp_.host) num_sms_ = static_cast<int>(tp_.host->min(tp_.comm->rank(), num_sms_));
+  tp_stage(tp_, "loading the weights");
   RILL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   RILL_CUDA(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   const kernels::DType dtype = cuda::resolve_dtype(o.dtype, config_.stored_dtype);
@@ -87,9 +97,19 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
       kv_cache_identity(model, "cuda", dtype == kernels::DType::kF16 ? "float16" : "bfloat16",
                         kv_dtype == KvCacheDType::kFp8E4M3 ? "fp8_e4m3" : "compute");
   apply_tuning();
+  tp_stage(tp_, "allocating buffers");
   allocate_buffers();
+  tp_stage(tp_, "sizing the KV pool");
   size_kv_pool(o.gpu_memory_fraction);
+  tp_stage(tp_, "allocating host KV memory");
   allocate_host_kv(o.host_kv_cache_bytes);
+  // No rank's first collective before every rank's last allocation: an allocation can wait for
+  // its device while the other rank's collective spins on it waiting for this one.
+  if (tp_.host) {
+    tp_stage(tp_, "waiting for the other ranks' allocations");
+    tp_.host->barrier();
+  }
+  tp_stage(tp_, "warm-up steps");
   warm_up();
   spdlog::info(
       "cuda runner: {} weights {:.1f} MiB ({}, linear layers: {}), KV pool {} blocks x {} tokens "
@@ -332,7 +352,11 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
       throw Error(ErrorCode::kInternal, "graph shape changed");
     return it->second;
   }
+  const bool group = tp_.host && tp_.comm->world() > 1;
+  if (group) quiesce_group(key);
+  tp_stage(tp_, "capturing a decode graph");
   cudaGraph_t graph;
+  // Thread-local mode: the other ranks' threads keep their CUDA calls legal during this capture.
   RILL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
     enqueue_forward(plan, false);
@@ -347,7 +371,33 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   RILL_CUDA(cudaGraphDestroy(graph));
   graphs_[key] = exec;
   graph_shapes_[key] = plan.shape;
+  if (group) {  // uploaded everywhere before any rank launches it (its collectives would spin)
+    RILL_CUDA(cudaGraphUpload(exec, stream_));
+    RILL_CUDA(cudaStreamSynchronize(stream_));
+    tp_stage(tp_, "waiting for the other ranks' graph captures");
+    tp_.host->barrier();
+  }
+  tp_stage(tp_, "step");
   return exec;
+}
+
+// Before a group's ranks capture and instantiate a graph (which allocate on the device), every
+// GPU finishes its work: no collective may be in flight while a rank allocates, or the
+// allocation waits for a device whose collective waits for this rank (the NCCL documentation's
+// multi-GPU-per-process deadlock). All ranks come here at the same step: they hold the same
+// sequences and agree on num_sms_, so they choose the same key; it is checked.
+void CudaRunner::quiesce_group(int key) {
+  tp_stage(tp_, "agreeing on a new decode graph");
+  const int rank = tp_.comm->rank();
+  const int64_t lo = tp_.host->min(rank, key), hi = -tp_.host->min(rank, -int64_t(key));
+  if (lo != hi)
+    throw Error(ErrorCode::kInternal,
+                "tensor parallel: the ranks chose different decode graphs (" + std::to_string(lo) +
+                    " .. " + std::to_string(hi) + ")");
+  tp_stage(tp_, "draining the stream before a graph capture");
+  RILL_CUDA(cudaStreamSynchronize(stream_));
+  tp_stage(tp_, "waiting for the other ranks to drain");
+  tp_.host->barrier();
 }
 
 std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& any_logits) {
@@ -492,6 +542,7 @@ StepOutput CudaRunner::finish() {
   in_flight_.pop_front();
   if (f.empty) return {};
   HostBuffers& h = host_[f.buffer];
+  tp_stage(tp_, "waiting for the step on the GPU");
   RILL_CUDA(cudaEventSynchronize(h.end.get()));
   if (f.timed) {
     float ms = 0;

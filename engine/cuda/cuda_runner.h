@@ -170,6 +170,7 @@ class CudaRunner final : public ModelRunner {
   void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
+  void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
   void drop_graphs();  // after a change that alters what a step launches
   const char* dmeta() const { return meta_dev_.as<const char>(); }

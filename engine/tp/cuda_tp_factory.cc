@@ -7,6 +7,7 @@
 #include "engine/tp/nccl_collective.h"
 #include "engine/tp/tp_factory.h"
 #include "engine/tp/tp_shard.h"
+#include "engine/tp/tp_stage.h"
 
 namespace rill::tp {
 
@@ -15,7 +16,6 @@ std::unique_ptr<TpRunner> make_cuda_tp_runner(const Model& model, const EngineOp
   if (const auto why = tp_unsupported_reason(model.config, world))
     throw Error(ErrorCode::kInvalidArgument, "--tensor-parallel-size: " + *why);
   const std::vector<int> gpus = choose_gpus(parse_gpus(options.gpus), world, cuda_device_count());
-  const NcclId id = make_nccl_id();
   auto host = std::make_shared<HostCollective>(world);
   std::string list;
   for (int g : gpus) {
@@ -23,13 +23,29 @@ std::unique_ptr<TpRunner> make_cuda_tp_runner(const Model& model, const EngineOp
     list += std::to_string(g);
   }
   spdlog::info("tensor parallel: {} ranks on GPUs {}, NCCL {}", world, list, nccl_version());
-  return std::make_unique<TpRunner>(world, model.config, host, [&, host](int rank) {
-    RILL_CUDA(cudaSetDevice(gpus[static_cast<size_t>(rank)]));  // this worker thread's device
-    CudaTpRank tp;
-    tp.comm = make_nccl_collective(id, world, rank);
-    tp.host = host;
-    return std::make_unique<CudaRunner>(shard_model(model, world, rank), options, std::move(tp));
-  });
+  // Every communicator is made here, on this thread, before any rank starts (ncclCommInitAll):
+  // no rank allocates while another's collective is in flight, and no rank waits in an init
+  // for one that failed before it. The group owns them (destroyed after the ranks, in rank
+  // order) so that a failed rank's runner cannot end its communicator under the others.
+  auto comms =
+      std::make_shared<std::vector<std::shared_ptr<cuda::Collective>>>(make_nccl_group(gpus));
+  if (tracing()) spdlog::info("tensor parallel: NCCL communicators ready");
+  auto abort_devices = [comms] {
+    for (const auto& c : *comms) c->abort();
+  };
+  return std::make_unique<TpRunner>(
+      world, model.config, host,
+      [&, host, comms](int rank) {
+        set_stage("setting the device");
+        RILL_CUDA(cudaSetDevice(gpus[static_cast<size_t>(rank)]));  // this worker thread's
+        CudaTpRank tp;
+        tp.comm = (*comms)[static_cast<size_t>(rank)];
+        tp.host = host;
+        set_stage("sharding the weights");
+        const Model shard = shard_model(model, world, rank);
+        return std::make_unique<CudaRunner>(shard, options, std::move(tp));
+      },
+      abort_devices);
 }
 
 }  // namespace rill::tp

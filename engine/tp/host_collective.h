@@ -23,6 +23,8 @@ class HostCollective {
   void all_gather(int rank, const float* send, size_t n, float* recv);
   /// The smallest of the ranks' values.
   int64_t min(int rank, int64_t value);
+  /// Returns once every rank has called it.
+  void barrier();
   /// Fails every wait in progress and to come (kInternal "another rank failed"): a rank that
   /// throws calls it so that the others do not wait for it forever.
   void abort();
@@ -30,7 +32,6 @@ class HostCollective {
  private:
   // Publishes this rank's pointer, then waits until every rank has (a generation barrier).
   void arrive(int rank, const void* ptr);
-  void barrier();
 
   const int world_;
   std::mutex mu_;

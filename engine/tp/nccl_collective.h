@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/collective.h"
 
@@ -19,6 +20,14 @@ NcclId make_nccl_id();
 /// every rank has joined, so the ranks call it at once, from their own threads). Sets
 /// NCCL_NVLS_ENABLE=0 first when the environment leaves it unset. kInternal naming NCCL's error.
 std::unique_ptr<cuda::Collective> make_nccl_collective(const NcclId& id, int world, int rank);
+
+/// One communicator per device of `gpus` (rank r on gpus[r]), made at once on the calling thread
+/// (ncclCommInitAll: no rank can wait for another that has not started). The connections between
+/// the ranks are made here, not at the first collective (NCCL_RUNTIME_CONNECT=0 unless the
+/// environment sets it): the first collective then allocates nothing, so no rank's allocation
+/// can stall behind another rank's collective in flight (docs/tensor_parallel.md). kInternal
+/// naming NCCL's error.
+std::vector<std::shared_ptr<cuda::Collective>> make_nccl_group(const std::vector<int>& gpus);
 
 /// The NCCL version as "2.27.3".
 std::string nccl_version();

@@ -10,6 +10,8 @@
 // per process (docs/tensor_parallel.md).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -26,11 +28,18 @@ namespace rill::tp {
 class TpRunner final : public ModelRunner {
  public:
   /// Builds rank r's runner with make_rank(r) on worker thread r (all ranks at once: their
-  /// constructors may meet in collectives). `host` is the group's host collective (aborted when
-  /// a rank fails, so the others stop waiting); `config` the whole model's. A rank that throws
-  /// makes the constructor throw its error (rank 0's first).
+  /// constructors may meet in collectives). `host` is the group's host collective and
+  /// `abort_devices` ends its device communicators (both from any thread): the group aborts them
+  /// when its ranks diverge, so that no rank waits forever for one that failed. `config` is the
+  /// whole model's. A rank that throws makes the constructor throw the first error.
+  ///
+  /// The watchdog: a call the ranks do not all finish within RILL_TP_WATCHDOG_S seconds
+  /// (default 600, 0 off; read here) aborts the group and throws kInternal naming the call and
+  /// each unfinished rank's stage (tp::set_stage); a rank that throws while others have not
+  /// finished 5 s later aborts the group too.
   TpRunner(int world, ModelConfig config, std::shared_ptr<HostCollective> host,
-           std::function<std::unique_ptr<ModelRunner>(int rank)> make_rank);
+           std::function<std::unique_ptr<ModelRunner>(int rank)> make_rank,
+           std::function<void()> abort_devices = {});
   ~TpRunner() override;
 
   std::string name() const override;
@@ -39,6 +48,8 @@ class TpRunner final : public ModelRunner {
   int world() const { return world_; }
   /// Rank r's runner (for tests and benchmarks; call it only from outside a step).
   ModelRunner& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
+  /// The watchdog's limit for later calls (0: off).
+  void set_watchdog(std::chrono::milliseconds limit) { watchdog_ = limit; }
 
   void add_sequence(const SequenceSpec& spec) override;
   void remove_sequence(SeqId id) override;
@@ -64,19 +75,36 @@ class TpRunner final : public ModelRunner {
     bool busy = false;          // a job is set and not yet done
     bool stop = false;
     std::exception_ptr error;
+    std::atomic<const char*> stage{"idle"};  // tp::set_stage on this thread
   };
+  using Clock = std::chrono::steady_clock;
   void work(int rank);
-  /// Runs fn(rank, runner) on every rank's thread and waits for all. When ranks throw, the
-  /// group is marked broken unless all of them threw (the same validation everywhere leaves
-  /// them in step), and rank 0's error is rethrown (else the first).
-  void run_all(const std::function<void(int rank)>& fn);
+  /// Runs fn(rank) on every rank's thread and waits for all (`call` names it in errors and
+  /// traces). When all ranks throw (the same validation everywhere leaves them in step) the
+  /// first error is rethrown and the group stays usable; when only some do, or the watchdog
+  /// fires, the group is aborted (abort_group) and marked broken, and the error rethrown.
+  void run_all(const char* call, const std::function<void(int rank)>& fn);
+  /// Waits until every rank's job is done, aborting the group on a divergence or the watchdog;
+  /// returns the watchdog's message ("" when it did not fire).
+  std::string wait_all(const char* call);
+  /// Ends the host collective and the device communicators (once; any thread).
+  void abort_group();
+  void stop_workers();
   void check_usable() const;
 
   const int world_;
   ModelConfig config_;
   std::shared_ptr<HostCollective> host_;
+  std::function<void()> abort_devices_;
+  std::atomic<bool> aborted_ = false;
+  std::chrono::milliseconds watchdog_;
   std::vector<std::unique_ptr<ModelRunner>> ranks_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  // The jobs of the current run_all: how many are done and failed, when the first failed.
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  int done_ = 0, failed_ = 0, first_failed_ = -1;
+  Clock::time_point first_failure_at_;
   bool broken_ = false;  // ranks diverged: every later call fails
 };
 
