@@ -11,6 +11,7 @@ max_tokens; requests run 8 at a time so the engine batches them."""
 import concurrent.futures
 import json
 import os
+import queue
 import random
 import re
 import subprocess
@@ -281,6 +282,44 @@ class StructuredOutputsTest(unittest.TestCase):
             self.assertIn(needle, r["error"]["message"].lower(), r)
         text, reason = self.complete({"guided_choice": ["ok"]})  # nothing else disturbed
         self.assertEqual((text, reason), ("ok", "stop"))
+
+    def test_session_turns_take_one_constraint_each(self):
+        status, sess = self.post("/v1/sessions", {"cache": {"policy": "streaming", "n_sink": 4, "window": 256}})
+        self.assertEqual(status, 201, sess)
+        for rx in (r"[a-z]{4}", r"\d{3}", r"(yes|no)"):
+            text, reason = self.complete({"session_id": sess["id"], "guided_regex": rx, "max_tokens": 20})
+            self.assertEqual(reason, "stop")
+            self.assertIsNotNone(re.fullmatch(rx, text), (rx, text))
+        # gRPC: a Session call attached to the same session, a constraint per turn.
+        ch = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}")
+        call = ch.stream_stream("/rill.v1.Rill/Session", request_serializer=pb.SessionRequest.SerializeToString,
+                                response_deserializer=pb.SessionResponse.FromString)
+        requests = queue.Queue()
+
+        def feed():
+            while (m := requests.get()) is not None:
+                yield m
+        responses = call(feed(), timeout=120)
+        requests.put(pb.SessionRequest(open=pb.SessionOpen(attach_session_id=sess["id"])))
+        self.assertEqual(next(responses).WhichOneof("kind"), "opened")
+        for turn in (pb.SessionTurn(text=" x", max_tokens=20, regex=r"[0-9]{2}"),
+                     pb.SessionTurn(text=" y", max_tokens=20, choice=pb.Choices(choices=["up", "down"]))):
+            requests.put(pb.SessionRequest(turn=turn))
+            text = ""
+            while True:
+                m = next(responses)
+                self.assertEqual(m.WhichOneof("kind"), "turn", m)
+                text += m.turn.text
+                if m.turn.HasField("final"):
+                    break
+            self.assertEqual(m.turn.final.finish_reason, "stop")
+            if turn.HasField("regex"):
+                self.assertRegex(text, r"^[0-9]{2}$")
+            else:
+                self.assertIn(text, ["up", "down"])
+        requests.put(None)
+        list(responses)
+        ch.close()
 
     def test_grpc_constraints(self):
         ch = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}")
