@@ -90,11 +90,11 @@ Grammar build_grammar(const ConstraintSpec& spec, const GrammarLimits& limits) {
 
 std::shared_ptr<const CompiledConstraint> compile_constraint(
     const ConstraintSpec& spec, std::shared_ptr<const Vocabulary> vocab,
-    const GrammarLimits& limits) {
+    const GrammarLimits& limits, TableCache* shared) {
   const auto started = std::chrono::steady_clock::now();
   const Grammar g = build_grammar(spec, limits);
   CompiledGrammar cg(g, limits, started);
-  TokenTables tables(cg, *vocab, limits, started);
+  TokenTables tables(cg, *vocab, limits, started, shared);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   return std::make_shared<const CompiledConstraint>(
@@ -116,7 +116,7 @@ std::shared_ptr<const CompiledConstraint> ConstraintCache::get(const ConstraintS
     }
     ++misses_;
   }
-  auto compiled = compile_constraint(spec, vocab_, limits_);  // outside the lock: may be slow
+  auto compiled = compile_constraint(spec, vocab_, limits_, &tables_);  // outside the lock: slow
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) return it->second->second;
   lru_.emplace_front(key, compiled);

@@ -42,12 +42,14 @@ struct ConstraintSpec {
 /// (kInvalidArgument) naming the problem.
 Grammar build_grammar(const ConstraintSpec& spec, const GrammarLimits& limits);
 
-/// Compiles `spec` against `vocab`: grammar, automaton, token tables.
+/// Compiles `spec` against `vocab`: grammar, automaton, token tables (`shared`, may be null:
+/// tables reused across the constraints of `vocab`, TableCache).
 std::shared_ptr<const CompiledConstraint> compile_constraint(
     const ConstraintSpec& spec, std::shared_ptr<const Vocabulary> vocab,
-    const GrammarLimits& limits);
+    const GrammarLimits& limits, TableCache* shared = nullptr);
 
-/// Compiled constraints by (spec, vocabulary), least recently used evicted past `capacity`.
+/// Compiled constraints by (spec, vocabulary), least recently used evicted past `capacity`;
+/// their call-free token tables are shared across specs (TableCache).
 /// Thread-safe; two threads compiling the same new spec may both compile it.
 class ConstraintCache {
  public:
@@ -58,6 +60,8 @@ class ConstraintCache {
   const GrammarLimits& limits() const { return limits_; }
   size_t hits() const;
   size_t misses() const;
+  /// Token tables shared across this vocabulary's constraints (TableCache).
+  size_t shared_tables() const { return tables_.size(); }
 
  private:
   using Entry = std::pair<std::string, std::shared_ptr<const CompiledConstraint>>;
@@ -68,6 +72,7 @@ class ConstraintCache {
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   size_t hits_ = 0, misses_ = 0;
+  TableCache tables_;
 };
 
 }  // namespace rill::grammar

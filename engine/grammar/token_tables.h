@@ -12,7 +12,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/grammar/compiled_grammar.h"
@@ -28,15 +32,35 @@ struct PositionTable {
   std::vector<uint32_t> uncertain;  // indices into Vocabulary::sorted(), ascending
 };
 
+/// Tables of call-free positions (no rule call within the longest token's length), shared by
+/// the grammars compiled against one vocabulary: such a table depends only on the byte automaton
+/// within that many bytes of the position, its final states and the rule's follow set, which
+/// together key it exactly. The JSON building blocks (strings, numbers, whitespace) recur in
+/// every schema, so a new schema compiles only what is new in it. Thread-safe; past `capacity`
+/// entries the cache starts afresh (a bound, not an LRU: entries are cheap to rebuild).
+class TableCache {
+ public:
+  explicit TableCache(size_t capacity = 2048) : capacity_(capacity) {}
+  std::shared_ptr<const PositionTable> find(const std::string& key) const;
+  void put(const std::string& key, std::shared_ptr<const PositionTable> table);
+  size_t size() const;
+
+ private:
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const PositionTable>> tables_;
+};
+
 class TokenTables {
  public:
+  /// `shared` (may be null): tables of call-free positions reused across grammars of `v`.
   TokenTables(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
-              std::chrono::steady_clock::time_point started);
+              std::chrono::steady_clock::time_point started, TableCache* shared = nullptr);
 
   /// The table of automaton state `s`, or null when it has no byte edges.
   const PositionTable* at(int32_t s) const {
     const int32_t i = index_[static_cast<size_t>(s)];
-    return i < 0 ? nullptr : &tables_[static_cast<size_t>(i)];
+    return i < 0 ? nullptr : tables_[static_cast<size_t>(i)].get();
   }
   /// Bitset of every token a table may accept (non-special, non-empty).
   std::span<const uint32_t> walkable() const { return walkable_; }
@@ -47,10 +71,10 @@ class TokenTables {
   static constexpr size_t kMaxBuildThreads = 8;
   void build_parallel(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
                       std::chrono::steady_clock::time_point started,
-                      const std::vector<int32_t>& reps);
+                      const std::vector<int32_t>& reps, TableCache* shared);
 
   std::vector<int32_t> index_;  // per automaton state
-  std::vector<PositionTable> tables_;
+  std::vector<std::shared_ptr<const PositionTable>> tables_;
   std::vector<uint32_t> walkable_;
 };
 

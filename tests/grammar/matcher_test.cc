@@ -60,6 +60,34 @@ TEST(GrammarMatcher, MasksMatchBruteForceJsonSchema) {
                3, 25, 7);
 }
 
+// Tables shared across schemas (TableCache): a schema compiled after others that share its
+// building blocks (strings, numbers, bounded repeats, whitespace) reuses their tables, and its
+// masks are still exact; a cache of one entry (cleared on every put) changes nothing either.
+TEST(GrammarMatcher, SharedTablesAcrossSchemasKeepMasksExact) {
+  const auto v = small_vocab(4, 200);
+  ConstraintCache cache(v, {});
+  auto spec = [](const char* text) {
+    ConstraintSpec s;
+    s.kind = ConstraintKind::kJsonSchema;
+    s.text = text;
+    return s;
+  };
+  cache.get(spec(R"({"type":"object","properties":{"p":{"type":"string","maxLength":5},
+      "q":{"type":"number"},"r":{"type":"array","items":{"type":"string"}}}})"));
+  cache.get(spec(R"({"type":"array","items":{"type":"integer","minimum":0,"maximum":99}})"));
+  const size_t before = cache.shared_tables();
+  EXPECT_GT(before, 0u);
+  const auto c = cache.get(spec(R"({"type":"object","properties":{
+      "b":{"type":"string","maxLength":5},"n":{"type":"number"},
+      "s":{"type":"array","items":{"type":"string"},"maxItems":2},
+      "i":{"type":"integer","minimum":0,"maximum":99}},"required":["b","n","s","i"]})"));
+  random_walks(c, 3, 30, 11);
+  TableCache tiny(1);
+  ConstraintSpec s = spec(R"({"type":"array","items":{"type":"string","maxLength":3}})");
+  compile_constraint(s, v, {}, &tiny);
+  random_walks(compile_constraint(s, v, {}, &tiny), 3, 20, 12);
+}
+
 TEST(GrammarMatcher, MasksMatchBruteForceJsonObject) {
   random_walks(compile(ConstraintKind::kJsonObject, "", small_vocab(2, 200)), 3, 25, 8);
 }
