@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cpu/thread_pool.h"
 #include "engine/runner/runner.h"
 #include "engine/scheduler/engine_metrics.h"
 #include "engine/scheduler/engine_stats.h"
@@ -58,6 +59,9 @@ class EngineLoop {
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
   bool constraint_ended(const SequencePtr& s, ConstraintState::Next next);
+  bool live_sample(const InFlight& f, size_t k) const;  // input k's sample is the sequence's own
+  static bool ends_at_stop_id(const Sequence& s, int32_t tok);
+  std::vector<ConstraintState::Next> advance_constraints(const InFlight& f, const StepOutput& out);
   void publish_stats(Clock::time_point now);
   void publish_prefix_cache(const KvStats& kv);
   void flush_output();
@@ -88,6 +92,7 @@ class EngineLoop {
   double device_busy_s_ = 0;
   bool cost_model_trusted_ = false;      // logged when it first becomes trusted
   Clock::time_point cost_model_logged_;  // and at debug level now and then
+  std::unique_ptr<ThreadPool> mask_pool_;  // grammar masks of a step's constrained sequences
   std::thread thread_;
 };
 
