@@ -1,6 +1,7 @@
 #include "engine/grammar/matcher.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace rill::grammar {
 
@@ -39,8 +40,14 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
       positions_.push_back(it.state);
   uncertain_.clear();
   const auto walkable = c_->tables.walkable();
+  // Positions sharing one table (equivalent positions, shared tables) contribute it once.
+  tables_.clear();
   for (int32_t s : positions_) {
-    const PositionTable& t = *c_->tables.at(s);
+    const PositionTable* t = c_->tables.at(s);
+    if (std::find(tables_.begin(), tables_.end(), t) == tables_.end()) tables_.push_back(t);
+  }
+  for (const PositionTable* tp : tables_) {
+    const PositionTable& t = *tp;
     switch (t.form) {
       case PositionTable::Form::kList:
         for (int32_t id : t.ids) words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
@@ -51,23 +58,26 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
       case PositionTable::Form::kComplement: {
         // words |= walkable minus ids: set all walkable, then restore the bits of `ids` that
         // were not set before.
-        std::vector<uint32_t> before;
-        before.reserve(t.ids.size());
+        before_.clear();
         for (int32_t id : t.ids)
-          before.push_back(words[static_cast<size_t>(id) >> 5] >> (id & 31) & 1u);
+          before_.push_back(words[static_cast<size_t>(id) >> 5] >> (id & 31) & 1u);
         for (size_t w = 0; w < words.size(); ++w) words[w] |= walkable[w];
         for (size_t k = 0; k < t.ids.size(); ++k)
-          if (!before[k]) words[static_cast<size_t>(t.ids[k]) >> 5] &= ~(1u << (t.ids[k] & 31));
+          if (!before_[k]) words[static_cast<size_t>(t.ids[k]) >> 5] &= ~(1u << (t.ids[k] & 31));
         break;
       }
     }
-    uncertain_.insert(uncertain_.end(), t.uncertain.begin(), t.uncertain.end());
-  }
-  size_t with_uncertain = 0;
-  for (int32_t s : positions_) with_uncertain += c_->tables.at(s)->uncertain.empty() ? 0 : 1;
-  if (with_uncertain > 1) {
-    std::sort(uncertain_.begin(), uncertain_.end());
-    uncertain_.erase(std::unique(uncertain_.begin(), uncertain_.end()), uncertain_.end());
+    // Each table's list is ascending: merged in, not sorted (a sort of thousands of indices at
+    // every string end cost more than checking them).
+    if (t.uncertain.empty()) continue;
+    if (uncertain_.empty()) {
+      uncertain_.assign(t.uncertain.begin(), t.uncertain.end());
+      continue;
+    }
+    merged_.clear();
+    std::set_union(uncertain_.begin(), uncertain_.end(), t.uncertain.begin(), t.uncertain.end(),
+                   std::back_inserter(merged_));
+    uncertain_.swap(merged_);
   }
   check_uncertain(words);
   if (can_end())

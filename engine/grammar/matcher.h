@@ -51,8 +51,11 @@ class GrammarMatcher {
   std::shared_ptr<const CompiledConstraint> c_;
   EarleyParser parser_;
   bool terminated_ = false;
-  std::vector<int32_t> positions_;   // scratch: distinct scanning states
-  std::vector<uint32_t> uncertain_;  // scratch: sorted() indices to check
+  std::vector<int32_t> positions_;            // scratch: distinct scanning states
+  std::vector<uint32_t> uncertain_;           // scratch: sorted() indices to check, ascending
+  std::vector<uint32_t> merged_;              // scratch: a merge of two uncertain lists
+  std::vector<uint8_t> before_;               // scratch: a complement table's bits before it
+  std::vector<const PositionTable*> tables_;  // scratch: the distinct tables of the positions
 };
 
 }  // namespace rill::grammar
