@@ -472,8 +472,6 @@ void declare_flags(cli::Args& args) {
   args.option("context", "128,512,1024", "tokens in each sequence's cache while decoding");
   args.option("steps", "32", "timed decode steps per configuration (median reported)");
   args.option("prefill", "2048", "prefill prompt lengths (0: skip)");
-  args.option("max-step-tokens", "8192", "largest step the runner is sized for");
-  args.option("max-batch", "256", "largest decode batch the runner is sized for");
   args.flag("graphs-off-too", "also time every decode configuration with CUDA graphs off");
   args.flag("gemv-off-too", "also time batch <= 8 decode with the GEMV path off (cuBLAS only)");
   args.flag("pdl-off-too",
@@ -531,8 +529,6 @@ int main(int argc, char** argv) {
   try {
     EngineOptions eo = cli::engine_options(args);
     eo.device = "cuda";
-    eo.max_step_tokens = args.get_int("max-step-tokens");
-    eo.max_batch = args.get_int("max-batch");
     const Model model = load_model(args.get("model"));
     kernels::set_smem_carveout(args.get_int("carveout"));
     eo.cuda_tuning.gemv_deep_config = args.get_int("gemv-deep-config");

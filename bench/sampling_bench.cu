@@ -72,7 +72,7 @@ int main() {
         }
         BENCH_CUDA(
             cudaMemcpy(rows, host.data(), batch * sizeof(k::SamplingRow), cudaMemcpyHostToDevice));
-        k::SampleParams p;
+        k::SampleBatch p;
         p.num_rows = batch;
         p.vocab = vocab;
         p.logits = logits;

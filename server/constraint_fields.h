@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/request.h"
+#include "engine/serving/serving_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/toolcall/family.h"
 #include "engine/toolcall/tools.h"

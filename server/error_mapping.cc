@@ -3,7 +3,7 @@
 #include <cmath>
 #include <new>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 
 namespace rill::server {
 

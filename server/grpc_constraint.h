@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "engine/toolcall/family.h"
 #include "engine/toolcall/tools.h"
 #include "server/constraint_fields.h"

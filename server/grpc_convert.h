@@ -9,9 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/runner/runner.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/request.h"
+#include "engine/serving/session.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "rill/v1/rill.pb.h"
 #include "server/error_mapping.h"

@@ -4,7 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 #include "rill/v1/rill.pb.h"
 #include "server/serving_context.h"
 

@@ -1,6 +1,6 @@
 #include "server/grpc_request_id.h"
 
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "server/error_mapping.h"
 
 namespace rill::server {

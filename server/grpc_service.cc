@@ -9,8 +9,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "engine/runner/runner.h"
-#include "engine/scheduler/ids.h"
+#include "engine/serving/request.h"
+#include "engine/serving/ids.h"
 #include "rill/v1/rill.grpc.pb.h"
 #include "server/error_mapping.h"
 #include "server/grpc_convert.h"
@@ -19,6 +19,7 @@
 #include "server/grpc_session.h"
 #include "server/grpc_constraint.h"
 #include "server/grpc_tools.h"
+#include "server/reactor_link.h"
 #include "server/session_turn.h"
 #include "server/wake_queue.h"
 
@@ -88,12 +89,12 @@ namespace {
 // One Generate stream. States: submitted -> (writes, one in flight) -> final written ->
 // Finish -> OnDone (deletes). The engine's notifier only posts a wake-up to the WakeQueue; the
 // wake-up and OnWriteDone pump events under mu_.
-class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
+class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateResponse>,
+                              public Pumped {
  public:
   GenerateReactor(ServingContext& ctx, const std::shared_ptr<WakeQueue>& wakes,
                   grpc::CallbackServerContext* call, const pb::GenerateRequest* in)
-      : ctx_(ctx), call_(call), link_(std::make_shared<Link>()) {
-    link_->reactor = this;
+      : ctx_(ctx), call_(call), link_(std::make_shared<ReactorLink>(this)) {
     std::lock_guard<std::mutex> lock(mu_);
     try {
       ServingEngine& engine = ctx.require_engine();
@@ -102,18 +103,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
       tool_calls_ = StreamToolCalls(ctx.model().tool_family, tool_spec_from_pb(in->tool_options()));
       request_id_ = req.id;
       prompt_tokens_ = static_cast<int>(req.prompt.size());
-      std::shared_ptr<Link> link = link_;
-      // The notifier may outlive this reactor and the server: it holds the queue, whose post()
-      // drops wake-ups once the server stopped it.
-      std::shared_ptr<WakeQueue> wq = wakes;
-      handle_ = engine.submit(std::move(req), [link, wq] {
-        if (link->queued.exchange(true)) return;  // a wake-up is already on its way
-        wq->post([link] {
-          link->queued.store(false);
-          std::lock_guard<std::mutex> l(link->mu);
-          if (link->reactor) link->reactor->pump();
-        });
-      });
+      handle_ = engine.submit(std::move(req), ReactorLink::notifier(link_, wakes));
     } catch (const std::exception& e) {
       const ErrorReply err = map_exception(e);
       status_code_ = err.grpc_code;
@@ -146,10 +136,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
   }
 
   void OnDone() override {
-    {
-      std::lock_guard<std::mutex> l(link_->mu);  // waits out a wake-up running pump()
-      link_->reactor = nullptr;
-    }
+    link_->detach();
     AccessRecord rec{
         "grpc",         "Generate",     request_id_,        static_cast<int>(status_code_),
         finish_reason_, prompt_tokens_, completion_tokens_, timings_};
@@ -157,17 +144,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
     delete this;  // the handle cancels the request if it had not finished
   }
 
-  void pump() {
+  void pump() override {
     std::lock_guard<std::mutex> lock(mu_);
     pump_locked();
   }
 
  private:
-  struct Link {  // shared with the notifier, which may outlive the reactor
-    std::mutex mu;
-    GenerateReactor* reactor = nullptr;
-    std::atomic<bool> queued{false};
-  };
 
   void finish_locked(const grpc::Status& status) {
     if (finish_called_) return;
@@ -222,7 +204,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::GenerateRespon
 
   ServingContext& ctx_;
   grpc::CallbackServerContext* call_;
-  std::shared_ptr<Link> link_;
+  std::shared_ptr<ReactorLink> link_;
   const ServingEngine* engine_ = nullptr;  // set when submitted; outlives the stream
   std::mutex mu_;
   RequestHandle handle_;

@@ -11,6 +11,7 @@
 #include "server/grpc_convert.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_tools.h"
+#include "server/reactor_link.h"
 #include "server/session_turn.h"
 
 namespace rill::server {
@@ -48,12 +49,12 @@ TurnInput turn_input(const pb::SessionTurn& t) {
 // answered one error at a time instead of growing a queue. The engine's notifier only posts a
 // wake-up to the WakeQueue; wake-ups and reactions run under mu_ and never block.
 class SessionReactor final
-    : public grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionResponse> {
+    : public grpc::ServerBidiReactor<pb::SessionRequest, pb::SessionResponse>,
+      public Pumped {
  public:
   SessionReactor(ServingContext& ctx, std::shared_ptr<WakeQueue> wakes,
                  grpc::CallbackServerContext* call)
-      : ctx_(ctx), wakes_(std::move(wakes)), call_(call), link_(std::make_shared<Link>()) {
-    link_->reactor = this;
+      : ctx_(ctx), wakes_(std::move(wakes)), call_(call), link_(std::make_shared<ReactorLink>(this)) {
     std::lock_guard<std::mutex> lock(mu_);
     read_more_locked();
   }
@@ -91,25 +92,17 @@ class SessionReactor final
   }
 
   void OnDone() override {
-    {
-      std::lock_guard<std::mutex> l(link_->mu);  // waits out a wake-up running pump()
-      link_->reactor = nullptr;
-    }
+    link_->detach();
     if (owned_) close_owned_session();  // finish_locked closed it already on every usual path
     delete this;                        // a running turn's handle cancels it
   }
 
-  void pump() {
+  void pump() override {
     std::lock_guard<std::mutex> lock(mu_);
     pump_locked();
   }
 
  private:
-  struct Link {  // shared with the notifiers, which may outlive the reactor
-    std::mutex mu;
-    SessionReactor* reactor = nullptr;
-    std::atomic<bool> queued{false};
-  };
 
   struct Turn {
     TurnPlan plan;
@@ -172,7 +165,7 @@ class SessionReactor final
         r.skip_special_tokens = false;  // call markers may be special tokens
       ctx_.check_prompt(r.prompt, "input");
       tokenizer_ = &ctx_.require_engine().tokenizer();
-      RequestHandle handle = submit_session_turn(ctx_, std::move(r), notifier());
+      RequestHandle handle = submit_session_turn(ctx_, std::move(r), ReactorLink::notifier(link_, wakes_));
       turn_.emplace(Turn{std::move(plan),
                          std::move(handle),
                          id,
@@ -185,19 +178,6 @@ class SessionReactor final
         return finish_locked(to_status(call_, err));
       turn_error_locked(id, err);
     }
-  }
-
-  EventNotifier notifier() {
-    std::shared_ptr<Link> link = link_;
-    std::shared_ptr<WakeQueue> wq = wakes_;
-    return [link, wq] {
-      if (link->queued.exchange(true)) return;  // a wake-up is already on its way
-      wq->post([link] {
-        link->queued.store(false);
-        std::lock_guard<std::mutex> l(link->mu);
-        if (link->reactor) link->reactor->pump();
-      });
-    };
   }
 
   void turn_error_locked(const std::string& request_id, const ErrorReply& err) {
@@ -296,7 +276,7 @@ class SessionReactor final
   ServingContext& ctx_;
   std::shared_ptr<WakeQueue> wakes_;
   grpc::CallbackServerContext* call_;
-  std::shared_ptr<Link> link_;
+  std::shared_ptr<ReactorLink> link_;
   std::mutex mu_;
   std::string session_id_;    // empty until opened
   uint64_t incarnation_ = 0;  // of the session opened (SessionInfo::incarnation)

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 #include "engine/toolcall/tool_parser.h"
 #include "rill/v1/rill.pb.h"
 

@@ -21,10 +21,8 @@
 #include "server/http_limits.h"
 #include "server/http_listener.h"
 #include "server/http_request.h"
-#include "server/json_body.h"
-#include "server/metrics_exposition.h"
+#include "server/http_routes.h"
 #include "server/openai_api.h"
-#include "server/session_api.h"
 #include "server/session_turn.h"
 
 namespace rill::server {
@@ -37,33 +35,6 @@ using tcp = net::ip::tcp;
 using nlohmann::json;
 
 constexpr auto kIdleTimeout = std::chrono::seconds(60);  // keep-alive and request-read timeout
-
-struct Route {
-  const char* path;
-  http::verb method;
-};
-constexpr Route kRoutes[] = {
-    {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
-    {"/v1/models", http::verb::get},       {"/tokenize", http::verb::post},
-    {"/detokenize", http::verb::post},     {"/health", http::verb::get},
-    {"/metrics", http::verb::get},
-};
-// POST /v1/sessions; GET and DELETE /v1/sessions/{id} (routed apart: the path has a parameter).
-constexpr const char* kSessions = "/v1/sessions";
-constexpr const char* kSessionPrefix = "/v1/sessions/";
-
-bool is_session_path(const std::string& target) {
-  return target == kSessions || target.rfind(kSessionPrefix, 0) == 0;
-}
-
-// The Allow header of a 405 for `target`.
-std::string allowed_methods(const std::string& target) {
-  if (target == kSessions) return "POST";
-  if (is_session_path(target)) return "GET, HEAD, DELETE";
-  for (const Route& r : kRoutes)
-    if (target == r.path) return r.method == http::verb::get ? "GET, HEAD" : "POST";
-  return {};
-}
 
 // What every connection shares: the count of generations in flight (so stop() can wait for
 // them), the connection table and the budget of buffered request bodies (http_limits.h).
@@ -87,11 +58,23 @@ struct Gate {
   net::io_context* ioc = nullptr;  // null once closed
 };
 
-class Session : public std::enable_shared_from_this<Session> {
+// One HTTP connection: reads requests, answers plain ones (keep-alive) and streams a generation
+// (which closes the connection after). Its life is one state machine, `state_`:
+//
+//   kReading --plain request--> kAnswering --written, keep-alive--> kReading
+//       |                           +--------written, close------> kLingering --> kClosed
+//       +--generation--> kGenerating --first chunk (stream)--> kStreaming
+//                             |                                    |
+//                             +------final event / abort-----------+--> kFinishing --> kClosed
+//
+// plus kClosed from anywhere on a read or write error, timeout or eviction. A generation is
+// counted in Registry::generating from kGenerating until kClosed (or destruction), and its
+// access-log line is written once, when it closes. At most one write is in flight (writing_).
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
   // `conn_id`: the connection's id in reg.connections; 0 for a connection over the cap, which
   // is answered 503 (refuse()) and closed.
-  Session(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg,
+  HttpConnection(tcp::socket socket, ServingContext& ctx, const MetricsRegistry& metrics, Registry& reg,
           std::shared_ptr<Gate> gate, uint64_t conn_id)
       : stream_(std::move(socket)),
         ctx_(ctx),
@@ -101,8 +84,8 @@ class Session : public std::enable_shared_from_this<Session> {
         conn_id_(conn_id),
         buffer_(static_cast<size_t>(kReadBufferBytes)) {}
 
-  ~Session() {
-    release();
+  ~HttpConnection() {
+    if (in_generation()) reg_.generating.fetch_sub(1);
     release_body_charge();
     if (conn_id_)
       reg_.connections.release(conn_id_);
@@ -119,10 +102,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   using Response = http::response<http::string_body>;
+  enum class State { kReading, kAnswering, kGenerating, kStreaming, kFinishing, kLingering, kClosed };
+
+  bool in_generation() const {
+    return state_ == State::kGenerating || state_ == State::kStreaming ||
+           state_ == State::kFinishing;
+  }
+  // A generation whose final event has not come (its events are still polled).
+  bool awaiting_final() const {
+    return state_ == State::kGenerating || state_ == State::kStreaming;
+  }
 
   // Over the connection cap: 503 without reading the request, then the connection closes.
   void refuse() {
-    refused_ = true;
     ErrorReply e = map_error(ErrorCode::kResourceExhausted,
                              "too many connections: the server has " +
                                  std::to_string(reg_.connections.max_connections()) +
@@ -134,13 +126,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // (ConnectionTable::set_idle), for its first byte; the rest of the request is read and
   // parsed piecewise so that the body's growth is charged to the shared budget as it arrives.
   void read_request() {
+    state_ = State::kReading;
     parser_.emplace();
     limit_request_parser(*parser_, ctx_.config().max_body_bytes);
     stream_.expires_after(kIdleTimeout);
     if (buffer_.size() > 0) return read_some();  // pipelined bytes of the next request
     // An idle connection holds no read buffer: its first bytes land in probe_.
     buffer_.shrink_to_fit();
-    std::weak_ptr<Session> weak = weak_from_this();
+    std::weak_ptr<HttpConnection> weak = weak_from_this();
     reg_.connections.set_idle(conn_id_, [weak] {
       if (auto self = weak.lock())
         net::post(self->stream_.get_executor(), [self] { self->close(); });
@@ -225,126 +218,25 @@ class Session : public std::enable_shared_from_this<Session> {
     route();
   }
 
+  // Plain routes are answered whole (http_routes.cc); a generation streams from here.
   void route() {
     std::string target(req_.target());
     if (const auto q = target.find('?'); q != std::string::npos) target.resize(q);
     method_line_ = std::string(req_.method_string()) + " " + target;
-    if (is_session_path(target)) return route_session(target);
-    const Route* found = nullptr;
-    bool path_known = false;
-    for (const Route& r : kRoutes) {
-      if (target != r.path) continue;
-      path_known = true;
-      if (req_.method() == r.method ||
-          (r.method == http::verb::get && req_.method() == http::verb::head))
-        found = &r;
+    RouteResult r =
+        route_request(ctx_, metrics_, req_.method(), req_.method_string(), target, req_.body());
+    switch (r.kind) {
+      case RouteResult::Kind::kAnswer:
+        return send(r.status, r.content_type.c_str(), std::move(r.body), true);
+      case RouteResult::Kind::kError:
+        return send_error(r.error, r.status, true);
+      case RouteResult::Kind::kGenerate:
+        try {
+          return start_generation(r.api);
+        } catch (const std::exception& e) {
+          return send_error(map_exception(e), 0, true);
+        }
     }
-    if (!path_known)
-      return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
-    if (!found) {
-      ErrorReply e =
-          map_error(ErrorCode::kInvalidArgument,
-                    "method " + std::string(req_.method_string()) + " is not allowed on " + target);
-      e.type = "invalid_request_error";
-      return send_error(e, 405, true);
-    }
-    try {
-      if (target == "/v1/completions") return start_generation(ApiKind::kCompletion);
-      if (target == "/v1/chat/completions") return start_generation(ApiKind::kChat);
-      if (target == "/health") return health();
-      if (target == "/metrics") {
-        return send(200, kPrometheusContentType, render_prometheus(metrics_.snapshot()), true);
-      }
-      if (target == "/v1/models") {
-        ctx_.require_engine();
-        return send(200, "application/json", models_body(ctx_), true);
-      }
-      if (target == "/tokenize") return tokenize();
-      if (target == "/detokenize") return detokenize();
-    } catch (const std::exception& e) {
-      return send_error(map_exception(e), 0, true);
-    }
-  }
-
-  // POST /v1/sessions -> 201; GET /v1/sessions/{id} -> 200; DELETE /v1/sessions/{id} -> 200.
-  void route_session(const std::string& target) {
-    const bool collection = target == kSessions;
-    const std::string id = collection ? std::string() : target.substr(std::strlen(kSessionPrefix));
-    if (!collection && (id.empty() || id.find('/') != std::string::npos))
-      return send_error(map_error(ErrorCode::kNotFound, "no route for " + target), 404, true);
-    const http::verb m = req_.method();
-    const bool allowed =
-        collection ? m == http::verb::post
-                   : (m == http::verb::get || m == http::verb::head || m == http::verb::delete_);
-    if (!allowed) {
-      ErrorReply e =
-          map_error(ErrorCode::kInvalidArgument,
-                    "method " + std::string(req_.method_string()) + " is not allowed on " + target);
-      e.type = "invalid_request_error";
-      return send_error(e, 405, true);
-    }
-    try {
-      if (collection) {
-        const SessionInfo info = create_session(ctx_, parse_session_options(ctx_, req_.body()));
-        return send(201, "application/json", session_body(info), true);
-      }
-      if (m == http::verb::delete_) {
-        if (!delete_session(ctx_, id))
-          throw Error(ErrorCode::kNotFound, "session " + id + " not found");
-        return send(200, "application/json", session_deleted_body(id), true);
-      }
-      send(200, "application/json", session_body(get_session(ctx_, id)), true);
-    } catch (const std::exception& e) {
-      send_error(map_exception(e), 0, true);
-    }
-  }
-
-  void health() {
-    const std::string why = ctx_.unhealthy_reason();
-    if (why.empty()) return send(200, "application/json", R"({"status":"ok"})", true);
-    send(503, "application/json", dump_json({{"status", why}}), true);
-  }
-
-  // vLLM's shapes: {"prompt": text, "add_special_tokens": bool} -> {"tokens", "count",
-  // "max_model_len"}.
-  void tokenize() {
-    const json b = parse_json_object(req_.body());
-    const Tokenizer& tok = ctx_.require_engine().tokenizer();
-    const char* key = b.contains("prompt") ? "prompt" : "text";
-    if (!b.contains(key) || !b[key].is_string())
-      throw FieldError("prompt", "'prompt' must be a string");
-    bool add_special = true;
-    if (b.contains("add_special_tokens")) {
-      if (!b["add_special_tokens"].is_boolean())
-        throw FieldError("add_special_tokens", "'add_special_tokens' must be a boolean");
-      add_special = b["add_special_tokens"].get<bool>();
-    }
-    const std::vector<int32_t> ids = tok.encode(b[key].get<std::string>(), add_special);
-    send(200, "application/json",
-         dump_json({{"tokens", ids},
-                    {"count", ids.size()},
-                    {"max_model_len", ctx_.model().context_length}}),
-         true);
-  }
-
-  // {"tokens": [ids]} -> {"prompt": text}.
-  void detokenize() {
-    const json b = parse_json_object(req_.body());
-    const Tokenizer& tok = ctx_.require_engine().tokenizer();
-    if (!b.contains("tokens") || !b["tokens"].is_array())
-      throw FieldError("tokens", "'tokens' must be a list of token ids");
-    std::vector<int32_t> ids;
-    for (const json& x : b["tokens"]) {
-      if (!x.is_number_integer())
-        throw FieldError("tokens", "'tokens' must be a list of token ids");
-      const int64_t id = x.get<int64_t>();
-      if (id < 0 || id >= tok.vocab_size())
-        throw FieldError("tokens", "'tokens' has token id " + std::to_string(id) +
-                                       " out of range [0, " + std::to_string(tok.vocab_size()) +
-                                       ")");
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    send(200, "application/json", dump_json({{"prompt", tok.decode(ids)}}), true);
   }
 
   // ---- Generation ----
@@ -361,7 +253,7 @@ class Session : public std::enable_shared_from_this<Session> {
     prompt_tokens_ = static_cast<int>(api.request.prompt.size());
     responder_.emplace(api, engine.tokenizer(), api.request.id);
     turn_ = std::move(api.turn);
-    std::weak_ptr<Session> weak = weak_from_this();
+    std::weak_ptr<HttpConnection> weak = weak_from_this();
     auto queued = std::make_shared<std::atomic<bool>>(false);
     EventNotifier notify = [weak, gate = gate_, queued] {
       // On an engine thread: only post a wake-up (then onto this connection's strand).
@@ -377,7 +269,7 @@ class Session : public std::enable_shared_from_this<Session> {
     };
     handle_ = turn_ ? submit_session_turn(ctx_, std::move(api.request), std::move(notify))
                     : engine.submit(std::move(api.request), std::move(notify));
-    generating_ = true;
+    state_ = State::kGenerating;
     reg_.generating.fetch_add(1);
     stream_.expires_never();
     if (stream_mode_) {
@@ -398,7 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void watch_disconnect() {
     stream_.socket().async_read_some(net::buffer(probe_), [self = shared_from_this()](
                                                               beast::error_code ec, size_t) {
-      if (self->closed_ || self->final_seen_) return;
+      if (!self->awaiting_final()) return;
       if (ec) {
         spdlog::debug("{}: client disconnected ({}); cancelling", self->request_id_, ec.message());
         self->abort("client disconnected");
@@ -409,7 +301,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_events() {
-    if (closed_ || final_seen_ || !handle_.valid()) return;
+    if (!awaiting_final() || !handle_.valid()) return;
     events_.clear();
     handle_.poll(events_);
     for (const RequestEvent& ev : events_) {
@@ -430,7 +322,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_final(const FinalEvent& f) {
-    final_seen_ = true;
+    if (stream_mode_ && f.reason != FinishReason::kError) begin_stream();  // none came before
+    const bool headers_sent = state_ == State::kStreaming;
+    state_ = State::kFinishing;
     // Before the answer goes out, so the client's next turn finds the history up to date.
     if (turn_) finish_session_turn(ctx_, *turn_, f, responder_->text());
     finish_reason_ = finish_reason_name(f.reason);
@@ -438,11 +332,10 @@ class Session : public std::enable_shared_from_this<Session> {
     timings_ = f.timings;
     if (f.reason == FinishReason::kError) {
       const ErrorReply e = map_error(f.error_code, f.error_message);
-      if (!headers_sent_) return send_error(e, 0, false);
+      if (!headers_sent) return send_error(e, 0, false);
       status_ = e.http_status;
       append_body(sse_error(e));
     } else if (stream_mode_) {
-      begin_stream();
       append_body(responder_->final(f));
     } else {
       return send(200, "application/json", responder_->final(f), false);
@@ -450,9 +343,10 @@ class Session : public std::enable_shared_from_this<Session> {
     if (chunked_) pending_ += "0\r\n\r\n";  // the last chunk of the chunked body
   }
 
+  // kGenerating -> kStreaming: the stream's head goes out before its first chunk.
   void begin_stream() {
-    if (headers_sent_) return;
-    headers_sent_ = true;
+    if (state_ != State::kGenerating) return;
+    state_ = State::kStreaming;
     status_ = 200;
     pending_ += chunked_ ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
     pending_ +=
@@ -479,7 +373,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // One write in flight; what arrives meanwhile waits in pending_.
   void flush() {
-    if (writing_ || closed_ || pending_.empty()) return;
+    if (writing_ || state_ == State::kClosed || pending_.empty()) return;
     writing_ = true;
     inflight_.swap(pending_);
     pending_.clear();
@@ -493,16 +387,11 @@ class Session : public std::enable_shared_from_this<Session> {
     inflight_.clear();
     if (ec) return abort("write failed: " + ec.message());
     if (!pending_.empty()) return flush();
-    if (final_seen_) finish_generation();
-  }
-
-  void finish_generation() {
-    log_access();
-    close();
+    if (state_ == State::kFinishing) close();
   }
 
   void abort(const std::string& why) {
-    if (handle_.valid() && !final_seen_) {
+    if (handle_.valid() && awaiting_final()) {
       handle_.cancel();
       // The cache holds what was generated up to now: the session's history keeps it too.
       FinalEvent cancelled;
@@ -512,7 +401,6 @@ class Session : public std::enable_shared_from_this<Session> {
     if (finish_reason_.empty()) finish_reason_ = "cancelled";
     if (!status_) status_ = 499;
     spdlog::debug("{}: {}", request_id_, why);
-    log_access();
     close();
   }
 
@@ -523,7 +411,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res->set(http::field::server, "rill");
     res->set(http::field::content_type, content_type);
     if (!request_id_.empty()) res->set("X-Request-Id", request_id_);
-    res->keep_alive(keep_alive && req_.keep_alive() && !generating_);
+    res->keep_alive(keep_alive && req_.keep_alive() && !in_generation());
     if (req_.method() != http::verb::head) res->body() = std::move(body);
     res->prepare_payload();
     respond(res, status);
@@ -545,7 +433,7 @@ class Session : public std::enable_shared_from_this<Session> {
       res->set(http::field::retry_after,
                std::to_string(retry_after_header_seconds(*e.retry_after_s)));
     if (!request_id_.empty()) res->set("X-Request-Id", request_id_);
-    res->keep_alive(keep_alive && req_.keep_alive() && !generating_);
+    res->keep_alive(keep_alive && req_.keep_alive() && !in_generation());
     ErrorReply body = e;
     if (code != e.http_status && code == 413)
       body.type = "invalid_request_error", body.code = "request_too_large";
@@ -557,14 +445,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void respond(const std::shared_ptr<Response>& res, int status) {
     status_ = status;
-    headers_sent_ = true;
-    final_seen_ = true;
-    if (!generating_) log_access();
+    if (in_generation()) {
+      state_ = State::kFinishing;  // logged when it closes
+    } else {
+      state_ = State::kAnswering;
+      log_access();
+    }
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res](beast::error_code ec, size_t) {
                         if (ec || !res->keep_alive()) {
-                          if (self->generating_) self->log_access();
-                          if (!ec && !self->generating_) return self->linger_close();
+                          if (!ec && !self->in_generation()) return self->linger_close();
                           return self->close();
                         }
                         self->reset_for_next();
@@ -576,21 +466,16 @@ class Session : public std::enable_shared_from_this<Session> {
     request_id_.clear();
     finish_reason_.clear();
     status_ = 0;
-    headers_sent_ = final_seen_ = false;
     prompt_tokens_ = completion_tokens_ = 0;
     timings_ = {};
   }
 
+  // One line per plain request (as it is answered) and per generation (as it closes).
   void log_access() {
-    if (logged_ || refused_) return;  // refused connections: a throttled warning instead
-    logged_ = true;
-    if (!generating_) {
-      // Plain requests: reset so a keep-alive connection logs its next one.
-      logged_ = false;
-      if (method_line_.find("/health") != std::string::npos ||
-          method_line_.find("/metrics") != std::string::npos)
-        return;  // probes and scrapes are not worth a line each
-    }
+    if (!conn_id_) return;  // refused connections: a throttled warning instead
+    if (method_line_.find("/health") != std::string::npos ||
+        method_line_.find("/metrics") != std::string::npos)
+      return;  // probes and scrapes are not worth a line each
     ctx_.access_log(AccessRecord{"http", method_line_, request_id_, status_, finish_reason_,
                                  prompt_tokens_, completion_tokens_, timings_});
   }
@@ -598,6 +483,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Half-closes, then reads and discards what the client still sends (e.g. the rest of an
   // oversized body) for up to 5 s, so that it reads our answer instead of a connection reset.
   void linger_close() {
+    state_ = State::kLingering;
     buffer_.clear();
     buffer_.shrink_to_fit();
     beast::error_code ec;
@@ -617,22 +503,19 @@ class Session : public std::enable_shared_from_this<Session> {
                             });
   }
 
-  // Counts this session out of the generating ones (once).
-  void release() {
-    if (generating_ && !released_) {
-      released_ = true;
-      reg_.generating.fetch_sub(1);
-    }
-  }
-
+  // Any state -> kClosed. A generation leaves Registry::generating and writes its log line.
   void close() {
-    release();
-    if (closed_) return;
-    closed_ = true;
+    if (state_ == State::kClosed) return;
+    const bool generation = in_generation();
+    state_ = State::kClosed;
+    if (generation) {
+      reg_.generating.fetch_sub(1);
+      log_access();
+    }
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
-    // The handle (if the request is still running) cancels it when the session is freed.
+    // The handle (if the request is still running) cancels it when the connection is freed.
   }
 
   beast::tcp_stream stream_;
@@ -654,10 +537,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string pending_, inflight_;
   char probe_[64];  // an idle connection's first read; a generation's disconnect watch
   std::unique_ptr<char[]> discard_buffer_;  // linger_close's reads
-  bool generating_ = false, stream_mode_ = false, headers_sent_ = false, final_seen_ = false;
-  bool writing_ = false, closed_ = false, logged_ = false, released_ = false;
+  State state_ = State::kReading;
+  bool writing_ = false;      // a generation's write is in flight (one at a time)
+  bool stream_mode_ = false;  // the generation streams (SSE)
   bool chunked_ = true;       // the stream's body is chunked (an HTTP/1.1 client)
-  bool refused_ = false;      // over the connection cap: answered 503 unread
   int64_t body_charged_ = 0;  // bytes of the unfinished body charged to reg_.bodies
   // Access log.
   std::string request_id_, finish_reason_;
@@ -678,7 +561,7 @@ class HttpServer::Impl {
         gate_(std::make_shared<Gate>()),
         ioc_(threads),
         listener_(ioc_, host, port, reg_.connections, [this](tcp::socket socket, uint64_t id) {
-          std::make_shared<Session>(std::move(socket), ctx_, metrics_, reg_, gate_, id)->start();
+          std::make_shared<HttpConnection>(std::move(socket), ctx_, metrics_, reg_, gate_, id)->start();
         }) {
     gate_->ioc = &ioc_;
     listener_.start();
@@ -692,7 +575,7 @@ class HttpServer::Impl {
     }
     ioc_.stop();
     for (auto& t : threads_) t.join();
-    // The io_context's destructor frees the sessions still queued (their requests cancelled).
+    // The io_context's destructor frees the connections still queued (their requests cancelled).
   }
 
   static uint64_t fd_limit() {
@@ -703,7 +586,7 @@ class HttpServer::Impl {
 
   ServingContext& ctx_;
   const MetricsRegistry& metrics_;
-  // Declared before the io_context: the sessions its destructor frees still count themselves
+  // Declared before the io_context: the connections its destructor frees still count themselves
   // out of reg_.
   Registry reg_;
   std::shared_ptr<Gate> gate_;

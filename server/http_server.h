@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/scheduler/metrics_registry.h"
+#include "engine/serving/metrics_registry.h"
 #include "server/serving_context.h"
 
 namespace rill::server {

@@ -19,8 +19,8 @@
 
 #include "engine/model/dtype.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/runner_factory.h"
+#include "engine/serving/serving_engine.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"

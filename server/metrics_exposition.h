@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler/metrics_registry.h"
+#include "engine/serving/metrics_registry.h"
 
 namespace rill::server {
 

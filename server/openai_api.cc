@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/runner/runner.h"
+#include "engine/serving/request.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/request_fields.h"

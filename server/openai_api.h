@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 #include "engine/toolcall/tool_parser.h"
 #include "server/error_mapping.h"
 #include "server/serving_context.h"

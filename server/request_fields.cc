@@ -4,7 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/scheduler/request_validation.h"
+#include "engine/serving/request_validation.h"
 
 namespace rill::server {
 namespace {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -32,13 +33,10 @@ namespace {
 using Target = std::variant<int*, int64_t*, double*, bool*, std::string*,
                             std::chrono::milliseconds*, SamplingOverrides*>;
 
-// The values a numeric field may take: [min, max], either end open where marked. Every size,
-// count and duration has a maximum, so no setting can overflow the arithmetic that uses it
-// (a deadline is `now + duration` in nanoseconds: about 292 years from boot).
-struct Range {
-  double min, max;
-  bool min_open = false, max_open = false;
-};
+// The values a numeric field may take (engine_options.h). Every size, count and duration has a
+// maximum, so no setting can overflow the arithmetic that uses it (a deadline is
+// `now + duration` in nanoseconds: about 292 years from boot).
+using Range = OptionRange;
 
 constexpr double kKiB = 1024.0, kMiB = kKiB * 1024, kGiB = kMiB * 1024, kTiB = kGiB * 1024;
 constexpr double kMaxMs = static_cast<double>(kMaxSchedulerDuration.count());  // 30 days
@@ -57,10 +55,16 @@ struct Field {
   std::optional<Range> range = std::nullopt;
 };
 
+// The engine's rows come from its option table (engine_options.h), which the tools share.
+void add_engine_fields(std::vector<Field>& out, EngineOptions& e) {
+  for (const EngineOption& o : engine_option_table(e))
+    out.push_back({std::string("engine.") + o.key, o.flag, o.help,
+                   std::visit([](auto* p) -> Target { return p; }, o.target), o.range});
+}
+
 std::vector<Field> fields(ServerConfig& c) {
-  EngineOptions& e = c.engine;
   SchedulerConfig& s = c.scheduler;
-  return {
+  std::vector<Field> out = {
       {"model", "--model", "model directory (Hugging Face) or llama2.c checkpoint", &c.model},
       {"served_model_name", "--served-model-name",
        "model name clients use (default: the directory name)", &c.served_model_name},
@@ -98,35 +102,6 @@ std::vector<Field> fields(ServerConfig& c) {
        "tool-call format parsed from chat replies: auto (from the chat template), hermes, "
        "llama3_json, mistral or none",
        &c.tool_call_parser},
-      {"engine.device", "--device", "auto, cpu or cuda", &e.device},
-      {"engine.dtype", "--dtype", "CUDA weights: auto, float16 or bfloat16", &e.dtype},
-      {"engine.kv_cache_dtype", "--kv-cache-dtype", "auto or fp8", &e.kv_cache_dtype},
-      {"engine.quantization", "--quantization",
-       "linear weights: auto (what the checkpoint says), fp8 or none", &e.quantization},
-      {"engine.block_size", "--block-size", "tokens per KV block (a power of two)", &e.block_size,
-       Range{1, 1024}},
-      {"engine.cpu_threads", "--cpu-threads", "CPU runner threads (0: all cores)", &e.cpu_threads,
-       Range{0, 1024}},
-      {"engine.cpu_kv_cache_bytes", "--cpu-kv-cache-bytes", "CPU runner KV pool bytes",
-       &e.cpu_kv_cache_bytes, Range{1, kTiB}},
-      {"engine.host_kv_cache_bytes", "--host-kv-cache-bytes",
-       "host memory for offloaded idle sessions' caches (pinned on the GPU, allocated at start)",
-       &e.host_kv_cache_bytes, Range{0, kTiB}},
-      {"engine.gpu_memory_fraction", "--gpu-memory-fraction",
-       "share of free GPU memory for weights + KV", &e.gpu_memory_fraction,
-       Range{0, 1, /*min_open=*/true}},
-      {"engine.max_batch", "--max-batch", "CUDA runner: most sequences in one step", &e.max_batch,
-       Range{1, 4096}},
-      {"engine.max_step_tokens", "--max-step-tokens", "CUDA runner: most tokens in one step",
-       &e.max_step_tokens, Range{1, kMiB}},
-      {"engine.tensor_parallel_size", "--tensor-parallel-size",
-       "GPUs the model is split over (tensor parallelism; with --device cpu, emulated)",
-       &e.tensor_parallel_size, Range{1, 8}},
-      {"engine.gpus", "--gpus", "GPUs of the ranks, e.g. 0,1 (default: 0 .. N-1)", &e.gpus},
-      {"engine.cuda_graphs", "--cuda-graphs", "replay decode steps as CUDA graphs",
-       &e.cuda_tuning.cuda_graphs},
-      {"engine.fused_decode", "--fused-decode", "SiLU-and-mul inside the decode gate|up GEMV",
-       &e.cuda_tuning.fused_decode},
       {"scheduler.max_num_seqs", "--max-num-seqs",
        "sequences in one step (unset: 256 on CUDA, 64 on the CPU)", &s.max_num_seqs,
        Range{1, 65536}},
@@ -165,6 +140,8 @@ std::vector<Field> fields(ServerConfig& c) {
        "streaming cache: largest window a request may ask for", &s.max_window, Range{1, kGiB}},
       {"scheduler.aging_per_s", "--aging-per-s", "priority aging per second waited", &s.aging_per_s,
        Range{0, 1e6}},
+      {"scheduler.policy", "--scheduling-policy",
+       "scheduling policy: priority (with aging) or fcfs (arrival order)", &s.policy},
       {"scheduler.kv_watermark", "--kv-watermark",
        "share of KV blocks kept free for running sequences", &s.kv_watermark,
        Range{0, 1, false, /*max_open=*/true}},
@@ -180,6 +157,13 @@ std::vector<Field> fields(ServerConfig& c) {
       {"scheduler.max_restores_per_step", "--max-restores-per-step",
        "offloaded session caches copied back per step", &s.max_restores_per_step, Range{1, 65536}},
   };
+  // Engine rows after the top-level ones and before the scheduler's, as docs/api.md lists them.
+  const auto scheduler_begin = std::find_if(
+      out.begin(), out.end(), [](const Field& f) { return f.path.starts_with("scheduler."); });
+  std::vector<Field> engine;
+  add_engine_fields(engine, c.engine);
+  out.insert(scheduler_begin, engine.begin(), engine.end());
+  return out;
 }
 
 // 1099511627776 rather than 1.09951e+12: ranges and values read as they are typed.
@@ -209,8 +193,7 @@ std::string value_text(const Target& t) {
 }
 
 std::string range_text(const Range& r) {
-  return std::string(r.min_open ? "(" : "[") + number_text(r.min) + ", " + number_text(r.max) +
-         (r.max_open ? ")" : "]");
+  return option_range_text(r);
 }
 
 // A numeric field's value as a double (exact for every value within a range: at most 2^40).
@@ -407,17 +390,12 @@ void validate_config(const ServerConfig& config) {
   bool detect = false;
   check(toolcall::parse_tool_parser_flag(c.tool_call_parser, family, detect), "tool_call_parser",
         "must be auto, hermes, llama3_json, mistral or none");
-  const EngineOptions& e = c.engine;
-  check(e.device == "auto" || e.device == "cpu" || e.device == "cuda", "engine.device",
-        "must be auto, cpu or cuda");
-  check(e.dtype == "auto" || e.dtype == "float16" || e.dtype == "bfloat16", "engine.dtype",
-        "must be auto, float16 or bfloat16");
-  check(e.kv_cache_dtype == "auto" || e.kv_cache_dtype == "fp8", "engine.kv_cache_dtype",
-        "must be auto or fp8");
-  check(e.quantization == "auto" || e.quantization == "fp8" || e.quantization == "none",
-        "engine.quantization", "must be auto, fp8 or none");
-  check((e.block_size & (e.block_size - 1)) == 0, "engine.block_size",
-        "must be a power of two in [1, 1024]");
+  check(c.scheduler.policy == "priority" || c.scheduler.policy == "fcfs", "scheduler.policy",
+        "must be priority or fcfs");
+  EngineOptions e = c.engine;  // the table points into its argument
+  for (const EngineOption& o : engine_option_table(e))
+    if (const std::string why = engine_option_problem(o); !why.empty())
+      bad(std::string("engine.") + o.key, why);
 }
 
 std::vector<ConfigFieldInfo> config_fields() {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runner/runner_factory.h"
+#include "engine/runner/engine_options.h"
 #include "engine/runner/sampling_fields.h"
 #include "engine/scheduler/scheduler_config.h"
 

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "server/error_mapping.h"
 
 namespace rill::server {

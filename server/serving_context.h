@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "engine/toolcall/family.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
@@ -73,7 +73,7 @@ class ServingContext {
   std::string unhealthy_reason() const;
 
   /// A fresh, unguessable request id: `prefix` ("cmpl-", "chatcmpl-", "grpc-") and 128 random
-  /// bits as 32 hex digits (random_id in engine/scheduler/ids.h). Holding it is the right to
+  /// bits as 32 hex digits (random_id in engine/serving/ids.h). Holding it is the right to
   /// cancel the request (docs/api.md, "Who may cancel what").
   static std::string new_request_id(const std::string& prefix);
 

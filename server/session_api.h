@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/scheduler/session.h"
+#include "engine/serving/session.h"
 #include "server/serving_context.h"
 
 namespace rill::server {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/scheduler/session.h"
+#include "engine/serving/session.h"
 
 namespace rill::server {
 

@@ -3,7 +3,7 @@
 #include <cctype>
 
 #include "engine/error.h"
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
 

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/request_handle.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/request.h"
+#include "engine/serving/request_handle.h"
+#include "engine/serving/session.h"
 #include "server/serving_context.h"
 #include "server/session_entry.h"
 

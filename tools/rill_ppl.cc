@@ -11,7 +11,7 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/offline/perplexity.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tools/common/engine_flags.h"
 
 using namespace rill;

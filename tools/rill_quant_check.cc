@@ -19,7 +19,7 @@
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tools/common/engine_flags.h"
 
 using namespace rill;
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
-    o.max_batch = 8;
+    if (!args.given("max-batch")) o.max_batch = 8;
     const Model m = load_model(args.get("model"));
     const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
     if (positions < 2 || decode < 1 || decode >= positions)

@@ -8,9 +8,9 @@
 
 #include "engine/chat/chat_template.h"
 #include "engine/error.h"
-#include "engine/offline/generator.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/offline/generator.h"
+#include "engine/runner_factory.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/common/engine_flags.h"
 

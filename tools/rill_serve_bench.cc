@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "engine/error.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/latency_stats.h"
 
@@ -104,8 +104,10 @@ int main(int argc, char** argv) {
     sc.tpot_aware = aware == "true";
     sc.tpot_target = std::chrono::milliseconds(args.get_int("tpot-target-ms"));
     sc.ttft_target = std::chrono::milliseconds(args.get_int("ttft-target-ms"));
-    eo.max_batch = sc.max_num_seqs;
-    eo.max_step_tokens = std::max(sc.max_num_batched_tokens, sc.max_num_seqs);
+    // The runner sized for the scheduler's steps unless the engine flags say otherwise.
+    if (!args.given("max-batch")) eo.max_batch = sc.max_num_seqs;
+    if (!args.given("max-step-tokens"))
+      eo.max_step_tokens = std::max(sc.max_num_batched_tokens, sc.max_num_seqs);
     const int n = args.get_int("num-requests"), in_len = args.get_int("input-len"),
               out_len = args.get_int("output-len");
     if (n <= 0 || in_len <= 0 || out_len <= 0) args.fail("--num-requests, --input-len, --output-len must be > 0");

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "tools/common/engine_flags.h"
 #include "tools/common/latency_stats.h"
 
@@ -333,7 +333,6 @@ int main(int argc, char** argv) {
   args.option("stream-window", "1020", "offload: the streams' window (4 sinks)");
   args.option("session-gpu-fraction", "0.5",
               "pool share idle sessions may keep (beyond: host memory)");
-  args.option("host-kv-bytes", "1073741824", "host memory for offloaded caches");
   args.option("seed", "1", "token seed");
   args.option("json", "", "write every per-turn figure here");
   args.flag("no-prefix-caching",
@@ -342,9 +341,7 @@ int main(int argc, char** argv) {
   try {
     const Model model = load_model(args.get("model"));
     EngineOptions eo = cli::engine_options(args);
-    eo.host_kv_cache_bytes = args.get_int64("host-kv-bytes");
-    eo.max_batch = 64;
-    eo.max_step_tokens = 8192;
+    if (!args.given("max-batch")) eo.max_batch = 64;
     SchedulerConfig sc;
     sc.max_num_seqs = 64;
     sc.max_num_batched_tokens = 8192;

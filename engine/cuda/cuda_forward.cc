@@ -381,7 +381,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     });
   if (sh.sampled == 0) return;
   timed(Profiler::kSampling, [&] {
-    kernels::SampleParams s;
+    kernels::SampleBatch s;
     s.num_rows = sh.sampled;
     s.vocab = c.vocab_size;
     s.logits = logits_.as<float>();

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -111,6 +112,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   }
   tp_stage(tp_, "warm-up steps");
   warm_up();
+  if (tuning_.cuda_graphs && tuning_.precapture_graphs) precapture_graphs();
   spdlog::info(
       "cuda runner: {} weights {:.1f} MiB ({}, linear layers: {}), KV pool {} blocks x {} tokens "
       "({:.1f} MiB, {}), graphs {}",
@@ -128,6 +130,7 @@ CudaRunner::~CudaRunner() {
     cudaEventDestroy(t.end);
   }
   for (auto& [id, r] : restoring_) cudaEventDestroy(r.done);
+  for (Offloading& o : offloading_) cudaEventDestroy(o.done);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -180,6 +183,7 @@ void CudaRunner::set_tuning(const CudaTuning& t) {
   tuning_ = t;
   apply_tuning();
   drop_graphs();
+  if (tuning_.cuda_graphs && tuning_.precapture_graphs) precapture_graphs();
 }
 
 void CudaRunner::allocate_buffers() {
@@ -213,6 +217,7 @@ void CudaRunner::allocate_buffers() {
   for (int s = max_batch_ - 1; s >= 0; --s) free_state_slots_.push_back(s);
   const cuda::StepShape biggest{max_tokens_, max_batch_, max_batch_, max_rows_, max_rows_, max_blocks_, true};
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
+  meta_bytes_ = meta_bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
   mask_words_ = (c.vocab_size + 31) / 32;
   const size_t mask_bytes = size_t(max_batch_) * mask_words_ * 4;
@@ -329,6 +334,7 @@ void CudaRunner::remove_sequence(SeqId id) {
   seqs_.erase(it);
   last_rows_.erase(id);
   wait_for_restore(id);  // its blocks go back to the pool: later steps must follow the copy
+  drop_offloading(id);   // likewise for an offload's copy still reading them
   forget_offloaded(id);
   kv_->remove_sequence(id);  // blocks a step in flight still writes are reused only after it
 }
@@ -381,6 +387,45 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   return exec;
 }
 
+// The graph of every decode step the runner can take at a bucket: a padded plan of `bucket`
+// rows (all rows padding, as a decode-only bucketed step's shape is fixed by its bucket) whose
+// longest key range gives each split count attention_splits can return for that bucket. Only
+// shapes are captured; the metadata is uploaded by each step that replays the graph.
+void CudaRunner::precapture_graphs() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int max_keys = std::max(1, config_.max_position_embeddings);
+  int captured = 0;
+  std::string shapes;
+  std::vector<char> scratch;
+  for (const int bucket : kBuckets) {
+    if (bucket > max_batch_) break;
+    // Split counts change only where ceil(keys / kMinKeysPerSplit) does.
+    std::map<int, int> keys_of_splits;  // split count -> a key range that gives it
+    for (int keys = kMinKeysPerSplit; keys < max_keys; keys += kMinKeysPerSplit)
+      keys_of_splits.emplace(attention_splits(bucket, keys), keys);
+    keys_of_splits.emplace(attention_splits(bucket, 1), 1);
+    keys_of_splits.emplace(attention_splits(bucket, max_keys), max_keys);
+    for (const auto& [splits, keys] : keys_of_splits) {
+      // The packed metadata goes to scratch: steps in flight (after set_tuning) own host_.
+      scratch.resize(meta_bytes_);
+      cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {},
+                                            scratch.data(), dmeta());
+      plan.max_decode_keys = keys;
+      graph_for(bucket, plan);
+      ++captured;
+      if (!shapes.empty()) shapes += ' ';
+      shapes += std::to_string(bucket);
+      shapes += 'x';
+      shapes += std::to_string(splits);
+    }
+  }
+  RILL_CUDA(cudaStreamSynchronize(stream_));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("cuda runner: captured {} decode graphs (batch x splits: {}) in {:.1f} ms", captured,
+               shapes, ms);
+}
+
 // Before a group's ranks capture and instantiate a graph (which allocate on the device), every
 // GPU finishes its work: no collective may be in flight while a rank allocates, or the
 // allocation waits for a device whose collective waits for this rank (the NCCL documentation's
@@ -425,6 +470,11 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
                                 [](const InFlight& f) { return f.plan.any_logits; }))
     throw Error(ErrorCode::kInvalidArgument,
                 "a step returning logits is in flight: finish() it before launching another");
+  // An offloaded sequence takes no step until restored (its blocks may still be copying out).
+  for (const StepInput& in : inputs)
+    if (offloaded_.count(in.id))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "sequence " + std::to_string(in.id) + " is offloaded: restore it first");
   kv_->check_append(appends);
   std::vector<int64_t> starts(n);
   // kLastSampled inputs name their token later (finish() reports it:

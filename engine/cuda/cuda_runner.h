@@ -20,8 +20,8 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/step_meta.h"
 #include "engine/model/model.h"
+#include "engine/runner/engine_options.h"
 #include "engine/runner/runner.h"
-#include "engine/runner/runner_factory.h"
 #include "engine/tp/host_collective.h"
 #include "engine/tp/tp_shard.h"
 #include "rill/kernels/attention.h"
@@ -63,6 +63,7 @@ class CudaRunner final : public ModelRunner {
   void restart_sampling(SeqId id, const SamplingParams& sampling) override;
   int host_kv_blocks() const override;
   int host_kv_blocks_free() const override;
+  int releasing_blocks() const override { return offloading_blocks_; }
   void offload_sequence(SeqId id) override;
   void restore_sequence(SeqId id) override;
   bool restore_done(SeqId id) override;
@@ -172,6 +173,8 @@ class CudaRunner final : public ModelRunner {
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
   cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
+  void
+  precapture_graphs();  // every (bucket, split count) graph now (CudaTuning::precapture_graphs)
   void drop_graphs();  // after a change that alters what a step launches
   const char* dmeta() const { return meta_dev_.as<const char>(); }
 
@@ -196,6 +199,7 @@ class CudaRunner final : public ModelRunner {
   kernels::KvCacheLayout layout_;
   int num_sms_ = 0;
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
+  size_t meta_bytes_ = 0;  // a step's packed metadata at most (the biggest step's layout)
   int32_t trash_block_ = 0;
   CudaTuning tuning_;  // see set_tuning
   static constexpr int kQkv = CudaTuning::kQkv, kO = CudaTuning::kO, kUp = CudaTuning::kUp,
@@ -278,6 +282,18 @@ class CudaRunner final : public ModelRunner {
     std::vector<int32_t> host;    // its host blocks, freed once the copy has read them
   };
   std::unordered_map<SeqId, Restoring> restoring_;
+  // CudaTuning::async_offload: offloads copying on copy_stream_ whose sequences still hold their
+  // pool blocks (released in order as the copies end: release_offloaded).
+  struct Offloading {
+    SeqId id = 0;
+    int blocks = 0;
+    cudaEvent_t done = nullptr;  // the copy's end on copy_stream_
+  };
+  std::deque<Offloading> offloading_;
+  int offloading_blocks_ = 0;
+  void release_offloaded();        // releases the blocks of the offloads whose copies ended
+  bool keep_offloading(SeqId id);  // a restore of an offload still copying: keeps its blocks
+  void drop_offloading(SeqId id);  // a removal: later steps wait for the copy's reads
 
   std::unordered_map<SeqId, SeqInfo> seqs_;
   // Row of sampled_ holding each sequence's token from the last launched step (kLastSampled).

@@ -4,6 +4,7 @@
 // precedes any later step that reuses them. A restore copies on copy_stream_, after the steps
 // launched before it (they may still use the freed blocks it takes) but beside later ones, so a
 // step that does not carry the sequence never waits for it; one that does waits on the device.
+#include <algorithm>
 #include <string>
 
 #include "engine/cuda/cuda_runner.h"
@@ -89,17 +90,75 @@ void CudaRunner::offload_sequence(SeqId id) {
                                                    std::to_string(id) + " needs " +
                                                    std::to_string(n) + " blocks, " +
                                                    std::to_string(host_kv_blocks_free()) + " free");
+  release_offloaded();
   std::vector<int32_t> host(static_cast<size_t>(n));
   for (int32_t& b : host) b = host_kv_alloc_->allocate();
   const std::vector<int32_t>& pool = kv_->sequence(id).block_table;
-  PendingTransfer t = begin_transfer(false, n, stream_);
-  for (int b = 0; b < n; ++b) copy_block(pool[b], host[b], cudaMemcpyDeviceToHost, stream_);
-  end_transfer(std::move(t), stream_);
-  kv_->release_blocks(id);  // later steps reuse them after the copies (stream order)
+  if (!tuning_.async_offload) {
+    PendingTransfer t = begin_transfer(false, n, stream_);
+    for (int b = 0; b < n; ++b) copy_block(pool[b], host[b], cudaMemcpyDeviceToHost, stream_);
+    end_transfer(std::move(t), stream_);
+    kv_->release_blocks(id);  // later steps reuse them after the copies (stream order)
+    offloaded_[id] = std::move(host);
+    return;
+  }
+  // Beside the steps: after those launched so far (they wrote these blocks). The sequence keeps
+  // its blocks until the copy ends, so no later step can write them before it has read them.
+  cudaEvent_t launched = nullptr;
+  RILL_CUDA(cudaEventCreateWithFlags(&launched, cudaEventDisableTiming));
+  RILL_CUDA(cudaEventRecord(launched, stream_));
+  RILL_CUDA(cudaStreamWaitEvent(copy_stream_, launched));
+  cudaEventDestroy(launched);  // released once it completes
+  PendingTransfer t = begin_transfer(false, n, copy_stream_);
+  for (int b = 0; b < n; ++b) copy_block(pool[b], host[b], cudaMemcpyDeviceToHost, copy_stream_);
+  end_transfer(std::move(t), copy_stream_);
+  Offloading o{id, n, nullptr};
+  RILL_CUDA(cudaEventCreateWithFlags(&o.done, cudaEventDisableTiming));
+  RILL_CUDA(cudaEventRecord(o.done, copy_stream_));
+  offloading_.push_back(o);
+  offloading_blocks_ += n;
   offloaded_[id] = std::move(host);
 }
 
+void CudaRunner::release_offloaded() {
+  while (!offloading_.empty() && cudaEventQuery(offloading_.front().done) == cudaSuccess) {
+    const Offloading& o = offloading_.front();
+    kv_->release_blocks(o.id);  // read by the copy: free for later steps
+    cudaEventDestroy(o.done);
+    offloading_blocks_ -= o.blocks;
+    offloading_.pop_front();
+  }
+}
+
+// A restore of an offload whose copy has not been released: the pool blocks never left, so the
+// sequence keeps them; the host copy is dropped once the copy that writes it is done (a host
+// wait of at most that copy: a turn that follows its offload this closely is rare).
+bool CudaRunner::keep_offloading(SeqId id) {
+  const auto it = std::find_if(offloading_.begin(), offloading_.end(),
+                               [&](const Offloading& o) { return o.id == id; });
+  if (it == offloading_.end()) return false;
+  RILL_CUDA(cudaEventSynchronize(it->done));
+  cudaEventDestroy(it->done);
+  offloading_blocks_ -= it->blocks;
+  offloading_.erase(it);
+  forget_offloaded(id);  // its host blocks
+  return true;
+}
+
+// A removal of an offload still copying: its blocks go back to the pool now, so the steps
+// launched from here wait for the copy to have read them.
+void CudaRunner::drop_offloading(SeqId id) {
+  const auto it = std::find_if(offloading_.begin(), offloading_.end(),
+                               [&](const Offloading& o) { return o.id == id; });
+  if (it == offloading_.end()) return;
+  RILL_CUDA(cudaStreamWaitEvent(stream_, it->done));
+  cudaEventDestroy(it->done);  // released once it completes
+  offloading_blocks_ -= it->blocks;
+  offloading_.erase(it);
+}
+
 void CudaRunner::restore_sequence(SeqId id) {
+  if (keep_offloading(id)) return;
   auto it = offloaded_.find(id);
   if (it == offloaded_.end())
     throw Error(ErrorCode::kNotFound, "sequence " + std::to_string(id) + " is not offloaded");
@@ -161,6 +220,7 @@ void CudaRunner::end_transfer(PendingTransfer t, cudaStream_t stream) {
 }
 
 std::vector<KvTransfer> CudaRunner::completed_transfers() {
+  release_offloaded();
   std::vector<KvTransfer> done;
   while (!transfers_.empty() && cudaEventQuery(transfers_.front().end) == cudaSuccess) {
     PendingTransfer& t = transfers_.front();

@@ -26,6 +26,16 @@ struct CudaTuning {
 
   /// Replay decode steps as CUDA graphs per batch bucket: removes ~300 launches' host cost a step.
   bool cuda_graphs = true;
+  /// With cuda_graphs: capture the graph of every (batch bucket, attention split count) the
+  /// split policy can produce at construction (CudaRunner::precapture_graphs, timed in the log),
+  /// so that no step meets a capture; off: each is captured by the first step that needs it.
+  /// Steps with log-probabilities still capture theirs on first use.
+  bool precapture_graphs = false;
+  /// Offloads of idle sessions' caches copy on the copy stream, beside the steps, instead of on
+  /// the compute stream before the next step; the sequence keeps its pool blocks until the copy
+  /// is done (ModelRunner::releasing_blocks counts them meanwhile). Off: the copy runs on the
+  /// compute stream and the blocks are free at once (ordered by the stream).
+  bool async_offload = false;
   /// Rill's GEMV for steps of <= 8 tokens (off: cuBLAS for every GEMM); faster than cuBLAS at
   /// every Llama shape there.
   bool gemv = true;

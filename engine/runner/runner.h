@@ -12,6 +12,7 @@
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model_config.h"
+#include "engine/runner/sample_logprobs.h"
 #include "engine/runner/sampling.h"
 
 namespace rill {
@@ -43,21 +44,6 @@ struct KvTransfer {
   bool restore = false;  // host -> pool (else pool -> host)
   int blocks = 0;
   double seconds = 0;    // the copies' time on the device (the CPU runner: on the host)
-};
-
-/// Most alternatives a step returns per sampled token (StepInput::logprobs).
-inline constexpr int kMaxTopLogprobs = 20;
-
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-};
-
-/// Log-probabilities of one sampled token under the model's distribution (log-softmax of the raw
-/// logits: before penalties, temperature and truncation, as vLLM's default).
-struct SampleLogprobs {
-  float sampled = 0;              // of the sampled token
-  std::vector<TokenLogprob> top;  // the N most likely tokens, most likely first (ties: lower id)
 };
 
 /// One sequence's part of a step: `tokens` are appended to its cache (one for a decode step,
@@ -117,6 +103,10 @@ class ModelRunner {
   /// step until restore_sequence. kResourceExhausted (nothing changed) when host memory lacks
   /// room.
   virtual void offload_sequence(SeqId id) = 0;
+  /// Pool blocks of offloads whose copies have not finished: they are freed once the copies are
+  /// done (seen by completed_transfers), not at offload_sequence. Admission and reclaim count
+  /// them as about to be free. 0 for runners whose offload frees at once.
+  virtual int releasing_blocks() const { return 0; }
   /// Starts copying an offloaded cache back into pool blocks (kResourceExhausted, nothing
   /// changed, when the pool lacks them). The copy may run beside the steps in flight and later
   /// ones; the sequence is ready for a step once restore_done(id) (a step that carries it sooner

@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "engine/finish_reason.h"
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 
 namespace rill {
 

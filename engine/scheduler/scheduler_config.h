@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct SchedulerConfig {
   /// (lower runs first), so a low-priority request waits at most
   ///   (priority - best_priority) / aging_per_s seconds behind later high-priority arrivals.
   double aging_per_s = 1.0;
+  /// Scheduling policy (scheduling_policy.h): "priority" (priority with aging, as above) or
+  /// "fcfs" (arrival order, priorities ignored).
+  std::string policy = "priority";
   /// KV blocks kept free for running `full` sequences to grow into before new ones are admitted
   /// (a fraction of the pool), so admission does not immediately force preemption.
   double kv_watermark = 0.01;

@@ -20,9 +20,9 @@
 #include "engine/runner/runner.h"
 #include "engine/scheduler/constraint_state.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/request_channel.h"
-#include "engine/scheduler/session_state.h"
+#include "engine/serving/request.h"
+#include "engine/serving/request_channel.h"
+#include "engine/serving/session_state.h"
 
 namespace rill {
 
@@ -70,6 +70,7 @@ struct Sequence {
   bool sampled_in_last_launch = false;  // its next input may be kLastSampled
   bool at_context_limit = false;     // `full` cache cannot take another token
   int step_blocks = 0;               // blocks the step being planned will take for it
+  int kv_budget_blocks = 0;          // its share of the planner's KV budget sums (kv_budget.h)
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
   double steady_sum_s = 0;  // the steady decode step, summed over the steps that decoded it

@@ -9,57 +9,31 @@ namespace {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Priority, then TTFT target (tight first: order_deadline), then arrival.
-bool by_priority(const SequencePtr& a, const SequencePtr& b) {
-  if (a->request.priority != b->request.priority) return a->request.priority < b->request.priority;
-  if (a->order_deadline != b->order_deadline) return a->order_deadline < b->order_deadline;
-  return a->order < b->order;
-}
-
 bool contains(const std::vector<SequencePtr>& v, const SequencePtr& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
 }  // namespace
 
-void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now) {
-  auto effective = [&](const Sequence& s) {
-    return s.request.priority - aging_per_s * seconds(s.order_deadline, now);
-  };
-  std::stable_sort(waiting.begin(), waiting.end(), [&](const SequencePtr& a, const SequencePtr& b) {
-    const double ea = effective(*a), eb = effective(*b);
-    if (ea != eb) return ea < eb;
-    if (a->order_deadline != b->order_deadline) return a->order_deadline < b->order_deadline;
-    return a->order < b->order;
-  });
-}
-
-StepPlanner::StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
-                         std::function<void(const SequencePtr&, const Error&)> fail, Reclaim reclaim)
-    : runner_(runner), config_(config), fail_(std::move(fail)), reclaim_(std::move(reclaim)) {}
+StepPlanner::StepPlanner(PlanHost& host, const SchedulerConfig& config,
+                         const SchedulingPolicy& policy)
+    : host_(host), config_(config), policy_(policy), budget_(host.kv()) {}
 
 // Free blocks (cached ones included: evicted when needed) minus those still owed to admitted
 // streaming sequences (their whole life's worth, and copies of shared blocks their rings will
 // overwrite) and those the step being planned already takes (appended only at launch).
-int StepPlanner::free_blocks_for_growth(const std::vector<SequencePtr>& running) const {
-  const KvCacheManager& kv = runner_.kv();
-  int free = kv.num_free_blocks() - kv.cow_reserve() - promised_;
-  for (const SequencePtr& s : running)
-    if (s->request.cache.is_streaming()) free -= kv.sequence(s->runner_id).max_blocks - kv.blocks_held(s->runner_id);
-  return free;
+int StepPlanner::free_blocks_for_growth() const {
+  const KvCacheManager& kv = host_.kv();
+  return kv.num_free_blocks() - kv.cow_reserve() - promised_ - budget_.sums().reserved;
 }
 
 // Blocks running `full` sequences still need to finish feeding their prefill (beyond this step).
-int StepPlanner::owed_prefill_blocks(const std::vector<SequencePtr>& running) const {
-  const KvCacheManager& kv = runner_.kv();
-  int owed = 0;
-  for (const SequencePtr& p : running)
-    if (!p->request.cache.is_streaming())
-      owed += std::max(0, kv.blocks_needed_now(p->request.cache, static_cast<int64_t>(p->prefix.size())) -
-                              kv.blocks_held(p->runner_id) - p->step_blocks);
-  return owed;
+int StepPlanner::owed_prefill_blocks() const {
+  return budget_.sums().owed;
 }
 
-void StepPlanner::preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting) {
-  runner_.remove_sequence(s->runner_id);
+void StepPlanner::preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting,
+                          StepDecisions& d) {
+  budget_.remove(*s);
+  host_.remove_sequence(s->runner_id);
   s->runner_id = -1;
   s->phase = SeqPhase::kWaiting;
   s->prefix.clear();
@@ -68,34 +42,34 @@ void StepPlanner::preempt(const SequencePtr& s, std::vector<SequencePtr>& waitin
   s->sampled_in_last_launch = false;
   s->at_context_limit = false;
   s->preemptions.fetch_add(1);
-  ++preemptions_;
+  d.preempted.push_back(s);
   waiting.push_back(s);
 }
 
-// Frees blocks for `s` by preempting lower-priority `full` sequences not in this step.
+// Frees blocks for `s` by preempting `full` sequences not in this step that the policy ranks
+// below it (streaming ones keep their reservation; one at its context limit frees nothing it
+// could use).
 bool StepPlanner::ensure_blocks(const SequencePtr& s, int blocks, std::vector<SequencePtr>& running,
-                                std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled) {
-  const KvCacheManager& kv = runner_.kv();
-  while (free_blocks_for_growth(running) < blocks) {
-    auto victim = running.end();
-    for (auto it = running.end(); it != running.begin();) {
-      --it;
-      if (*it == s) break;  // only lower priorities (later in order) than s
-      const Sequence& v = **it;
-      if (v.request.cache.is_streaming() || contains(scheduled, *it) || kv.remaining_capacity(v.runner_id) < 1) continue;
-      victim = it;
-      break;
-    }
-    if (victim == running.end()) return false;
-    const SequencePtr v = *victim;
-    running.erase(victim);
-    preempt(v, waiting);
+                                std::vector<SequencePtr>& waiting,
+                                const std::vector<SequencePtr>& scheduled, StepDecisions& d) {
+  const KvCacheManager& kv = host_.kv();
+  std::vector<SequencePtr> candidates;
+  while (free_blocks_for_growth() < blocks) {
+    candidates.clear();
+    for (const SequencePtr& v : running)
+      if (!v->request.cache.is_streaming() && !contains(scheduled, v) &&
+          kv.remaining_capacity(v->runner_id) >= 1)
+        candidates.push_back(v);
+    const SequencePtr victim = policy_.choose_victim(candidates, *s);
+    if (!victim) return false;
+    std::erase(running, victim);
+    preempt(victim, waiting, d);
   }
   return true;
 }
 
 int64_t StepPlanner::chunk_that_fits(const Sequence& s, int64_t want, int free_blocks) const {
-  const KvCacheManager& kv = runner_.kv();
+  const KvCacheManager& kv = host_.kv();
   if (kv.blocks_to_append(s.runner_id, want) <= free_blocks) return want;
   int64_t lo = 0, hi = want;  // blocks_to_append(lo) fits, (hi) does not
   while (hi - lo > 1) {
@@ -106,14 +80,14 @@ int64_t StepPlanner::chunk_that_fits(const Sequence& s, int64_t want, int free_b
 }
 
 // Admits `s` into the runner when its blocks are free beside what running sequences are owed.
-bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now,
-                        int& shortfall) {
-  const KvCacheManager& kv = runner_.kv();
+bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& running,
+                        Clock::time_point now, int& shortfall, StepDecisions& d) {
+  const KvCacheManager& kv = host_.kv();
   const Request& r = s->request;
   shortfall = 0;
-  const int room = free_blocks_for_growth(running) - owed_prefill_blocks(running);
+  const int room = free_blocks_for_growth() - owed_prefill_blocks();
   if (s->session) {
-    if (!admit_turn(s, room, shortfall)) return false;
+    if (!admit_turn(s, room, shortfall, d)) return false;
     std::vector<int32_t> prefix;
     if (s->session->pending) prefix.push_back(*s->session->pending);
     s->carried_tokens.store(static_cast<int>(prefix.size()));
@@ -148,10 +122,10 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
   }
   const SeqId id = next_runner_id_++;
   try {
-    runner_.add_sequence({id, r.cache, r.sampling, s->generated, match, tokens});
+    host_.add_sequence({id, r.cache, r.sampling, s->generated, match, tokens});
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kResourceExhausted) return false;  // e.g. penalty state slots: later
-    fail_(s, e);
+    d.failed.push_back({s, e});
     return false;
   }
   s->runner_id = id;
@@ -163,8 +137,8 @@ bool StepPlanner::admit(const SequencePtr& s, const std::vector<SequencePtr>& ru
 // A session's turn: its runner sequence continues (restored from host memory when offloaded)
 // with a fresh sampler. It waits while a step of the previous turn is still in flight, so the
 // restart never races the sampler of a step already launched.
-bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
-  const KvCacheManager& kv = runner_.kv();
+bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall, StepDecisions& d) {
+  const KvCacheManager& kv = host_.kv();
   SessionState& ss = *s->session;
   const Request& r = s->request;
   if (ss.steps_in_flight > 0) return false;
@@ -187,21 +161,23 @@ bool StepPlanner::admit_turn(const SequencePtr& s, int room, int& shortfall) {
   try {
     if (ss.runner_id < 0) {
       const SeqId id = next_runner_id_++;
-      runner_.add_sequence({id, r.cache, r.sampling, {}, turn_match_, r.prompt});
+      host_.add_sequence({id, r.cache, r.sampling, {}, turn_match_, r.prompt});
       ss.runner_id = id;
       s->stream_base.store(0);
     } else {
       if (ss.offloaded) {
-        runner_.restore_sequence(ss.runner_id);
+        host_.restore_sequence(ss.runner_id);
         ss.offloaded = false;
         ++restores_;
+        d.restores.push_back(ss.runner_id);
       }
-      if (!runner_.restore_done(ss.runner_id)) return false;  // copying beside the steps
-      runner_.restart_sampling(ss.runner_id, r.sampling);
+      if (!host_.restore_done(ss.runner_id)) return false;  // copying beside the steps
+      host_.restart_sampling(ss.runner_id, r.sampling);
+      d.restarted.push_back(s);
     }
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kResourceExhausted) return false;
-    fail_(s, e);
+    d.failed.push_back({s, e});
     return false;
   }
   s->runner_id = ss.runner_id;
@@ -233,7 +209,7 @@ void StepPlanner::started(const SequencePtr& s, std::vector<int32_t> prefix, Clo
 
 std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int32_t> tokens) {
   if (!config_.enable_prefix_caching || !s.request.prefix_caching) return std::nullopt;
-  const KvCacheManager& kv = runner_.kv();
+  const KvCacheManager& kv = host_.kv();
   if (!s.prefix_root) s.prefix_root = kv.prefix_root(s.request.cache, s.request.cache_salt);
   return kv.match_prefix(s.request.cache, *s.prefix_root, tokens, &s.prefix_hashes);
 }
@@ -259,8 +235,9 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
 
 void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample) {
   if (!s->request.cache.is_streaming()) {
-    s->step_blocks = runner_.kv().blocks_to_append(s->runner_id, static_cast<int64_t>(tokens.size()));
+    s->step_blocks = host_.kv().blocks_to_append(s->runner_id, static_cast<int64_t>(tokens.size()));
     promised_ += s->step_blocks;
+    budget_.update(*s);
   }
   step.inputs.push_back({s->runner_id, tokens, LogitsMode::kNone, sample, sample ? s->request.logprobs : -1});
   step.seqs.push_back(s);
@@ -271,12 +248,13 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   PlannedStep step;
   decode_tokens_.clear();
   decode_tokens_.reserve(static_cast<size_t>(config_.max_num_seqs));  // spans into it stay valid
-  const KvCacheManager& kv = runner_.kv();
+  const KvCacheManager& kv = host_.kv();
   Budget b{config_.max_num_batched_tokens, config_.max_num_seqs};
-  std::stable_sort(running.begin(), running.end(), by_priority);
+  policy_.order_running(running);
   promised_ = 0;
   restores_ = 0;
   for (const SequencePtr& s : running) s->step_blocks = 0;
+  budget_.reset(running);  // one walk per step; the planner's decisions keep it from here
   std::vector<SequencePtr> scheduled;
   StepComposition decodes;
   targets_.clear();
@@ -291,9 +269,9 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     if (!s->request.cache.is_streaming()) {
       if (kv.remaining_capacity(s->runner_id) < 1) { s->at_context_limit = true; ++i; continue; }
       const int need = kv.blocks_to_append(s->runner_id, 1);
-      if (need > 0 && !ensure_blocks(s, need, running, waiting, scheduled)) {
+      if (need > 0 && !ensure_blocks(s, need, running, waiting, scheduled, step.decisions)) {
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));  // nothing lower to preempt: itself
-        preempt(s, waiting);
+        preempt(s, waiting, step.decisions);
         continue;
       }
     }
@@ -318,10 +296,12 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     if (fits == 0) continue;
     int64_t n = fits;
     if (!s->request.cache.is_streaming()) {
-      n = chunk_that_fits(*s, n, free_blocks_for_growth(running));
+      n = chunk_that_fits(*s, n, free_blocks_for_growth());
       if (n == 0) {
-        if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled)) continue;
-        n = chunk_that_fits(*s, fits, free_blocks_for_growth(running));
+        if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled,
+                           step.decisions))
+          continue;
+        n = chunk_that_fits(*s, fits, free_blocks_for_growth());
         if (n == 0) continue;
       }
     }
@@ -339,12 +319,14 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
     int shortfall = 0;
-    if (!admit(s, running, now, shortfall) &&
-        (shortfall == 0 || !reclaim_ || !reclaim_(shortfall, s->session.get()) ||
-         !admit(s, running, now, shortfall)))
+    if (!admit(s, running, now, shortfall, step.decisions) &&
+        (shortfall == 0 || !host_.reclaim(shortfall, s->session.get()) ||
+         !admit(s, running, now, shortfall, step.decisions)))
       break;
     waiting.erase(waiting.begin());
     running.push_back(s);
+    budget_.add(*s);
+    step.decisions.admitted.push_back(s);
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
     const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
@@ -358,28 +340,34 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     --b.seqs;
   }
   step.composition = budget.composition();
-  prefetch_restores(running, waiting);
+  prefetch_restores(running, waiting, step.decisions);
   return step;
 }
 
 // Restores for offloaded sessions whose turns wait behind the head of the queue, started now so
 // that their copies run beside this step and the turns are admitted without waiting for them.
 // Only turns ahead of any other request: their blocks never delay a request queued before them.
-void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting) {
-  const KvCacheManager& kv = runner_.kv();
+void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& running,
+                                    const std::vector<SequencePtr>& waiting, StepDecisions& d) {
+  const KvCacheManager& kv = host_.kv();
   for (const SequencePtr& s : waiting) {
     if (restores_ >= config_.max_restores_per_step || !s->session) return;
     SessionState& ss = *s->session;
-    if (s->phase == SeqPhase::kFinished || !ss.offloaded || ss.steps_in_flight > 0) continue;
-    if (kv.sequence(ss.runner_id).max_blocks > free_blocks_for_growth(running) - owed_prefill_blocks(running)) return;
+    const bool refused = std::any_of(d.failed.begin(), d.failed.end(),
+                                     [&](const StepDecisions::Failure& f) { return f.seq == s; });
+    if (s->phase == SeqPhase::kFinished || refused || !ss.offloaded || ss.steps_in_flight > 0)
+      continue;
+    if (kv.sequence(ss.runner_id).max_blocks > free_blocks_for_growth() - owed_prefill_blocks())
+      return;
     try {
-      runner_.restore_sequence(ss.runner_id);
+      host_.restore_sequence(ss.runner_id);
     } catch (const Error& e) {
       if (e.code() == ErrorCode::kResourceExhausted) return;
       throw;
     }
     ss.offloaded = false;
     ++restores_;
+    d.restores.push_back(ss.runner_id);
   }
 }
 

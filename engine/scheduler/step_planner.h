@@ -2,6 +2,13 @@
 // sequence, then prefill chunks of partly prefilled ones, then new admissions from the waiting
 // queue, within max_num_seqs, max_num_batched_tokens and the KV pool.
 //
+// Planning is a function of its inputs: the running and waiting sequences, the KV pool (through
+// a PlanHost, plan_host.h, which applies admissions, preemptions, restores and a turn's sampler
+// restart while planning, since later choices of the step read their effect on the pool) and
+// the scheduling policy (scheduling_policy.h: serving order, admission order, preemption
+// victim). It returns the step and its decisions; the loop applies what the host does not
+// (finishing refused requests, counting preemptions). It never sees the model runner.
+//
 // Prefill sizing (prefill_budget.h). The prompt tokens a step takes beside its decodes are as
 // many as the step-cost model (step_cost_model.h, fitted from the steps the loop measures)
 // predicts keep the step within the tightest TPOT target of the streams decoding in it;
@@ -30,16 +37,32 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/runner/runner.h"
+#include "engine/scheduler/kv_budget.h"
+#include "engine/scheduler/plan_host.h"
 #include "engine/scheduler/prefill_budget.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/scheduler/scheduling_policy.h"
 #include "engine/scheduler/sequence.h"
 #include "engine/scheduler/step_cost_model.h"
 
 namespace rill {
+
+/// What a plan() decided besides the step's inputs, in the order it decided it.
+struct StepDecisions {
+  struct Failure {
+    SequencePtr seq;
+    Error error;
+  };
+  std::vector<SequencePtr> admitted;   // waiting -> running (the host added their sequences)
+  std::vector<SequencePtr> preempted;  // running -> waiting (blocks freed; recomputed later)
+  std::vector<SequencePtr> restarted;  // session turns whose sampler the host restarted
+  std::vector<SeqId> restores;         // offloaded session caches whose copy back started
+  std::vector<Failure> failed;         // refused by the host at admission: the loop finishes them
+};
 
 struct PlannedStep {
   std::vector<StepInput> inputs;
@@ -47,26 +70,25 @@ struct PlannedStep {
   int decodes = 0;                // the first `decodes` inputs are decode tokens
   StepComposition composition;    // what the cost model learns from once the step is timed
   double steady_s = 0;            // the steady decode step predicted for this batch (0: unknown)
+  StepDecisions decisions;
   bool empty() const { return inputs.empty(); }
 };
 
 class StepPlanner {
  public:
-  /// `fail(seq, error)`: a sequence the runner refused at admission (the loop finishes it).
-  /// `reclaim(blocks, keep)`: frees pool blocks held by idle sessions but `keep`; true when it
-  /// freed any.
-  using Reclaim = std::function<bool(int, const SessionState*)>;
-  StepPlanner(ModelRunner& runner, const SchedulerConfig& config,
-              std::function<void(const SequencePtr&, const Error&)> fail, Reclaim reclaim);
+  /// `host` and `policy` outlive the planner.
+  StepPlanner(PlanHost& host, const SchedulerConfig& config, const SchedulingPolicy& policy);
 
   /// Moves sequences between `running` and `waiting` (admission, preemption) and returns the
-  /// step. `waiting` must be in scheduling order (WaitingOrder). Token spans point into the
+  /// step with its decisions. `running` is put in the policy's serving order; `waiting` must be
+  /// in its admission order (SchedulingPolicy::order_waiting). Token spans point into the
   /// sequences and into this planner: valid until the next plan().
   PlannedStep plan(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting, Clock::time_point now);
 
-  int64_t preemptions() const { return preemptions_; }
   /// Prefix cache lookups of admitted sequences: tokens looked up and tokens found, in total.
   int64_t prefix_queries() const { return prefix_queries_; }
+  /// The KV budget's sums as the last plan() left them (tests compare them with a recomputation).
+  const KvBudget::Sums& kv_budget() const { return budget_.sums(); }
   int64_t prefix_hits() const { return prefix_hits_; }
 
   /// A step the runner measured (seconds on the device): the cost model learns from it.
@@ -83,34 +105,38 @@ class StepPlanner {
     int tokens;
     int seqs;
   };
-  int free_blocks_for_growth(const std::vector<SequencePtr>& running) const;
-  int owed_prefill_blocks(const std::vector<SequencePtr>& running) const;
+  int free_blocks_for_growth() const;  // O(1): the kept sums (kv_budget.h)
+  int owed_prefill_blocks() const;
   bool ensure_blocks(const SequencePtr& s, int blocks, std::vector<SequencePtr>& running,
-                     std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled);
-  void preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting);
+                     std::vector<SequencePtr>& waiting, const std::vector<SequencePtr>& scheduled,
+                     StepDecisions& d);
+  void preempt(const SequencePtr& s, std::vector<SequencePtr>& waiting, StepDecisions& d);
   int64_t chunk_that_fits(const Sequence& s, int64_t want, int free_blocks) const;
   // Admits `s` into the runner; false when it cannot start now (`shortfall`: the blocks it lacks).
-  bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now, int& shortfall);
-  bool admit_turn(const SequencePtr& s, int room, int& shortfall);  // a session's turn (`room`: free blocks)
+  bool admit(const SequencePtr& s, const std::vector<SequencePtr>& running, Clock::time_point now,
+             int& shortfall, StepDecisions& d);
+  // A session's turn (`room`: free blocks).
+  bool admit_turn(const SequencePtr& s, int room, int& shortfall, StepDecisions& d);
   // `s` starts with `prefix` to feed, of which match->tokens are cached (`queried` looked up).
   void started(const SequencePtr& s, std::vector<int32_t> prefix, Clock::time_point now,
                const std::optional<PrefixMatch>& match = std::nullopt, int64_t queried = 0);
   // The cached blocks `s` can start from (nullopt: prefix caching is off for it).
   std::optional<PrefixMatch> lookup(Sequence& s, std::span<const int32_t> tokens);
-  void prefetch_restores(const std::vector<SequencePtr>& running, const std::vector<SequencePtr>& waiting);
+  void prefetch_restores(const std::vector<SequencePtr>& running,
+                         const std::vector<SequencePtr>& waiting, StepDecisions& d);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
   // step.steady_s. `waiting`: requests queued.
   PrefillBudget prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
                                const StepComposition& decodes, int token_cap, PlannedStep& step);
 
-  ModelRunner& runner_;
+  PlanHost& host_;
   const SchedulerConfig& config_;
-  std::function<void(const SequencePtr&, const Error&)> fail_;
-  Reclaim reclaim_;
+  const SchedulingPolicy& policy_;
+  KvBudget
+      budget_;  // reserved and owed blocks of the running sequences, kept as the step is planned
   int restores_ = 0;  // restores of offloaded session caches started while planning this step
   SeqId next_runner_id_ = 1;
-  int64_t preemptions_ = 0;
   std::vector<int32_t> decode_tokens_;  // the step's decode inputs (stable storage)
   int promised_ = 0;                     // blocks the step being planned takes for `full` sequences
   std::optional<PrefixMatch> turn_match_;  // admit_turn's lookup for a session's first turn
@@ -120,10 +146,5 @@ class StepPlanner {
   StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
 };
-
-/// Orders `waiting` for scheduling: effective priority (priority - aging_per_s * seconds since
-/// the request's order_deadline, i.e. arrival + its TTFT target's slack; lower first), then
-/// order_deadline, then arrival.
-void sort_waiting(std::vector<SequencePtr>& waiting, double aging_per_s, Clock::time_point now);
 
 }  // namespace rill

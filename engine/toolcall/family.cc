@@ -1,6 +1,6 @@
 #include "engine/toolcall/family.h"
 
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 
 namespace rill::toolcall {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "engine/cpu/cpu_runner.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner/engine_options.h"
 #include "engine/tp/tp_runner.h"
 
 namespace rill::tp {

@@ -56,6 +56,7 @@ class TpRunner final : public ModelRunner {
   void restart_sampling(SeqId id, const SamplingParams& sampling) override;
   int host_kv_blocks() const override { return ranks_[0]->host_kv_blocks(); }
   int host_kv_blocks_free() const override { return ranks_[0]->host_kv_blocks_free(); }
+  int releasing_blocks() const override { return ranks_[0]->releasing_blocks(); }  // as kv()
   void offload_sequence(SeqId id) override;
   void restore_sequence(SeqId id) override;
   bool restore_done(SeqId id) override;

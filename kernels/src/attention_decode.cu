@@ -58,6 +58,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cmath>
@@ -547,13 +548,14 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   const dim3 grid(args.num_splits, num_kv_heads * args.head_chunks, num_seqs);
   const auto launch = [&](auto kernel) {
     // Clusters of the splits of one group when the device can hold them (per kernel and size,
-    // asked once); else the workspace merge.
-    static int fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
+    // asked once; atomic: a thread per GPU asks at once under tensor parallelism, and identical
+    // GPUs give one answer); else the workspace merge.
+    static std::atomic<int> fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
     DecodeArgs a = args;
     if (a.cluster && a.num_splits > 1 && a.num_splits <= kMaxClusterSplits) {
-      int& f = fits[a.num_splits];
-      if (f == 0) f = cluster_size_fits(kernel, a.num_splits, kDecodeThreads) ? 1 : -1;
-      a.cluster = f > 0;
+      std::atomic<int>& f = fits[a.num_splits];
+      if (f.load() == 0) f.store(cluster_size_fits(kernel, a.num_splits, kDecodeThreads) ? 1 : -1);
+      a.cluster = f.load() > 0;
     } else {
       a.cluster = false;
     }
@@ -578,25 +580,8 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   return err != cudaSuccess ? err : launch_status();
 }
 
-/// Calls body.template operator()<D>() for the supported decode head dims.
-template <typename Body>
-cudaError_t dispatch_decode_head_dim(int head_dim, Body&& body) {
-  switch (head_dim) {
-    case 32:
-      return body.template operator()<32>();
-    case 64:
-      return body.template operator()<64>();
-    case 80:
-      return body.template operator()<80>();
-    case 96:
-      return body.template operator()<96>();
-    case 128:
-      return body.template operator()<128>();
-    case 256:
-      return body.template operator()<256>();
-  }
-  return invalid_argument("unsupported head_dim=" + std::to_string(head_dim));
-}
+/// The decode kernels' head dims.
+using DecodeHeadDims = HeadDims<32, 64, 80, 96, 128, 256>;
 
 }  // namespace
 
@@ -614,9 +599,7 @@ size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_di
 }
 
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 &&
-      p.head_dim != 128 && p.head_dim != 256)
-    return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
+  if (const cudaError_t e = check_head_dim<DecodeHeadDims>(p.head_dim); e != cudaSuccess) return e;
   if (const std::string why =
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
       !why.empty())
@@ -680,7 +663,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
     return invalid_argument("decode attention: too many kv heads");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
-      return dispatch_decode_head_dim(p.head_dim, [&]<int D>() {
+      return dispatch_head_dim(DecodeHeadDims{}, p.head_dim, [&]<int D>() {
         return launch_decode_typed<T, C, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
       });
     });

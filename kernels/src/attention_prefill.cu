@@ -561,28 +561,14 @@ cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int nu
   return launch_status();
 }
 
-/// Calls body.template operator()<D>() for the supported prefill head dims: 64 and 128 (Llama,
-/// Mistral, Qwen), 80 (Phi-2, Pythia-2.8B) and 96 (Phi-3-mini).
-template <typename Body>
-cudaError_t dispatch_prefill_head_dim(int head_dim, Body&& body) {
-  switch (head_dim) {
-    case 64:
-      return body.template operator()<64>();
-    case 80:
-      return body.template operator()<80>();
-    case 96:
-      return body.template operator()<96>();
-    case 128:
-      return body.template operator()<128>();
-  }
-  return invalid_argument("unsupported head_dim=" + std::to_string(head_dim));
-}
+/// The prefill kernel's head dims: 64 and 128 (Llama, Mistral, Qwen), 80 (Phi-2, Pythia-2.8B)
+/// and 96 (Phi-3-mini).
+using PrefillHeadDims = HeadDims<64, 80, 96, 128>;
 
 }  // namespace
 
 cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 96 && p.head_dim != 128)
-    return invalid_argument("unsupported head_dim=" + std::to_string(p.head_dim));
+  if (const cudaError_t e = check_head_dim<PrefillHeadDims>(p.head_dim); e != cudaSuccess) return e;
   if (const std::string why =
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
       !why.empty())
@@ -620,7 +606,7 @@ cudaError_t launch_prefill_attention(const PrefillAttentionParams& p, cudaStream
   args.v_scale = p.layout.v_scale;
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
-      return dispatch_prefill_head_dim(p.head_dim, [&]<int D>() {
+      return dispatch_head_dim(PrefillHeadDims{}, p.head_dim, [&]<int D>() {
         return launch_prefill_typed<T, C, D>(args, p.max_tokens, p.num_seqs, stream);
       });
     });

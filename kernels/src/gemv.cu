@@ -46,7 +46,7 @@ constexpr Config kConfigs[] = {
     {8, 2, 0, false}, {16, 1, 6, true}, {8, 1, 8, true},  {16, 1, 4, true}, {16, 1, 5, true},
     {32, 1, 3, true}, {32, 1, 2, true}, {16, 1, 3, true}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
-constexpr int kDeepConfig = 9;  // 16 warps x 1, cp.async ring of 5: GemvParams::deep_prologue
+constexpr int kDeepConfig = 9;       // 16 warps x 1, cp.async ring of 5: GemvParams::deep_prologue
 constexpr int kDeepWideConfig = 10;  // 32 warps x 1, ring of 3: the same for 32 warps x 2
 static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].silu &&
               kConfigs[kDeepConfig].stages > 0);
@@ -292,10 +292,10 @@ cudaError_t launch_shape(const GemvParams& p, cudaStream_t stream) {
   } else {
     const auto kernel = gemv_ring_kernel<T, C.warps, C.unroll, C.stages, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
-    // Once per kernel (Rill drives one device), not on every launch of a decode step.
-    static const cudaError_t allowed =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (allowed != cudaSuccess) return allowed;
+    // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kBytes);
+        err != cudaSuccess)
+      return err;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.y, bias,
                          p.M, p.N, p.K, y_f32);
   }

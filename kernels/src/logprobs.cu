@@ -17,6 +17,7 @@
 // Ranks under a strict total order are unique, so the output does not depend on the order in
 // which atomics appended the candidates: a row's result depends on its data only.
 #include <cooperative_groups.h>
+#include <atomic>
 
 #include <algorithm>
 #include <climits>
@@ -336,10 +337,12 @@ cudaError_t launch_logprobs(const LogprobsParams& p, cudaStream_t stream) {
                             std::to_string(p.max_top));
   auto kernel = vec ? logprobs_kernel<true> : logprobs_kernel<false>;
   if (splits > 1) {
-    static int fits[2][kMaxSplits + 1] = {};  // per kernel and size: 0 unknown, 1 yes, -1 no
-    int& f = fits[vec][splits];
-    if (f == 0) f = cluster_size_fits(kernel, splits, kThreads) ? 1 : -1;
-    if (f < 0)
+    // Atomic: a thread per GPU under tensor parallelism (identical GPUs give one answer).
+    static std::atomic<int> fits[2][kMaxSplits + 1] =
+        {};  // per kernel and size: 0 unknown, 1 yes, -1 no
+    std::atomic<int>& f = fits[vec][splits];
+    if (f.load() == 0) f.store(cluster_size_fits(kernel, splits, kThreads) ? 1 : -1);
+    if (f.load() < 0)
       return invalid_argument("logprobs: clusters of " + std::to_string(splits) +
                               " CTAs do not fit this device");
   }

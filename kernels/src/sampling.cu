@@ -179,7 +179,7 @@ __device__ int draw(const ValueSet& set, float tau, float target, Shared& sh) {
   return last_kept;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
+__global__ void __launch_bounds__(kThreads) sample_kernel(SampleBatch p) {
   pdl_launch_dependents();  // see launch.cuh
   pdl_wait();               // before any dependent read or global write
   __shared__ Shared sh;
@@ -275,7 +275,7 @@ __global__ void mark_prompt_kernel(uint8_t* __restrict__ prompt_mask,  // [num_s
 
 }  // namespace
 
-cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream) {
+cudaError_t launch_sample(const SampleBatch& p, cudaStream_t stream) {
   if (p.num_rows < 0) return invalid_argument("sample: negative num_rows");
   if (p.num_rows == 0) return cudaSuccess;
   if (p.vocab <= 0 || p.vocab >= kMaxVocab)

@@ -147,7 +147,7 @@ for section in "${sections[@]}"; do
       [ -d /tmp/llama2-7b ] || run make7b 120 "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b
       TAIL=8 run sessions_offload_7b 420 "$bin/rill-session-bench" --model /tmp/llama2-7b --device cuda \
         --mode offload --sessions 100 --first-len 512 --turn-len 64 --answer-len 16 --concurrency 8 --streams 16 \
-        --stream-window 1020 --sink 4 --window 1020 --session-gpu-fraction 0.1 --host-kv-bytes 25769803776 \
+        --stream-window 1020 --sink 4 --window 1020 --session-gpu-fraction 0.1 --host-kv-cache-bytes 25769803776 \
         --json "$OUT/sessions_offload_7b.json" ;;
     long-small)
       TAIL=12 run long_small 240 "$bin/rill-bench" --model models/rill-shakespeare --cache streaming --sink 4 \

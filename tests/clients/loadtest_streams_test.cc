@@ -100,18 +100,21 @@ TEST(BackgroundStreams, SettleThenStopGivesCancelledRecordsAndTheirGaps) {
   phase.end_s = seconds_since(epoch);
   const std::vector<RequestRecord> records = streams.stop(10);
   ASSERT_EQ(records.size(), 3u);
+  // The fake ticks every 5 ms at best: a loaded machine (the suite runs tests in parallel) only
+  // makes ticks late, so counts are bounded below loosely and the mean gap from below exactly.
   for (const RequestRecord& r : records) {
     EXPECT_TRUE(r.cancelled);
-    EXPECT_GT(r.chunk_times_s.size(), 60u);  // >= 0.4 s at one chunk per 5 ms
+    EXPECT_GT(r.chunk_times_s.size(), 20u);  // >= 0.4 s of chunks, ticks up to 20 ms late
   }
   const StreamsBaseline base = streams_baseline(records, load_start);
   EXPECT_EQ(base.streams, 3);
   EXPECT_EQ(base.failed, 0);
   EXPECT_GE(load_start - base.ready_s, 0.2);  // the settle time after the last first token
-  EXPECT_GT(base.itl_before.count, 90u);
-  EXPECT_NEAR(base.itl_before.mean, 0.005, 0.003);
+  EXPECT_GT(base.itl_before.count, 30u);
+  EXPECT_GE(base.itl_before.mean, 0.0045);
+  EXPECT_LT(base.itl_before.mean, 0.025);
   const StreamsDuring during = streams_during(records, phase, base);
-  EXPECT_GT(during.itl.count, 90u);
+  EXPECT_GT(during.itl.count, 30u);
   EXPECT_NEAR(during.p99_over_steady, during.itl.p99 / base.itl_before.mean, 1e-12);
   EXPECT_EQ(during.itl_all.count, during.itl.count);  // the phase had no requests
 }

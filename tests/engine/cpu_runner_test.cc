@@ -13,7 +13,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tests/engine/pipelining.h"
 #include "tests/engine/random_model.h"
 #include "tests/engine/resume_logprobs.h"

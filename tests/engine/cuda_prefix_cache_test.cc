@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/model.h"
+#include "engine/runner_factory.h"
+#include "engine/serving/serving_engine.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 #include "tests/engine/prefix_runner_checks.h"

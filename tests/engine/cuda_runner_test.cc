@@ -15,7 +15,7 @@
 #include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 #include "tests/engine/random_model.h"
@@ -259,6 +259,38 @@ TEST(CudaRunner, MixedStepsAndGraphsGiveTheSameTokens) {
   const auto eager = run(false, false);
   EXPECT_EQ(run(true, false), eager) << "CUDA graph replay must equal eager launches";
   EXPECT_EQ(run(true, true), eager) << "decoding beside prefill chunks must not change a sequence";
+}
+
+// Graphs captured at construction (CudaTuning::precapture_graphs) are those the steps would have
+// captured: every replay finds its graph with the same shape (a mismatch throws kInternal), and a
+// batch of 1, 3 and 16 decoding up to 500 keys (several attention splits; a ring past the
+// model's 512 positions) gives the eager tokens.
+TEST(CudaRunner, PrecapturedGraphsGiveTheEagerTokens) {
+  REQUIRE_CUDA();
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  const auto cases = golden_cases(load_golden("default_model.json"));
+  auto run = [&](bool graphs, bool precapture, size_t batch) {
+    auto r = cuda_runner(m, graphs, "auto", {.precapture_graphs = precapture});
+    std::vector<std::vector<int32_t>> out(batch);
+    std::vector<int32_t> next(batch);
+    for (size_t k = 0; k < batch; ++k) {
+      r->add_sequence({SeqId(k), CachePolicy::streaming(4, 496), {.temperature = 0.0f}});
+      StepInput in{SeqId(k), cases[k % cases.size()].prompt, LogitsMode::kNone, true};
+      out[k].push_back(next[k] = r->step(std::span<const StepInput>(&in, 1)).sampled[0]);
+    }
+    for (int s = 0; s < 560; ++s) {
+      std::vector<StepInput> in;
+      for (size_t k = 0; k < batch; ++k)
+        in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1), LogitsMode::kNone, true});
+      const auto o = r->step(in);
+      for (size_t k = 0; k < batch; ++k) out[k].push_back(next[k] = o.sampled[k]);
+    }
+    return out;
+  };
+  for (const size_t batch : {size_t{1}, size_t{3}, size_t{16}}) {
+    const auto eager = run(false, false, batch);
+    EXPECT_EQ(run(true, true, batch), eager) << "batch " << batch;
+  }
 }
 
 // Launch modes are pure optimisations: programmatic dependent launch and CUDA graphs must leave

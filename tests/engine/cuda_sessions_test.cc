@@ -9,7 +9,7 @@
 
 #include "engine/error.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 
@@ -22,8 +22,9 @@ namespace {
 
 #ifdef RILL_HAVE_CUDA
 
-std::unique_ptr<CudaRunner> runner_with_host_memory(const Model& m) {
+std::unique_ptr<CudaRunner> runner_with_host_memory(const Model& m, bool async_offload = false) {
   EngineOptions o;
+  o.cuda_tuning.async_offload = async_offload;
   o.device = "cuda";
   o.max_batch = 16;
   o.max_step_tokens = 2048;
@@ -101,6 +102,63 @@ TEST(CudaSessions, OffloadAndRestoreContinueExactlyAsANeverMovedSequence) {
   }
   EXPECT_EQ(offloads, 1u);
   EXPECT_EQ(restores, 1u);
+}
+
+// CudaTuning::async_offload: the offload copies beside the steps; the sequence holds its blocks
+// (releasing_blocks) until the copy has ended, then frees them; a step of it is refused while
+// offloaded; restored (after the release, and before it: the blocks kept), it continues exactly
+// as the sequence that never moved.
+TEST(CudaSessions, AsyncOffloadFreesBlocksWhenTheCopyEndsAndChangesNoToken) {
+  REQUIRE_CUDA();
+  const Model m = load_model(testing::source_path("models/rill-shakespeare"));
+  for (const bool restore_before_release : {false, true}) {
+    auto r = runner_with_host_memory(m, /*async_offload=*/true);
+    const CachePolicy p = CachePolicy::streaming(4, 60);
+    const std::vector<int32_t> prompt = eval_tokens(150);
+    const int host_total = r->host_kv_blocks();
+    for (SeqId id : {1, 2}) r->add_sequence({id, p, {.temperature = 0.0f}});
+    for (size_t pos = 0; pos < prompt.size(); pos += 50) {
+      const std::span<const int32_t> chunk(prompt.data() + pos, 50);
+      one_step(*r, {{1, chunk, LogitsMode::kNone, false}, {2, chunk, LogitsMode::kNone, false}});
+    }
+    const int held = r->kv().blocks_held(1);
+    const int32_t tok = prompt[0];
+    const std::vector<StepInput> both = {
+        {1, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false},
+        {2, std::span<const int32_t>(&tok, 1), LogitsMode::kNone, false}};
+    const std::vector<StepInput> first(both.begin(), both.begin() + 1);
+    r->launch(both);
+    r->offload_sequence(1);  // after the step in flight, on the copy stream
+    EXPECT_EQ(r->releasing_blocks(), held);
+    EXPECT_EQ(r->kv().blocks_held(1), held) << "blocks are kept until the copy has read them";
+    EXPECT_THROW(r->launch(first), Error);
+    r->finish();
+    if (!restore_before_release) {
+      cudaDeviceSynchronize();
+      r->completed_transfers();  // releases what the ended copies read
+      EXPECT_EQ(r->releasing_blocks(), 0);
+      EXPECT_EQ(r->kv().blocks_held(1), 0);
+      EXPECT_EQ(r->host_kv_blocks_free(), host_total - held);
+      r->add_sequence({3, p, {.temperature = 0.0f}});  // takes and writes the freed blocks
+      const std::vector<int32_t> other = eval_tokens(300);
+      one_step(*r,
+               {{3, std::span<const int32_t>(other.data() + 150, 150), LogitsMode::kNone, false}});
+    }
+    r->restore_sequence(1);
+    EXPECT_EQ(r->kv().blocks_held(1), held);
+    EXPECT_EQ(r->releasing_blocks(), 0);
+    std::vector<int32_t> next = {prompt[1], prompt[1]};
+    for (int step = 0; step < 24; ++step) {
+      const StepOutput o =
+          one_step(*r, {{1, std::span<const int32_t>(&next[0], 1), LogitsMode::kNone, true},
+                        {2, std::span<const int32_t>(&next[1], 1), LogitsMode::kNone, true}});
+      ASSERT_EQ(o.sampled[0], o.sampled[1])
+          << "step " << step << " restore_before_release " << restore_before_release;
+      next = {o.sampled[0], o.sampled[1]};
+    }
+    EXPECT_TRUE(r->restore_done(1));
+    EXPECT_EQ(r->host_kv_blocks_free(), host_total);
+  }
 }
 
 // A restore's copy runs beside the steps of other sequences: they go on while it copies, and the

@@ -7,7 +7,7 @@
 
 #include "engine/cuda/cuda_support.h"
 #include "engine/error.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tests/engine/random_model.h"
 
 namespace rill {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"

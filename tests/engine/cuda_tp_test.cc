@@ -10,7 +10,7 @@
 
 #include "engine/error.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
+#include "engine/runner_factory.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
 

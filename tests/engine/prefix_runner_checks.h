@@ -17,7 +17,7 @@
 
 #include "engine/model/model.h"
 #include "engine/runner/runner.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 #include "tests/engine/golden.h"
 
 namespace rill::testing {

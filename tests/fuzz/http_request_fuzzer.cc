@@ -2,7 +2,7 @@
 // configured as every connection configures it (server/http_request.h: header and body limits),
 // in reads of a size the input chooses (so request lines, headers and chunk sizes split across
 // reads), one request after another while the connection would stay open. Each request is then
-// routed as server/http_server.cc routes it, and its body goes to the same parsing functions:
+// routed as server/http_routes.cc routes it, and its body goes to the same parsing functions:
 // parse_api_request (completions, chat, session turns), parse_session_options, the session
 // lookup, /tokenize and /detokenize. Engine requests go through the engine's submit checks.
 //
@@ -69,7 +69,7 @@ class InputStream {
   size_t pos_ = 0;
 };
 
-// /tokenize and /detokenize as http_server.cc answers them.
+// /tokenize and /detokenize as server/http_routes.cc answers them (without building the answer).
 void tokenize(rill::server::ServingContext& ctx, const std::string& body) {
   const nlohmann::json b = rill::server::parse_json_object(body);
   const char* key = b.contains("prompt") ? "prompt" : "text";
@@ -102,7 +102,8 @@ void generation(ServingFixture& fx, rill::server::ApiKind kind, const std::strin
   fx.validate(api.request);
 }
 
-// http_server.cc's routing (route, route_session); returns whether the connection stays open
+// server/http_routes.cc's routing (route_plain, route_session) without its side effects (no
+// session is created or closed); returns whether the connection stays open
 // (generation answers close it).
 bool handle(ServingFixture& fx, const http::request<http::string_body>& req) {
   rill::server::ServingContext& ctx = fx.ctx();

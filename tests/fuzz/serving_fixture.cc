@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/model/dtype.h"
-#include "engine/runner/runner_factory.h"
-#include "engine/scheduler/request_validation.h"
+#include "engine/runner_factory.h"
 #include "engine/scheduler/scheduler_config.h"
+#include "engine/serving/request_validation.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
 #include "server/openai_api.h"

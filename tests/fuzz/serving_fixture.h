@@ -11,10 +11,10 @@
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/model/model.h"
-#include "engine/scheduler/metrics_registry.h"
-#include "engine/scheduler/request.h"
-#include "engine/scheduler/serving_engine.h"
-#include "engine/scheduler/session.h"
+#include "engine/serving/metrics_registry.h"
+#include "engine/serving/request.h"
+#include "engine/serving/serving_engine.h"
+#include "engine/serving/session.h"
 #include "server/serving_context.h"
 
 namespace rill::fuzz {

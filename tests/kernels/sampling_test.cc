@@ -155,7 +155,7 @@ void run_batch(const Batch& b, BatchOut* out) {
     d_mask.upload(b.prompt_mask.data());
     d_counts.upload(b.output_counts.data());
   }
-  kernels::SampleParams p;
+  kernels::SampleBatch p;
   p.num_rows = R;
   p.vocab = b.vocab;
   p.logits = d_logits.as<float>();
@@ -515,7 +515,7 @@ TEST(MarkPrompt, SetsTheSlotRowOnly) {
 }
 
 TEST(Sample, RejectsBadArguments) {
-  kernels::SampleParams p;
+  kernels::SampleBatch p;
   p.num_rows = 1;
   p.vocab = 0;
   EXPECT_EQ(kernels::launch_sample(p, nullptr), cudaErrorInvalidValue);

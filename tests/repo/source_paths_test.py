@@ -107,6 +107,21 @@ class SourcePathsTest(unittest.TestCase):
         missing = missing_paths()
         self.assertEqual(missing, [], "paths named but not in the repository:\n" + "\n".join(missing))
 
+    def test_the_extending_guide_points_at_code(self):
+        """docs/extending.md: every section names files (which the test above checks exist), so
+        the guide cannot drift into prose that no check holds to the tree."""
+        with open(os.path.join(SOURCE_DIR, "docs/extending.md"), encoding="utf-8") as f:
+            sections = re.split(r"^## ", f.read(), flags=re.M)[1:]
+        self.assertGreaterEqual(len(sections), 5)
+        for section in sections:
+            title = section.splitlines()[0]
+            paths = [p for m in PATH.finditer(section) for p in expand(m.group(1).rstrip(".,"))
+                     if not PLACEHOLDER.search(p)]
+            self.assertGreaterEqual(len(paths), 2, f"docs/extending.md '{title}' names no files")
+            for p in paths:
+                self.assertTrue(os.path.exists(os.path.join(SOURCE_DIR, p.rstrip("/"))),
+                                f"docs/extending.md '{title}': {p}")
+
     def test_the_check_sees_paths(self):
         self.assertEqual(expand("engine/runner/sampling.{h,cc}"),
                          ["engine/runner/sampling.h", "engine/runner/sampling.cc"])

@@ -6,7 +6,7 @@
 #include <bitset>
 #include <set>
 
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "tests/scheduler/scheduler_test_util.h"
 
 namespace rill {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-#include "engine/scheduler/request_validation.h"
+#include "engine/serving/request_validation.h"
 #include "tests/scheduler/scheduler_test_util.h"
 
 namespace rill {

@@ -420,8 +420,16 @@ TEST(ServingEngine, SlowConsumerIsCancelledAtItsBound) {
   r.ignore_eos = true;
   RequestHandle h = f.engine->submit(r);
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.running == 0 && s.steps > 8; }));
+  // The loop publishes running == 0 before the output thread has delivered the final event: poll
+  // until it has (a loaded machine showed the gap).
   std::vector<RequestEvent> events;
-  h.poll(events);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    h.poll(events);
+    if (!events.empty() && std::holds_alternative<FinalEvent>(events.back())) break;
+    if (std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_FALSE(events.empty());
   const auto* fin = std::get_if<FinalEvent>(&events.back());
   ASSERT_NE(fin, nullptr);

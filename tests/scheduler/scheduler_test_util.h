@@ -13,7 +13,7 @@
 #include "engine/cpu/cpu_runner.h"
 #include "engine/model/model.h"
 #include "engine/offline/generator.h"
-#include "engine/scheduler/serving_engine.h"
+#include "engine/serving/serving_engine.h"
 
 namespace rill::testing {
 

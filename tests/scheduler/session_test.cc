@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "engine/scheduler/ids.h"
+#include "engine/serving/ids.h"
 #include "tests/scheduler/scheduler_test_util.h"
 
 namespace rill {

@@ -2,8 +2,8 @@
 // across token boundaries cut the text where the stop string starts.
 #include <gtest/gtest.h>
 
-#include "engine/scheduler/metrics_registry.h"
-#include "engine/scheduler/stop_filter.h"
+#include "engine/serving/metrics_registry.h"
+#include "engine/serving/stop_filter.h"
 
 namespace rill {
 namespace {

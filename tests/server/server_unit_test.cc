@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/scheduler/request.h"
+#include "engine/serving/request.h"
 #include "server/chat_prompt.h"
 #include "server/error_mapping.h"
 #include "server/json_fields.h"

@@ -1,6 +1,9 @@
 #include "tools/common/engine_flags.h"
 
 #include <charconv>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #include "engine/error.h"
 #include "engine/runner/sampling_fields.h"
@@ -9,48 +12,76 @@ namespace rill::cli {
 
 std::string default_model_dir() { return RILL_DEFAULT_MODEL_DIR; }
 
+namespace {
+
+// The table's flags without their "--".
+std::string bare(const char* flag) {
+  return std::string(flag).substr(2);
+}
+
+std::string value_text(const EngineOption& o) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          return *p;
+        else if constexpr (std::is_same_v<T, bool>)
+          return *p ? "on" : "off";
+        else if constexpr (std::is_same_v<T, double>) {
+          std::string t = std::to_string(*p);
+          t.erase(t.find_last_not_of('0') + 1);
+          if (t.back() == '.') t.pop_back();
+          return t;
+        } else
+          return std::to_string(*p);
+      },
+      o.target);
+}
+
+}  // namespace
+
+// Every engine option of the server, spelled as the server spells it (engine_options.h): the
+// table's flags, a boolean's as a --x / --no-x pair.
 void add_engine_flags(Args& a) {
   a.option("model", default_model_dir(), "Hugging Face model directory or llama2.c .bin");
-  a.option("device", "auto", "auto | cpu | cuda");
-  a.option("threads", "0", "CPU threads (0: all cores)");
-  a.option("block-size", "16", "tokens per KV-cache block");
-  a.option("dtype", "auto", "CUDA weight dtype: auto | float16 | bfloat16");
-  a.option("gpu-memory-fraction", "0.9", "share of free GPU memory for weights and KV cache");
-  a.option("kv-cache-dtype", "auto",
-           "KV-cache element type: auto (the model's dtype) | fp8 (e4m3, half the bytes)");
-  a.option("quantization", "auto",
-           "linear weights: auto (what the checkpoint says) | fp8 (e4m3; per-channel scales at "
-           "load where the checkpoint has none) | none (the model dtype)");
-  a.option("tensor-parallel-size", "1",
-           "GPUs the model is split over (tensor parallelism; with --device cpu, emulated)");
-  a.option("gpus", "", "GPUs of the tensor-parallel ranks, e.g. 0,1 (default: 0 .. N-1)");
-  a.flag("no-cuda-graphs", "launch decode steps eagerly instead of replaying CUDA graphs");
-  a.flag("no-fused-decode",
-         "run SiLU-and-mul of small-batch decode as its own kernel instead of in the gate|up GEMV");
+  EngineOptions defaults;
+  for (const EngineOption& o : engine_option_table(defaults)) {
+    std::string help = o.help;
+    if (o.range) help += " " + option_range_text(*o.range);
+    if (std::holds_alternative<bool*>(o.target)) {
+      a.flag(bare(o.flag), help + " (default: " + value_text(o) + ")");
+      a.flag("no-" + bare(o.flag), "the opposite of --" + bare(o.flag));
+      continue;
+    }
+    a.option(bare(o.flag), value_text(o), help);
+  }
 }
 
 EngineOptions engine_options(const Args& a) {
-  EngineOptions o;
-  o.device = a.get("device");
-  o.cpu_threads = a.get_int("threads");
-  o.block_size = a.get_int("block-size");
-  o.dtype = a.get("dtype");
-  o.gpu_memory_fraction = a.get_double("gpu-memory-fraction");
-  o.cuda_tuning.cuda_graphs = !a.on("no-cuda-graphs");
-  o.cuda_tuning.fused_decode = !a.on("no-fused-decode");
-  o.kv_cache_dtype = a.get("kv-cache-dtype");
-  o.tensor_parallel_size = a.get_int("tensor-parallel-size");
-  o.gpus = a.get("gpus");
-  if (o.tensor_parallel_size < 1 || o.tensor_parallel_size > 8)
-    a.fail("--tensor-parallel-size must be in [1, 8]");
-  if (o.block_size <= 0) a.fail("--block-size must be positive");
-  if (!(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1)) a.fail("--gpu-memory-fraction must be in (0, 1]");
-  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "fp8")
-    a.fail("--kv-cache-dtype must be auto or fp8, got '" + o.kv_cache_dtype + "'");
-  o.quantization = a.get("quantization");
-  if (o.quantization != "auto" && o.quantization != "fp8" && o.quantization != "none")
-    a.fail("--quantization must be auto, fp8 or none, got '" + o.quantization + "'");
-  return o;
+  EngineOptions e;
+  for (const EngineOption& o : engine_option_table(e)) {
+    const std::string name = bare(o.flag);
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            if (a.on(name)) *p = true;
+            if (a.on("no-" + name)) *p = false;
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            *p = a.get(name);
+          } else if constexpr (std::is_same_v<T, double>) {
+            *p = a.get_double(name);
+          } else if constexpr (std::is_same_v<T, int>) {
+            *p = a.get_int(name);
+          } else {
+            *p = a.get_int64(name);
+          }
+        },
+        o.target);
+    if (const std::string why = engine_option_problem(o); !why.empty())
+      a.fail("--" + name + " " + why);
+  }
+  return e;
 }
 
 namespace {

@@ -3,8 +3,8 @@
 
 #include "engine/kv/cache_policy.h"
 #include "engine/model/model.h"
-#include "engine/runner/runner_factory.h"
 #include "engine/runner/sampling.h"
+#include "engine/runner_factory.h"
 #include "tools/common/args.h"
 
 namespace rill::cli {
@@ -12,6 +12,10 @@ namespace rill::cli {
 /// Default model: the one embedded in the source tree.
 std::string default_model_dir();
 
+/// --model and every engine option of engine_option_table() (engine/runner/engine_options.h),
+/// spelled and checked as the server's: the tools parse with Args, which builds where CLI11 is
+/// not installed (the GPU host builds the tools with scripts/device/build_here.sh), but the
+/// options, their spellings, ranges and messages are the server's (a bad value exits 2).
 void add_engine_flags(Args& args);
 EngineOptions engine_options(const Args& args);
 

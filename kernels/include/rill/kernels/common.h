@@ -41,6 +41,9 @@ void set_smem_carveout(int percent);
 int smem_carveout();
 /// Applies smem_carveout() to `kernel` once per value (what the launchers call).
 cudaError_t apply_smem_carveout(const void* kernel);
+/// Lets `kernel` take `bytes` of dynamic shared memory on the current device (once per device,
+/// kernel and size; thread-safe).
+cudaError_t allow_dynamic_smem(const void* kernel, int bytes);
 
 /// Geometry of the paged KV cache, shared by the rope/KV-write and attention kernels.
 /// Storage: cache[layer][block][2 (k, v)][num_kv_heads][block_size][head_dim]; the launchers take

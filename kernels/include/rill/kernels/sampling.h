@@ -8,6 +8,8 @@
 
 namespace rill::kernels {
 
+/// One row's sampling parameters on the device: the engine's SamplingParams
+/// (engine/runner/sampling.h) of the row's sequence, plus its penalty state and draw counter.
 struct SamplingRow {
   float temperature = 1.0f;
   float top_p = 1.0f;
@@ -22,7 +24,9 @@ struct SamplingRow {
   int32_t mask_row = -1;  // row of token_masks (a constrained sequence); -1: unconstrained
 };
 
-struct SampleParams {
+/// One launch_sample: the logits of a step's sampled rows, their SamplingRows, the penalty state
+/// and where the tokens go.
+struct SampleBatch {
   int num_rows = 0, vocab = 0;
   float* logits = nullptr;            // [num_rows, vocab] fp32, modified in place
   const SamplingRow* rows = nullptr;  // [num_rows] device
@@ -35,7 +39,7 @@ struct SampleParams {
   const uint32_t* token_masks = nullptr;
   int mask_words = 0;  // >= ceil(vocab / 32) when token_masks is set
 };
-cudaError_t launch_sample(const SampleParams& p, cudaStream_t stream);
+cudaError_t launch_sample(const SampleBatch& p, cudaStream_t stream);
 
 /// prompt_mask[slot, tokens[i]] = 1 for i < num_tokens.
 cudaError_t launch_mark_prompt(uint8_t* prompt_mask, int vocab, int slot, const int32_t* tokens,
