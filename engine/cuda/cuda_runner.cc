@@ -408,7 +408,7 @@ void CudaRunner::precapture_graphs() {
     for (const auto& [splits, keys] : keys_of_splits) {
       // The packed metadata goes to scratch: steps in flight (after set_tuning) own host_.
       scratch.resize(meta_bytes_);
-      cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {},
+      cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {}, {},
                                             scratch.data(), dmeta());
       plan.max_decode_keys = keys;
       graph_for(bucket, plan);
