@@ -7,7 +7,7 @@ packages=(cmake ninja-build g++ pkg-config libspdlog-dev nlohmann-json3-dev libg
   # rill-server: gRPC + Protobuf, Boost.Beast (header-only), CLI11
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libboost1.81-dev libcli11-dev
   # server tests: promtool, Python grpcio (node + npm for the OpenAI JS client: below)
-  prometheus python3-grpcio python3-protobuf
+  prometheus python3-grpcio python3-protobuf python3-jsonschema
   # deployment tests (tests/deploy): YAML checks of docker/ and docker/k8s/
   python3-yaml
   # rill-loadtest's report test: the HTML report opened in headless Chromium

@@ -17,6 +17,7 @@
 #include "server/grpc_request.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_session.h"
+#include "server/grpc_constraint.h"
 #include "server/grpc_tools.h"
 #include "server/reactor_link.h"
 #include "server/session_turn.h"
@@ -63,6 +64,7 @@ Request to_request(ServingContext& ctx, const pb::GenerateRequest& in,
   r.sampling = ctx.model().sampling_defaults;
   apply_sampling(in.sampling(), r.sampling);
   apply_generation_fields(in, r, ctx.model().vocab_size);
+  apply_constraint_fields(in, tools, ctx.model().tool_family, ctx.require_engine(), r);
   // Call markers are special tokens in some families: kept in the text the parser reads.
   if (tools.active() && ctx.model().tool_family != toolcall::ToolFamily::kNone)
     r.skip_special_tokens = false;

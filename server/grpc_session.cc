@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/error_mapping.h"
+#include "server/grpc_constraint.h"
 #include "server/grpc_convert.h"
 #include "server/grpc_request_id.h"
 #include "server/grpc_tools.h"
@@ -159,6 +160,7 @@ class SessionReactor final
       apply_sampling(t.sampling(), r.sampling);
       apply_generation_fields(t, r, ctx_.model().vocab_size);
       const toolcall::ToolSpec tools = tool_spec_from_pb(t.tool_options());
+      apply_constraint_fields(t, tools, ctx_.model().tool_family, ctx_.require_engine(), r);
       if (tools.active() && ctx_.model().tool_family != toolcall::ToolFamily::kNone)
         r.skip_special_tokens = false;  // call markers may be special tokens
       ctx_.check_prompt(r.prompt, "input");

@@ -9,6 +9,7 @@
 #include "server/json_fields.h"
 #include "server/request_fields.h"
 #include "server/sampling_json.h"
+#include "server/constraint_fields.h"
 #include "server/tool_calls.h"
 
 namespace rill::server {
@@ -244,6 +245,23 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
   if (const auto t = latency_target(b, "tpot_target_ms")) r.tpot_target = t;
   a.top_logprobs = parse_logprobs(kind, b);
   r.logprobs = a.top_logprobs;
+  // Structured output: the body's constraint field, or the call tool_choice forces (not both).
+  std::optional<FieldConstraint> constraint = parse_constraint_fields(b, body_text);
+  if (kind == ApiKind::kChat)
+    if (auto call = tool_call_constraint(a.tool_family, a.tools, engine.tokenizer())) {
+      if (constraint)
+        throw FieldError(constraint->field, "at most one constraint per request: " + constraint->field +
+                                                " and tool_choice '" +
+                                                (a.tools.choice.mode == toolcall::ToolChoiceMode::kNamed
+                                                     ? a.tools.choice.name
+                                                     : std::string("required")) +
+                                                "' were both given");
+      constraint = std::move(call);
+    }
+  if (constraint) {
+    check_field_constraint(engine, *constraint);
+    r.constraint = std::move(constraint->constraint);
+  }
   // A full cache holds prompt + generated tokens within the context (vLLM answers 400 too).
   const int context = ctx.model().context_length;
   if (!r.cache.is_streaming() && context > 0 &&

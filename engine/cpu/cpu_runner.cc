@@ -540,7 +540,7 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
       // sample_token modifies its row: the log-probabilities read the raw one.
       const std::span<const float> raw(&logits[sample_row[k] * V], V);
       std::vector<float> row(raw.begin(), raw.end());
-      out.sampled[k] = sample_token(row, s.sampling, s.sampler);
+      out.sampled[k] = sample_token(row, s.sampling, s.sampler, inputs[k].mask);
       if (inputs[k].logprobs >= 0) out.logprobs[k] = compute_logprobs(raw, out.sampled[k], inputs[k].logprobs);
     }
   }

@@ -389,6 +389,8 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
     s.output_counts = output_counts_.as<int32_t>();
     s.prompt_mask = prompt_mask_.as<uint8_t>();
     s.out_tokens = sampled_.as<int32_t>();
+    s.token_masks = masks_dev_.as<uint32_t>();
+    s.mask_words = mask_words_;
     RILL_CUDA(kernels::launch_sample(s, stream_));
   });
   if (sh.logprobs) enqueue_logprobs(plan);

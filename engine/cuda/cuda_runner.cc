@@ -219,11 +219,15 @@ void CudaRunner::allocate_buffers() {
   const size_t meta_bytes = cuda::StepLayout::make(biggest).bytes;
   meta_bytes_ = meta_bytes;
   meta_dev_ = DeviceMemory(meta_bytes, "step metadata");
+  mask_words_ = (c.vocab_size + 31) / 32;
+  const size_t mask_bytes = size_t(max_batch_) * mask_words_ * 4;
+  masks_dev_ = DeviceMemory(mask_bytes, "token masks");
   logits_host_ = PinnedMemory(R * V * 4, "logits");
   for (HostBuffers& h : host_) {
     h.meta = PinnedMemory(meta_bytes, "step metadata");
     h.sampled = PinnedMemory(R * 4, "sampled tokens");
     h.logprobs = PinnedMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
+    h.masks = PinnedMemory(mask_bytes, "token masks");
   }
 }
 
@@ -404,7 +408,7 @@ void CudaRunner::precapture_graphs() {
     for (const auto& [splits, keys] : keys_of_splits) {
       // The packed metadata goes to scratch: steps in flight (after set_tuning) own host_.
       scratch.resize(meta_bytes_);
-      cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {},
+      cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {}, {},
                                             scratch.data(), dmeta());
       plan.max_decode_keys = keys;
       graph_for(bucket, plan);
@@ -524,11 +528,22 @@ void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
       last_row[k] = last_rows_.at(inputs[k].id);
   }
   HostBuffers& h = host_[f.buffer];
+  // Grammar masks of the constrained rows into the pinned staging rows (the sequences' own
+  // buffers may change once launch() returns); enqueue_step uploads them.
+  std::vector<int32_t> mask_row(n, -1);
+  f.mask_rows = 0;
+  for (int k = 0; k < n; ++k) {
+    if (inputs[k].mask.empty()) continue;
+    mask_row[k] = f.mask_rows;
+    std::copy(inputs[k].mask.begin(), inputs[k].mask.end(),
+              h.masks.as<uint32_t>() + size_t(f.mask_rows) * mask_words_);
+    ++f.mask_rows;
+  }
   const int bucket = (decode == n && !any_logits && !profiler_) ? decode_bucket(n) : 0;
   f.plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
-                           last_row, h.meta.as<char>(), dmeta());
+                           last_row, mask_row, h.meta.as<char>(), dmeta());
   for (const StepInput& in : inputs) f.ids.push_back(in.id);
-  enqueue_step(inputs, f.plan, bucket, h);
+  enqueue_step(inputs, f.plan, bucket, f.mask_rows, h);
   last_rows_.clear();
   for (int k = 0; k < n; ++k) {
     if (f.plan.sampled_index[k] < 0) continue;
@@ -538,11 +553,14 @@ void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
 }
 
 void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan& plan, int bucket,
-                              HostBuffers& h) {
+                              int mask_rows, HostBuffers& h) {
   const int n = static_cast<int>(inputs.size());
   if (step_timing_) RILL_CUDA(cudaEventRecord(h.begin.get(), stream_));
   RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), h.meta.get(), plan.layout.bytes,
                             cudaMemcpyHostToDevice, stream_));
+  if (mask_rows > 0)
+    RILL_CUDA(cudaMemcpyAsync(masks_dev_.get(), h.masks.get(), size_t(mask_rows) * mask_words_ * 4,
+                              cudaMemcpyHostToDevice, stream_));
   // Penalised sequences that have not sampled yet in this runner: their tokens are prompt
   // tokens (a resumed sequence's too); remember them on the GPU.
   for (int k = 0; k < n; ++k) {

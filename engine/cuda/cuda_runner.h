@@ -113,6 +113,7 @@ class CudaRunner final : public ModelRunner {
     bool timed = false;  // begin event recorded (step timing on at launch)
     bool empty = false;  // no inputs: nothing was queued
     std::vector<SeqId> ids;  // per input
+    int mask_rows = 0;       // constrained rows (grammar masks uploaded with the step)
   };
   // Host-side buffers, one set per step in flight: the next step's metadata is written while the
   // previous step's may still be waiting for its upload, and the previous step's tokens are still
@@ -120,6 +121,7 @@ class CudaRunner final : public ModelRunner {
   struct HostBuffers {
     cuda::PinnedMemory meta, sampled;
     cuda::PinnedMemory logprobs;  // [max_batch, kLogprobsWidth] (logprobs_)
+    cuda::PinnedMemory masks;     // [max_batch, mask_words_] grammar masks of constrained rows
     cuda::Event begin, end;  // around the step's copies and kernels; finish() waits for `end`
   };
   class Profiler;
@@ -147,8 +149,9 @@ class CudaRunner final : public ModelRunner {
   void plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
                         bool any_logits, InFlight& f);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
+  // `mask_rows`: grammar masks staged in h.masks (uploaded before the step's kernels).
   void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
-                    HostBuffers& h);
+                    int mask_rows, HostBuffers& h);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
@@ -247,6 +250,13 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory prompt_mask_;    // [max_batch, V] uint8
   std::vector<int32_t> free_state_slots_;
   cuda::DeviceMemory meta_dev_;
+  // Grammar masks of a step's constrained rows, [max_batch, mask_words_] uint32, uploaded with
+  // the step (stream order: like meta_dev_, one buffer serves every step). The sampling kernel
+  // always points at it (so captured graphs serve constrained and unconstrained batches alike);
+  // rows with SamplingRow::mask_row -1 never read it, and a step without constrained rows copies
+  // nothing.
+  cuda::DeviceMemory masks_dev_;
+  int mask_words_ = 0;  // ceil(vocab / 32)
   cuda::PinnedMemory logits_host_;
   HostBuffers host_[kMaxStepsInFlight];
   std::deque<InFlight> in_flight_;  // launched steps, oldest first

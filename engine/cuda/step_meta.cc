@@ -57,8 +57,9 @@ kernels::PrefillSeq prefill_seq(const KvSequence& s, int64_t c0, int T, int q_of
   return p;
 }
 
-kernels::SamplingRow sampling_row(const SamplingSlot* s) {
+kernels::SamplingRow sampling_row(const SamplingSlot* s, int32_t mask_row) {
   kernels::SamplingRow r;
+  r.mask_row = mask_row;
   if (!s) {
     r.temperature = 0.0f;  // inert rows: greedy, no state
     return r;
@@ -104,7 +105,8 @@ StepLayout StepLayout::make(const StepShape& s) {
 StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
                    const KvCacheManager& kv, int max_blocks, int pad_decode_to, int32_t trash_block,
                    const std::vector<const SamplingSlot*>& sampling,
-                   std::span<const int32_t> last_row, char* out, const char* device_base) {
+                   std::span<const int32_t> last_row, std::span<const int32_t> mask_row, char* out,
+                   const char* device_base) {
   const int bs = kv.block_size();
   const int n = static_cast<int>(inputs.size());
   StepPlan plan;
@@ -130,13 +132,16 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
   plan.logits_first.assign(n, -1);
   plan.logits_count.assign(n, 0);
   std::vector<const SamplingSlot*> sample_slots;
+  std::vector<int32_t> sample_masks;  // per sampled row: its token-mask row, -1 none
   if (pad) {
     for (int r = 0; r < sh.decode; ++r) rows.push_back(r);
     sample_slots.assign(sh.decode, nullptr);
+    sample_masks.assign(sh.decode, -1);
     for (int k : decode_inputs)
       if (inputs[k].sample) {
         plan.sampled_index[k] = plan.input_first_row[k];
         sample_slots[plan.input_first_row[k]] = sampling[k];
+        sample_masks[plan.input_first_row[k]] = mask_row[k];
       }
   } else {
     for (int k = 0; k < n; ++k)
@@ -144,6 +149,7 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
         plan.sampled_index[k] = static_cast<int>(rows.size());
         rows.push_back(plan.input_first_row[k] + static_cast<int>(inputs[k].tokens.size()) - 1);
         sample_slots.push_back(sampling[k]);
+        sample_masks.push_back(mask_row[k]);
       }
   }
   sh.sampled = static_cast<int>(rows.size());
@@ -234,7 +240,7 @@ StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>
     pseq->geo.block_table = table_dev(sh.decode + p);
   }
   std::copy(rows.begin(), rows.end(), w.at<int32_t>(L.rows));
-  for (int i = 0; i < sh.sampled; ++i) w.at<kernels::SamplingRow>(L.sampling)[i] = sampling_row(sample_slots[i]);
+  for (int i = 0; i < sh.sampled; ++i) w.at<kernels::SamplingRow>(L.sampling)[i] = sampling_row(sample_slots[i], sample_masks[i]);
   if (sh.logprobs) {
     int32_t* top_n = w.at<int32_t>(L.logprobs);
     std::fill(top_n, top_n + sh.sampled, -1);

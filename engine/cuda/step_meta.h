@@ -61,10 +61,13 @@ struct SamplingSlot {
 /// rows with inert rows that write to `trash_block` (for CUDA-graph buckets); it requires a
 /// decode-only step. `sampling(i)` gives input i's sampling slot. An input whose token is
 /// kLastSampled reads it from row last_row[i] of the previous step's sampled tokens: its token id
-/// is written as -1 - last_row[i] (kernels::EmbeddingParams::previous).
+/// is written as -1 - last_row[i] (kernels::EmbeddingParams::previous). `mask_row[i]`: the row of
+/// the step's token-mask buffer holding input i's grammar mask (kernels::SampleParams::
+/// token_masks), -1 unconstrained.
 StepPlan plan_step(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
                    const KvCacheManager& kv, int max_blocks, int pad_decode_to, int32_t trash_block,
                    const std::vector<const SamplingSlot*>& sampling,
-                   std::span<const int32_t> last_row, char* out, const char* device_base);
+                   std::span<const int32_t> last_row, std::span<const int32_t> mask_row, char* out,
+                   const char* device_base);
 
 }  // namespace rill::cuda

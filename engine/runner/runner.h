@@ -56,6 +56,10 @@ struct StepInput {
   /// With `sample`: -1 no log-probabilities; 0 the sampled token's; N in [1, kMaxTopLogprobs]
   /// also the top N. Computed on the device: the logits stay there.
   int logprobs = -1;
+  /// With `sample`: the tokens it may sample (a constrained sequence's grammar mask,
+  /// engine/grammar/matcher.h): bit (id & 31) of mask[id >> 5], ceil(vocab / 32) words. Empty:
+  /// unconstrained (costs nothing). Read during launch() only.
+  std::span<const uint32_t> mask;
 };
 
 /// A token id that stands for the token its sequence sampled in the step launched just before

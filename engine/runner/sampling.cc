@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "rill/kernels/philox.h"
@@ -45,7 +46,8 @@ float keep_threshold(const std::vector<float>& probs, const SamplingParams& p) {
   const size_t n = probs.size();
   const float p_max = *std::max_element(probs.begin(), probs.end());
   float tau = p.min_p > 0 ? p.min_p * p_max : 0.0f;
-  const size_t k = (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) ? static_cast<size_t>(p.top_k) : n;
+  const size_t k =
+      (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) ? static_cast<size_t>(p.top_k) : n;
   if (k == n && p.top_p >= 1.0f) return tau;
   std::vector<float> sorted(probs);
   std::partial_sort(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<float>());
@@ -67,10 +69,23 @@ float keep_threshold(const std::vector<float>& probs, const SamplingParams& p) {
 
 }  // namespace
 
-int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerState& s) {
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> mask) {
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const size_t w = id >> 5;
+    if (w >= mask.size() || !((mask[w] >> (id & 31)) & 1u))
+      logits[id] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerState& s,
+                     std::span<const uint32_t> mask) {
   apply_penalties(logits, p, s);
+  const bool masked = !mask.empty();
+  if (masked) apply_token_mask(logits, mask);
   int32_t token;
-  if (p.greedy()) {
+  const bool nothing_allowed = masked && *std::max_element(logits.begin(), logits.end()) ==
+                                             -std::numeric_limits<float>::infinity();
+  if (p.greedy() || nothing_allowed) {
     token = argmax(logits);
   } else {
     const float mx = *std::max_element(logits.begin(), logits.end());
@@ -81,7 +96,10 @@ int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerSt
       sum += probs[i];
     }
     for (float& q : probs) q = static_cast<float>(q / sum);
-    const float tau = keep_threshold(probs, p);
+    // Masked rows never keep a zero-probability (disallowed) token, even where the kept-set
+    // threshold is 0; the kernel does the same.
+    const float tau = masked ? std::max(keep_threshold(probs, p), std::numeric_limits<float>::min())
+                             : keep_threshold(probs, p);
     double kept = 0;
     for (float q : probs)
       if (q >= tau) kept += q;

@@ -40,9 +40,9 @@ struct SamplingParams {
 
 /// Per-sequence sampler state: the draw counter and the token histories penalties need.
 struct SamplerState {
-  uint64_t step = 0;                                 // draws made so far
-  uint64_t first_step = 0;                           // `step` when this runner took the sequence
-  std::vector<uint8_t> prompt_seen;                  // [vocab] 1 where the prompt has the token
+  uint64_t step = 0;                                   // draws made so far
+  uint64_t first_step = 0;                             // `step` when this runner took the sequence
+  std::vector<uint8_t> prompt_seen;                    // [vocab] 1 where the prompt has the token
   std::unordered_map<int32_t, int32_t> output_counts;  // generated token -> count
 
   /// State of a sequence resumed after `generated` tokens (SequenceSpec::generated): the draw
@@ -55,7 +55,16 @@ struct SamplerState {
 /// Applies the penalties of `p` to `logits` in place.
 void apply_penalties(std::span<float> logits, const SamplingParams& p, const SamplerState& s);
 
-/// Samples one token from `logits` (modified in place) and advances the state.
-int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerState& s);
+/// Sets the logits of the tokens a grammar mask disallows to -inf: bit (id & 31) of
+/// mask[id >> 5] clear (ids past the mask are disallowed). After the penalties, before
+/// temperature, so a disallowed token never wins the argmax nor gets probability mass.
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> mask);
+
+/// Samples one token from `logits` (modified in place) and advances the state. With a
+/// non-empty `mask` (a constrained sequence's allowed tokens, grammar/matcher.h) only allowed
+/// tokens can be drawn; an empty mask costs nothing. A mask allowing nothing yields token 0
+/// (the caller ends such a sequence).
+int32_t sample_token(std::span<float> logits, const SamplingParams& p, SamplerState& s,
+                     std::span<const uint32_t> mask = {});
 
 }  // namespace rill

@@ -20,6 +20,11 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(
     if (in.logprobs < -1 || in.logprobs > kMaxTopLogprobs)
       throw Error(ErrorCode::kInvalidArgument, "logprobs " + std::to_string(in.logprobs) + " outside [-1, " +
                                                    std::to_string(kMaxTopLogprobs) + "]");
+    if (!in.mask.empty() && (!in.sample || in.mask.size() != (static_cast<size_t>(vocab_size) + 31) / 32))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "sequence " + std::to_string(in.id) + ": a token mask needs `sample` and " +
+                      std::to_string((vocab_size + 31) / 32) + " words (" + std::to_string(in.mask.size()) +
+                      " given)");
     if (in.tokens.size() == 1 && in.tokens[0] == kLastSampled) {
       if (!sampled_last(in.id))
         throw Error(ErrorCode::kInvalidArgument,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/runner/runner.h"
+#include "engine/scheduler/constraint_state.h"
 #include "engine/scheduler/latency_targets.h"
 #include "engine/serving/request.h"
 #include "engine/serving/request_channel.h"
@@ -41,6 +42,7 @@ struct Sequence {
       tpot_target;  // the request's, or the server's default (latency_targets.h)
   Clock::time_point
       order_deadline;  // arrival + its TTFT target's ordering slack: queue and chunk order
+  std::shared_ptr<const grammar::CompiledConstraint> compiled;  // Request::constraint, compiled
 
   // Written by the loop, read by the output thread.
   std::atomic<int> preemptions{0};
@@ -77,6 +79,9 @@ struct Sequence {
   // across admission attempts and incarnations: they depend on the tokens, which only grow).
   std::optional<BlockHash> prefix_root;
   std::vector<BlockHash> prefix_hashes;
+  // Structured output (with `compiled`): the grammar state after `generated`, and its mask. A
+  // constrained sequence never has two samples in flight (its next mask needs the last token).
+  std::unique_ptr<ConstraintState> constraint;
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }
   /// Samples made or under way: the generation length once every step in flight finishes.

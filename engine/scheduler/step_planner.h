@@ -23,6 +23,9 @@
 // preempted (its blocks freed; it is recomputed later from prompt + generated tokens, with the
 // same sampler state, so its output does not change).
 //
+// Structured output. A constrained sequence (Sequence::constraint) is planned only when none of
+// its samples is in flight: the mask of its next sample depends on the token sampled before.
+//
 // Sessions. A turn of a session continues the session's runner sequence: it is admitted when the
 // blocks the sequence still lacks (its growth to sinks + window, or all of them when its cache
 // was offloaded to host memory) fit; it restarts the sequence's sampler and feeds the earlier

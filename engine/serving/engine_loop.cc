@@ -95,6 +95,10 @@ void EngineLoop::take_inbox(std::vector<SequencePtr>& stopped) {
       finish(s, FinishReason::kLength);
       continue;
     }
+    if (s->compiled) {
+      s->constraint = std::make_unique<ConstraintState>(s->compiled, s->request.constraint->forced_tokens);
+      if (constraint_ended(s, s->constraint->status())) continue;
+    }
     // Auto TTFT target: kAutoTtftFactor x the TTFT it would get unqueued beside the streams now.
     if (s->ttft_target.kind == LatencyTarget::Kind::kAuto)
       s->auto_ttft_target_s.store(
@@ -136,6 +140,10 @@ void EngineLoop::apply(const StepDecisions& d) {
 }
 
 void EngineLoop::launch(PlannedStep& step) {
+  // Constrained rows sample under their grammar masks (the sequence's state after its last
+  // token: none of its samples is in flight, StepPlanner).
+  for (size_t k = 0; k < step.inputs.size(); ++k)
+    if (step.inputs[k].sample && step.seqs[k]->constraint) step.inputs[k].mask = step.seqs[k]->constraint->mask();
   try {
     runner_.launch(step.inputs);
   } catch (const Error& e) {
@@ -192,26 +200,35 @@ void EngineLoop::finish_oldest() {
   int sampled = 0;
   for (const SequencePtr& s : f.seqs)
     if (s->session) --s->session->steps_in_flight;
+  const std::vector<ConstraintState::Next> constrained = advance_constraints(f, out);
   for (size_t k = 0; k < f.seqs.size(); ++k) {
     const SequencePtr& s = f.seqs[k];
-    if (!f.sampled[k] || s->phase != SeqPhase::kRunning || s->runner_id != f.runner_ids[k])
-      continue;  // stale
+    if (!live_sample(f, k)) continue;  // stale
     --s->samples_in_flight;
     const Request& r = s->request;
     const int32_t tok = out.sampled[k];
     s->last_sample = tok;
     ++sampled;
-    const bool stop_id =
-        std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end() ||
-        std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
-    if (stop_id && static_cast<int>(s->generated.size()) >= r.min_tokens) {
+    if (ends_at_stop_id(*s, tok)) {
       finish(s, FinishReason::kStop, tok);
+      continue;
+    }
+    // The constraint's next state (and its mask) before the token is streamed: a token it
+    // refuses means the sampler ignored the mask, and is never delivered.
+    const ConstraintState::Next next = constrained[k];
+    if (next == ConstraintState::Next::kRejected) {
+      finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal,
+             "sampled token " + std::to_string(tok) + " is outside the constraint's mask");
       continue;
     }
     s->generated.push_back(tok);
     std::optional<SampleLogprobs> lp;
     if (r.logprobs >= 0 && k < out.logprobs.size()) lp = std::move(out.logprobs[k]);
     batch_.tokens.push_back({s, tok, std::move(lp), now});
+    if (s->constraint) {
+      metrics_.grammar_mask_time.observe(s->constraint->last_mask_us() * 1e-6);
+      if (constraint_ended(s, next)) continue;
+    }
     if (static_cast<int>(s->generated.size()) >= r.max_tokens) finish(s, FinishReason::kLength);
   }
   for (const SequencePtr& s : running_)
@@ -220,6 +237,60 @@ void EngineLoop::finish_oldest() {
   recent_steps_.emplace_back(now, sampled);
   while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow)
     recent_steps_.pop_front();
+}
+
+bool EngineLoop::live_sample(const InFlight& f, size_t k) const {
+  const Sequence& s = *f.seqs[k];
+  return f.sampled[k] && s.phase == SeqPhase::kRunning && s.runner_id == f.runner_ids[k];
+}
+
+// An EOS or stop id past min_tokens: the request ends "stop" with it (not streamed).
+bool EngineLoop::ends_at_stop_id(const Sequence& s, int32_t tok) {
+  const Request& r = s.request;
+  const bool stop_id = std::find(s.eos_ids.begin(), s.eos_ids.end(), tok) != s.eos_ids.end() ||
+                       std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end();
+  return stop_id && static_cast<int>(s.generated.size()) >= r.min_tokens;
+}
+
+// Advances the constrained sequences of a finished step by their sampled tokens, computing their
+// next masks, on several threads when there are several (each sequence's matcher is its own; the
+// compiled constraints are immutable). Per input: the outcome (kContinue for the others).
+std::vector<ConstraintState::Next> EngineLoop::advance_constraints(const InFlight& f, const StepOutput& out) {
+  std::vector<ConstraintState::Next> next(f.seqs.size(), ConstraintState::Next::kContinue);
+  std::vector<size_t> work;
+  for (size_t k = 0; k < f.seqs.size(); ++k)
+    if (f.seqs[k]->constraint && live_sample(f, k) && !ends_at_stop_id(*f.seqs[k], out.sampled[k])) work.push_back(k);
+  auto advance = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const size_t k = work[static_cast<size_t>(i)];
+      next[k] = f.seqs[k]->constraint->advance(out.sampled[k]);
+    }
+  };
+  if (work.size() < 2) {
+    advance(0, static_cast<int64_t>(work.size()));
+    return next;
+  }
+  if (!mask_pool_)  // first used: most steps of a server without constrained requests never are
+    mask_pool_ = std::make_unique<ThreadPool>(
+        static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency()))));
+  mask_pool_->parallel_for(static_cast<int64_t>(work.size()), advance);
+  return next;
+}
+
+// A constrained sequence whose grammar is complete (nothing but EOS may follow) ends "stop";
+// one whose parser can go nowhere ends with an error. True when it ended.
+bool EngineLoop::constraint_ended(const SequencePtr& s, ConstraintState::Next next) {
+  if (next == ConstraintState::Next::kComplete) {
+    finish(s, FinishReason::kStop);
+    return true;
+  }
+  if (next == ConstraintState::Next::kStuck) {
+    finish(s, FinishReason::kError, std::nullopt, ErrorCode::kResourceExhausted,
+           "constrained decoding: no token can continue the output (the grammar parser's state "
+           "exceeded its limit of items per byte)");
+    return true;
+  }
+  return false;
 }
 
 void EngineLoop::learn_step_cost(const StepComposition& c) {

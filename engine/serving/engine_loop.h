@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cpu/thread_pool.h"
 #include "engine/runner/runner.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/scheduling_policy.h"
@@ -62,6 +63,10 @@ class EngineLoop {
               std::optional<int32_t> stop_token = std::nullopt,
               ErrorCode code = ErrorCode::kInternal, std::string message = {});
   void fail_all(const std::string& message);
+  bool constraint_ended(const SequencePtr& s, ConstraintState::Next next);
+  bool live_sample(const InFlight& f, size_t k) const;  // input k's sample is the sequence's own
+  static bool ends_at_stop_id(const Sequence& s, int32_t tok);
+  std::vector<ConstraintState::Next> advance_constraints(const InFlight& f, const StepOutput& out);
   void publish_stats(Clock::time_point now);
   void publish_prefix_cache(const KvStats& kv);
   void flush_output();
@@ -96,6 +101,7 @@ class EngineLoop {
   double device_busy_s_ = 0;
   bool cost_model_trusted_ = false;      // logged when it first becomes trusted
   Clock::time_point cost_model_logged_;  // and at debug level now and then
+  std::unique_ptr<ThreadPool> mask_pool_;  // grammar masks of a step's constrained sequences
   std::thread thread_;
 };
 

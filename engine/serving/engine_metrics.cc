@@ -23,6 +23,11 @@ const std::vector<double> kQueueBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
 // several thousand tokens.
 const std::vector<double> kTransferBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                               0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
+// Host time of one constrained sequence's grammar mask: 1 us (a cached table) to 50 ms (a
+// string's end over a 128k vocabulary).
+const std::vector<double> kMaskBuckets = {0.000001, 0.000005, 0.00001, 0.000025, 0.00005,
+                                          0.0001,   0.00025,  0.0005,  0.001,    0.0025,
+                                          0.005,    0.01,     0.05};
 const std::vector<double> kBatchBuckets = {1,  2,  4,   8,   16,  24,  32, 48,
                                            64, 96, 128, 192, 256, 384, 512};
 
@@ -45,6 +50,10 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r)
                                       "Time between consecutive tokens of a request.",
                                       kTokenBuckets)),
       batch_size(r.histogram("rill_batch_size", "Sequences in one engine step.", kBatchBuckets)),
+      grammar_mask_time(r.histogram(
+          "rill_grammar_mask_seconds",
+          "Host time of one constrained sequence's next-token mask (structured outputs).",
+          kMaskBuckets)),
       prompt_tokens(r.counter("rill_prompt_tokens_total", "Prompt tokens of admitted requests.")),
       generation_tokens(
           r.counter("rill_generation_tokens_total", "Tokens generated and streamed.")),

@@ -21,6 +21,7 @@ struct EngineMetrics {
   // Per token / per step.
   Histogram& inter_token_latency;  // seconds between a request's consecutive tokens
   Histogram& batch_size;           // sequences per step
+  Histogram& grammar_mask_time;    // seconds of host work per constrained token
   Counter& prompt_tokens;
   Counter& generation_tokens;
   Counter& kv_evicted_tokens;

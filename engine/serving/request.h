@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/finish_reason.h"
+#include "engine/grammar/constraint.h"
 #include "engine/kv/cache_policy.h"
 #include "engine/runner/sample_logprobs.h"
 #include "engine/runner/sampling.h"
@@ -28,6 +29,14 @@ inline Clock::time_point deadline_after(Clock::time_point now, std::chrono::mill
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
   return d >= room ? Clock::time_point::max() : now + d;
 }
+
+/// Structured output (docs/structured_outputs.md): what the generated tokens must spell.
+struct OutputConstraint {
+  grammar::ConstraintSpec spec;  // compiled at submit (ConstraintCache); errors refuse the request
+  /// Token ids generated first, one per step, ahead of the grammar's text: a special token the
+  /// format starts with (Mistral's [TOOL_CALLS]), which no grammar over text admits.
+  std::vector<int32_t> forced_tokens;
+};
 
 struct Request {
   std::string id;  // client-visible; at most kMaxIdBytes (ids.h), unique within its scope
@@ -67,6 +76,11 @@ struct Request {
   /// With session_id: the session incarnation the turn was planned against (SessionInfo); a
   /// session that since took the id is refused (kNotFound). 0: whichever has the id.
   uint64_t session_incarnation = 0;
+  /// Structured output: every sampled token is one the constraint allows, and the request ends
+  /// ("stop") once the constraint is complete and allows nothing but EOS. Compiled at submit:
+  /// an invalid or unsupported spec, one over GrammarLimits or past the compile time-out is
+  /// refused with kInvalidArgument naming the problem. max_tokens mid-value ends with "length".
+  std::optional<OutputConstraint> constraint;
 };
 
 /// Generated tokens as they are produced: several ids when the consumer fell behind.

@@ -149,6 +149,25 @@ class ServingEngine::Impl {
   Tokenizer tokenizer_;
   SchedulerConfig config_;
 
+  // Compiles a request's constraint against the model's vocabulary (cached: a spec seen before
+  // costs a lookup). Runs on the calling thread, bounded by GrammarLimits::compile_timeout.
+  std::shared_ptr<const grammar::CompiledConstraint> compile(const OutputConstraint& c) {
+    for (int32_t t : c.forced_tokens)
+      if (t < 0 || t >= runner_->config().vocab_size)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "constraint: forced token id " + std::to_string(t) + " outside the vocabulary");
+    grammar::ConstraintCache* cache = nullptr;
+    {
+      std::lock_guard lock(cache_mu_);
+      if (!constraints_) {  // built on first use: decoding a large vocabulary takes a moment
+        auto vocab = grammar::Vocabulary::from_tokenizer(tokenizer_, runner_->config().vocab_size, eos_ids_);
+        constraints_ = std::make_unique<grammar::ConstraintCache>(std::move(vocab), grammar::GrammarLimits{});
+      }
+      cache = constraints_.get();
+    }
+    return cache->get(c.spec);
+  }
+
  private:
   // Validates and queues a request (`seq` is fresh, its session set for a turn).
   RequestHandle queue(Request r, SequencePtr seq, EventNotifier notify) {
@@ -158,6 +177,14 @@ class ServingEngine::Impl {
     } catch (const Error&) {
       metrics_.requests_rejected("invalid").add();
       throw;
+    }
+    if (r.constraint) {
+      try {
+        seq->compiled = compile(*r.constraint);
+      } catch (const Error&) {
+        metrics_.requests_rejected("invalid").add();
+        throw;
+      }
     }
     const EngineStats st = loop_->stats();
     const int64_t queued = loop_->pending() - st.running;
@@ -216,6 +243,8 @@ class ServingEngine::Impl {
   std::unordered_map<std::string, std::shared_ptr<RequestChannel>> live_;  // by live_key
   SessionTable sessions_;
   uint64_t next_order_ = 0;
+  std::mutex cache_mu_;                                    // constraints_ creation
+  std::unique_ptr<grammar::ConstraintCache> constraints_;  // compiled constraints (thread-safe)
 };
 
 ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer,
@@ -228,6 +257,7 @@ ServingEngine::~ServingEngine() = default;
 RequestHandle ServingEngine::submit(Request request, EventNotifier notify) {
   return impl_->submit(std::move(request), std::move(notify));
 }
+void ServingEngine::check_constraint(const OutputConstraint& constraint) { impl_->compile(constraint); }
 bool ServingEngine::cancel(const std::string& id, const std::string& scope) {
   return impl_->cancel(id, scope);
 }

@@ -38,6 +38,11 @@ class ServingEngine {
   /// draining. `notify` (may be empty) runs on an engine thread
   /// whenever events are ready for the handle.
   RequestHandle submit(Request request, EventNotifier notify = {});
+  /// Compiles a structured-output constraint against the model's vocabulary (cached; submit
+  /// compiles the request's constraint the same way, so a front end that checks first pays once).
+  /// Throws kInvalidArgument naming the problem: an invalid or unsupported spec, a forced token
+  /// outside the vocabulary, a limit or the compile time-out (GrammarLimits) exceeded.
+  void check_constraint(const OutputConstraint& constraint);
   /// Cancels the live request `id` of `scope` (Request::id_scope), or with an unscoped
   /// (unguessable, assigned) id, from any scope; false when no such live request exists.
   bool cancel(const std::string& id, const std::string& scope = {});

@@ -1,6 +1,7 @@
 // GPU sampler with the semantics of the CPU sampler (engine/runner/sampling.cc). One CTA per row:
 //
-//  1. penalties in place on the logits, and the max / argmax (greedy ends here);
+//  1. penalties in place on the logits, then the grammar mask (-inf where a constrained row's
+//     bitset disallows the token), and the max / argmax (greedy ends here);
 //  2. e = exp((logit - max) / T) written over the logits. The kept-set thresholds and the draw
 //     are invariant to the softmax's normalisation, so the search runs on e (whose max is exactly
 //     1, so tau_m = min_p) and the division by the sum is never done;
@@ -16,6 +17,7 @@
 //  5. output_counts[slot, token] += 1 and out_tokens[row] = token.
 // Every sum is taken in a fixed order, so a row's result depends on its data, seed and step only.
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <string>
 
@@ -188,6 +190,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleBatch p) {
   const int64_t state_off = static_cast<int64_t>(r.state_slot) * vocab;
   int32_t* counts = has_state && p.output_counts ? p.output_counts + state_off : nullptr;
   const uint8_t* seen = has_state && p.prompt_mask ? p.prompt_mask + state_off : nullptr;
+  const uint32_t* mask = r.mask_row >= 0 && p.token_masks
+                             ? p.token_masks + static_cast<int64_t>(r.mask_row) * p.mask_words
+                             : nullptr;  // [mask_words]
 
   // 1. Penalties (as the CPU: repetition on prompt or generated tokens, then frequency and
   //    presence on generated ones) and the argmax, lowest id on ties.
@@ -202,8 +207,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleBatch p) {
       if (rep && (c > 0 || (seen && seen[i])))
         l = l > 0 ? l / r.repetition_penalty : l * r.repetition_penalty;
       if (c > 0) l -= r.frequency_penalty * static_cast<float>(c) + r.presence_penalty;
-      logits[i] = l;
     }
+    if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) l = -INFINITY;  // the grammar disallows it
+    if (penalise || mask) logits[i] = l;
     if (l > best.value) best = {l, i};
   }
   best = block_reduce(best, ArgMaxOp{}, ArgMax{-INFINITY, INT_MAX}, sh.am);
@@ -237,7 +243,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleBatch p) {
       lo = search(
           lo, hi, at_lo, set, compacted, [need](const CountMass& s) { return s.mass >= need; }, sh);
     }
-    const float tau = fmaxf(__uint_as_float(lo), r.min_p > 0.0f ? r.min_p : 0.0f);
+    // A masked row never keeps a zero-probability (disallowed) token.
+    const float tau =
+        fmaxf(fmaxf(__uint_as_float(lo), r.min_p > 0.0f ? r.min_p : 0.0f), mask ? FLT_MIN : 0.0f);
 
     // 4. The draw.
     const float kept = stats_at_least(set, tau, sh).mass;
@@ -274,6 +282,9 @@ cudaError_t launch_sample(const SampleBatch& p, cudaStream_t stream) {
     return invalid_argument("sample: unsupported vocab=" + std::to_string(p.vocab));
   if (!p.logits || !p.rows || !p.out_tokens)
     return invalid_argument("sample: logits, rows and out_tokens are required");
+  if (p.token_masks && p.mask_words < (p.vocab + 31) / 32)
+    return invalid_argument("sample: mask_words=" + std::to_string(p.mask_words) +
+                            " is less than ceil(vocab / 32)");
   launch_kernel(sample_kernel, dim3(p.num_rows), dim3(kThreads), 0, stream, p);
   return launch_status();
 }

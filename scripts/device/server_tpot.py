@@ -4,6 +4,10 @@ the engine's own per-request TPOT (from /metrics) for the same requests: how muc
 end adds to the time per output token. Standard library only.
 
     scripts/device/server_tpot.py --http 127.0.0.1:8000 --streams 64 --prompt-len 512 --max-tokens 512
+
+--constrained N: the first N streams are held to a JSON schema (response_format json_schema:
+SCHEMA, whose long string outlasts max_tokens) and each group's TPOT is printed apart, with the
+host time of the grammar masks (rill_grammar_mask_seconds) over the run.
 """
 import argparse
 import http.client
@@ -30,9 +34,21 @@ def metric_sum_count(host, port, name):
     return total, count
 
 
-def stream_one(host, port, model, prompt, max_tokens, out, i):
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                       "temperature": 0, "ignore_eos": True, "stream_options": {"include_usage": True}})
+# A typical object (a bounded title, up to 8 tags) whose body string outlasts any max_tokens here.
+SCHEMA = {"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 40},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 8},
+    "score": {"type": "integer", "minimum": 0, "maximum": 100},
+    "body": {"type": "string", "minLength": 6000, "maxLength": 6000}},
+    "required": ["title", "tags", "score", "body"]}
+
+
+def stream_one(host, port, model, prompt, max_tokens, out, i, constrained=False):
+    req = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+           "temperature": 0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    if constrained:
+        req["response_format"] = {"type": "json_schema", "json_schema": {"name": "doc", "schema": SCHEMA}}
+    body = json.dumps(req)
     conn = http.client.HTTPConnection(host, port, timeout=600)
     t_sent = time.monotonic()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -60,6 +76,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--constrained", type=int, default=0, help="streams held to SCHEMA (the first N)")
     args = ap.parse_args()
     host, port = args.http.rsplit(":", 1)
     port = int(port)
@@ -69,8 +86,10 @@ def main():
     rng = random.Random(1)
     prompts = [[rng.randrange(args.vocab) for _ in range(args.prompt_len)] for _ in range(args.streams)]
     s0, c0 = metric_sum_count(host, port, "rill_time_per_output_token_seconds")
+    m0, n0 = metric_sum_count(host, port, "rill_grammar_mask_seconds")
     out = [None] * args.streams
-    threads = [threading.Thread(target=stream_one, args=(host, port, model, prompts[i], args.max_tokens, out, i))
+    threads = [threading.Thread(target=stream_one, args=(host, port, model, prompts[i], args.max_tokens, out, i,
+                                                         i < args.constrained))
                for i in range(args.streams)]
     for t in threads:
         t.start()
@@ -92,6 +111,17 @@ def main():
              statistics.median(ttft) * 1e3))
     print("engine TPOT (rill_time_per_output_token_seconds, same requests) mean %.3f ms" % (engine * 1e3))
     print("client / engine: %+.2f%%" % ((client / engine - 1) * 100))
+    if args.constrained:
+        m1, n1 = metric_sum_count(host, port, "rill_grammar_mask_seconds")
+        groups = (("constrained", out[:args.constrained]), ("unconstrained", out[args.constrained:]))
+        for name, group in groups:
+            t = [(o["times"][-1] - o["times"][0]) / (o["completion"] - 1) for o in group if o["completion"] > 1]
+            if t:
+                print("%s: %d streams, client TPOT mean %.3f ms, median %.3f ms, %.0f tokens each"
+                      % (name, len(t), statistics.mean(t) * 1e3, statistics.median(t) * 1e3,
+                         statistics.mean(o["completion"] for o in group)))
+        if n1 > n0:
+            print("grammar mask host time: mean %.1f us over %d masks" % ((m1 - m0) / (n1 - n0) * 1e6, n1 - n0))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "engine/error.h"
@@ -30,9 +31,10 @@ TEST(Sampling, PenaltiesFollowVllmSemantics) {
   s.output_counts = {{2, 3}};
   std::vector<float> l = {4.0f, 4.0f, -4.0f, 1.0f};
   apply_penalties(l, p, s);
-  EXPECT_FLOAT_EQ(l[0], 2.0f);                       // prompt token, positive: divided
-  EXPECT_FLOAT_EQ(l[1], 4.0f);                       // unseen
-  EXPECT_FLOAT_EQ(l[2], -8.0f - 0.75f - 0.5f);       // output token, negative: multiplied, then freq + presence
+  EXPECT_FLOAT_EQ(l[0], 2.0f);  // prompt token, positive: divided
+  EXPECT_FLOAT_EQ(l[1], 4.0f);  // unseen
+  EXPECT_FLOAT_EQ(
+      l[2], -8.0f - 0.75f - 0.5f);  // output token, negative: multiplied, then freq + presence
   EXPECT_FLOAT_EQ(l[3], 1.0f);
 }
 
@@ -107,6 +109,50 @@ TEST(Sampling, ValidateRejectsOutOfRange) {
   EXPECT_THROW(p.validate(), Error);
   p = {};
   EXPECT_NO_THROW(p.validate());
+}
+
+}  // namespace
+}  // namespace rill
+
+namespace rill {
+namespace {
+
+// Grammar masks: disallowed tokens never win, greedy or sampled, with penalties and truncation.
+TEST(SamplingMask, DisallowedTokensNeverWin) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0, 2);
+  const int vocab = 100;
+  std::vector<uint32_t> mask((vocab + 31) / 32, 0);
+  for (int id : {3, 40, 41, 77, 99}) mask[id >> 5] |= 1u << (id & 31);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<float> l(vocab);
+    for (float& x : l) x = n(rng);
+    l[10] = 50;  // the model's favourite is disallowed
+    SamplingParams p;
+    p.temperature = trial % 3 == 0 ? 0.0f : 1.3f;
+    p.top_k = trial % 4 == 1 ? 50 : 0;  // more than the allowed set: zeros must not be drawn
+    p.top_p = trial % 5 == 2 ? 0.9f : 1.0f;
+    p.frequency_penalty = 0.5f;
+    p.seed = static_cast<uint64_t>(trial);
+    SamplerState s;
+    s.output_counts[40] = 3;
+    const int32_t t = sample_token(l, p, s, mask);
+    EXPECT_TRUE((mask[t >> 5] >> (t & 31)) & 1u) << "trial " << trial << " drew " << t;
+  }
+}
+
+TEST(SamplingMask, NothingAllowedGivesTokenZeroAndEmptyMaskIsUnconstrained) {
+  std::vector<float> l{1, 5, 2};
+  SamplingParams p;
+  p.temperature = 0.7f;
+  SamplerState s;
+  const std::vector<uint32_t> none{0};
+  EXPECT_EQ(sample_token(l, p, s, none), 0);
+  std::vector<float> l2{1, 5, 2};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplerState s2;
+  EXPECT_EQ(sample_token(l2, greedy, s2, {}), 1);
 }
 
 }  // namespace

@@ -49,10 +49,23 @@ void apply_penalties_ref(std::vector<float>& l, const SamplingRow& r, const uint
 }
 
 Ref reference(std::vector<float> l, const SamplingRow& r, const uint8_t* seen,
-              const int32_t* counts) {
+              const int32_t* counts, const uint32_t* mask = nullptr) {
   Ref out;
   const size_t n = l.size();
   apply_penalties_ref(l, r, seen, counts);
+  if (mask) {
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (!((mask[i >> 5] >> (i & 31)) & 1u))
+        l[i] = -std::numeric_limits<float>::infinity();
+      else
+        any = true;
+    }
+    if (!any) {
+      out.token = 0;  // nothing allowed: id 0, as the CPU sampler
+      return out;
+    }
+  }
   const size_t amax = size_t(std::max_element(l.begin(), l.end()) - l.begin());
   if (r.temperature <= 1e-6f) {
     out.token = int(amax);
@@ -91,6 +104,7 @@ Ref reference(std::vector<float> l, const SamplingRow& r, const uint8_t* seen,
     }
     tau = std::max({tau, s[k - 1], tau_p});
   }
+  if (mask) tau = std::max(tau, double(std::numeric_limits<float>::min()));
   out.tau = tau;
   double kept = 0;
   for (double p : out.prob) {
@@ -119,6 +133,8 @@ struct Batch {
   std::vector<SamplingRow> rows;
   std::vector<uint8_t> prompt_mask;    // [num_slots, vocab]
   std::vector<int32_t> output_counts;  // [num_slots, vocab]
+  std::vector<uint32_t> token_masks;   // [mask rows, mask_words] (SamplingRow::mask_row)
+  int mask_words = 0;
 };
 
 struct BatchOut {
@@ -147,6 +163,12 @@ void run_batch(const Batch& b, BatchOut* out) {
   p.output_counts = b.num_slots ? d_counts.as<int32_t>() : nullptr;
   p.prompt_mask = b.num_slots ? d_mask.as<uint8_t>() : nullptr;
   p.out_tokens = d_tokens.as<int32_t>();
+  DeviceBuffer d_token_masks(std::max<size_t>(b.token_masks.size(), 1), 4);
+  if (!b.token_masks.empty()) {
+    d_token_masks.upload(b.token_masks.data());
+    p.token_masks = d_token_masks.as<uint32_t>();
+    p.mask_words = b.mask_words;
+  }
   CUDA_OK(kernels::launch_sample(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(d_logits.check_guards());
@@ -172,7 +194,8 @@ int check_against_reference(const Batch& b, const BatchOut& got) {
                                     b.logits.begin() + (i + 1) * b.vocab);
     const Ref ref = reference(
         logits, r, r.state_slot >= 0 && b.num_slots ? b.prompt_mask.data() + off : nullptr,
-        r.state_slot >= 0 && b.num_slots ? b.output_counts.data() + off : nullptr);
+        r.state_slot >= 0 && b.num_slots ? b.output_counts.data() + off : nullptr,
+        r.mask_row >= 0 ? b.token_masks.data() + size_t(r.mask_row) * b.mask_words : nullptr);
     const int token = got.tokens[i];
     SCOPED_TRACE("row " + std::to_string(i) + " T=" + std::to_string(r.temperature) +
                  " top_k=" + std::to_string(r.top_k) + " top_p=" + std::to_string(r.top_p) +
@@ -253,6 +276,67 @@ TEST(Sample, MatchesTheCpuReferenceOnSeparatedDistributions) {
     run_batch(b, &got);
     const int ambiguous = check_against_reference(b, got);
     EXPECT_LE(ambiguous, R / 10) << "too many rows too close to call for the test to mean much";
+  }
+}
+
+// Grammar masks (engine/grammar): masked rows draw only allowed tokens, for every parameter
+// set, exactly as the reference; unmasked rows in the same batch give the tokens they give
+// with no masks at all; a row whose mask allows nothing gives id 0.
+TEST(Sample, TokenMasksAreHonouredAndCostUnmaskedRowsNothing) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  for (int vocab : {97, 4099, 128256}) {
+    SCOPED_TRACE("vocab=" + std::to_string(vocab));
+    Batch b;
+    b.vocab = vocab;
+    b.mask_words = (vocab + 31) / 32 + 1;  // a wider stride than needed, as a caller may use
+    const std::vector<SamplingRow> sets = parameter_sets(vocab);
+    const int R = 54;
+    int mask_rows = 0;
+    for (int i = 0; i < R; ++i) {
+      const std::vector<float> l = spiky_logits(vocab, rng);
+      b.logits.insert(b.logits.end(), l.begin(), l.end());
+      SamplingRow r = sets[i % sets.size()];
+      r.seed = 2000 + i;
+      r.step = i * 7;
+      if (i % 3 != 2) {
+        r.mask_row = mask_rows++;
+        std::vector<uint32_t> m(b.mask_words, 0);
+        if (i != 0) {  // row 0 allows nothing
+          const int allowed = i % 3 == 0 ? 1 + i % 4 : std::max(2, vocab / 20);
+          for (int k = 0; k < allowed; ++k) {
+            const int id = int(rng() % vocab);
+            m[id >> 5] |= 1u << (id & 31);
+          }
+        }
+        b.token_masks.insert(b.token_masks.end(), m.begin(), m.end());
+      }
+      b.rows.push_back(r);
+    }
+    BatchOut got;
+    run_batch(b, &got);
+    EXPECT_LE(check_against_reference(b, got), R / 10);
+    for (int i = 0; i < R; ++i) {
+      const SamplingRow& r = b.rows[i];
+      if (r.mask_row < 0) continue;
+      const uint32_t* m = b.token_masks.data() + size_t(r.mask_row) * b.mask_words;
+      const int t = got.tokens[i];
+      if (i == 0) {
+        EXPECT_EQ(t, 0);
+      } else {
+        EXPECT_TRUE((m[t >> 5] >> (t & 31)) & 1u) << "row " << i << " drew disallowed token " << t;
+      }
+    }
+    Batch unmasked = b;
+    unmasked.token_masks.clear();
+    for (auto& r : unmasked.rows) r.mask_row = -1;
+    BatchOut plain;
+    run_batch(unmasked, &plain);
+    for (int i = 0; i < R; ++i) {
+      if (b.rows[i].mask_row < 0) {
+        EXPECT_EQ(got.tokens[i], plain.tokens[i]) << "row " << i;
+      }
+    }
   }
 }
 

@@ -7,7 +7,8 @@
   runner (engine/cpu/, engine/cuda/): engine/runner_factory.cc composes them, above both. The
   one exception is engine/cuda/cuda_tuning.h, plain options that EngineOptions carries;
 - engine/scheduler/ plans against engine/scheduler/plan_host.h, never the runner's concrete
-  classes.
+  classes. engine/serving/ may use engine/cpu/thread_pool.h, a generic worker pool (the loop
+  computes constrained sequences' grammar masks on it), and nothing else of a runner.
 """
 import os
 import re
@@ -24,7 +25,8 @@ RULES = [
      ("engine/runner/runner.h", "engine/kv/kv_cache_manager.h", "engine/cpu/", "engine/cuda/"), set()),
     ("engine/runner/", set(), ("engine/cpu/", "engine/cuda/"), {"engine/cuda/cuda_tuning.h"}),
     ("engine/scheduler/", set(), ("engine/cpu/", "engine/cuda/", "engine/runner_factory.h"), set()),
-    ("engine/serving/", set(), ("engine/cpu/", "engine/cuda/", "engine/runner_factory.h"), set()),
+    ("engine/serving/", set(), ("engine/cpu/", "engine/cuda/", "engine/runner_factory.h"),
+     {"engine/cpu/thread_pool.h"}),
 ]
 
 

@@ -161,6 +161,42 @@ class FamilyTest:
         r = self.chat(messages=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
         self.assertEqual(len(r["choices"][0]["message"]["tool_calls"]), 1)
 
+    def test_forced_calls_always_parse(self):
+        # The model would call get_weather; a named get_time (or required over a tool with bounded
+        # parameters) is grammar-constrained, so the call parses whatever the model prefers.
+        city = {"type": "function", "function": {"name": "pick_city", "parameters": {
+            "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}
+        for body in ({"tools": [WEATHER, TIME], "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+                     {"tools": [city], "tool_choice": "required"},
+                     {"tools": [city, TIME], "tool_choice": "required", "temperature": 1.0, "seed": 3}):
+            for stream in (False, True):
+                with self.subTest(body=body, stream=stream):
+                    if stream:
+                        events = self.stream(messages=ASK, max_tokens=200, **body)
+                        names = [tc["function"]["name"] for e in events for c in e["choices"]
+                                 for tc in c["delta"].get("tool_calls", []) if "name" in tc["function"]]
+                        reasons = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+                        self.assertEqual(reasons, ["tool_calls"])
+                        self.assertGreaterEqual(len(names), 1)  # Mistral batches calls: maybe more
+                        self.assertTrue(set(names) <= {"pick_city", "get_time"}, names)
+                        continue
+                    r = self.chat(messages=ASK, max_tokens=200, **body)
+                    choice = r["choices"][0]
+                    self.assertEqual(choice["finish_reason"], "tool_calls", choice)
+                    call = choice["message"]["tool_calls"][0]["function"]
+                    args = json.loads(call["arguments"])
+                    if call["name"] == "pick_city":
+                        self.assertIn(args["city"], ["Paris", "Rome"])
+                    else:
+                        self.assertEqual(call["name"], "get_time")
+                        self.assertEqual(args, {})
+
+    def test_forced_call_takes_no_other_constraint(self):
+        status, data = self.server.post("/v1/chat/completions", {
+            "messages": ASK, "tools": [WEATHER], "tool_choice": "required", "guided_regex": "a", "max_tokens": 4})
+        self.assertEqual(status, 400, data)
+        self.assertEqual(json.loads(data)["error"]["param"], "guided_regex")
+
     def test_tool_conversation_renders_as_transformers(self):
         # The fixture conversation (a call, its result, a reply, a question) with the server's
         # render: the prompt has exactly as many tokens as transformers' rendering.

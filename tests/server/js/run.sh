@@ -3,7 +3,7 @@
 # (package-lock.json) on first use.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ ! -d node_modules/openai ]; then
+if [ ! -d node_modules/openai ] || [ ! -d node_modules/zod ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
 exec node "$1"

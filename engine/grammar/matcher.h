@@ -1,0 +1,61 @@
+// The token-level matcher of one constrained sequence: an Earley parser over the bytes the
+// sequence generated, and the mask of tokens that may come next.
+//
+// Mask of a step: the union of the accepted sets of the automaton positions in the parser's
+// current set (precomputed, TokenTables), plus those of their uncertain tokens the real parser
+// accepts (a walk of the sorted vocabulary with shared prefixes pushed once); EOS exactly when
+// the grammar may end here; special tokens never.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/grammar/compiled_grammar.h"
+#include "engine/grammar/earley.h"
+#include "engine/grammar/token_tables.h"
+#include "engine/grammar/vocabulary.h"
+
+namespace rill::grammar {
+
+/// A constraint compiled against a vocabulary; immutable, shared by every sequence using it.
+struct CompiledConstraint {
+  std::shared_ptr<const Vocabulary> vocab;
+  CompiledGrammar grammar;
+  TokenTables tables;
+  GrammarLimits limits;
+  double compile_ms = 0;  // what compiling it took (the cache's hits cost nothing)
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledConstraint> c);
+
+  /// Advances by one token. False (state unchanged) when the token is not allowed here. EOS is
+  /// allowed when the grammar can end, and terminates the matcher.
+  bool accept(int32_t token);
+  /// Writes the allowed next tokens: bit (id & 31) of words[id >> 5]; `words` has
+  /// Vocabulary::mask_words() entries. A terminated matcher allows nothing.
+  void fill_mask(std::span<uint32_t> words);
+  /// The bytes so far form a complete sentence of the grammar.
+  bool can_end() const { return parser_.exited(); }
+  /// EOS was accepted.
+  bool terminated() const { return terminated_; }
+  /// Bytes consumed.
+  size_t depth() const { return parser_.depth(); }
+
+ private:
+  void check_uncertain(std::span<uint32_t> words);
+
+  std::shared_ptr<const CompiledConstraint> c_;
+  EarleyParser parser_;
+  bool terminated_ = false;
+  std::vector<int32_t> positions_;            // scratch: distinct scanning states
+  std::vector<uint32_t> uncertain_;           // scratch: sorted() indices to check, ascending
+  std::vector<uint32_t> merged_;              // scratch: a merge of two uncertain lists
+  std::vector<uint8_t> before_;               // scratch: a complement table's bits before it
+  std::vector<const PositionTable*> tables_;  // scratch: the distinct tables of the positions
+};
+
+}  // namespace rill::grammar

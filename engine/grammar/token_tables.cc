@@ -1,0 +1,327 @@
+#include "engine/grammar/token_tables.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/grammar/earley.h"
+#include "engine/grammar/grammar_error.h"
+
+namespace rill::grammar {
+
+namespace {
+
+// Classifies every walkable token for the position `state`: the sorted() indices of the
+// accepted and of the uncertain ones, in increasing order (the rest are rejected). A depth-first
+// walk of the vocabulary trie; a byte the parser refuses settles the node's whole subtree at once.
+void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_t state,
+          std::vector<uint32_t>& accepted, std::vector<uint32_t>& uncertain) {
+  const ByteSet& follow = g.follow(g.state(state).rule);
+  const auto& trie = v.trie();
+  p.reset(state);
+  // exit_ok[d]: within the first d bytes the rule ended where the next byte may follow it.
+  std::vector<uint8_t> exit_ok{0};
+  std::vector<uint32_t> next{trie[0].first_child};  // per depth: the next child to try
+  while (!next.empty()) {
+    const uint32_t c = next.back();
+    if (c == 0) {
+      next.pop_back();
+      if (!next.empty()) {
+        p.pop();
+        exit_ok.pop_back();
+      }
+      continue;
+    }
+    const Vocabulary::TrieNode& n = trie[c];
+    next.back() = n.next_sibling;
+    const uint8_t e = exit_ok.back() || (p.exited() && follow.test(n.byte));
+    if (!p.push(n.byte)) {
+      if (e)
+        for (uint32_t i = n.lo; i < n.hi; ++i) uncertain.push_back(i);
+      continue;
+    }
+    exit_ok.push_back(e);
+    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
+    next.push_back(n.first_child);
+  }
+}
+
+void append_u64(std::string& key, uint64_t x) {
+  key.append(reinterpret_cast<const char*>(&x), 8);
+}
+
+// True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
+// call edge: the walk from `start` is then a plain NFA simulation, without the Earley machinery.
+// Then `key` describes everything that walk reads (TableCache): the rule's follow set, and per
+// state in breadth-first order its final flag and, within `depth`, its byte edges with their
+// targets' order numbers. `order` (per state, valid where seen == stamp) is scratch.
+bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
+               std::vector<uint32_t>& order, uint32_t stamp, std::string& key) {
+  key.clear();
+  for (uint64_t w : g.follow(g.state(start).rule).bits) append_u64(key, w);
+  std::vector<int32_t> found{start};  // breadth-first: layer by layer
+  seen[static_cast<size_t>(start)] = stamp;
+  order[static_cast<size_t>(start)] = 0;
+  size_t layer_begin = 0;
+  for (size_t d = 0; layer_begin < found.size(); ++d) {
+    const size_t layer_end = found.size();
+    for (size_t i = layer_begin; i < layer_end; ++i) {
+      const AutomatonState& st = g.state(found[i]);
+      key.push_back(st.final ? 'F' : 'N');
+      if (d > depth) continue;  // past the longest token: never entered by a walk
+      if (!st.calls.empty()) return false;
+      for (const ByteEdge& e : st.bytes) {
+        const auto t = static_cast<size_t>(e.target);
+        if (seen[t] != stamp) {
+          seen[t] = stamp;
+          order[t] = static_cast<uint32_t>(found.size());
+          found.push_back(e.target);
+        }
+        for (uint64_t w : e.set.bits) append_u64(key, w);
+        append_u64(key, order[t]);
+      }
+      key.push_back(';');
+    }
+    layer_begin = layer_end;
+  }
+  return true;
+}
+
+// walk() for a call-free start (call_free): the parser's item sets are sets of automaton states,
+// advanced by their byte edges; the rule has ended where one of them is final.
+void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
+                 std::vector<uint32_t>& seen, uint32_t& stamp, std::vector<uint32_t>& accepted,
+                 std::vector<uint32_t>& uncertain) {
+  const ByteSet& follow = g.follow(g.state(state).rule);
+  const auto& trie = v.trie();
+  std::vector<int32_t> states{state};  // the sets, concatenated
+  std::vector<uint32_t> starts{0};     // per depth: the set's first index in `states`
+  auto final_in_top = [&] {
+    for (size_t i = starts.back(); i < states.size(); ++i)
+      if (g.state(states[i]).final) return true;
+    return false;
+  };
+  std::vector<uint8_t> exited{static_cast<uint8_t>(final_in_top())};
+  std::vector<uint8_t> exit_ok{0};
+  std::vector<uint32_t> next{trie[0].first_child};
+  while (!next.empty()) {
+    const uint32_t c = next.back();
+    if (c == 0) {
+      next.pop_back();
+      if (!next.empty()) {
+        states.resize(starts.back());
+        starts.pop_back();
+        exited.pop_back();
+        exit_ok.pop_back();
+      }
+      continue;
+    }
+    const Vocabulary::TrieNode& n = trie[c];
+    next.back() = n.next_sibling;
+    const uint8_t e = exit_ok.back() || (exited.back() && follow.test(n.byte));
+    // Advance the top set by n.byte.
+    const size_t from = starts.back(), to = states.size();
+    if (++stamp == 0) {
+      std::fill(seen.begin(), seen.end(), 0u);
+      stamp = 1;
+    }
+    for (size_t i = from; i < to; ++i)
+      for (const ByteEdge& be : g.state(states[i]).bytes)
+        if (be.set.test(n.byte) && seen[static_cast<size_t>(be.target)] != stamp) {
+          seen[static_cast<size_t>(be.target)] = stamp;
+          states.push_back(be.target);
+        }
+    if (states.size() == to) {
+      if (e)
+        for (uint32_t i = n.lo; i < n.hi; ++i) uncertain.push_back(i);
+      continue;
+    }
+    starts.push_back(static_cast<uint32_t>(to));
+    exited.push_back(static_cast<uint8_t>(final_in_top()));
+    exit_ok.push_back(e);
+    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
+    next.push_back(n.first_child);
+  }
+}
+
+// Moore's partition refinement, bounded at the longest token: states in one class accept,
+// refuse and leave their rule on exactly the same byte strings of that length, so they share
+// one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
+std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
+                                      int32_t& num_classes) {
+  const size_t n = g.num_states();
+  std::vector<int32_t> cls(n), next(n);
+  std::map<std::vector<uint64_t>, int32_t> ids;
+  auto follow_key = [&](const AutomatonState& st, std::vector<uint64_t>& key) {
+    key.push_back(st.final ? 1 : 0);
+    if (st.final)
+      for (uint64_t w : g.follow(st.rule).bits) key.push_back(w);
+  };
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<uint64_t> key;
+    follow_key(g.state(static_cast<int32_t>(s)), key);
+    cls[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+  }
+  size_t count = ids.size();
+  for (size_t r = 0; r < rounds; ++r) {
+    ids.clear();
+    for (size_t s = 0; s < n; ++s) {
+      const AutomatonState& st = g.state(static_cast<int32_t>(s));
+      std::vector<uint64_t> key{static_cast<uint64_t>(cls[s])};
+      std::vector<std::array<uint64_t, 5>> edges;
+      for (const ByteEdge& e : st.bytes)
+        edges.push_back({e.set.bits[0], e.set.bits[1], e.set.bits[2], e.set.bits[3],
+                         static_cast<uint64_t>(cls[static_cast<size_t>(e.target)])});
+      std::sort(edges.begin(), edges.end());
+      for (const auto& e : edges) key.insert(key.end(), e.begin(), e.end());
+      key.push_back(~uint64_t{0});
+      std::vector<std::pair<int32_t, int32_t>> calls;
+      for (const CallEdge& c : st.calls)
+        calls.emplace_back(c.rule, cls[static_cast<size_t>(c.target)]);
+      std::sort(calls.begin(), calls.end());
+      for (auto [rule, t] : calls)
+        key.push_back((static_cast<uint64_t>(rule) << 32) | static_cast<uint32_t>(t));
+      next[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+    }
+    cls.swap(next);
+    if (ids.size() == count) break;  // stable
+    count = ids.size();
+  }
+  num_classes = static_cast<int32_t>(count);
+  return cls;
+}
+
+// `accepted` and `uncertain` hold sorted() indices in increasing order (the walk's order).
+PositionTable pack(const Vocabulary& v, const std::vector<uint32_t>& accepted,
+                   std::vector<uint32_t> uncertain) {
+  PositionTable t;
+  const auto& sorted = v.sorted();
+  t.uncertain = std::move(uncertain);
+  const size_t list_bytes = accepted.size() * 4,
+               complement_bytes = (sorted.size() - accepted.size()) * 4;
+  const size_t bitset_bytes = v.mask_words() * 4;
+  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes) {
+    t.form = PositionTable::Form::kList;
+    for (uint32_t i : accepted) t.ids.push_back(sorted[i]);
+  } else if (complement_bytes <= bitset_bytes) {
+    t.form = PositionTable::Form::kComplement;
+    size_t k = 0;
+    for (uint32_t i = 0; i < sorted.size(); ++i) {
+      if (k < accepted.size() && accepted[k] == i)
+        ++k;
+      else
+        t.ids.push_back(sorted[i]);
+    }
+  } else {
+    t.form = PositionTable::Form::kBitset;
+    t.bits.assign(v.mask_words(), 0);
+    for (uint32_t i : accepted)
+      t.bits[static_cast<size_t>(sorted[i]) >> 5] |= 1u << (sorted[i] & 31);
+  }
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<const PositionTable> TableCache::find(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  const auto it = tables_.find(key);
+  return it == tables_.end() ? nullptr : it->second;
+}
+
+void TableCache::put(const std::string& key, std::shared_ptr<const PositionTable> table) {
+  std::lock_guard lock(mu_);
+  if (tables_.size() >= capacity_) tables_.clear();
+  tables_.emplace(key, std::move(table));
+}
+
+size_t TableCache::size() const {
+  std::lock_guard lock(mu_);
+  return tables_.size();
+}
+
+TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+                         std::chrono::steady_clock::time_point started, TableCache* shared) {
+  walkable_.assign(v.mask_words(), 0);
+  for (int32_t id : v.sorted()) walkable_[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  int32_t num_classes = 0;
+  const std::vector<int32_t> cls = position_classes(g, v.max_token_bytes() + 1, num_classes);
+  std::vector<int32_t> table_of_class(static_cast<size_t>(num_classes), -1);
+  index_.assign(g.num_states(), -1);
+  std::vector<int32_t> reps;  // per table: the state whose walk builds it
+  for (size_t s = 0; s < g.num_states(); ++s) {
+    if (g.state(static_cast<int32_t>(s)).bytes.empty()) continue;
+    int32_t& t = table_of_class[static_cast<size_t>(cls[s])];
+    if (t < 0) {
+      t = static_cast<int32_t>(reps.size());
+      reps.push_back(static_cast<int32_t>(s));
+    }
+    index_[s] = t;
+  }
+  tables_.resize(reps.size());
+  build_parallel(g, v, limits, started, reps, shared);
+}
+
+// The tables are independent walks of the vocabulary trie: they are built on several threads
+// (each its own parser), taking the next table from a shared counter.
+void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
+                                 const GrammarLimits& limits,
+                                 std::chrono::steady_clock::time_point started,
+                                 const std::vector<int32_t>& reps, TableCache* shared) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      EarleyParser parser(g, limits.max_earley_items_per_byte);
+      std::vector<uint32_t> accepted, uncertain;
+      std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
+      uint32_t stamp = 0;
+      std::string key;
+      for (size_t t = next++; t < reps.size() && !failed.load(); t = next++) {
+        if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
+          fail("grammar compilation exceeded the time-out of " +
+               std::to_string(limits.compile_timeout.count()) + " ms");
+        accepted.clear();
+        uncertain.clear();
+        if (++stamp == 0) {
+          std::fill(seen.begin(), seen.end(), 0u);
+          stamp = 1;
+        }
+        if (!call_free(g, reps[t], v.max_token_bytes(), seen, order, stamp, key)) {
+          walk(g, v, parser, reps[t], accepted, uncertain);
+          tables_[t] = std::make_shared<const PositionTable>(pack(v, accepted, uncertain));
+          continue;
+        }
+        if (shared)
+          if (auto hit = shared->find(key)) {
+            tables_[t] = std::move(hit);
+            continue;
+          }
+        walk_simple(g, v, reps[t], seen, stamp, accepted, uncertain);
+        tables_[t] = std::make_shared<const PositionTable>(pack(v, accepted, uncertain));
+        if (shared) shared->put(key, tables_[t]);
+      }
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!error) error = std::current_exception();
+      failed.store(true);
+    }
+  };
+  // A few dozen tables per thread at least: a small grammar is not worth the threads.
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min({hw, kMaxBuildThreads, reps.size() / 32 + 1});
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace rill::grammar

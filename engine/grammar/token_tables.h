@@ -1,0 +1,81 @@
+// Per automaton position, which tokens are accepted whatever the parser's stack holds (the
+// approach XGrammar calls the adaptive token mask cache). For each automaton state with byte
+// edges, the vocabulary trie is walked with an Earley parser started at that state alone:
+//   accepted  - all the token's bytes are consumed without the state's rule ending first;
+//   uncertain - the rule can end part-way through the token and the next byte may follow the
+//               rule somewhere in the grammar (CompiledGrammar::follow): the parser stack
+//               decides, so the matcher checks these at run time;
+//   rejected  - the rest.
+// Each accepted set is stored in its smallest form: the ids, the rejected ids, or a bitset.
+// The walks are independent and run on up to kMaxBuildThreads threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/grammar/compiled_grammar.h"
+#include "engine/grammar/vocabulary.h"
+
+namespace rill::grammar {
+
+struct PositionTable {
+  enum class Form : uint8_t { kList, kComplement, kBitset };
+  Form form = Form::kList;
+  std::vector<int32_t> ids;         // kList: accepted ids; kComplement: rejected-or-uncertain ids
+  std::vector<uint32_t> bits;       // kBitset: accepted ids
+  std::vector<uint32_t> uncertain;  // indices into Vocabulary::sorted(), ascending
+};
+
+/// Tables of call-free positions (no rule call within the longest token's length), shared by
+/// the grammars compiled against one vocabulary: such a table depends only on the byte automaton
+/// within that many bytes of the position, its final states and the rule's follow set, which
+/// together key it exactly. The JSON building blocks (strings, numbers, whitespace) recur in
+/// every schema, so a new schema compiles only what is new in it. Thread-safe; past `capacity`
+/// entries the cache starts afresh (a bound, not an LRU: entries are cheap to rebuild).
+class TableCache {
+ public:
+  explicit TableCache(size_t capacity = 2048) : capacity_(capacity) {}
+  std::shared_ptr<const PositionTable> find(const std::string& key) const;
+  void put(const std::string& key, std::shared_ptr<const PositionTable> table);
+  size_t size() const;
+
+ private:
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const PositionTable>> tables_;
+};
+
+class TokenTables {
+ public:
+  /// `shared` (may be null): tables of call-free positions reused across grammars of `v`.
+  TokenTables(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+              std::chrono::steady_clock::time_point started, TableCache* shared = nullptr);
+
+  /// The table of automaton state `s`, or null when it has no byte edges.
+  const PositionTable* at(int32_t s) const {
+    const int32_t i = index_[static_cast<size_t>(s)];
+    return i < 0 ? nullptr : tables_[static_cast<size_t>(i)].get();
+  }
+  /// Bitset of every token a table may accept (non-special, non-empty).
+  std::span<const uint32_t> walkable() const { return walkable_; }
+  size_t num_tables() const { return tables_.size(); }
+
+ private:
+  /// Most threads one table build uses (the cores of a serving host are shared with the engine).
+  static constexpr size_t kMaxBuildThreads = 8;
+  void build_parallel(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+                      std::chrono::steady_clock::time_point started,
+                      const std::vector<int32_t>& reps, TableCache* shared);
+
+  std::vector<int32_t> index_;  // per automaton state
+  std::vector<std::shared_ptr<const PositionTable>> tables_;
+  std::vector<uint32_t> walkable_;
+};
+
+}  // namespace rill::grammar

@@ -1,0 +1,168 @@
+// Grammar engine timings on the host: compiling a typical schema (15 properties, nesting 3)
+// cold and from the cache, and the per-token work of one constrained sequence (mask + accept)
+// while it writes a valid document. Vocabularies: the default model's (4,096 byte-level BPE)
+// and a synthetic 128,256-token one shaped like Llama-3's (words with and without a leading
+// space, numbers, JSON punctuation runs, all 256 bytes). Prints one line per figure; --quick
+// (CI) runs fewer tokens.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/constraint.h"
+#include "engine/tokenizer/tokenizer.h"
+
+using namespace rill;
+using namespace rill::grammar;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* kSchema = R"({"type":"object","properties":{
+  "id":{"type":"integer","minimum":0,"maximum":1000000},
+  "name":{"type":"string","maxLength":64},
+  "email":{"type":"string","format":"email"},
+  "active":{"type":"boolean"},
+  "score":{"type":"number"},
+  "tags":{"type":"array","items":{"type":"string"},"maxItems":8},
+  "role":{"enum":["admin","user","guest"]},
+  "created":{"type":"string","format":"date-time"},
+  "address":{"type":"object","properties":{
+     "street":{"type":"string"},"city":{"type":"string"},"zip":{"type":"string","pattern":"^[0-9]{5}$"},
+     "geo":{"type":"object","properties":{"lat":{"type":"number"},"lon":{"type":"number"}},"required":["lat","lon"],"additionalProperties":false}},
+   "required":["street","city","zip","geo"],"additionalProperties":false},
+  "manager":{"anyOf":[{"type":"null"},{"type":"integer"}]},
+  "notes":{"type":"string"},
+  "level":{"type":"integer","minimum":1,"maximum":5},
+  "uuid":{"type":"string","format":"uuid"},
+  "ratio":{"type":"number"},
+  "nickname":{"type":["string","null"]}},
+ "required":["id","name","email","active","score","tags","role","created","address","manager","notes","level","uuid","ratio","nickname"],
+ "additionalProperties":false})";
+
+const char* kDocument =
+    R"({"id": 4711, "name": "Ada Lovelace", "email": "ada@example.com", "active": true, "score": 98.25, )"
+    R"("tags": ["math", "poetry", "engines"], "role": "admin", "created": "1843-07-10T09:30:00Z", )"
+    R"("address": {"street": "12 St James's Square", "city": "London", "zip": "12345", "geo": {"lat": 51.5074, "lon": -0.1278}}, )"
+    R"("manager": null, "notes": "Wrote the first published algorithm intended for a machine.", "level": 5, )"
+    R"("uuid": "123e4567-e89b-12d3-a456-426614174000", "ratio": 0.5, "nickname": "Enchantress of Numbers"})";
+
+std::shared_ptr<const Vocabulary> synthetic_vocab(int32_t size) {
+  std::vector<std::string> t;
+  std::vector<uint8_t> special;
+  t.emplace_back("");
+  special.push_back(1);  // EOS
+  for (int b = 0; b < 256; ++b) t.emplace_back(1, static_cast<char>(b)), special.push_back(0);
+  const std::vector<std::string> punct = {
+      "\"", "\",", "\":", "{\"", "\"}", "\":\"", "\", \"", "\": ", "[\"",   "\"]", "},",
+      "}}", "],",  " {",  " [",  ", ",  ": ",    "\n",     "\n ",  "\n   ", "  ",  "    "};
+  for (const auto& p : punct) t.push_back(p), special.push_back(0);
+  for (int n = 0; n < 1000; ++n) t.push_back(std::to_string(n)), special.push_back(0);
+  std::mt19937 rng(42);
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+  while (static_cast<int32_t>(t.size()) < size - 256) {
+    std::string w = (rng() % 2) ? " " : "";
+    const int n = 1 + static_cast<int>(rng() % 9);
+    for (int k = 0; k < n; ++k) w += letters[std::min<size_t>(rng() % 26, rng() % 26)];
+    if (rng() % 5 == 0)
+      w[w.size() > 1 ? 1 : 0] = static_cast<char>(std::toupper(w[w.size() > 1 ? 1 : 0]));
+    if (rng() % 11 == 0) w += punct[rng() % punct.size()];
+    t.push_back(w);
+    special.push_back(0);
+  }
+  while (static_cast<int32_t>(t.size()) < size) t.emplace_back("<special>"), special.push_back(1);
+  return std::make_shared<const Vocabulary>(std::move(t), std::move(special),
+                                            std::vector<int32_t>{0});
+}
+
+void run(const char* name, std::shared_ptr<const Vocabulary> vocab, int rounds) {
+  ConstraintSpec spec{ConstraintKind::kJsonSchema, kSchema, {}, "", ""};
+  ConstraintCache cache(vocab, GrammarLimits{});
+  auto t0 = Clock::now();
+  const auto c = cache.get(spec);
+  const double cold_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  t0 = Clock::now();
+  cache.get(spec);
+  const double warm_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  std::printf(
+      "%s: vocab %d, schema compile %.1f ms cold (%zu automaton states, %zu token tables), %.2f us "
+      "cached\n",
+      name, vocab->size(), cold_ms, c->grammar.num_states(), c->tables.num_tables(), warm_us);
+  // Another schema of the same building blocks (its properties renamed, one bound changed): what
+  // a server that has compiled others pays for a new one (shared call-free tables, TableCache).
+  std::string other = kSchema;
+  for (const char* k : {"id", "name", "active", "score", "tags", "role", "created", "street",
+                        "city", "notes", "level", "ratio", "nickname"}) {
+    const std::string from = std::string("\"") + k + "\"", to = std::string("\"") + k + "_2\"";
+    for (size_t at = other.find(from); at != std::string::npos;
+         at = other.find(from, at + to.size()))
+      other.replace(at, from.size(), to);
+  }
+  ConstraintSpec spec2 = spec;
+  spec2.text = other;
+  t0 = Clock::now();
+  cache.get(spec2);
+  const double other_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("%s: another schema of the same building blocks %.1f ms (%zu shared tables)\n", name,
+              other_ms, cache.shared_tables());
+  // Teacher-forced walk: the longest allowed token that continues kDocument.
+  std::vector<double> per_token;
+  std::vector<uint32_t> mask(vocab->mask_words());
+  const std::string doc = kDocument;
+  for (int r = 0; r < rounds; ++r) {
+    GrammarMatcher m(c);
+    size_t pos = 0;
+    while (true) {
+      const auto s = Clock::now();
+      m.fill_mask(mask);
+      const auto masked = Clock::now();
+      int32_t best = -1;
+      if (pos == doc.size()) {
+        best = 0;
+      } else {
+        for (int32_t id = 0; id < vocab->size(); ++id) {
+          if (!((mask[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u) || vocab->is_eos(id))
+            continue;
+          const std::string& b = vocab->bytes(id);
+          if (doc.compare(pos, b.size(), b) == 0 &&
+              (best < 0 || b.size() > vocab->bytes(best).size()))
+            best = id;
+        }
+      }
+      const auto pick = Clock::now();  // the choice stands in for the sampler: not timed
+      if (best < 0 || !m.accept(best)) {
+        std::fprintf(stderr, "%s: the document left the grammar at byte %zu\n", name, pos);
+        std::exit(1);
+      }
+      const auto e = Clock::now();
+      per_token.push_back(
+          std::chrono::duration<double, std::micro>((masked - s) + (e - pick)).count());
+      if (best == 0) break;
+      pos += vocab->bytes(best).size();
+    }
+  }
+  std::sort(per_token.begin(), per_token.end());
+  double sum = 0;
+  for (double x : per_token) sum += x;
+  std::printf(
+      "%s: per token (mask + accept, host) mean %.1f us, p50 %.1f us, p99 %.1f us over %zu "
+      "tokens\n",
+      name, sum / static_cast<double>(per_token.size()), per_token[per_token.size() / 2],
+      per_token[per_token.size() * 99 / 100], per_token.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const Tokenizer tok =
+      Tokenizer::from_hf_dir(std::string(RILL_SOURCE_DIR) + "/models/rill-shakespeare");
+  std::vector<int32_t> eos;
+  if (tok.eos_id()) eos.push_back(*tok.eos_id());
+  run("rill-shakespeare", Vocabulary::from_tokenizer(tok, tok.vocab_size(), eos), quick ? 1 : 5);
+  run("synthetic-128k", synthetic_vocab(128256), quick ? 1 : 3);
+  return 0;
+}

@@ -1,0 +1,156 @@
+// Token masks against a brute-force check: for every token of a small vocabulary, is the
+// generated text followed by the token's bytes still a prefix of some sentence? Random walks
+// through the grammars exercise the precomputed tables, the uncertain-token checks and EOS.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/grammar/matcher.h"
+#include "tests/grammar/test_util.h"
+
+namespace rill::grammar {
+namespace {
+
+using testing::compile;
+using testing::small_vocab;
+
+bool bit(const std::vector<uint32_t>& m, int32_t id) {
+  return (m[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u;
+}
+
+void random_walks(const std::shared_ptr<const CompiledConstraint>& c, int walks, int steps,
+                  uint32_t seed) {
+  const Vocabulary& v = *c->vocab;
+  std::mt19937 rng(seed);
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(c);
+    std::string text;
+    std::vector<uint32_t> mask(v.mask_words());
+    for (int step = 0; step < steps; ++step) {
+      m.fill_mask(mask);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < v.size(); ++id) {
+        bool expect;
+        if (v.is_eos(id))
+          expect = testing::complete(c->grammar, text);
+        else if (v.special(id) || v.bytes(id).empty())
+          expect = false;
+        else
+          expect = testing::viable(c->grammar, text + v.bytes(id));
+        ASSERT_EQ(bit(mask, id), expect)
+            << "token " << id << " '" << v.bytes(id) << "' after '" << text << "'";
+        if (expect && !v.is_eos(id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      const int32_t t = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept(t));
+      text += v.bytes(t);
+    }
+  }
+}
+
+TEST(GrammarMatcher, MasksMatchBruteForceJsonSchema) {
+  const auto v = small_vocab(1, 200);
+  random_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"object","properties":{
+      "a":{"type":"integer","minimum":-5,"maximum":120},
+      "b":{"type":"string","maxLength":5},
+      "c":{"type":"array","items":{"type":"boolean"},"maxItems":3},
+      "d":{"enum":["x",1,null]}},"required":["a","d"]})",
+                       v),
+               3, 25, 7);
+}
+
+// Tables shared across schemas (TableCache): a schema compiled after others that share its
+// building blocks (strings, numbers, bounded repeats, whitespace) reuses their tables, and its
+// masks are still exact; a cache of one entry (cleared on every put) changes nothing either.
+TEST(GrammarMatcher, SharedTablesAcrossSchemasKeepMasksExact) {
+  const auto v = small_vocab(4, 200);
+  ConstraintCache cache(v, {});
+  auto spec = [](const char* text) {
+    ConstraintSpec s;
+    s.kind = ConstraintKind::kJsonSchema;
+    s.text = text;
+    return s;
+  };
+  cache.get(spec(R"({"type":"object","properties":{"p":{"type":"string","maxLength":5},
+      "q":{"type":"number"},"r":{"type":"array","items":{"type":"string"}}}})"));
+  cache.get(spec(R"({"type":"array","items":{"type":"integer","minimum":0,"maximum":99}})"));
+  const size_t before = cache.shared_tables();
+  EXPECT_GT(before, 0u);
+  const auto c = cache.get(spec(R"({"type":"object","properties":{
+      "b":{"type":"string","maxLength":5},"n":{"type":"number"},
+      "s":{"type":"array","items":{"type":"string"},"maxItems":2},
+      "i":{"type":"integer","minimum":0,"maximum":99}},"required":["b","n","s","i"]})"));
+  random_walks(c, 3, 30, 11);
+  TableCache tiny(1);
+  ConstraintSpec s = spec(R"({"type":"array","items":{"type":"string","maxLength":3}})");
+  compile_constraint(s, v, {}, &tiny);
+  random_walks(compile_constraint(s, v, {}, &tiny), 3, 20, 12);
+}
+
+TEST(GrammarMatcher, MasksMatchBruteForceJsonObject) {
+  random_walks(compile(ConstraintKind::kJsonObject, "", small_vocab(2, 200)), 3, 25, 8);
+}
+
+TEST(GrammarMatcher, MasksMatchBruteForceRegex) {
+  const auto v = small_vocab(3, 200);
+  random_walks(compile(ConstraintKind::kRegex, R"((ab|c)*d{2,3}[x-z]?)", v), 6, 12, 9);
+  random_walks(compile(ConstraintKind::kRegex, R"([^a]{0,3}b|é+)", v), 6, 8, 10);
+}
+
+TEST(GrammarMatcher, MasksMatchBruteForceRecursiveGbnf) {
+  const auto v = small_vocab(4, 200);
+  random_walks(
+      compile(ConstraintKind::kGrammar, "root ::= \"(\" root \")\" | \"x\" root | \"\"\n", v), 6,
+      12, 11);
+  random_walks(compile(ConstraintKind::kGrammar,
+                       "root ::= root \"a\" | \"b\" | item\nitem ::= [0-9]+ \",\"?\n", v),
+               6, 12, 12);
+}
+
+TEST(GrammarMatcher, EosOnlyWhenComplete) {
+  const auto c = compile(ConstraintKind::kRegex, "ab", small_vocab(5, 0));
+  GrammarMatcher m(c);
+  EXPECT_FALSE(m.accept(0));  // EOS before the end
+  EXPECT_FALSE(m.accept(1));  // another special token: never
+  EXPECT_TRUE(m.accept(2 + 'a'));
+  EXPECT_FALSE(m.accept(2 + 'a'));
+  EXPECT_TRUE(m.accept(2 + 'b'));
+  std::vector<uint32_t> mask(c->vocab->mask_words());
+  m.fill_mask(mask);
+  for (int32_t id = 0; id < c->vocab->size(); ++id) EXPECT_EQ(bit(mask, id), id == 0) << id;
+  EXPECT_TRUE(m.accept(0));
+  EXPECT_TRUE(m.terminated());
+  m.fill_mask(mask);
+  for (uint32_t w : mask) EXPECT_EQ(w, 0u);
+}
+
+TEST(GrammarMatcher, ChoiceAndAffixes) {
+  ConstraintSpec s;
+  s.kind = ConstraintKind::kChoice;
+  s.choices = {"yes", "no", "maybe"};
+  s.prefix = "<";
+  s.suffix = ">";
+  const auto c = compile_constraint(s, small_vocab(6, 0), {});
+  for (const std::string& t : {"<yes>", "<no>", "<maybe>"})
+    EXPECT_TRUE(testing::complete(c->grammar, t)) << t;
+  for (const std::string& t : {"yes", "<ye>", "<no", "<yesno>"})
+    EXPECT_FALSE(testing::complete(c->grammar, t)) << t;
+}
+
+TEST(ConstraintCache, HitsShareTheCompiledConstraint) {
+  ConstraintCache cache(small_vocab(7, 10), {}, 2);
+  ConstraintSpec a{ConstraintKind::kRegex, "a+", {}, "", ""};
+  ConstraintSpec b{ConstraintKind::kRegex, "b+", {}, "", ""};
+  ConstraintSpec c{ConstraintKind::kRegex, "c+", {}, "", ""};
+  const auto first = cache.get(a);
+  EXPECT_EQ(cache.get(a).get(), first.get());
+  cache.get(b);
+  cache.get(c);  // evicts a (least recently used)
+  EXPECT_NE(cache.get(a).get(), first.get());
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 4u);
+}
+
+}  // namespace
+}  // namespace rill::grammar
