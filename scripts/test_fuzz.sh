@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${RILL_FUZZ_SECONDS:-60}"
 jobs="${RILL_FUZZ_JOBS:-$(nproc)}"
-all=(http_request openai_request grpc_request jinja tokenizer model_config safetensors)
+all=(http_request openai_request grpc_request jinja tokenizer model_config safetensors grammar toolcall)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 for h in "${harnesses[@]}"; do
@@ -41,7 +41,8 @@ extra_seeds() {
 dictionary() {
   case "$1" in
     http_request) echo tests/fuzz/dict/http.dict ;;
-    openai_request | model_config) echo tests/fuzz/dict/json.dict ;;
+    openai_request | model_config | grammar) echo tests/fuzz/dict/json.dict ;;
+    toolcall) echo tests/fuzz/dict/toolcall.dict ;;
     jinja) echo tests/fuzz/dict/jinja.dict ;;
     tokenizer) echo tests/fuzz/dict/tokenizer.dict ;;
     safetensors) echo tests/fuzz/dict/safetensors.dict ;;

@@ -218,6 +218,34 @@ def safetensors_seeds():
         "w": ("F32", [1 << 32, 1 << 32], b"")}))
 
 
+def grammar_seeds():
+    # Byte 0: the language (0 JSON schema, 1 json_object, 2 regex, 3 choice, 4 GBNF); the spec;
+    # a NUL; one byte per generated token (which allowed token to take).
+    picks = bytes(range(1, 40))
+    schema = body({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+        "next": {"$ref": "#"}}, "required": ["name", "age"]})
+    write("grammar", "schema", b"\x00" + schema.encode() + b"\x00" + picks)
+    write("grammar", "json_object", b"\x01\x00" + picks)
+    write("grammar", "regex", b"\x02[a-c]{2,4}(x|yz)+\\d?\x00" + picks)
+    write("grammar", "choice", b"\x03yes\nno\nmaybe\x00" + picks)
+    write("grammar", "gbnf", b'\x04root ::= "(" expr ")"\nexpr ::= [0-9]+ | root\n\x00' + picks)
+
+
+def toolcall_seeds():
+    # Byte 0: the family (% 3: Hermes, Llama-3 JSON, Mistral), bit 2 parallel calls, bits 3-5 the
+    # piece size; then the reply.
+    write("toolcall", "hermes", b"\x04" + b'<tool_call>\n{"name": "get_weather", "arguments": '
+          b'{"city": "Paris"}}\n</tool_call>')
+    write("toolcall", "llama3", b"\x0d" + b'<|python_tag|>{"name": "search", "parameters": {}}; '
+          b'{"name": "get_weather", "parameters": {"city": "Oslo"}}')
+    write("toolcall", "mistral", b"\x16" + b'[TOOL_CALLS][{"name": "get_weather", "arguments": '
+          b'{"city": "Rome"}}]')
+    write("toolcall", "text", b"\x00Some text with <tool_call> in the middle and no call.")
+
+
 def main():
     http_seeds()
     openai_seeds()
@@ -226,6 +254,8 @@ def main():
     tokenizer_seeds()
     model_config_seeds()
     safetensors_seeds()
+    grammar_seeds()
+    toolcall_seeds()
     return 0
 
 
