@@ -38,6 +38,11 @@ json preset(const std::string& name) {
                  {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
                  {"vocab_size", 128256}, {"max_position_embeddings", 8192}, {"rope_theta", 500000.0},
                  {"bos_token_id", 128000}, {"eos_token_id", 128001}, {"torch_dtype", "bfloat16"}});
+  if (name == "llama3-70b")  // the tensor-parallel targets' shape (issue 32): 141 GB in bf16
+    return with({{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 8192}, {"intermediate_size", 28672},
+                 {"num_hidden_layers", 80}, {"num_attention_heads", 64}, {"num_key_value_heads", 8},
+                 {"vocab_size", 128256}, {"max_position_embeddings", 8192}, {"rope_theta", 500000.0},
+                 {"bos_token_id", 128000}, {"eos_token_id", 128001}, {"torch_dtype", "bfloat16"}});
   if (name == "mistral-7b")
     return with({{"architectures", {"MistralForCausalLM"}}, {"hidden_size", 4096}, {"intermediate_size", 14336},
                  {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
@@ -56,7 +61,7 @@ json preset(const std::string& name) {
             {"layer_norm_eps", 1e-5}, {"hidden_act", "gelu"}, {"use_parallel_residual", true},
             {"tie_word_embeddings", false}, {"bos_token_id", 0}, {"eos_token_id", 0}, {"torch_dtype", "float16"}};
   throw Error(ErrorCode::kInvalidArgument,
-              "unknown preset '" + name + "' (llama2-7b, llama3-8b, mistral-7b, qwen2-7b, pythia-1.4b, or a config.json path)");
+              "unknown preset '" + name + "' (llama2-7b, llama3-8b, llama3-70b, mistral-7b, qwen2-7b, pythia-1.4b, or a config.json path)");
 }
 
 struct Spec {
@@ -197,7 +202,7 @@ void write_json(const fs::path& p, const json& j) {
 
 int main(int argc, char** argv) {
   cli::Args args("rill-make-model", "Write a random-initialised checkpoint in Hugging Face format.");
-  args.option("config", "llama2-7b", "preset (llama2-7b, llama3-8b, mistral-7b, qwen2-7b, pythia-1.4b) or config.json");
+  args.option("config", "llama2-7b", "preset (llama2-7b, llama3-8b, llama3-70b, mistral-7b, qwen2-7b, pythia-1.4b) or config.json");
   args.option("out", "", "output directory");
   args.option("dtype", "", "float16 | bfloat16 (default: the config's torch_dtype)");
   args.option("seed", "0", "random seed");
