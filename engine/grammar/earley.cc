@@ -93,6 +93,29 @@ bool EarleyParser::push(uint8_t b) {
   return true;
 }
 
+bool EarleyParser::push_completion(int32_t rule, int32_t origin) {
+  if (origin == kRootOrigin || static_cast<size_t>(origin) >= starts_.size()) return false;
+  const size_t to = items_.size();
+  begin_set();
+  overflow_ = false;
+  // origin is at most the previous set, so starts_[origin + 1] exists.
+  const size_t b = starts_[static_cast<size_t>(origin)],
+               e = starts_[static_cast<size_t>(origin) + 1];
+  for (size_t j = b; j < e; ++j) {
+    const Item w = items_[j];
+    for (const CallEdge& c : g_.state(w.state).calls)
+      if (c.rule == rule) add({c.target, w.origin});
+  }
+  if (items_.size() > to) close(static_cast<int32_t>(starts_.size() - 1));
+  if (items_.size() == to || overflow_) {
+    items_.resize(to);
+    starts_.pop_back();
+    exited_.pop_back();
+    return false;
+  }
+  return true;
+}
+
 void EarleyParser::pop() {
   if (starts_.size() <= 1) return;
   items_.resize(starts_.back());

@@ -31,6 +31,11 @@ class EarleyParser {
   /// Consumes one byte: false (state unchanged) when no item can take it or the new set would
   /// exceed the item limit.
   bool push(uint8_t b);
+  /// Adds a set holding what follows a completion of `rule` whose item began in set `origin`
+  /// (origin's items waiting for it, advanced over it), closed: the parse after the rule ends
+  /// part-way through a token. False (state unchanged) when nothing can follow (origin is
+  /// kRootOrigin: the parse is over; or no item waits, or the item limit is exceeded).
+  bool push_completion(int32_t rule, int32_t origin);
   /// Removes the last set (never the first).
   void pop();
   /// Sets beyond the first: bytes consumed.

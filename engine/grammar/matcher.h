@@ -2,9 +2,10 @@
 // sequence generated, and the mask of tokens that may come next.
 //
 // Mask of a step: the union of the accepted sets of the automaton positions in the parser's
-// current set (precomputed, TokenTables), plus those of their uncertain tokens the real parser
-// accepts (a walk of the sorted vocabulary with shared prefixes pushed once); EOS exactly when
-// the grammar may end here; special tokens never.
+// current set (precomputed, TokenTables), plus their uncertain tokens whose suffix after the
+// rule's end the real parser accepts from that rule's continuation (each distinct suffix parsed
+// once per (table, rule, origin), in sorted order with shared prefixes pushed once); EOS exactly
+// when the grammar may end here; special tokens never.
 #pragma once
 
 #include <cstdint>
@@ -46,16 +47,21 @@ class GrammarMatcher {
   size_t depth() const { return parser_.depth(); }
 
  private:
-  void check_uncertain(std::span<uint32_t> words);
+  /// A table with exit groups, reached from an item of `rule` that began in set `origin`.
+  struct ExitSource {
+    const PositionTable* table;
+    int32_t rule, origin;
+    bool operator==(const ExitSource&) const = default;
+  };
+  void or_table(const PositionTable& t, std::span<uint32_t> words);
+  void check_exits(const ExitSource& src, std::span<uint32_t> words);
 
   std::shared_ptr<const CompiledConstraint> c_;
   EarleyParser parser_;
   bool terminated_ = false;
-  std::vector<int32_t> positions_;            // scratch: distinct scanning states
-  std::vector<uint32_t> uncertain_;           // scratch: sorted() indices to check, ascending
-  std::vector<uint32_t> merged_;              // scratch: a merge of two uncertain lists
   std::vector<uint8_t> before_;               // scratch: a complement table's bits before it
   std::vector<const PositionTable*> tables_;  // scratch: the distinct tables of the positions
+  std::vector<ExitSource> sources_;           // scratch: the distinct exit sources
 };
 
 }  // namespace rill::grammar

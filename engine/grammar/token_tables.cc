@@ -7,7 +7,10 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 
 #include "engine/grammar/earley.h"
 #include "engine/grammar/grammar_error.h"
@@ -16,16 +19,48 @@ namespace rill::grammar {
 
 namespace {
 
+// (sorted() index, exit offset k) of an uncertain token: its rule may end after k bytes.
+using Exit = std::pair<uint32_t, uint32_t>;
+
+// The exits along the walk's current trie path: depths d >= 1 where the rule had ended after d
+// bytes and byte d may follow it. A node the rule refuses makes every token of its subtree
+// uncertain once per exit on its path (none: rejected).
+class PathExits {
+ public:
+  PathExits() : top_{0} {}
+  /// Tokens [lo, hi) fail at this node; `here`: the node's own depth is an exit (or -1).
+  void refuse(uint32_t lo, uint32_t hi, int64_t here, std::vector<Exit>& out) const {
+    if (path_.empty() && here < 0) return;
+    for (uint32_t i = lo; i < hi; ++i) {
+      for (uint32_t k : path_) out.emplace_back(i, k);
+      if (here >= 0) out.emplace_back(i, static_cast<uint32_t>(here));
+    }
+  }
+  /// The walk descends into the node (`here` as in refuse()).
+  void descend(int64_t here) {
+    if (here >= 0) path_.push_back(static_cast<uint32_t>(here));
+    top_.push_back(static_cast<uint32_t>(path_.size()));
+  }
+  void ascend() {
+    top_.pop_back();
+    path_.resize(top_.back());
+  }
+
+ private:
+  std::vector<uint32_t> path_;
+  std::vector<uint32_t> top_;  // per depth: path_.size()
+};
+
 // Classifies every walkable token for the position `state`: the sorted() indices of the
-// accepted and of the uncertain ones, in increasing order (the rest are rejected). A depth-first
-// walk of the vocabulary trie; a byte the parser refuses settles the node's whole subtree at once.
+// accepted ones in increasing order, and the uncertain ones with their exits (the rest are
+// rejected). A depth-first walk of the vocabulary trie; a byte the parser refuses settles the
+// node's whole subtree at once.
 void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_t state,
-          std::vector<uint32_t>& accepted, std::vector<uint32_t>& uncertain) {
+          std::vector<uint32_t>& accepted, std::vector<Exit>& uncertain) {
   const ByteSet& follow = g.follow(g.state(state).rule);
   const auto& trie = v.trie();
   p.reset(state);
-  // exit_ok[d]: within the first d bytes the rule ended where the next byte may follow it.
-  std::vector<uint8_t> exit_ok{0};
+  PathExits exits;
   std::vector<uint32_t> next{trie[0].first_child};  // per depth: the next child to try
   while (!next.empty()) {
     const uint32_t c = next.back();
@@ -33,19 +68,19 @@ void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_
       next.pop_back();
       if (!next.empty()) {
         p.pop();
-        exit_ok.pop_back();
+        exits.ascend();
       }
       continue;
     }
     const Vocabulary::TrieNode& n = trie[c];
     next.back() = n.next_sibling;
-    const uint8_t e = exit_ok.back() || (p.exited() && follow.test(n.byte));
+    const auto d = static_cast<int64_t>(next.size() - 1);  // bytes before n.byte
+    const int64_t here = d > 0 && p.exited() && follow.test(n.byte) ? d : -1;
     if (!p.push(n.byte)) {
-      if (e)
-        for (uint32_t i = n.lo; i < n.hi; ++i) uncertain.push_back(i);
+      exits.refuse(n.lo, n.hi, here, uncertain);
       continue;
     }
-    exit_ok.push_back(e);
+    exits.descend(here);
     for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
     next.push_back(n.first_child);
   }
@@ -96,7 +131,7 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
 // advanced by their byte edges; the rule has ended where one of them is final.
 void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
                  std::vector<uint32_t>& seen, uint32_t& stamp, std::vector<uint32_t>& accepted,
-                 std::vector<uint32_t>& uncertain) {
+                 std::vector<Exit>& uncertain) {
   const ByteSet& follow = g.follow(g.state(state).rule);
   const auto& trie = v.trie();
   std::vector<int32_t> states{state};  // the sets, concatenated
@@ -107,7 +142,7 @@ void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
     return false;
   };
   std::vector<uint8_t> exited{static_cast<uint8_t>(final_in_top())};
-  std::vector<uint8_t> exit_ok{0};
+  PathExits exits;
   std::vector<uint32_t> next{trie[0].first_child};
   while (!next.empty()) {
     const uint32_t c = next.back();
@@ -117,13 +152,14 @@ void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
         states.resize(starts.back());
         starts.pop_back();
         exited.pop_back();
-        exit_ok.pop_back();
+        exits.ascend();
       }
       continue;
     }
     const Vocabulary::TrieNode& n = trie[c];
     next.back() = n.next_sibling;
-    const uint8_t e = exit_ok.back() || (exited.back() && follow.test(n.byte));
+    const auto d = static_cast<int64_t>(next.size() - 1);  // bytes before n.byte
+    const int64_t here = d > 0 && exited.back() && follow.test(n.byte) ? d : -1;
     // Advance the top set by n.byte.
     const size_t from = starts.back(), to = states.size();
     if (++stamp == 0) {
@@ -137,13 +173,12 @@ void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
           states.push_back(be.target);
         }
     if (states.size() == to) {
-      if (e)
-        for (uint32_t i = n.lo; i < n.hi; ++i) uncertain.push_back(i);
+      exits.refuse(n.lo, n.hi, here, uncertain);
       continue;
     }
     starts.push_back(static_cast<uint32_t>(to));
     exited.push_back(static_cast<uint8_t>(final_in_top()));
-    exit_ok.push_back(e);
+    exits.descend(here);
     for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
     next.push_back(n.first_child);
   }
@@ -196,12 +231,29 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
   return cls;
 }
 
-// `accepted` and `uncertain` hold sorted() indices in increasing order (the walk's order).
+// The uncertain tokens grouped by their suffix after the exit, sorted by suffix.
+std::vector<ExitGroup> group_exits(const Vocabulary& v, const std::vector<Exit>& uncertain) {
+  std::vector<ExitGroup> groups;
+  std::unordered_map<std::string_view, size_t> index;  // views of the vocabulary's bytes
+  const auto& sorted = v.sorted();
+  for (auto [i, k] : uncertain) {
+    const int32_t id = sorted[i];
+    const std::string_view suffix = std::string_view(v.bytes(id)).substr(k);
+    const auto [it, fresh] = index.emplace(suffix, groups.size());
+    if (fresh) groups.push_back({std::string(suffix), {}});
+    groups[it->second].ids.push_back(id);
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const ExitGroup& a, const ExitGroup& b) { return a.suffix < b.suffix; });
+  return groups;
+}
+
+// `accepted` holds sorted() indices in increasing order (the walk's order).
 PositionTable pack(const Vocabulary& v, const std::vector<uint32_t>& accepted,
-                   std::vector<uint32_t> uncertain) {
+                   const std::vector<Exit>& uncertain) {
   PositionTable t;
   const auto& sorted = v.sorted();
-  t.uncertain = std::move(uncertain);
+  t.exits = group_exits(v, uncertain);
   const size_t list_bytes = accepted.size() * 4,
                complement_bytes = (sorted.size() - accepted.size()) * 4;
   const size_t bitset_bytes = v.mask_words() * 4;
@@ -280,7 +332,8 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
   auto work = [&] {
     try {
       EarleyParser parser(g, limits.max_earley_items_per_byte);
-      std::vector<uint32_t> accepted, uncertain;
+      std::vector<uint32_t> accepted;
+      std::vector<Exit> uncertain;
       std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
       uint32_t stamp = 0;
       std::string key;

@@ -2,10 +2,17 @@
 // approach XGrammar calls the adaptive token mask cache). For each automaton state with byte
 // edges, the vocabulary trie is walked with an Earley parser started at that state alone:
 //   accepted  - all the token's bytes are consumed without the state's rule ending first;
-//   uncertain - the rule can end part-way through the token and the next byte may follow the
-//               rule somewhere in the grammar (CompiledGrammar::follow): the parser stack
-//               decides, so the matcher checks these at run time;
+//   uncertain - the rule can end after k >= 1 of the token's bytes and byte k may follow the
+//               rule somewhere in the grammar (CompiledGrammar::follow): whether the rest
+//               (the suffix from byte k) fits depends on the parser stack, so the matcher checks
+//               it at run time;
 //   rejected  - the rest.
+// An exit before the first byte (k = 0) is never recorded: the Earley closure of the matcher's
+// current set already holds the completed rule's continuation, whose positions have tables of
+// their own.
+// Uncertain tokens are grouped by their suffix after the exit (ExitGroup): after a string's
+// closing quote, thousands of tokens `abc",` share a handful of suffixes (`,`, `, "`, `}`), so
+// the matcher parses each distinct suffix once from the rule's continuation, not each token.
 // Each accepted set is stored in its smallest form: the ids, the rejected ids, or a bitset.
 // The walks are independent and run on up to kMaxBuildThreads threads.
 #pragma once
@@ -24,12 +31,18 @@
 
 namespace rill::grammar {
 
+/// Uncertain tokens of one position that continue with the same bytes after their rule ends.
+struct ExitGroup {
+  std::string suffix;        // the bytes after the rule's end (at least one)
+  std::vector<int32_t> ids;  // token ids whose bytes are (a prefix in the rule) + suffix
+};
+
 struct PositionTable {
   enum class Form : uint8_t { kList, kComplement, kBitset };
   Form form = Form::kList;
-  std::vector<int32_t> ids;         // kList: accepted ids; kComplement: rejected-or-uncertain ids
-  std::vector<uint32_t> bits;       // kBitset: accepted ids
-  std::vector<uint32_t> uncertain;  // indices into Vocabulary::sorted(), ascending
+  std::vector<int32_t> ids;      // kList: accepted ids; kComplement: rejected-or-uncertain ids
+  std::vector<uint32_t> bits;    // kBitset: accepted ids
+  std::vector<ExitGroup> exits;  // sorted by suffix; a token with several exits is in several
 };
 
 /// Tables of call-free positions (no rule call within the longest token's length), shared by

@@ -108,6 +108,36 @@ TEST(GrammarMatcher, MasksMatchBruteForceRecursiveGbnf) {
                6, 12, 12);
 }
 
+// Tokens that end several rules at once at different stack depths (`1]],`, `"],["`): their
+// exit groups are parsed from each rule's continuation (exits after the first byte), and an
+// exit before the first byte is left to the continuation's own positions. Ambiguity (`pair`
+// reachable two ways) puts one rule's items at several origins in one set.
+TEST(GrammarMatcher, TokensSpanningSeveralRuleEndsMatchBruteForce) {
+  std::vector<std::string> bytes{""};
+  std::vector<uint8_t> special{1};
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b)), special.push_back(0);
+  const std::string alphabet = "[]\",a1 ";
+  std::mt19937 rng(21);
+  for (int i = 0; i < 600; ++i) {
+    std::string t;
+    const int n = 2 + static_cast<int>(rng() % 7);
+    for (int k = 0; k < n; ++k) t += alphabet[rng() % alphabet.size()];
+    bytes.push_back(t);
+    special.push_back(0);
+  }
+  const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
+                                                    std::vector<int32_t>{0});
+  random_walks(compile(ConstraintKind::kGrammar,
+                       "root ::= \"[\" list \"]\"\n"
+                       "list ::= item (\",\" \" \"? item)* | \"\"\n"
+                       "item ::= str | num | \"[\" list \"]\" | pair | num num | num \"1a\"\n"
+                       "pair ::= str \",\" num | str \",\" item\n"
+                       "str ::= \"\\\"\" [a]* \"\\\"\"\n"
+                       "num ::= [1]+\n",
+                       v),
+               8, 14, 22);
+}
+
 TEST(GrammarMatcher, EosOnlyWhenComplete) {
   const auto c = compile(ConstraintKind::kRegex, "ab", small_vocab(5, 0));
   GrammarMatcher m(c);
