@@ -14,6 +14,7 @@
 
 #include "engine/grammar/earley.h"
 #include "engine/grammar/grammar_error.h"
+#include "engine/grammar/subset_dfa.h"
 
 namespace rill::grammar {
 
@@ -128,57 +129,46 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
 }
 
 // walk() for a call-free start (call_free): the parser's item sets are sets of automaton states,
-// advanced by their byte edges; the rule has ended where one of them is final.
-void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state,
-                 std::vector<uint32_t>& seen, uint32_t& stamp, std::vector<uint32_t>& accepted,
-                 std::vector<Exit>& uncertain) {
+// advanced by their byte edges (SubsetDfa, shared by the thread's walks); the rule has ended
+// where one of them is final. The hot loop of a cold compile (a string's interior visits every
+// node of the vocabulary trie): one frame per depth, no other per-node allocation.
+void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state, SubsetDfa& dfa,
+                 std::vector<uint32_t>& accepted, std::vector<Exit>& uncertain) {
   const ByteSet& follow = g.follow(g.state(state).rule);
   const auto& trie = v.trie();
-  std::vector<int32_t> states{state};  // the sets, concatenated
-  std::vector<uint32_t> starts{0};     // per depth: the set's first index in `states`
-  auto final_in_top = [&] {
-    for (size_t i = starts.back(); i < states.size(); ++i)
-      if (g.state(states[i]).final) return true;
-    return false;
-  };
-  std::vector<uint8_t> exited{static_cast<uint8_t>(final_in_top())};
-  PathExits exits;
-  std::vector<uint32_t> next{trie[0].first_child};
-  while (!next.empty()) {
+  std::vector<int32_t> path;        // per depth: the DFA state after the path's bytes
+  std::vector<uint32_t> next;       // per depth: the next trie child to try (0: none left)
+  std::vector<uint32_t> exit_path;  // depths d >= 1 on the path where the rule may end (PathExits)
+  std::vector<uint32_t> exit_top;   // per depth: exit_path.size()
+  path.push_back(dfa.start(state, path));
+  next.push_back(trie[0].first_child);
+  exit_top.push_back(0);
+  while (true) {
     const uint32_t c = next.back();
     if (c == 0) {
       next.pop_back();
-      if (!next.empty()) {
-        states.resize(starts.back());
-        starts.pop_back();
-        exited.pop_back();
-        exits.ascend();
-      }
+      if (next.empty()) break;
+      path.pop_back();
+      exit_top.pop_back();
+      exit_path.resize(exit_top.back());
       continue;
     }
     const Vocabulary::TrieNode& n = trie[c];
     next.back() = n.next_sibling;
-    const auto d = static_cast<int64_t>(next.size() - 1);  // bytes before n.byte
-    const int64_t here = d > 0 && exited.back() && follow.test(n.byte) ? d : -1;
-    // Advance the top set by n.byte.
-    const size_t from = starts.back(), to = states.size();
-    if (++stamp == 0) {
-      std::fill(seen.begin(), seen.end(), 0u);
-      stamp = 1;
-    }
-    for (size_t i = from; i < to; ++i)
-      for (const ByteEdge& be : g.state(states[i]).bytes)
-        if (be.set.test(n.byte) && seen[static_cast<size_t>(be.target)] != stamp) {
-          seen[static_cast<size_t>(be.target)] = stamp;
-          states.push_back(be.target);
+    const size_t d = next.size() - 1;  // bytes before n.byte
+    const bool here = d > 0 && dfa.final(path.back()) && follow.test(n.byte);
+    const int32_t to = dfa.next(n.byte, path);
+    if (to < 0) {
+      if (here || !exit_path.empty())
+        for (uint32_t i = n.lo; i < n.hi; ++i) {
+          for (uint32_t k : exit_path) uncertain.emplace_back(i, k);
+          if (here) uncertain.emplace_back(i, static_cast<uint32_t>(d));
         }
-    if (states.size() == to) {
-      exits.refuse(n.lo, n.hi, here, uncertain);
       continue;
     }
-    starts.push_back(static_cast<uint32_t>(to));
-    exited.push_back(static_cast<uint8_t>(final_in_top()));
-    exits.descend(here);
+    if (here) exit_path.push_back(static_cast<uint32_t>(d));
+    path.push_back(to);
+    exit_top.push_back(static_cast<uint32_t>(exit_path.size()));
     for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
     next.push_back(n.first_child);
   }
@@ -332,6 +322,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
   auto work = [&] {
     try {
       EarleyParser parser(g, limits.max_earley_items_per_byte);
+      SubsetDfa dfa(g);
       std::vector<uint32_t> accepted;
       std::vector<Exit> uncertain;
       std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
@@ -357,7 +348,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
             tables_[t] = std::move(hit);
             continue;
           }
-        walk_simple(g, v, reps[t], seen, stamp, accepted, uncertain);
+        walk_simple(g, v, reps[t], dfa, accepted, uncertain);
         tables_[t] = std::make_shared<const PositionTable>(pack(v, accepted, uncertain));
         if (shared) shared->put(key, tables_[t]);
       }
