@@ -128,6 +128,42 @@ std::shared_ptr<const CompiledConstraint> ConstraintCache::get(const ConstraintS
   return compiled;
 }
 
+namespace {
+
+// The building blocks of ConstraintCache::warm_up(), one spec each (each its own time-out).
+std::vector<ConstraintSpec> warm_up_specs() {
+  std::vector<ConstraintSpec> specs;
+  auto schema = [&](std::string text) {
+    specs.push_back({ConstraintKind::kJsonSchema, std::move(text), {}, "", ""});
+  };
+  specs.push_back({ConstraintKind::kJsonObject, "", {}, "", ""});
+  // A bounded string's tables do not depend on its bound (only the last max_token_bytes
+  // positions differ, and those alike for every bound).
+  schema(
+      R"({"type":"object","properties":{"s":{"type":"string"},)"
+      R"("b":{"type":"string","maxLength":64},"n":{"type":"number"},"i":{"type":"integer"},)"
+      R"("t":{"type":"boolean"},"z":{"type":"null"},"a":{"type":"array","items":{"type":"string"}},)"
+      R"("o":{"type":["string","null"]}}})");
+  for (const char* f : {"date-time", "date", "time", "duration", "uuid", "email", "hostname",
+                        "ipv4", "ipv6", "uri"})
+    schema(std::string(R"({"type":"string","format":")") + f + R"("})");
+  return specs;
+}
+
+}  // namespace
+
+size_t ConstraintCache::warm_up(const std::atomic<bool>* stop) {
+  for (const ConstraintSpec& spec : warm_up_specs()) {
+    if (stop && stop->load()) break;
+    try {
+      compile_constraint(spec, vocab_, limits_, &tables_);
+    } catch (const Error&) {
+      // A block over the time-out on a slow host: the request that uses it compiles it.
+    }
+  }
+  return tables_.size();
+}
+
 size_t ConstraintCache::hits() const {
   std::lock_guard lock(mu_);
   return hits_;

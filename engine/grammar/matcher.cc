@@ -45,21 +45,21 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
     const ExitSource src{t, g.state(it.state).rule, it.origin};
     if (std::find(sources_.begin(), sources_.end(), src) == sources_.end()) sources_.push_back(src);
   }
-  for (const PositionTable* t : tables_) or_table(*t, words);
+  for (const PositionTable* t : tables_) or_accepted(*t->accepted, words);
   for (const ExitSource& src : sources_) check_exits(src, words);
   if (can_end())
     for (int32_t e : v.eos_ids()) words[static_cast<size_t>(e) >> 5] |= 1u << (e & 31);
 }
 
-void GrammarMatcher::or_table(const PositionTable& t, std::span<uint32_t> words) {
+void GrammarMatcher::or_accepted(const AcceptedSet& t, std::span<uint32_t> words) {
   switch (t.form) {
-    case PositionTable::Form::kList:
+    case AcceptedSet::Form::kList:
       for (int32_t id : t.ids) words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
       break;
-    case PositionTable::Form::kBitset:
+    case AcceptedSet::Form::kBitset:
       for (size_t w = 0; w < words.size(); ++w) words[w] |= t.bits[w];
       break;
-    case PositionTable::Form::kComplement: {
+    case AcceptedSet::Form::kComplement: {
       // words |= walkable minus ids: set all walkable, then restore the bits of `ids` that
       // were not set before.
       const auto walkable = c_->tables.walkable();

@@ -53,7 +53,7 @@ class GrammarMatcher {
     int32_t rule, origin;
     bool operator==(const ExitSource&) const = default;
   };
-  void or_table(const PositionTable& t, std::span<uint32_t> words);
+  void or_accepted(const AcceptedSet& t, std::span<uint32_t> words);
   void check_exits(const ExitSource& src, std::span<uint32_t> words);
 
   std::shared_ptr<const CompiledConstraint> c_;

@@ -20,86 +20,18 @@ namespace rill::grammar {
 
 namespace {
 
-// (sorted() index, exit offset k) of an uncertain token: its rule may end after k bytes.
-using Exit = std::pair<uint32_t, uint32_t>;
-
-// The exits along the walk's current trie path: depths d >= 1 where the rule had ended after d
-// bytes and byte d may follow it. A node the rule refuses makes every token of its subtree
-// uncertain once per exit on its path (none: rejected).
-class PathExits {
- public:
-  PathExits() : top_{0} {}
-  /// Tokens [lo, hi) fail at this node; `here`: the node's own depth is an exit (or -1).
-  void refuse(uint32_t lo, uint32_t hi, int64_t here, std::vector<Exit>& out) const {
-    if (path_.empty() && here < 0) return;
-    for (uint32_t i = lo; i < hi; ++i) {
-      for (uint32_t k : path_) out.emplace_back(i, k);
-      if (here >= 0) out.emplace_back(i, static_cast<uint32_t>(here));
-    }
-  }
-  /// The walk descends into the node (`here` as in refuse()).
-  void descend(int64_t here) {
-    if (here >= 0) path_.push_back(static_cast<uint32_t>(here));
-    top_.push_back(static_cast<uint32_t>(path_.size()));
-  }
-  void ascend() {
-    top_.pop_back();
-    path_.resize(top_.back());
-  }
-
- private:
-  std::vector<uint32_t> path_;
-  std::vector<uint32_t> top_;  // per depth: path_.size()
-};
-
-// Classifies every walkable token for the position `state`: the sorted() indices of the
-// accepted ones in increasing order, and the uncertain ones with their exits (the rest are
-// rejected). A depth-first walk of the vocabulary trie; a byte the parser refuses settles the
-// node's whole subtree at once.
-void walk(const CompiledGrammar& g, const Vocabulary& v, EarleyParser& p, int32_t state,
-          std::vector<uint32_t>& accepted, std::vector<Exit>& uncertain) {
-  const ByteSet& follow = g.follow(g.state(state).rule);
-  const auto& trie = v.trie();
-  p.reset(state);
-  PathExits exits;
-  std::vector<uint32_t> next{trie[0].first_child};  // per depth: the next child to try
-  while (!next.empty()) {
-    const uint32_t c = next.back();
-    if (c == 0) {
-      next.pop_back();
-      if (!next.empty()) {
-        p.pop();
-        exits.ascend();
-      }
-      continue;
-    }
-    const Vocabulary::TrieNode& n = trie[c];
-    next.back() = n.next_sibling;
-    const auto d = static_cast<int64_t>(next.size() - 1);  // bytes before n.byte
-    const int64_t here = d > 0 && p.exited() && follow.test(n.byte) ? d : -1;
-    if (!p.push(n.byte)) {
-      exits.refuse(n.lo, n.hi, here, uncertain);
-      continue;
-    }
-    exits.descend(here);
-    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
-    next.push_back(n.first_child);
-  }
-}
-
 void append_u64(std::string& key, uint64_t x) {
   key.append(reinterpret_cast<const char*>(&x), 8);
 }
 
 // True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
 // call edge: the walk from `start` is then a plain NFA simulation, without the Earley machinery.
-// Then `key` describes everything that walk reads (TableCache): the rule's follow set, and per
-// state in breadth-first order its final flag and, within `depth`, its byte edges with their
-// targets' order numbers. `order` (per state, valid where seen == stamp) is scratch.
+// Then `key` describes everything that walk reads (TableCache): per state in breadth-first
+// order its final flag and, within `depth`, its byte edges with their targets' order numbers.
+// `order` (per state, valid where seen == stamp) is scratch.
 bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
                std::vector<uint32_t>& order, uint32_t stamp, std::string& key) {
   key.clear();
-  for (uint64_t w : g.follow(g.state(start).rule).bits) append_u64(key, w);
   std::vector<int32_t> found{start};  // breadth-first: layer by layer
   seen[static_cast<size_t>(start)] = stamp;
   order[static_cast<size_t>(start)] = 0;
@@ -126,52 +58,6 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
     layer_begin = layer_end;
   }
   return true;
-}
-
-// walk() for a call-free start (call_free): the parser's item sets are sets of automaton states,
-// advanced by their byte edges (SubsetDfa, shared by the thread's walks); the rule has ended
-// where one of them is final. The hot loop of a cold compile (a string's interior visits every
-// node of the vocabulary trie): one frame per depth, no other per-node allocation.
-void walk_simple(const CompiledGrammar& g, const Vocabulary& v, int32_t state, SubsetDfa& dfa,
-                 std::vector<uint32_t>& accepted, std::vector<Exit>& uncertain) {
-  const ByteSet& follow = g.follow(g.state(state).rule);
-  const auto& trie = v.trie();
-  std::vector<int32_t> path;        // per depth: the DFA state after the path's bytes
-  std::vector<uint32_t> next;       // per depth: the next trie child to try (0: none left)
-  std::vector<uint32_t> exit_path;  // depths d >= 1 on the path where the rule may end (PathExits)
-  std::vector<uint32_t> exit_top;   // per depth: exit_path.size()
-  path.push_back(dfa.start(state, path));
-  next.push_back(trie[0].first_child);
-  exit_top.push_back(0);
-  while (true) {
-    const uint32_t c = next.back();
-    if (c == 0) {
-      next.pop_back();
-      if (next.empty()) break;
-      path.pop_back();
-      exit_top.pop_back();
-      exit_path.resize(exit_top.back());
-      continue;
-    }
-    const Vocabulary::TrieNode& n = trie[c];
-    next.back() = n.next_sibling;
-    const size_t d = next.size() - 1;  // bytes before n.byte
-    const bool here = d > 0 && dfa.final(path.back()) && follow.test(n.byte);
-    const int32_t to = dfa.next(n.byte, path);
-    if (to < 0) {
-      if (here || !exit_path.empty())
-        for (uint32_t i = n.lo; i < n.hi; ++i) {
-          for (uint32_t k : exit_path) uncertain.emplace_back(i, k);
-          if (here) uncertain.emplace_back(i, static_cast<uint32_t>(d));
-        }
-      continue;
-    }
-    if (here) exit_path.push_back(static_cast<uint32_t>(d));
-    path.push_back(to);
-    exit_top.push_back(static_cast<uint32_t>(exit_path.size()));
-    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) accepted.push_back(i);
-    next.push_back(n.first_child);
-  }
 }
 
 // Moore's partition refinement, bounded at the longest token: states in one class accept,
@@ -221,71 +107,58 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
   return cls;
 }
 
-// The uncertain tokens grouped by their suffix after the exit, sorted by suffix.
-std::vector<ExitGroup> group_exits(const Vocabulary& v, const std::vector<Exit>& uncertain) {
-  std::vector<ExitGroup> groups;
-  std::unordered_map<std::string_view, size_t> index;  // views of the vocabulary's bytes
-  const auto& sorted = v.sorted();
-  for (auto [i, k] : uncertain) {
-    const int32_t id = sorted[i];
-    const std::string_view suffix = std::string_view(v.bytes(id)).substr(k);
-    const auto [it, fresh] = index.emplace(suffix, groups.size());
-    if (fresh) groups.push_back({std::string(suffix), {}});
-    groups[it->second].ids.push_back(id);
-  }
-  std::sort(groups.begin(), groups.end(),
-            [](const ExitGroup& a, const ExitGroup& b) { return a.suffix < b.suffix; });
-  return groups;
-}
-
-// `accepted` holds sorted() indices in increasing order (the walk's order).
-PositionTable pack(const Vocabulary& v, const std::vector<uint32_t>& accepted,
-                   const std::vector<Exit>& uncertain) {
-  PositionTable t;
-  const auto& sorted = v.sorted();
-  t.exits = group_exits(v, uncertain);
-  const size_t list_bytes = accepted.size() * 4,
-               complement_bytes = (sorted.size() - accepted.size()) * 4;
-  const size_t bitset_bytes = v.mask_words() * 4;
-  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes) {
-    t.form = PositionTable::Form::kList;
-    for (uint32_t i : accepted) t.ids.push_back(sorted[i]);
-  } else if (complement_bytes <= bitset_bytes) {
-    t.form = PositionTable::Form::kComplement;
-    size_t k = 0;
-    for (uint32_t i = 0; i < sorted.size(); ++i) {
-      if (k < accepted.size() && accepted[k] == i)
-        ++k;
-      else
-        t.ids.push_back(sorted[i]);
-    }
-  } else {
-    t.form = PositionTable::Form::kBitset;
-    t.bits.assign(v.mask_words(), 0);
-    for (uint32_t i : accepted)
-      t.bits[static_cast<size_t>(sorted[i]) >> 5] |= 1u << (sorted[i] & 31);
-  }
-  return t;
-}
-
 }  // namespace
 
-std::shared_ptr<const PositionTable> TableCache::find(const std::string& key) const {
+std::shared_ptr<const PositionWalk> TableCache::find_walk(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  const auto it = walks_.find(key);
+  return it == walks_.end() ? nullptr : it->second;
+}
+
+void TableCache::put_walk(const std::string& key, std::shared_ptr<const PositionWalk> walk) {
+  std::lock_guard lock(mu_);
+  if (walks_.size() < capacity_) walks_.emplace(key, std::move(walk));
+}
+
+std::shared_ptr<const PositionTable> TableCache::find_table(const std::string& key) const {
   std::lock_guard lock(mu_);
   const auto it = tables_.find(key);
   return it == tables_.end() ? nullptr : it->second;
 }
 
-void TableCache::put(const std::string& key, std::shared_ptr<const PositionTable> table) {
+void TableCache::put_table(const std::string& key, std::shared_ptr<const PositionTable> table) {
   std::lock_guard lock(mu_);
-  if (tables_.size() >= capacity_) tables_.clear();
-  tables_.emplace(key, std::move(table));
+  if (tables_.size() < capacity_) tables_.emplace(key, std::move(table));
 }
 
 size_t TableCache::size() const {
   std::lock_guard lock(mu_);
-  return tables_.size();
+  return walks_.size();
 }
+
+namespace {
+
+// The table of a call-free position keyed `key` (call_free), from the shared cache when it holds
+// the table or the walk (another context of the same building block), else walked here.
+std::shared_ptr<const PositionTable> shared_table(const Vocabulary& v, SubsetDfa& dfa,
+                                                  int32_t state, const std::string& key,
+                                                  const ByteSet& follow, WalkScratch& scratch,
+                                                  TableCache* shared) {
+  std::string table_key = key;
+  for (uint64_t w : follow.bits) append_u64(table_key, w);
+  if (shared)
+    if (auto hit = shared->find_table(table_key)) return hit;
+  std::shared_ptr<const PositionWalk> walk = shared ? shared->find_walk(key) : nullptr;
+  if (!walk) {
+    walk = std::make_shared<const PositionWalk>(walk_call_free(v, dfa, state, scratch));
+    if (shared) shared->put_walk(key, walk);
+  }
+  auto table = std::make_shared<const PositionTable>(table_of(v, *walk, follow));
+  if (shared) shared->put_table(table_key, table);
+  return table;
+}
+
+}  // namespace
 
 TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
                          std::chrono::steady_clock::time_point started, TableCache* shared) {
@@ -323,8 +196,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
     try {
       EarleyParser parser(g, limits.max_earley_items_per_byte);
       SubsetDfa dfa(g);
-      std::vector<uint32_t> accepted;
-      std::vector<Exit> uncertain;
+      WalkScratch scratch;
       std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
       uint32_t stamp = 0;
       std::string key;
@@ -332,25 +204,17 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
         if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
           fail("grammar compilation exceeded the time-out of " +
                std::to_string(limits.compile_timeout.count()) + " ms");
-        accepted.clear();
-        uncertain.clear();
         if (++stamp == 0) {
           std::fill(seen.begin(), seen.end(), 0u);
           stamp = 1;
         }
+        const ByteSet& follow = g.follow(g.state(reps[t]).rule);
         if (!call_free(g, reps[t], v.max_token_bytes(), seen, order, stamp, key)) {
-          walk(g, v, parser, reps[t], accepted, uncertain);
-          tables_[t] = std::make_shared<const PositionTable>(pack(v, accepted, uncertain));
+          const PositionWalk w = walk_earley(v, parser, reps[t], scratch);
+          tables_[t] = std::make_shared<const PositionTable>(table_of(v, w, follow));
           continue;
         }
-        if (shared)
-          if (auto hit = shared->find(key)) {
-            tables_[t] = std::move(hit);
-            continue;
-          }
-        walk_simple(g, v, reps[t], dfa, accepted, uncertain);
-        tables_[t] = std::make_shared<const PositionTable>(pack(v, accepted, uncertain));
-        if (shared) shared->put(key, tables_[t]);
+        tables_[t] = shared_table(v, dfa, reps[t], key, follow, scratch, shared);
       }
     } catch (...) {
       std::lock_guard lock(mu);

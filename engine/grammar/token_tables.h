@@ -27,40 +27,34 @@
 #include <vector>
 
 #include "engine/grammar/compiled_grammar.h"
+#include "engine/grammar/position_walk.h"
 #include "engine/grammar/vocabulary.h"
 
 namespace rill::grammar {
 
-/// Uncertain tokens of one position that continue with the same bytes after their rule ends.
-struct ExitGroup {
-  std::string suffix;        // the bytes after the rule's end (at least one)
-  std::vector<int32_t> ids;  // token ids whose bytes are (a prefix in the rule) + suffix
-};
-
-struct PositionTable {
-  enum class Form : uint8_t { kList, kComplement, kBitset };
-  Form form = Form::kList;
-  std::vector<int32_t> ids;      // kList: accepted ids; kComplement: rejected-or-uncertain ids
-  std::vector<uint32_t> bits;    // kBitset: accepted ids
-  std::vector<ExitGroup> exits;  // sorted by suffix; a token with several exits is in several
-};
-
-/// Tables of call-free positions (no rule call within the longest token's length), shared by
-/// the grammars compiled against one vocabulary: such a table depends only on the byte automaton
-/// within that many bytes of the position, its final states and the rule's follow set, which
-/// together key it exactly. The JSON building blocks (strings, numbers, whitespace) recur in
-/// every schema, so a new schema compiles only what is new in it. Thread-safe; past `capacity`
-/// entries the cache starts afresh (a bound, not an LRU: entries are cheap to rebuild).
+/// Walks and tables of call-free positions (no rule call within the longest token's length),
+/// shared by the grammars compiled against one vocabulary: such a walk depends only on the byte
+/// automaton within that many bytes of the position and its final states, which together key it
+/// exactly; its table adds the rule's follow set (position_walk.h). The JSON building blocks
+/// (strings, numbers, whitespace, formats) recur in every schema, in a few contexts (followed by
+/// ',', '}', ']'), so a new schema walks only what is new in it. Thread-safe. Once `capacity`
+/// walks (or tables) are held, new ones are no longer kept: those held, such as a warm-up's,
+/// stay (some cost far more to rebuild than a typical schema's new ones: the email format's
+/// hundreds of walks).
 class TableCache {
  public:
-  explicit TableCache(size_t capacity = 2048) : capacity_(capacity) {}
-  std::shared_ptr<const PositionTable> find(const std::string& key) const;
-  void put(const std::string& key, std::shared_ptr<const PositionTable> table);
+  explicit TableCache(size_t capacity = 4096) : capacity_(capacity) {}
+  std::shared_ptr<const PositionWalk> find_walk(const std::string& key) const;
+  void put_walk(const std::string& key, std::shared_ptr<const PositionWalk> walk);
+  std::shared_ptr<const PositionTable> find_table(const std::string& key) const;
+  void put_table(const std::string& key, std::shared_ptr<const PositionTable> table);
+  /// Walks held.
   size_t size() const;
 
  private:
   size_t capacity_;
   mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const PositionWalk>> walks_;
   std::unordered_map<std::string, std::shared_ptr<const PositionTable>> tables_;
 };
 
@@ -75,7 +69,8 @@ class TokenTables {
     const int32_t i = index_[static_cast<size_t>(s)];
     return i < 0 ? nullptr : tables_[static_cast<size_t>(i)].get();
   }
-  /// Bitset of every token a table may accept (non-special, non-empty).
+  /// Bitset of every token a table may accept (non-special, non-empty): a kComplement set is
+  /// this minus its ids.
   std::span<const uint32_t> walkable() const { return walkable_; }
   size_t num_tables() const { return tables_.size(); }
 

@@ -3,6 +3,7 @@
 // through the grammars exercise the precomputed tables, the uncertain-token checks and EOS.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
 
 #include "engine/grammar/matcher.h"
@@ -62,7 +63,7 @@ TEST(GrammarMatcher, MasksMatchBruteForceJsonSchema) {
 
 // Tables shared across schemas (TableCache): a schema compiled after others that share its
 // building blocks (strings, numbers, bounded repeats, whitespace) reuses their tables, and its
-// masks are still exact; a cache of one entry (cleared on every put) changes nothing either.
+// masks are still exact; a cache of one entry (full after its first table) changes nothing either.
 TEST(GrammarMatcher, SharedTablesAcrossSchemasKeepMasksExact) {
   const auto v = small_vocab(4, 200);
   ConstraintCache cache(v, {});
@@ -166,6 +167,41 @@ TEST(GrammarMatcher, ChoiceAndAffixes) {
     EXPECT_TRUE(testing::complete(c->grammar, t)) << t;
   for (const std::string& t : {"yes", "<ye>", "<no", "<yesno>"})
     EXPECT_FALSE(testing::complete(c->grammar, t)) << t;
+}
+
+// A full TableCache keeps what it holds (a warm-up's tables) and takes nothing new.
+TEST(TableCache, KeepsItsTablesWhenFull) {
+  TableCache tiny(1);
+  tiny.put_walk("a", std::make_shared<const PositionWalk>());
+  tiny.put_walk("b", std::make_shared<const PositionWalk>());
+  tiny.put_table("a", std::make_shared<const PositionTable>());
+  tiny.put_table("b", std::make_shared<const PositionTable>());
+  EXPECT_EQ(tiny.size(), 1u);
+  EXPECT_NE(tiny.find_walk("a"), nullptr);
+  EXPECT_EQ(tiny.find_walk("b"), nullptr);
+  EXPECT_NE(tiny.find_table("a"), nullptr);
+  EXPECT_EQ(tiny.find_table("b"), nullptr);
+}
+
+// The warm-up builds the building blocks' tables once (a stop flag already set builds none); a
+// schema of those blocks compiled afterwards builds few of its own and its masks stay exact.
+TEST(ConstraintCache, WarmUpBuildsTheBuildingBlocksOnce) {
+  const auto v = small_vocab(5, 200);
+  ConstraintCache cache(v, {});
+  const std::atomic<bool> stop{true};
+  EXPECT_EQ(cache.warm_up(&stop), 0u);
+  const size_t warmed = cache.warm_up();
+  EXPECT_GT(warmed, 300u);
+  EXPECT_EQ(cache.warm_up(), warmed);  // nothing new the second time
+  ConstraintSpec s;
+  s.kind = ConstraintKind::kJsonSchema;
+  s.text = R"({"type":"object","properties":{"name":{"type":"string","maxLength":20},
+      "when":{"type":"string","format":"date-time"},"n":{"type":"number"},
+      "tags":{"type":"array","items":{"type":"string"}}},"required":["name","when","n","tags"]})";
+  const auto c = cache.get(s);
+  EXPECT_LT(cache.shared_tables() - warmed, c->tables.num_tables() / 2)
+      << "a schema of warmed-up blocks should mostly reuse their tables";
+  random_walks(c, 2, 30, 13);
 }
 
 TEST(ConstraintCache, HitsShareTheCompiledConstraint) {

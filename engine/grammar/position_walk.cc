@@ -1,0 +1,147 @@
+#include "engine/grammar/position_walk.h"
+
+#include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+namespace rill::grammar {
+
+namespace {
+
+// The accepted sorted() indices (ascending) in their smallest form.
+std::shared_ptr<const AcceptedSet> pack(const Vocabulary& v,
+                                        const std::vector<uint32_t>& accepted) {
+  auto t = std::make_shared<AcceptedSet>();
+  const auto& sorted = v.sorted();
+  const size_t list_bytes = accepted.size() * 4,
+               complement_bytes = (sorted.size() - accepted.size()) * 4;
+  const size_t bitset_bytes = v.mask_words() * 4;
+  if (list_bytes <= complement_bytes && list_bytes <= bitset_bytes) {
+    t->form = AcceptedSet::Form::kList;
+    for (uint32_t i : accepted) t->ids.push_back(sorted[i]);
+  } else if (complement_bytes <= bitset_bytes) {
+    t->form = AcceptedSet::Form::kComplement;
+    size_t k = 0;
+    for (uint32_t i = 0; i < sorted.size(); ++i) {
+      if (k < accepted.size() && accepted[k] == i)
+        ++k;
+      else
+        t->ids.push_back(sorted[i]);
+    }
+  } else {
+    t->form = AcceptedSet::Form::kBitset;
+    t->bits.assign(v.mask_words(), 0);
+    for (uint32_t i : accepted)
+      t->bits[static_cast<size_t>(sorted[i]) >> 5] |= 1u << (sorted[i] & 31);
+  }
+  return t;
+}
+
+// The depth-first walk shared by both walkers. `Step` advances the walker by a byte (false:
+// refused) and `Back` undoes one step; `ended()` says the rule may end at the current depth.
+// One frame per depth; a refused node settles its whole subtree at once.
+template <class Walker>
+PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
+  const auto& trie = v.trie();
+  s.accepted.clear();
+  s.out = PositionWalk{};
+  s.path_exits.clear();
+  s.exit_top.assign(1, 0);
+  s.next.assign(1, trie[0].first_child);
+  while (true) {
+    const uint32_t c = s.next.back();
+    if (c == 0) {
+      s.next.pop_back();
+      if (s.next.empty()) break;
+      w.back();
+      s.exit_top.pop_back();
+      s.path_exits.resize(s.exit_top.back());
+      continue;
+    }
+    const Vocabulary::TrieNode& n = trie[c];
+    s.next.back() = n.next_sibling;
+    const size_t d = s.next.size() - 1;  // bytes before n.byte
+    const bool here = d > 0 && w.ended();
+    if (!w.step(n.byte)) {
+      if (here || !s.path_exits.empty()) {
+        const auto begin = static_cast<uint32_t>(s.out.depths.size());
+        s.out.depths.insert(s.out.depths.end(), s.path_exits.begin(), s.path_exits.end());
+        if (here) s.out.depths.push_back(static_cast<uint32_t>(d));
+        s.out.refusals.push_back({c, begin, static_cast<uint32_t>(s.out.depths.size())});
+      }
+      continue;
+    }
+    if (here) s.path_exits.push_back(static_cast<uint32_t>(d));
+    s.exit_top.push_back(static_cast<uint32_t>(s.path_exits.size()));
+    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) s.accepted.push_back(i);
+    s.next.push_back(n.first_child);
+  }
+  s.out.accepted = pack(v, s.accepted);
+  return std::move(s.out);
+}
+
+struct EarleyWalker {
+  EarleyParser& p;
+  bool ended() const { return p.exited(); }
+  bool step(uint8_t b) { return p.push(b); }
+  void back() { p.pop(); }
+};
+
+struct DfaWalker {
+  SubsetDfa& dfa;
+  std::vector<int32_t>& path;  // per depth: the DFA state after the path's bytes
+  bool ended() const { return dfa.final(path.back()); }
+  bool step(uint8_t b) {
+    const int32_t to = dfa.next(b, path);
+    if (to < 0) return false;
+    path.push_back(to);
+    return true;
+  }
+  void back() { path.pop_back(); }
+};
+
+}  // namespace
+
+PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, WalkScratch& s) {
+  p.reset(state);
+  EarleyWalker w{p};
+  return walk_trie(v, w, s);
+}
+
+PositionWalk walk_call_free(const Vocabulary& v, SubsetDfa& dfa, int32_t state, WalkScratch& s) {
+  s.path.clear();
+  s.path.push_back(dfa.start(state, s.path));
+  DfaWalker w{dfa, s.path};
+  return walk_trie(v, w, s);
+}
+
+PositionTable table_of(const Vocabulary& v, const PositionWalk& w, const ByteSet& follow) {
+  PositionTable t;
+  t.accepted = w.accepted;
+  const auto& sorted = v.sorted();
+  const auto& trie = v.trie();
+  std::unordered_map<std::string_view, size_t> index;  // views of the vocabulary's bytes
+  std::vector<uint32_t> kept;
+  for (const PositionWalk::Refusal& r : w.refusals) {
+    const Vocabulary::TrieNode& n = trie[r.node];
+    const std::string& path = v.bytes(sorted[n.lo]);  // every token of the node starts so
+    kept.clear();
+    for (uint32_t k = r.begin; k < r.end; ++k)
+      if (follow.test(static_cast<uint8_t>(path[w.depths[k]]))) kept.push_back(w.depths[k]);
+    for (uint32_t i = n.lo; i < n.hi && !kept.empty(); ++i) {
+      const int32_t id = sorted[i];
+      for (uint32_t k : kept) {
+        const std::string_view suffix = std::string_view(v.bytes(id)).substr(k);
+        const auto [it, fresh] = index.emplace(suffix, t.exits.size());
+        if (fresh) t.exits.push_back({std::string(suffix), {}});
+        t.exits[it->second].ids.push_back(id);
+      }
+    }
+  }
+  std::sort(t.exits.begin(), t.exits.end(),
+            [](const ExitGroup& a, const ExitGroup& b) { return a.suffix < b.suffix; });
+  return t;
+}
+
+}  // namespace rill::grammar

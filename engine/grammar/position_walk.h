@@ -1,0 +1,69 @@
+// One position's walk of the vocabulary trie (TokenTables), split in two so that the expensive
+// part is shared across the contexts a building block appears in:
+//   - PositionWalk: what the walk finds whatever follows the position's rule: the accepted
+//     tokens (packed, AcceptedSet) and the refusals, trie nodes the rule refuses after it could
+//     have ended (the exit depths on their path): such tokens may continue after the rule;
+//   - PositionTable: the walk's accepted set plus its uncertain tokens for one follow set (the
+//     bytes that may follow the rule in this grammar): a refusal whose exit byte cannot follow
+//     is dropped, the rest grouped by their suffix after the exit (ExitGroup).
+// A string's table in the middle of an object (followed by ',') and at its end (by '}') share
+// one walk: the walk costs a pass over the trie, the table a pass over the refusals.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/compiled_grammar.h"
+#include "engine/grammar/earley.h"
+#include "engine/grammar/subset_dfa.h"
+#include "engine/grammar/vocabulary.h"
+
+namespace rill::grammar {
+
+/// Tokens accepted at a position, in their smallest form: the ids, the others, or a bitset.
+struct AcceptedSet {
+  enum class Form : uint8_t { kList, kComplement, kBitset };
+  Form form = Form::kList;
+  std::vector<int32_t> ids;    // kList: accepted ids; kComplement: the walkable ids not accepted
+  std::vector<uint32_t> bits;  // kBitset: accepted ids
+};
+
+/// Uncertain tokens of one position that continue with the same bytes after their rule ends.
+struct ExitGroup {
+  std::string suffix;        // the bytes after the rule's end (at least one)
+  std::vector<int32_t> ids;  // token ids whose bytes are (a prefix in the rule) + suffix
+};
+
+struct PositionWalk {
+  struct Refusal {
+    uint32_t node;        // Vocabulary::trie() index: its tokens are refused by the rule
+    uint32_t begin, end;  // depths[begin, end): where on its path the rule could have ended
+  };
+  std::shared_ptr<const AcceptedSet> accepted;
+  std::vector<Refusal> refusals;
+  std::vector<uint32_t> depths;  // exit depths d >= 1: the rule ended after d bytes
+};
+
+struct PositionTable {
+  std::shared_ptr<const AcceptedSet> accepted;
+  std::vector<ExitGroup> exits;  // sorted by suffix; a token with several exits is in several
+};
+
+/// Scratch of the walks, reused by one build thread.
+struct WalkScratch {
+  std::vector<uint32_t> accepted;  // sorted() indices, ascending
+  PositionWalk out;
+  std::vector<uint32_t> path_exits, exit_top, next;
+  std::vector<int32_t> path;
+};
+
+/// The walk from automaton state `state` with the Earley parser (any position).
+PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, WalkScratch& s);
+/// The walk from a call-free state (no rule call within the longest token) through `dfa`.
+PositionWalk walk_call_free(const Vocabulary& v, SubsetDfa& dfa, int32_t state, WalkScratch& s);
+/// The table of a walk whose rule is followed by the bytes of `follow`.
+PositionTable table_of(const Vocabulary& v, const PositionWalk& w, const ByteSet& follow);
+
+}  // namespace rill::grammar
