@@ -41,7 +41,7 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
     const PositionTable* t = c_->tables.at(it.state);
     if (t == nullptr) continue;
     if (std::find(tables_.begin(), tables_.end(), t) == tables_.end()) tables_.push_back(t);
-    if (t->exits.empty()) continue;
+    if (t->exits.empty() && t->subtrees.empty()) continue;
     const ExitSource src{t, g.state(it.state).rule, it.origin};
     if (std::find(sources_.begin(), sources_.end(), src) == sources_.end()) sources_.push_back(src);
   }
@@ -103,7 +103,47 @@ void GrammarMatcher::check_exits(const ExitSource& src, std::span<uint32_t> word
       fail_depth = d;
     prev = &t;
   }
+  while (parser_.depth() > base) parser_.pop();
+  for (const ExitSubtree& e : src.table->subtrees) check_subtree(e, words);
   while (parser_.depth() > before) parser_.pop();
+}
+
+// From the continuation (the parser's current set): pushes the node's path from the exit on,
+// then walks the trie under the node; every token whose bytes all parse is allowed. A byte that
+// fails settles its node's subtree at once. Leaves the parser as it found it.
+void GrammarMatcher::check_subtree(const ExitSubtree& e, std::span<uint32_t> words) {
+  const Vocabulary& v = *c_->vocab;
+  const auto& trie = v.trie();
+  const size_t base = parser_.depth();
+  const Vocabulary::TrieNode& root = trie[e.node];
+  const std::string& path = v.bytes(v.sorted()[root.lo]);
+  auto allow = [&](const Vocabulary::TrieNode& n) {
+    for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) {
+      const int32_t id = v.sorted()[i];
+      words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+    }
+  };
+  bool ok = true;
+  for (uint32_t d = e.exit; d < e.depth && ok; ++d)
+    ok = parser_.push(static_cast<uint8_t>(path[d]));
+  if (ok) {
+    allow(root);
+    next_.assign(1, root.first_child);
+    while (!next_.empty()) {
+      const uint32_t c = next_.back();
+      if (c == 0) {
+        next_.pop_back();
+        if (!next_.empty()) parser_.pop();
+        continue;
+      }
+      const Vocabulary::TrieNode& n = trie[c];
+      next_.back() = n.next_sibling;
+      if (!parser_.push(n.byte)) continue;
+      allow(n);
+      next_.push_back(n.first_child);
+    }
+  }
+  while (parser_.depth() > base) parser_.pop();
 }
 
 }  // namespace rill::grammar

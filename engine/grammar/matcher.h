@@ -55,6 +55,7 @@ class GrammarMatcher {
   };
   void or_accepted(const AcceptedSet& t, std::span<uint32_t> words);
   void check_exits(const ExitSource& src, std::span<uint32_t> words);
+  void check_subtree(const ExitSubtree& e, std::span<uint32_t> words);
 
   std::shared_ptr<const CompiledConstraint> c_;
   EarleyParser parser_;
@@ -62,6 +63,7 @@ class GrammarMatcher {
   std::vector<uint8_t> before_;               // scratch: a complement table's bits before it
   std::vector<const PositionTable*> tables_;  // scratch: the distinct tables of the positions
   std::vector<ExitSource> sources_;           // scratch: the distinct exit sources
+  std::vector<uint32_t> next_;                // scratch: check_subtree's per-depth next child
 };
 
 }  // namespace rill::grammar

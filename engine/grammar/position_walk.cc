@@ -68,7 +68,8 @@ PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
         const auto begin = static_cast<uint32_t>(s.out.depths.size());
         s.out.depths.insert(s.out.depths.end(), s.path_exits.begin(), s.path_exits.end());
         if (here) s.out.depths.push_back(static_cast<uint32_t>(d));
-        s.out.refusals.push_back({c, begin, static_cast<uint32_t>(s.out.depths.size())});
+        s.out.refusals.push_back(
+            {c, static_cast<uint32_t>(d + 1), begin, static_cast<uint32_t>(s.out.depths.size())});
       }
       continue;
     }
@@ -129,6 +130,10 @@ PositionTable table_of(const Vocabulary& v, const PositionWalk& w, const ByteSet
     kept.clear();
     for (uint32_t k = r.begin; k < r.end; ++k)
       if (follow.test(static_cast<uint8_t>(path[w.depths[k]]))) kept.push_back(w.depths[k]);
+    if (n.hi - n.lo > kMaxGroupedTokens) {
+      for (uint32_t k : kept) t.subtrees.push_back({r.node, r.depth, k});
+      continue;
+    }
     for (uint32_t i = n.lo; i < n.hi && !kept.empty(); ++i) {
       const int32_t id = sorted[i];
       for (uint32_t k : kept) {

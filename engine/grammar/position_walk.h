@@ -39,6 +39,7 @@ struct ExitGroup {
 struct PositionWalk {
   struct Refusal {
     uint32_t node;        // Vocabulary::trie() index: its tokens are refused by the rule
+    uint32_t depth;       // bytes on the node's path (its byte included)
     uint32_t begin, end;  // depths[begin, end): where on its path the rule could have ended
   };
   std::shared_ptr<const AcceptedSet> accepted;
@@ -46,10 +47,24 @@ struct PositionWalk {
   std::vector<uint32_t> depths;  // exit depths d >= 1: the rule ended after d bytes
 };
 
+/// Uncertain tokens of one position too many to list by suffix: every token under one trie node
+/// (a refusal's), continuing after the rule's end at byte `exit`.
+struct ExitSubtree {
+  uint32_t node;   // Vocabulary::trie() index
+  uint32_t depth;  // bytes on the node's path (its byte included)
+  uint32_t exit;   // the rule ended after this many of them (1 <= exit < depth)
+};
+
 struct PositionTable {
   std::shared_ptr<const AcceptedSet> accepted;
-  std::vector<ExitGroup> exits;  // sorted by suffix; a token with several exits is in several
+  std::vector<ExitGroup> exits;       // sorted by suffix; a token with several exits is in several
+  std::vector<ExitSubtree> subtrees;  // refusals of more than kMaxGroupedTokens tokens
 };
+
+/// A refusal of more tokens than this becomes an ExitSubtree (after a whitespace rule, thousands
+/// of ` the`, ` to`, ... would otherwise each be a group of one); fewer are grouped by suffix
+/// (at a string's end, thousands of `abc",` share a handful of suffixes).
+inline constexpr uint32_t kMaxGroupedTokens = 16;
 
 /// Scratch of the walks, reused by one build thread.
 struct WalkScratch {

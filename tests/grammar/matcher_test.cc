@@ -126,6 +126,16 @@ TEST(GrammarMatcher, TokensSpanningSeveralRuleEndsMatchBruteForce) {
     bytes.push_back(t);
     special.push_back(0);
   }
+  // Refusals of many tokens (ExitSubtree, past kMaxGroupedTokens): `1]...` after a number,
+  // `a"...` inside a string.
+  for (const std::string prefix : {"1]", "a\""})
+    for (int i = 0; i < 60; ++i) {
+      std::string t = prefix;
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k)
+        t += alphabet[rng() % alphabet.size()];
+      bytes.push_back(t);
+      special.push_back(0);
+    }
   const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
                                                     std::vector<int32_t>{0});
   random_walks(compile(ConstraintKind::kGrammar,
