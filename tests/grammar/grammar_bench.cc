@@ -4,7 +4,8 @@
 // and a synthetic 128,256-token one shaped like Llama-3's (words with and without a leading
 // space, numbers, JSON punctuation runs, all 256 bytes). Also the warm-up of the shared tables
 // a server runs at load (ConstraintCache::warm_up) and the first schema compiled after it.
-// Prints one line per figure; --quick (CI) runs fewer tokens.
+// Prints one line per figure; --quick (CI) runs fewer tokens and leaves out a third vocabulary:
+// the synthetic one with Llama-3's long runs of one character (up to 128 bytes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,7 +52,10 @@ const char* kDocument =
     R"("manager": null, "notes": "Wrote the first published algorithm intended for a machine.", "level": 5, )"
     R"("uuid": "123e4567-e89b-12d3-a456-426614174000", "ratio": 0.5, "nickname": "Enchantress of Numbers"})";
 
-std::shared_ptr<const Vocabulary> synthetic_vocab(int32_t size) {
+// `long_runs`: also runs of one character of 16 to 128 bytes (spaces, tabs, newlines, '-', '=',
+// '_', '*', '#'), as Llama-3 has: the longest token then bounds how far apart two positions of
+// a bounded repeat (maxLength, the email format) must be to share a table.
+std::shared_ptr<const Vocabulary> synthetic_vocab(int32_t size, bool long_runs = false) {
   std::vector<std::string> t;
   std::vector<uint8_t> special;
   t.emplace_back("");
@@ -62,6 +66,10 @@ std::shared_ptr<const Vocabulary> synthetic_vocab(int32_t size) {
       "}}", "],",  " {",  " [",  ", ",  ": ",    "\n",     "\n ",  "\n   ", "  ",  "    "};
   for (const auto& p : punct) t.push_back(p), special.push_back(0);
   for (int n = 0; n < 1000; ++n) t.push_back(std::to_string(n)), special.push_back(0);
+  if (long_runs)
+    for (char c : {' ', '\t', '\n', '-', '=', '_', '*', '#'})
+      for (int n = 16; n <= 128; n += 8)
+        t.emplace_back(static_cast<size_t>(n), c), special.push_back(0);
   std::mt19937 rng(42);
   const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
   while (static_cast<int32_t>(t.size()) < size - 256) {
@@ -178,5 +186,6 @@ int main(int argc, char** argv) {
   if (tok.eos_id()) eos.push_back(*tok.eos_id());
   run("rill-shakespeare", Vocabulary::from_tokenizer(tok, tok.vocab_size(), eos), quick ? 1 : 5);
   run("synthetic-128k", synthetic_vocab(128256), quick ? 1 : 3);
+  if (!quick) run("synthetic-128k-long-runs", synthetic_vocab(128256, true), 1);
   return 0;
 }
