@@ -57,9 +57,21 @@ class ServingEngine::Impl {
         tokenizer_, metrics_, [this](const SequencePtr& s) { loop_->stop_string_matched(s); },
         [this](const SequencePtr& s) { forget(s->request); });
     loop_ = std::make_unique<EngineLoop>(*runner_, config_, metrics_, *output_, sessions_);
+    // A large vocabulary's JSON building blocks take a second or more of table walks: built
+    // in the background at load (ConstraintCache::warm_up) so that no request pays for them.
+    // A small one (the default model's 4k) compiles a cold schema within the target anyway.
+    if (runner_->config().vocab_size >= kWarmUpVocabulary)
+      warm_up_ = std::thread([this] {
+        try {
+          constraint_cache().warm_up(&stop_warm_up_);
+        } catch (...) {  // a failed warm-up costs only speed: requests compile what they need
+        }
+      });
   }
 
   ~Impl() {
+    stop_warm_up_.store(true);
+    if (warm_up_.joinable()) warm_up_.join();
     loop_->stop("server shutting down");  // final events of everything left go to the output thread
     loop_.reset();
     output_.reset();  // delivers them, then stops
@@ -156,16 +168,20 @@ class ServingEngine::Impl {
       if (t < 0 || t >= runner_->config().vocab_size)
         throw Error(ErrorCode::kInvalidArgument,
                     "constraint: forced token id " + std::to_string(t) + " outside the vocabulary");
-    grammar::ConstraintCache* cache = nullptr;
-    {
-      std::lock_guard lock(cache_mu_);
-      if (!constraints_) {  // built on first use: decoding a large vocabulary takes a moment
-        auto vocab = grammar::Vocabulary::from_tokenizer(tokenizer_, runner_->config().vocab_size, eos_ids_);
-        constraints_ = std::make_unique<grammar::ConstraintCache>(std::move(vocab), grammar::GrammarLimits{});
-      }
-      cache = constraints_.get();
+    return constraint_cache().get(c.spec);
+  }
+
+  // The engine's constraint cache, built on first use (decoding a large vocabulary takes a
+  // moment), by the load-time warm-up or the first constrained request.
+  grammar::ConstraintCache& constraint_cache() {
+    std::lock_guard lock(cache_mu_);
+    if (!constraints_) {
+      auto vocab =
+          grammar::Vocabulary::from_tokenizer(tokenizer_, runner_->config().vocab_size, eos_ids_);
+      constraints_ =
+          std::make_unique<grammar::ConstraintCache>(std::move(vocab), grammar::GrammarLimits{});
     }
-    return cache->get(c.spec);
+    return *constraints_;
   }
 
  private:
@@ -245,6 +261,9 @@ class ServingEngine::Impl {
   uint64_t next_order_ = 0;
   std::mutex cache_mu_;                                    // constraints_ creation
   std::unique_ptr<grammar::ConstraintCache> constraints_;  // compiled constraints (thread-safe)
+  static constexpr int32_t kWarmUpVocabulary = 32768;      // warm the cache up from this size
+  std::atomic<bool> stop_warm_up_{false};
+  std::thread warm_up_;  // ConstraintCache::warm_up at load; joined first on destruction
 };
 
 ServingEngine::ServingEngine(std::unique_ptr<ModelRunner> runner, Tokenizer tokenizer,
