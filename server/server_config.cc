@@ -23,8 +23,8 @@
 
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/tokenizer/utf8.h"
 #include "engine/toolcall/family.h"
+#include "engine/util/utf8.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
