@@ -13,7 +13,7 @@ enum class ToolFamily {
   kHermes,  // Hermes / Qwen: <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, repeated
   kLlama3Json,  // Llama 3.x: {"name": .., "parameters": {..}}, optionally after <|python_tag|>,
                 // several separated by ';'
-  kMistral,     // Mistral (tokenizer before v11): [TOOL_CALLS][{"name": .., "arguments": {..}}, ...]
+  kMistral,  // Mistral (tokenizer before v11): [TOOL_CALLS][{"name": .., "arguments": {..}}, ...]
   kMistralArgs,  // Mistral tokenizer v11+ (Mistral-Small-3.x, Magistral, Devstral):
                  // [TOOL_CALLS]name[ARGS]{..}, repeated. Both Mistral families parse both
                  // forms (which one a reply uses is seen after the marker); they differ in the

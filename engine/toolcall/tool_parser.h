@@ -107,8 +107,8 @@ class ToolCallParser {
   std::string partial_;   // a prefix of a marker held
   std::string fallback_;  // the text since the marker, returned as content if no call forms
   std::unique_ptr<CallReader> reader_;
-  std::string name_;     // Mistral v11: the name and marker read so far (`get_weather[AR`)
-  JsonScanner args_;     // Mistral v11: the arguments object
+  std::string name_;       // Mistral v11: the name and marker read so far (`get_weather[AR`)
+  JsonScanner args_;       // Mistral v11: the arguments object
   int index_ = -1;         // the current call's index in the reply
   bool dropping_ = false;  // the current call is beyond max_calls_ (parsed, not returned)
   int returned_ = 0;

@@ -267,9 +267,10 @@ TEST(MistralParser, NameArgsForm) {
 }
 
 TEST(MistralParser, NameArgsMalformedIsContent) {
-  for (const std::string bad : std::vector<std::string>{"[TOOL_CALLS]unknown[ARGS]{}", "[TOOL_CALLS]get_time{}", "[TOOL_CALLS]get time[ARGS]{}",
-        "[TOOL_CALLS]get_time[ARGS]x", "[TOOL_CALLS]get_time[ARGS]", "[TOOL_CALLS]get_time[AR",
-        "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS]" + std::string(300, 'a') + "[ARGS]{}"}) {
+  for (const std::string bad : std::vector<std::string>{
+           "[TOOL_CALLS]unknown[ARGS]{}", "[TOOL_CALLS]get_time{}", "[TOOL_CALLS]get time[ARGS]{}",
+           "[TOOL_CALLS]get_time[ARGS]x", "[TOOL_CALLS]get_time[ARGS]", "[TOOL_CALLS]get_time[AR",
+           "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS]" + std::string(300, 'a') + "[ARGS]{}"}) {
     check(ToolFamily::kMistralArgs, bad, {bad, {}});
   }
   // Committed at '{': arguments that stop being JSON end the call; the rest is content.
