@@ -9,38 +9,12 @@
 #include "engine/grammar/json_schema.h"
 
 namespace rill::grammar {
-namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Brackets open at once, outside strings: checked before the (recursive) JSON parser runs. The
-// document wraps each schema in three levels.
-bool deeper_than(std::string_view t, size_t limit) {
-  size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : t) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return true;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 int32_t add_tagged_json(Grammar& g, std::string_view document, const GrammarLimits& limits) {
-  if (deeper_than(document, kMaxSchemaDepth + 3))
+  // The document wraps each schema in three levels.
+  if (text_depth(document, kMaxSchemaDepth + 3) > kMaxSchemaDepth + 3)
     fail("tagged_json: nesting deeper than the limit of " + std::to_string(kMaxSchemaDepth));
   const ojson doc = ojson::parse(document, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) fail("tagged_json: the document must be a JSON object");
