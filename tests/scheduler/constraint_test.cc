@@ -4,6 +4,7 @@
 // preemption changes no constrained output; bad constraints are refused at submit.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -204,6 +205,35 @@ TEST(Constraints, BadConstraintsAreRefusedAtSubmitNamingTheProblem) {
   const Collected c = collect(h);
   EXPECT_EQ(c.final.reason, FinishReason::kStop);
   EXPECT_EQ(c.text, "a");
+}
+
+// The default model reported 40,000 tokens wide: a vocabulary large enough for the serving
+// engine's load-time warm-up of the constraint cache (ids past the tokenizer's are special).
+class WideVocabRunner : public testing::ForwardingRunner {
+ public:
+  WideVocabRunner() : ForwardingRunner(testing::default_model()) {
+    config_ = ForwardingRunner::config();
+    config_.vocab_size = 40000;
+  }
+  const ModelConfig& config() const override { return config_; }
+
+ private:
+  ModelConfig config_;
+};
+
+// The warm-up runs in the background from construction: an engine destroyed at once stops it
+// (no hang, no crash), and a constraint compiled while it runs is compiled as usual.
+TEST(Constraints, LoadTimeWarmUpStopsAtShutdownAndLetsRequestsCompile) {
+  const auto started = std::chrono::steady_clock::now();
+  { EngineFixture f({}, std::make_unique<WideVocabRunner>()); }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EngineFixture f({}, std::make_unique<WideVocabRunner>());
+  OutputConstraint c;
+  c.spec.kind = grammar::ConstraintKind::kJsonSchema;
+  c.spec.text = kSchema;
+  EXPECT_NO_THROW(f.engine->check_constraint(c));
+  c.spec.text = R"({"type":"strin"})";
+  EXPECT_THROW(f.engine->check_constraint(c), Error);
 }
 
 }  // namespace
