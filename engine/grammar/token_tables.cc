@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -63,41 +62,52 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
 // Moore's partition refinement, bounded at the longest token: states in one class accept,
 // refuse and leave their rule on exactly the same byte strings of that length, so they share
 // one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
+struct KeyHash {
+  size_t operator()(const std::vector<uint64_t>& key) const {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (uint64_t w : key) h = (h ^ w) * 0x100000001B3ull + (h >> 29);
+    return static_cast<size_t>(h);
+  }
+};
+
 std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
                                       int32_t& num_classes) {
   const size_t n = g.num_states();
   std::vector<int32_t> cls(n), next(n);
-  std::map<std::vector<uint64_t>, int32_t> ids;
-  auto follow_key = [&](const AutomatonState& st, std::vector<uint64_t>& key) {
-    key.push_back(st.final ? 1 : 0);
+  // A state's key -> its class in this round. Hashed: a long token (Llama-3's runs of 100+
+  // bytes) means as many rounds over every state.
+  std::unordered_map<std::vector<uint64_t>, int32_t, KeyHash> ids;
+  ids.reserve(n);
+  std::vector<uint64_t> key;
+  for (size_t s = 0; s < n; ++s) {
+    const AutomatonState& st = g.state(static_cast<int32_t>(s));
+    key.assign(1, st.final ? 1 : 0);
     if (st.final)
       for (uint64_t w : g.follow(st.rule).bits) key.push_back(w);
-  };
-  for (size_t s = 0; s < n; ++s) {
-    std::vector<uint64_t> key;
-    follow_key(g.state(static_cast<int32_t>(s)), key);
-    cls[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+    cls[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
   }
   size_t count = ids.size();
+  std::vector<std::array<uint64_t, 5>> edges;
+  std::vector<std::pair<int32_t, int32_t>> calls;
   for (size_t r = 0; r < rounds; ++r) {
     ids.clear();
     for (size_t s = 0; s < n; ++s) {
       const AutomatonState& st = g.state(static_cast<int32_t>(s));
-      std::vector<uint64_t> key{static_cast<uint64_t>(cls[s])};
-      std::vector<std::array<uint64_t, 5>> edges;
+      key.assign(1, static_cast<uint64_t>(cls[s]));
+      edges.clear();
       for (const ByteEdge& e : st.bytes)
         edges.push_back({e.set.bits[0], e.set.bits[1], e.set.bits[2], e.set.bits[3],
                          static_cast<uint64_t>(cls[static_cast<size_t>(e.target)])});
       std::sort(edges.begin(), edges.end());
       for (const auto& e : edges) key.insert(key.end(), e.begin(), e.end());
       key.push_back(~uint64_t{0});
-      std::vector<std::pair<int32_t, int32_t>> calls;
+      calls.clear();
       for (const CallEdge& c : st.calls)
         calls.emplace_back(c.rule, cls[static_cast<size_t>(c.target)]);
       std::sort(calls.begin(), calls.end());
       for (auto [rule, t] : calls)
         key.push_back((static_cast<uint64_t>(rule) << 32) | static_cast<uint32_t>(t));
-      next[s] = ids.emplace(std::move(key), static_cast<int32_t>(ids.size())).first->second;
+      next[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
     }
     cls.swap(next);
     if (ids.size() == count) break;  // stable
