@@ -23,14 +23,43 @@ void append_u64(std::string& key, uint64_t x) {
   key.append(reinterpret_cast<const char*>(&x), 8);
 }
 
+void append_varint(std::string& key, uint64_t x) {
+  for (; x >= 0x80; x >>= 7) key.push_back(static_cast<char>((x & 0x7F) | 0x80));
+  key.push_back(static_cast<char>(x));
+}
+
+// The byte sets of one key: a set seen before is written as its number, so that a bounded
+// repeat's chain of states (the same few sets over and over, up to the longest token's length:
+// 129 bytes deep with Llama-3's runs) costs a few bytes an edge, not 40.
+class SetNames {
+ public:
+  void clear() { sets_.clear(); }
+  void append(std::string& key, const ByteSet& set) {
+    for (size_t i = 0; i < sets_.size(); ++i)
+      if (sets_[i] == set.bits) {
+        append_varint(key, i + 1);
+        return;
+      }
+    append_varint(key, 0);  // a literal set follows
+    for (uint64_t w : set.bits) append_u64(key, w);
+    if (sets_.size() < kMaxNamed) sets_.push_back(set.bits);
+  }
+
+ private:
+  static constexpr size_t kMaxNamed = 64;  // past that, literals (the search stays short)
+  std::vector<std::array<uint64_t, 4>> sets_;
+};
+
 // True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
 // call edge: the walk from `start` is then a plain NFA simulation, without the Earley machinery.
 // Then `key` describes everything that walk reads (TableCache): per state in breadth-first
-// order its final flag and, within `depth`, its byte edges with their targets' order numbers.
+// order its final flag and, within `depth`, its byte edges (SetNames) with their targets' order
+// numbers.
 // `order` (per state, valid where seen == stamp) is scratch.
 bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
                std::vector<uint32_t>& order, uint32_t stamp, std::string& key) {
   key.clear();
+  SetNames sets;
   std::vector<int32_t> found{start};  // breadth-first: layer by layer
   seen[static_cast<size_t>(start)] = stamp;
   order[static_cast<size_t>(start)] = 0;
@@ -38,10 +67,16 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
   for (size_t d = 0; layer_begin < found.size(); ++d) {
     const size_t layer_end = found.size();
     for (size_t i = layer_begin; i < layer_end; ++i) {
+      // Per state: final flag (| 2: past the longest token, no edges follow), edge count, and
+      // per edge its byte set and its target's order number: a prefix-free, exact encoding.
       const AutomatonState& st = g.state(found[i]);
-      key.push_back(st.final ? 'F' : 'N');
-      if (d > depth) continue;  // past the longest token: never entered by a walk
+      if (d > depth) {  // past the longest token: never entered by a walk
+        key.push_back(static_cast<char>(2 | (st.final ? 1 : 0)));
+        continue;
+      }
       if (!st.calls.empty()) return false;
+      key.push_back(static_cast<char>(st.final ? 1 : 0));
+      append_varint(key, st.bytes.size());
       for (const ByteEdge& e : st.bytes) {
         const auto t = static_cast<size_t>(e.target);
         if (seen[t] != stamp) {
@@ -49,10 +84,9 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
           order[t] = static_cast<uint32_t>(found.size());
           found.push_back(e.target);
         }
-        for (uint64_t w : e.set.bits) append_u64(key, w);
-        append_u64(key, order[t]);
+        sets.append(key, e.set);
+        append_varint(key, order[t]);
       }
-      key.push_back(';');
     }
     layer_begin = layer_end;
   }
