@@ -12,6 +12,7 @@
 #include "engine/model/model.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/golden.h"
+#include "tests/engine/masked_replay.h"
 
 namespace rill {
 namespace {
@@ -211,8 +212,8 @@ TEST(MaskedStep, CudaRunnerSamplesOnlyAllowedTokensWithAndWithoutGraphs) {
 }
 
 // Late masks (the forward pass enqueued at launch, the mask upload and sampling at
-// supply_masks) sample what masks at launch sample, with and without graphs, and equal the CPU
-// runner's tokens for the greedy rows (its fp32 reference agrees on this fixture's argmaxes).
+// supply_masks) sample what masks at launch sample, with and without graphs, and the greedy rows
+// are the CPU runner's masked argmaxes (teacher-forced, near ties excepted).
 TEST(MaskedStep, CudaRunnerLateMasksEqualMasksAtLaunch) {
   REQUIRE_CUDA();
   const auto masks = make_masks(4, model().config.vocab_size);
@@ -222,10 +223,19 @@ TEST(MaskedStep, CudaRunnerLateMasksEqualMasksAtLaunch) {
   EXPECT_EQ(run_late(*graphs, masks), at_launch) << "graphs";
   EXPECT_EQ(run_late(*eager, masks), at_launch) << "eager";
   EXPECT_EQ(run(*graphs, masks, false), run(*graphs, masks, false)) << "unconstrained graphs after";
-  CpuRunner cpu(model(), {.num_threads = 1});
-  const auto reference = run_late(cpu, masks);
-  EXPECT_EQ(at_launch[0], reference[0]) << "greedy constrained row vs the CPU runner";
-  EXPECT_EQ(at_launch[2], reference[2]) << "greedy unconstrained row vs the CPU runner";
+  // The greedy rows against the CPU reference, teacher-forced (bf16 near ties excepted).
+  CpuRunner cpu(model(), {.num_threads = 4});
+  const std::vector<int32_t> prompt{1, 17, 33, 250, 9, 41};
+  const auto late = run_late(*graphs, masks);
+  EXPECT_GT(
+      testing::expect_greedy_agrees(
+          cpu, prompt, late[0], [&](size_t) { return std::span<const uint32_t>(masks[0]); }, 0.25),
+      12)
+      << "greedy constrained row";
+  EXPECT_GT(testing::expect_greedy_agrees(
+                cpu, prompt, late[2], [](size_t) { return std::span<const uint32_t>(); }, 0.25),
+            12)
+      << "greedy unconstrained row";
 }
 #endif
 
