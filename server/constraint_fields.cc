@@ -100,7 +100,9 @@ std::optional<FieldConstraint> tool_call_constraint(toolcall::ToolFamily family,
     return std::nullopt;
   const std::optional<toolcall::CallConstraint> call = toolcall::call_constraint(family, spec);
   if (!call) return std::nullopt;
-  FieldConstraint c = make("tool_choice", ConstraintKind::kJsonSchema, call->schema.dump());
+  FieldConstraint c =
+      make("tool_choice", call->tagged ? ConstraintKind::kTaggedJson : ConstraintKind::kJsonSchema,
+           call->schema.dump());
   c.constraint.spec.prefix = call->prefix;
   c.constraint.spec.suffix = call->suffix;
   // A special token no text grammar admits: the longest leading one is forced as its id.

@@ -23,8 +23,8 @@
 
 #include "engine/error.h"
 #include "engine/scheduler/latency_targets.h"
-#include "engine/tokenizer/utf8.h"
 #include "engine/toolcall/family.h"
+#include "engine/util/utf8.h"
 #include "server/sampling_json.h"
 
 namespace rill::server {
@@ -100,7 +100,7 @@ std::vector<Field> fields(ServerConfig& c) {
        &c.default_sampling},
       {"tool_call_parser", "--tool-call-parser",
        "tool-call format parsed from chat replies: auto (from the chat template), hermes, "
-       "llama3_json, mistral or none",
+       "llama3_json, mistral, mistral_v11 or none",
        &c.tool_call_parser},
       {"scheduler.max_num_seqs", "--max-num-seqs",
        "sequences in one step (unset: 256 on CUDA, 64 on the CPU)", &s.max_num_seqs,
@@ -389,7 +389,7 @@ void validate_config(const ServerConfig& config) {
   toolcall::ToolFamily family{};
   bool detect = false;
   check(toolcall::parse_tool_parser_flag(c.tool_call_parser, family, detect), "tool_call_parser",
-        "must be auto, hermes, llama3_json, mistral or none");
+        "must be auto, hermes, llama3_json, mistral, mistral_v11 or none");
   check(c.scheduler.policy == "priority" || c.scheduler.policy == "fcfs", "scheduler.policy",
         "must be priority or fcfs");
   EngineOptions e = c.engine;  // the table points into its argument

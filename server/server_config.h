@@ -34,7 +34,7 @@ struct ServerConfig {
   std::string generation_config = "auto";  // auto (the model's) | none | a file or directory
   SamplingOverrides default_sampling;      // {"temperature": 0.7, ...}: over the model's
   // Tool calls in chat replies (docs/api.md, "Tools"): auto (the chat template's family) |
-  // hermes | llama3_json | mistral | none.
+  // hermes | llama3_json | mistral | mistral_v11 | none.
   std::string tool_call_parser = "auto";
   EngineOptions engine;
   SchedulerConfig scheduler;

@@ -17,7 +17,7 @@ toolcall::ToolFamily resolve_tool_family(const std::string& flag, const ChatRend
     throw Error(ErrorCode::kInvalidArgument, "tool_call_parser: unknown parser '" + flag + "'");
   if (detect) {
     std::vector<std::string> markers;
-    for (const char* m : {"[TOOL_CALLS]", "<tool_call>", "<|python_tag|>"})
+    for (const char* m : {"[TOOL_CALLS]", "[ARGS]", "<tool_call>", "<|python_tag|>"})
       if (tok.token_to_id(m)) markers.emplace_back(m);
     family = toolcall::detect_tool_family(chat.template_source(), markers);
   }

@@ -11,6 +11,7 @@
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_ops.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {
@@ -198,24 +199,21 @@ std::string format_float(const Value& x, const Spec& spec) {
 
 // Python's ascii(): repr with every non-ASCII code point escaped.
 std::string ascii_repr(const Value& x) {
+  const std::string repr = x.repr();
   std::string out;
-  for (const std::string& ch : utf8_chars(x.repr())) {
-    if (ch.size() == 1) {
-      out += ch;
+  for (size_t i = 0; i < repr.size();) {
+    if (static_cast<unsigned char>(repr[i]) < 0x80) {
+      out += repr[i++];
       continue;
     }
-    uint32_t cp = static_cast<unsigned char>(ch[0]) & (ch.size() == 2   ? 0x1F
-                                                       : ch.size() == 3 ? 0x0F
-                                                                        : 0x07);
-    for (size_t k = 1; k < ch.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
+    const char32_t cp = utf8::next(repr, i);
     char buf[16];
     if (cp < 0x100)
-      std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
     else if (cp < 0x10000)
-      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
     else
-      std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+      std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(cp));
     out += buf;
   }
   return out;
@@ -231,22 +229,7 @@ std::string format_char(const Value& x, const Spec& spec) {
   if (n.negative() || BigInt::compare(n, BigInt(0x10FFFF)) > 0)
     fail("%c arg not in range(0x110000)");
   std::string out;
-  const auto cp = static_cast<uint32_t>(n.to_int64());
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  utf8::append(out, static_cast<char32_t>(n.to_int64()));
   return pad(out, spec);
 }
 

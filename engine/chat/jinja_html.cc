@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "engine/chat/jinja_builtins.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {

@@ -4,19 +4,10 @@
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {
-
-uint32_t decode_utf8(const std::string& s, size_t& i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : 0;
-  uint32_t cp = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
-  ++i;
-  for (int k = 0; k < n && i < s.size(); ++k, ++i)
-    cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
-  return cp;
-}
 
 void escape_unit(std::string& out, uint32_t unit) {
   char buf[16];
@@ -76,7 +67,7 @@ struct JsonWriter {
         out += ch;
         ++i;
       } else {
-        const uint32_t cp = decode_utf8(s, i);
+        const char32_t cp = utf8::next(s, i);
         if (cp >= 0x10000) {
           escape_unit(out, 0xD800 + ((cp - 0x10000) >> 10));
           escape_unit(out, 0xDC00 + ((cp - 0x10000) & 0x3FF));

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "engine/chat/jinja_error.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {
@@ -25,24 +26,6 @@ std::string normalize_newlines(const std::string& s) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -342,7 +325,11 @@ class Lexer {
         for (char h : hex)
           if (!std::isxdigit(static_cast<unsigned char>(h)))
             throw TemplateError("bad escape", line_);
-        append_utf8(out, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
+        const auto cp = static_cast<char32_t>(std::stoul(hex, nullptr, 16));
+        // Python refuses \U escapes past U+10FFFF; a lone surrogate has no UTF-8 form and
+        // renders as U+FFFD.
+        if (cp > utf8::kMaxCodePoint) throw TemplateError("bad escape", line_);
+        utf8::append(out, cp);
         return i + 2 + n;
       }
       default:

@@ -6,7 +6,7 @@
 
 #include "engine/chat/jinja_builtins.h"
 #include "engine/chat/jinja_error.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {

@@ -7,7 +7,7 @@
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_ops.h"
 #include "engine/tokenizer/unicode.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "engine/chat/jinja_error.h"
 #include "engine/tokenizer/unicode.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::jinja {
 
@@ -241,9 +241,8 @@ std::string python_float_repr(double v) {
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    n = std::min(n, s.size() - i);
+    // An ill-formed byte (never in strings that came through JSON) stands alone.
+    const size_t n = std::max<size_t>(1, utf8::valid_sequence_length(s, i));
     out.push_back(s.substr(i, n));
     i += n;
   }

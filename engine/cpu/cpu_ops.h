@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/cpu/thread_pool.h"
+#include "engine/util/thread_pool.h"
 
 namespace rill::cpu {
 

@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/cpu/thread_pool.h"
 #include "engine/model/dtype.h"
 #include "engine/model/model.h"
 #include "engine/runner/runner.h"
 #include "engine/tp/host_collective.h"
 #include "engine/tp/tp_shard.h"
+#include "engine/util/thread_pool.h"
 
 namespace rill {
 

@@ -6,6 +6,7 @@
 #include "engine/grammar/grammar_error.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/regex_compiler.h"
+#include "engine/grammar/tagged_json.h"
 
 namespace rill::grammar {
 
@@ -21,6 +22,8 @@ const char* constraint_kind_name(ConstraintKind k) {
       return "choice";
     case ConstraintKind::kGrammar:
       return "grammar";
+    case ConstraintKind::kTaggedJson:
+      return "tagged_json";
   }
   return "?";
 }
@@ -75,6 +78,9 @@ Grammar build_grammar(const ConstraintSpec& spec, const GrammarLimits& limits) {
     case ConstraintKind::kGrammar:
       parse_gbnf(g, spec.text, limits);
       value = g.root;
+      break;
+    case ConstraintKind::kTaggedJson:
+      value = add_tagged_json(g, spec.text, limits);
       break;
   }
   if (spec.prefix.empty() && spec.suffix.empty()) {

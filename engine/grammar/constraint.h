@@ -22,6 +22,7 @@ enum class ConstraintKind : uint8_t {
   kRegex,       // text: a regular expression (regex_compiler.h), matched whole
   kChoice,      // choices: the output is exactly one of them
   kGrammar,     // text: a GBNF grammar (gbnf.h)
+  kTaggedJson,  // text: tagged JSON values (tagged_json.h; forced Mistral v11 tool calls)
 };
 
 const char* constraint_kind_name(ConstraintKind k);

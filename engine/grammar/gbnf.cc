@@ -1,11 +1,13 @@
 #include "engine/grammar/gbnf.h"
 
 #include <cctype>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/grammar/grammar_error.h"
 #include "engine/grammar/utf8_class.h"
+#include "engine/util/utf8.h"
 
 namespace rill::grammar {
 
@@ -207,8 +209,7 @@ class GbnfParser {
   uint32_t character() {
     const size_t at = pos_;
     if (pos_ >= t_.size()) error(at, "unexpected end of grammar");
-    const auto b0 = static_cast<uint8_t>(t_[pos_]);
-    if (b0 == '\\') {
+    if (t_[pos_] == '\\') {
       ++pos_;
       if (pos_ >= t_.size()) error(at, "unterminated escape");
       const char e = t_[pos_++];
@@ -237,16 +238,9 @@ class GbnfParser {
           error(at, std::string("unknown escape '\\") + e + "'");
       }
     }
-    const size_t n = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-    if ((b0 >= 0x80 && b0 < 0xC2) || b0 > 0xF4 || pos_ + n > t_.size()) error(at, "invalid UTF-8");
-    uint32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1Fu) : n == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-    for (size_t i = 1; i < n; ++i) {
-      const auto b = static_cast<uint8_t>(t_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) error(at, "invalid UTF-8");
-      cp = (cp << 6) | (b & 0x3Fu);
-    }
-    pos_ += n;
-    return cp;
+    const std::optional<char32_t> cp = utf8::decode(t_, pos_);
+    if (!cp) error(at, "invalid UTF-8");
+    return *cp;
   }
 
   int32_t atom() {
@@ -258,7 +252,7 @@ class GbnfParser {
       while (true) {
         if (pos_ >= t_.size() || t_[pos_] == '\n') error(at, "unterminated string literal");
         if (t_[pos_] == '"') break;
-        append_utf8(bytes, character());
+        utf8::append(bytes, character());
       }
       ++pos_;
       return g_.literal(bytes);

@@ -48,6 +48,8 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "exclusiveMinimum",
                                                       "exclusiveMaximum"};
 
+}  // namespace
+
 size_t text_depth(std::string_view t, size_t limit) {
   size_t depth = 0, worst = 0;
   bool in_str = false, esc = false;
@@ -72,6 +74,8 @@ size_t text_depth(std::string_view t, size_t limit) {
   }
   return worst;
 }
+
+namespace {
 
 class SchemaCompiler {
  public:

@@ -13,6 +13,7 @@
 // exponent digits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -22,6 +23,10 @@ namespace rill::grammar {
 
 /// Deepest nesting of objects/arrays in a schema's text (as HTTP request bodies).
 inline constexpr size_t kMaxSchemaDepth = 64;
+
+/// Deepest nesting of brackets in JSON text outside strings (the scan stops once past `limit`),
+/// checked before the recursive JSON parser runs.
+size_t text_depth(std::string_view t, size_t limit);
 
 /// Adds the rules of `schema_text` (a JSON schema document) to `g`; returns the rule matching
 /// one value of the schema. Throws rill::Error(kInvalidArgument) "json_schema: ...".

@@ -1,10 +1,12 @@
 #include "engine/grammar/regex_compiler.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/grammar/grammar_error.h"
 #include "engine/grammar/utf8_class.h"
+#include "engine/util/utf8.h"
 
 namespace rill::grammar {
 
@@ -152,18 +154,9 @@ class RegexParser {
   }
 
   uint32_t next_char() {
-    const auto b0 = static_cast<uint8_t>(p_[pos_]);
-    const int n = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-    if (b0 >= 0x80 && (b0 < 0xC2 || b0 > 0xF4)) error(pos_, "invalid UTF-8");
-    if (pos_ + static_cast<size_t>(n) > p_.size()) error(pos_, "invalid UTF-8");
-    uint32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-    for (int i = 1; i < n; ++i) {
-      const auto b = static_cast<uint8_t>(p_[pos_ + static_cast<size_t>(i)]);
-      if ((b & 0xC0) != 0x80) error(pos_, "invalid UTF-8");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    pos_ += static_cast<size_t>(n);
-    return cp;
+    const std::optional<char32_t> cp = utf8::decode(p_, pos_);
+    if (!cp) error(pos_, "invalid UTF-8");
+    return *cp;
   }
 
   uint32_t hex(size_t digits, size_t at) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/util/utf8.h"
+
 namespace rill::grammar {
 
 CodeRanges normalize(CodeRanges ranges) {
@@ -41,24 +43,6 @@ CodeRanges complement(const CodeRanges& ranges) {
   return normalize(std::move(out));
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 namespace {
 
 int utf8_len(uint32_t cp) {
@@ -88,8 +72,8 @@ void split_same_length(Grammar& g, uint32_t lo, uint32_t hi, int n, std::vector<
     }
     if (split) continue;
     std::string ea, eb;
-    append_utf8(ea, a);
-    append_utf8(eb, b);
+    utf8::append(ea, a);
+    utf8::append(eb, b);
     std::vector<int32_t> seq;
     for (int i = 0; i < n; ++i)
       seq.push_back(g.byte_set(ByteSet::range(static_cast<uint8_t>(ea[static_cast<size_t>(i)]),

@@ -27,7 +27,5 @@ int32_t utf8_class(Grammar& g, const CodeRanges& ranges);
 /// One character of `ranges` as it appears inside a JSON string literal: '"' and '\' as
 /// \" and \\, control characters (< U+0020) as their escapes (\n, \u0001), the rest as UTF-8.
 int32_t json_string_class(Grammar& g, const CodeRanges& ranges);
-/// Appends the UTF-8 encoding of `cp`.
-void append_utf8(std::string& out, uint32_t cp);
 
 }  // namespace rill::grammar

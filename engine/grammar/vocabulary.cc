@@ -6,7 +6,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/decoder.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::grammar {
 
@@ -17,15 +17,11 @@ std::optional<std::string> byte_level_bytes(const std::string& token) {
   std::string out;
   size_t i = 0;
   while (i < token.size()) {
-    const auto b0 = static_cast<uint8_t>(token[i]);
-    const size_t n = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-    if (i + n > token.size()) return std::nullopt;
-    char32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(token[i + k]) & 0x3F);
-    const int b = byte_level::char_to_byte(cp);
+    const std::optional<char32_t> cp = utf8::decode(token, i);
+    if (!cp) return std::nullopt;
+    const int b = byte_level::char_to_byte(*cp);
     if (b < 0) return std::nullopt;
     out += static_cast<char>(b);
-    i += n;
   }
   return out;
 }

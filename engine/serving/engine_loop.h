@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "engine/cpu/thread_pool.h"
 #include "engine/runner/runner.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/scheduling_policy.h"
@@ -22,6 +21,7 @@
 #include "engine/serving/runner_plan_host.h"
 #include "engine/serving/session_keeper.h"
 #include "engine/serving/session_table.h"
+#include "engine/util/thread_pool.h"
 
 namespace rill {
 

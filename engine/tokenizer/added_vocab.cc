@@ -4,7 +4,7 @@
 
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/unicode.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 namespace {

@@ -4,7 +4,7 @@
 #include <queue>
 
 #include "engine/error.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::byte_level {
 namespace {

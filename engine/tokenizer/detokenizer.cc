@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 namespace {

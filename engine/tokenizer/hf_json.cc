@@ -1,7 +1,7 @@
 #include "engine/tokenizer/hf_json.h"
 
 #include "engine/tokenizer/hf_tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 

@@ -5,7 +5,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/hf_json.h"
 #include "engine/tokenizer/unicode.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 

@@ -2,7 +2,7 @@
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/normalizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 namespace {

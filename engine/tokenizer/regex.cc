@@ -7,7 +7,7 @@
 
 #include "engine/error.h"
 #include "engine/tokenizer/regex.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill {
 

@@ -20,6 +20,10 @@ struct CallConstraint {
   /// parameters schema}, name first. Families that batch calls in one JSON value (Mistral) get an
   /// array of such objects (minItems 1; maxItems 1 without parallel_tool_calls).
   nlohmann::ordered_json schema;
+  /// Mistral v11, whose calls' names stand outside the JSON: `schema` is instead a tagged_json
+  /// document (engine/grammar/tagged_json.h): `name[ARGS]` + the tool's parameters, one per
+  /// tool, calls after the first preceded by `[TOOL_CALLS]`.
+  bool tagged = false;
   std::string suffix;  // e.g. "\n</tool_call>" (Hermes)
 };
 

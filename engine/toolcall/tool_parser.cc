@@ -1,9 +1,13 @@
 #include "engine/toolcall/tool_parser.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace rill::toolcall {
 namespace {
+
+// Tool names are at most 64 bytes in OpenAI's API; a longer run after [TOOL_CALLS] is not one.
+constexpr size_t kMaxNameBytes = 256;
 
 bool is_ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -68,6 +72,10 @@ void ToolCallParser::step(char c, ParsedDelta& out) {
         state_ = State::kListNext;
       } else if (c == '{') {
         start_call(c, out);
+      } else if (state_ == State::kOpen && !syntax_.args_marker.empty()) {
+        state_ = State::kName;
+        name_.clear();
+        name_byte(c, out);
       } else {
         fallback_ += c;
         not_a_call(out);
@@ -78,6 +86,15 @@ void ToolCallParser::step(char c, ParsedDelta& out) {
       return;
     case State::kAfterCall:
       after_call_byte(c, out);
+      return;
+    case State::kName:
+      name_byte(c, out);
+      return;
+    case State::kArgsOpen:
+      args_open_byte(c, out);
+      return;
+    case State::kArgs:
+      args_byte(c, out);
       return;
   }
 }
@@ -129,18 +146,23 @@ void ToolCallParser::start_call(char c, ParsedDelta& out) {
   call_byte(c, out);
 }
 
+// A call's first delta (its id and name), unless it is one more than max_calls_.
+void ToolCallParser::commit_call(const std::string& name, std::string args, ParsedDelta& out) {
+  fallback_.clear();
+  dropping_ = static_cast<size_t>(returned_) >= max_calls_;
+  if (!dropping_) {
+    index_ = returned_++;
+    add_call_delta(out, index_, new_id_(), name, std::move(args));
+  }
+}
+
 void ToolCallParser::call_byte(char c, ParsedDelta& out) {
   const bool was_committed = reader_->committed();
   if (!was_committed) fallback_ += c;
   std::string name, args;
   const CallReader::Status s = reader_->feed(c, name, args);
   if (!was_committed && reader_->committed()) {
-    fallback_.clear();
-    dropping_ = static_cast<size_t>(returned_) >= max_calls_;
-    if (!dropping_) {
-      index_ = returned_++;
-      add_call_delta(out, index_, new_id_(), name, args);
-    }
+    commit_call(name, std::move(args), out);
   } else if (!args.empty() && !dropping_) {
     add_call_delta(out, index_, {}, {}, args);
   }
@@ -161,6 +183,48 @@ void ToolCallParser::call_byte(char c, ParsedDelta& out) {
       out.content += c;
       return;
   }
+}
+
+// Mistral v11: `name[ARGS]`. A name is a declared tool's, so it is short and has no spaces;
+// anything else is not a call.
+void ToolCallParser::name_byte(char c, ParsedDelta& out) {
+  fallback_ += c;
+  name_ += c;
+  const std::string& marker = syntax_.args_marker;
+  if (name_.size() > marker.size() && name_.ends_with(marker)) {
+    const std::string name = name_.substr(0, name_.size() - marker.size());
+    if (std::find(names_.begin(), names_.end(), name) == names_.end()) return not_a_call(out);
+    state_ = State::kArgsOpen;
+    return;
+  }
+  if (is_ws(c) || c == '{' || name_.size() > kMaxNameBytes + marker.size()) not_a_call(out);
+}
+
+void ToolCallParser::args_open_byte(char c, ParsedDelta& out) {
+  if (is_ws(c)) {
+    fallback_ += c;
+    return;
+  }
+  if (c != '{') {
+    fallback_ += c;
+    return not_a_call(out);
+  }
+  args_.reset();
+  args_.feed(c);
+  state_ = State::kArgs;
+  commit_call(name_.substr(0, name_.size() - syntax_.args_marker.size()), std::string(1, c), out);
+}
+
+// The committed call's arguments: they stream while they stay valid JSON.
+void ToolCallParser::args_byte(char c, ParsedDelta& out) {
+  const JsonScanner::Result r = args_.feed(c);
+  if (r == JsonScanner::Result::kError) {  // the call keeps what streamed; the rest is content
+    state_ = State::kPassThrough;
+    out.content += c;
+    return;
+  }
+  if (!dropping_) add_call_delta(out, index_, {}, {}, std::string(1, c));
+  if (r == JsonScanner::Result::kDone) state_ = State::kAfterCall;
 }
 
 // After a call: the close marker (Hermes), a separator (Llama ';', ',' in Mistral's list), the
@@ -215,6 +279,8 @@ void ToolCallParser::finish(ParsedDelta& out) {
   switch (state_) {
     case State::kOpen:
     case State::kListNext:
+    case State::kName:
+    case State::kArgsOpen:
       not_a_call(out);
       break;
     case State::kCall:

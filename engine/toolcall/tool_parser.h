@@ -5,6 +5,9 @@
 // only what may be the start of a call marker (and whitespace that may precede one), and returns
 // text that does not form a call as content, never as a call.
 //
+// Mistral's two forms are told apart by the byte after [TOOL_CALLS]: '[' (or '{') opens the JSON
+// list of calls, anything else a v11 call `name[ARGS]{..}` (FamilySyntax::args_marker).
+//
 // Once a call's name is known and its arguments have begun, the call stands: its arguments stream
 // only as far as they are valid JSON, and if the text stops being JSON after that the call ends
 // with what streamed and the rest of the reply is content.
@@ -18,6 +21,7 @@
 
 #include "engine/toolcall/call_reader.h"
 #include "engine/toolcall/family.h"
+#include "engine/toolcall/json_scanner.h"
 #include "engine/toolcall/tools.h"
 
 namespace rill::toolcall {
@@ -71,9 +75,12 @@ class ToolCallParser {
   enum class State {
     kStart,        // nothing but whitespace yet
     kContent,      // looking for the open marker
-    kOpen,         // after the marker: waiting for '[' (list) or '{'
+    kOpen,         // after the marker: waiting for '[' (list), '{' or a name (args_marker)
     kListNext,     // in a list after '[' or ',': waiting for '{'
     kCall,         // reading a call object
+    kName,         // Mistral v11: reading `name[ARGS]`
+    kArgsOpen,     // Mistral v11: after `[ARGS]`, waiting for the arguments' '{'
+    kArgs,         // Mistral v11: reading the arguments object (the call is committed)
     kAfterCall,    // after a call: the close marker, a separator or the list's end
     kPassThrough,  // the rest is content
   };
@@ -82,6 +89,10 @@ class ToolCallParser {
   void content_byte(char c, ParsedDelta& out);
   void start_call(char c, ParsedDelta& out);
   void call_byte(char c, ParsedDelta& out);
+  void name_byte(char c, ParsedDelta& out);
+  void args_open_byte(char c, ParsedDelta& out);
+  void args_byte(char c, ParsedDelta& out);
+  void commit_call(const std::string& name, std::string args, ParsedDelta& out);
   void after_call_byte(char c, ParsedDelta& out);
   void not_a_call(ParsedDelta& out);
   void emit_content(std::string_view text, ParsedDelta& out);
@@ -96,6 +107,8 @@ class ToolCallParser {
   std::string partial_;   // a prefix of a marker held
   std::string fallback_;  // the text since the marker, returned as content if no call forms
   std::unique_ptr<CallReader> reader_;
+  std::string name_;       // Mistral v11: the name and marker read so far (`get_weather[AR`)
+  JsonScanner args_;       // Mistral v11: the arguments object
   int index_ = -1;         // the current call's index in the reply
   bool dropping_ = false;  // the current call is beyond max_calls_ (parsed, not returned)
   int returned_ = 0;

@@ -28,6 +28,14 @@ TEST(JinjaPrint, FloatsLikePython) {
 TEST(JinjaPrint, StringEscapes) {
   EXPECT_EQ(render("{{ 'a\\tb\\n' }}{{ \"q\\\"q\" }}{{ 'it\\'s' }}{{ '\\u00e9' }}{{ 'x' 'y' }}"),
             "a\tb\nq\"qit'séxy");
+  // \u, \U and \x escapes encode through engine/util/utf8.h, at every length boundary.
+  EXPECT_EQ(render("{{ '\\x7f\\x80\\u07ff\\u0800\\uffff\\U00010000\\U0010FFFF' }}"),
+            "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf");
+  // A lone surrogate has no UTF-8 form (U+FFFD); past U+10FFFF Python refuses the literal.
+  EXPECT_EQ(render("{{ '\\ud800' }}"), "\xef\xbf\xbd");
+  EXPECT_NE(render_error("{{ '\\U00110000' }}").find("bad escape"), std::string::npos);
+  EXPECT_EQ(render("{{ '%c%c' % (233, 128077) }} {{ 'é👍' | tojson(ensure_ascii=true) }}"),
+            "é👍 \"\\u00e9\\ud83d\\udc4d\"");
 }
 
 TEST(JinjaOperators, Arithmetic) {

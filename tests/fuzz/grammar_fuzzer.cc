@@ -1,8 +1,9 @@
 // The grammar engine (engine/grammar): the JSON-schema, regex, choice and GBNF front ends, the
 // automaton and token-table compile against the default model's vocabulary, and the matcher.
-// Input: byte 0 picks the language (% 5: JSON schema, json_object, regex, choice, GBNF); then the
-// spec text up to a NUL byte (choices: one per line); each byte after the NUL picks one of the
-// tokens the matcher allows next (the n-th set bit of the mask), which it must then accept.
+// Input: byte 0 picks the language (% 6: JSON schema, json_object, regex, choice, GBNF, tagged
+// JSON); then the spec text up to a NUL byte (choices: one per line); each byte after the NUL
+// picks one of the tokens the matcher allows next (the n-th set bit of the mask), which it must
+// then accept.
 // Every failure must be a rill::Error (a refused spec, a limit); anything else escaping, a mask
 // that allows a token accept() refuses, or any sanitizer report is a bug.
 //
@@ -40,7 +41,7 @@ std::shared_ptr<const Vocabulary> vocabulary() {
 
 ConstraintSpec spec_of(uint8_t kind, std::string_view text) {
   ConstraintSpec spec;
-  spec.kind = static_cast<ConstraintKind>(kind % 5);
+  spec.kind = static_cast<ConstraintKind>(kind % 6);
   if (spec.kind == ConstraintKind::kChoice) {
     size_t start = 0;
     while (start <= text.size()) {

@@ -232,10 +232,16 @@ def grammar_seeds():
     write("grammar", "regex", b"\x02[a-c]{2,4}(x|yz)+\\d?\x00" + picks)
     write("grammar", "choice", b"\x03yes\nno\nmaybe\x00" + picks)
     write("grammar", "gbnf", b'\x04root ::= "(" expr ")"\nexpr ::= [0-9]+ | root\n\x00' + picks)
+    tagged = json.dumps({"alternatives": [
+        {"tag": "get_weather[ARGS]", "schema": {"type": "object", "properties": {
+            "city": {"type": "string"}}, "required": ["city"]}},
+        {"tag": "search[ARGS]", "schema": {"type": "object"}}], "separator": "[TOOL_CALLS]"})
+    write("grammar", "tagged_json", b"\x05" + tagged.encode() + b"\x00" + picks)
 
 
 def toolcall_seeds():
-    # Byte 0: the family (% 3: Hermes, Llama-3 JSON, Mistral), bit 2 parallel calls, bits 3-5 the
+    # Byte 0: the family (% 4: Hermes, Llama-3 JSON, Mistral, Mistral v11), bit 2 parallel calls,
+    # bits 3-5 the
     # piece size; then the reply.
     write("toolcall", "hermes", b"\x04" + b'<tool_call>\n{"name": "get_weather", "arguments": '
           b'{"city": "Paris"}}\n</tool_call>')
@@ -243,6 +249,8 @@ def toolcall_seeds():
           b'{"name": "get_weather", "parameters": {"city": "Oslo"}}')
     write("toolcall", "mistral", b"\x16" + b'[TOOL_CALLS][{"name": "get_weather", "arguments": '
           b'{"city": "Rome"}}]')
+    write("toolcall", "mistral_v11", b"\x1f" + b'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}'
+          b'[TOOL_CALLS]search[ARGS]{}')
     write("toolcall", "text", b"\x00Some text with <tool_call> in the middle and no call.")
 
 

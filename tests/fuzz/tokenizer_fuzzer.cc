@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace {
 

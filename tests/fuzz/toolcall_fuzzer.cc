@@ -58,8 +58,8 @@ void check(const ParsedDelta& d, const ToolSpec& spec, int* calls) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   static const ToolFamily families[] = {ToolFamily::kHermes, ToolFamily::kLlama3Json,
-                                        ToolFamily::kMistral};
-  const ToolFamily family = families[data[0] % 3];
+                                        ToolFamily::kMistral, ToolFamily::kMistralArgs};
+  const ToolFamily family = families[data[0] % 4];
   const bool parallel = (data[0] >> 2) & 1;
   const size_t piece = ((data[0] >> 3) & 7) + 1;
   const std::string_view reply(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -67,6 +67,15 @@ TEST(Gbnf, ErrorsNameLineAndColumn) {
       std::string::npos);
 }
 
+TEST(Gbnf, RefusesIllFormedUtf8) {
+  // Overlong '/', a surrogate, U+110000: all refused where the literal holds them.
+  for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80"})
+    EXPECT_EQ(error_of(std::string("root ::= \"") + bad + "\"\n"),
+              "grammar: line 1, column 11: invalid UTF-8")
+        << ::testing::PrintToString(bad);
+  EXPECT_EQ(error_of("root ::= \"\xF4\x8F\xBF\xBF\"\n"), "");
+}
+
 TEST(Gbnf, DeepNestingUsesNoRecursion) {
   const std::string text =
       "root ::= " + std::string(30000, '(') + "\"a\"" + std::string(30000, ')') + "\n";

@@ -59,6 +59,16 @@ TEST(Regex, RefusesWhatTheSubsetLeavesOut) {
   EXPECT_NE(refusal(R"(\q)").find("unknown escape"), std::string::npos);
 }
 
+// The pattern is decoded by engine/util/utf8.h: overlongs, surrogates and code points past
+// U+10FFFF are refused, not turned into byte sequences no model can produce.
+TEST(Regex, RefusesIllFormedUtf8) {
+  for (const char* bad :
+       {"a\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xC3", "\x80"})
+    EXPECT_NE(refusal(bad).find("invalid UTF-8"), std::string::npos)
+        << ::testing::PrintToString(bad);
+  EXPECT_EQ(refusal("\xF4\x8F\xBF\xBF\xED\x9F\xBF"), "");  // U+10FFFF, U+D7FF
+}
+
 TEST(Regex, DeepNestingUsesNoRecursion) {
   // 20,000 nested groups: parsed, lowered and printed on explicit stacks.
   const std::string p = std::string(20000, '(') + "a" + std::string(20000, ')');

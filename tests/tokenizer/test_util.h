@@ -11,7 +11,7 @@
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::test {
 

@@ -29,6 +29,22 @@ TEST(ToolFamily, DetectedFromPublishedTemplates) {
     EXPECT_EQ(detect_tool_family(fixture_template(name)), family) << name;
 }
 
+// The assistant turn of Mistral-Small-3.2's published template (tokenizer v11+), the part that
+// tells the form apart: each call is [TOOL_CALLS]name[ARGS]arguments.
+constexpr const char* kMistralV11Template = R"({%- for tool in message['tool_calls'] %}
+    {%- set arguments = tool['function']['arguments'] %}
+    {%- if arguments is not string %}{%- set arguments = arguments|tojson|safe %}{%- endif %}
+    {{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}
+{%- endfor %})";
+
+TEST(ToolFamily, MistralFormFromTheTemplate) {
+  EXPECT_EQ(detect_tool_family(kMistralV11Template), ToolFamily::kMistralArgs);
+  EXPECT_EQ(detect_tool_family(fixture_template("mistral-nemo")), ToolFamily::kMistral);
+  EXPECT_EQ(detect_tool_family("{{ messages }}", {"[TOOL_CALLS]", "[ARGS]"}),
+            ToolFamily::kMistralArgs);
+  EXPECT_EQ(detect_tool_family("{{ messages }}", {"[ARGS]"}), ToolFamily::kNone);
+}
+
 TEST(ToolFamily, FallsBackToSpecialTokens) {
   EXPECT_EQ(detect_tool_family("{{ messages }}", {"<s>", "[TOOL_CALLS]"}), ToolFamily::kMistral);
   EXPECT_EQ(detect_tool_family("{{ messages }}", {"<tool_call>"}), ToolFamily::kHermes);
@@ -41,7 +57,7 @@ TEST(ToolFamily, ParserFlag) {
   bool detect = false;
   EXPECT_TRUE(parse_tool_parser_flag("auto", f, detect));
   EXPECT_TRUE(detect);
-  for (const char* name : {"hermes", "llama3_json", "mistral", "none"}) {
+  for (const char* name : {"hermes", "llama3_json", "mistral", "mistral_v11", "none"}) {
     ASSERT_TRUE(parse_tool_parser_flag(name, f, detect)) << name;
     EXPECT_FALSE(detect);
     EXPECT_STREQ(tool_family_name(f), name);

@@ -249,6 +249,44 @@ TEST(MistralParser, ContentAndMalformed) {
         {", {\"nom\": 1}]", {{"get_time", "{}"}}});
 }
 
+// Mistral tokenizer v11+ (Mistral-Small-3.x, Magistral, Devstral): each call is
+// [TOOL_CALLS]name[ARGS]{..}. Either Mistral family reads either form.
+TEST(MistralParser, NameArgsForm) {
+  for (ToolFamily family : {ToolFamily::kMistralArgs, ToolFamily::kMistral}) {
+    check(family, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Lyon\", \"days\": [1, {\"x\": null}]}",
+          {"", {{"get_weather", R"({"city": "Lyon", "days": [1, {"x": null}]})"}}});
+    check(family,
+          "Sure. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"[ARGS]\"}[TOOL_CALLS]get_time[ARGS]{}",
+          {"Sure.", {{"get_weather", R"({"city": "[ARGS]"})"}, {"get_time", "{}"}}});
+    check(family, "[TOOL_CALLS]get_time[ARGS] {} \n[TOOL_CALLS] get_time[ARGS]{\"tz\":\"UTC\"}",
+          {"", {{"get_time", "{}"}, {"get_time", R"({"tz":"UTC"})"}}});
+  }
+  // The list form keeps working under the v11 family.
+  check(ToolFamily::kMistralArgs, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}]",
+        {"", {{"get_time", "{}"}}});
+}
+
+TEST(MistralParser, NameArgsMalformedIsContent) {
+  for (const std::string bad : std::vector<std::string>{
+           "[TOOL_CALLS]unknown[ARGS]{}", "[TOOL_CALLS]get_time{}", "[TOOL_CALLS]get time[ARGS]{}",
+           "[TOOL_CALLS]get_time[ARGS]x", "[TOOL_CALLS]get_time[ARGS]", "[TOOL_CALLS]get_time[AR",
+           "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS]" + std::string(300, 'a') + "[ARGS]{}"}) {
+    check(ToolFamily::kMistralArgs, bad, {bad, {}});
+  }
+  // Committed at '{': arguments that stop being JSON end the call; the rest is content.
+  check(ToolFamily::kMistralArgs, "[TOOL_CALLS]get_time[ARGS]{\"a\": 1]} tail",
+        {"]} tail", {{"get_time", R"({"a": 1)"}}});
+  // Cut short (max_tokens): the call keeps what streamed.
+  check(ToolFamily::kMistralArgs, "[TOOL_CALLS]get_time[ARGS]{\"a\": [1, 2",
+        {"", {{"get_time", R"({"a": [1, 2)"}}});
+}
+
+TEST(MistralParser, NameArgsWithoutParallelCalls) {
+  check(ToolFamily::kMistralArgs,
+        "[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}",
+        {"", {{"get_time", "{}"}}}, spec_of({"get_weather", "get_time"}, /*parallel=*/false));
+}
+
 TEST(ToolCallParser, DefaultIds) {
   ToolCallParser hermes(ToolFamily::kHermes, kSpec);
   ParsedDelta d;

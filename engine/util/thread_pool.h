@@ -1,4 +1,5 @@
-// A fixed pool of worker threads for the CPU runner's parallel loops.
+// A fixed pool of worker threads for parallel loops: the CPU runner's ops and the serving loop's
+// grammar masks share it. Layer-neutral: it includes nothing of the engine.
 #pragma once
 
 #include <condition_variable>

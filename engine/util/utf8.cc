@@ -1,4 +1,4 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/util/utf8.h"
 
 namespace rill::utf8 {
 namespace {
@@ -48,6 +48,11 @@ size_t valid_sequence_length(std::string_view s, size_t pos) {
   return n == static_cast<size_t>(info.length) ? n : 0;
 }
 
+std::optional<char32_t> decode(std::string_view s, size_t& pos) {
+  if (valid_sequence_length(s, pos) == 0) return std::nullopt;
+  return next(s, pos);
+}
+
 char32_t next(std::string_view s, size_t& pos) {
   const auto b0 = static_cast<unsigned char>(s[pos]);
   if (b0 < 0x80) {
@@ -72,7 +77,7 @@ size_t prev_boundary(std::string_view s, size_t pos) {
 }
 
 void append(std::string& out, char32_t cp) {
-  if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = kReplacement;
+  if (!is_scalar_value(cp)) cp = kReplacement;
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));
   } else if (cp < 0x800) {

@@ -1,11 +1,12 @@
-#include "engine/cpu/thread_pool.h"
+#include "engine/util/thread_pool.h"
 
 #include <algorithm>
 
 namespace rill {
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads <= 0)
+    num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker, this, i);
 }
 
@@ -18,14 +19,17 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-static void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int parts, int index) {
+static void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int parts,
+                     int index) {
   const int64_t begin = n * index / parts, end = n * (index + 1) / parts;
   if (begin < end) fn(begin, end);
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                              int64_t grain) {
   if (n <= 0) return;
-  const int parts = static_cast<int>(std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, grain))));
+  const int parts = static_cast<int>(
+      std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, grain))));
   if (parts <= 1) {
     fn(0, n);
     return;
