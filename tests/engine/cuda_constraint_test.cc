@@ -108,8 +108,9 @@ TEST(CudaConstraints, PipelinedConstrainedBatchIsValidAndMatchesTheCpuRunner) {
     // The grammar accepts every token; greedy ones are the CPU's masked argmax.
     ConstraintState state(cache.get(reqs[i].constraint->spec), {});
     if (reqs[i].sampling.temperature > 0) {
-      for (int32_t t : c.ids)
+      for (int32_t t : c.ids) {
         ASSERT_NE(state.advance(t), ConstraintState::Next::kRejected) << "request " << i;
+      }
       continue;
     }
     strict += testing::expect_greedy_agrees(
