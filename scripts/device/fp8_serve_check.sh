@@ -4,17 +4,22 @@
 # rill-server over HTTP (rill-loadtest, 1,000 client slots; target >= 18,000 output tok/s with
 # fp8), bf16 first as the baseline. Binaries built here for 90a and carried: rill-bench,
 # rill-server, rill-loadtest, rill-make-model.
-#   scripts/device/fp8_serve_check.sh BIN_DIR LIB_DIR [bench] [http]
+#   scripts/device/fp8_serve_check.sh BIN_DIR LIB_DIR [bench] [http] [trace]
+# trace: each kernel's share of an fp8 decode step at batch 256, 384 cached (rill-bench --trace),
+# where the 1,000-request run spends its steps. KV=fp8 adds --kv-cache-dtype fp8 to every run
+# (the reports' names end in _kvfp8).
 # Logs and the loadtest reports go to $OUT/fp8serve_*.
 set -u
 bin=$1 lib=$2
 shift 2
 export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 model=/tmp/llama3-8b
+kv=() tag=""
+if [ "${KV:-}" = fp8 ]; then kv=(--kv-cache-dtype fp8) tag=_kvfp8; fi
 [ -f $model/config.json ] || "$bin/rill-make-model" --config llama3-8b --out $model >/dev/null
 http() {  # http QUANTIZATION
-  local q=$1 log=$OUT/fp8serve_server_$1
-  "$bin/rill-server" --model $model --device cuda --dtype bfloat16 --quantization "$q" --host 127.0.0.1 \
+  local q=$1 log=$OUT/fp8serve_server_$1$tag
+  "$bin/rill-server" --model $model --device cuda --dtype bfloat16 --quantization "$q" "${kv[@]}" --host 127.0.0.1 \
     --http-port 0 --grpc-port 0 --max-num-seqs 256 --max-batch 256 --max-num-batched-tokens 8192 \
     --log-level warn >"$log.out" 2>"$log.err" &
   local pid=$! port=""
@@ -27,9 +32,9 @@ http() {  # http QUANTIZATION
   if [ -z "$port" ]; then echo "$q: server did not start"; tail -20 "$log.err"; kill $pid 2>/dev/null; return 1; fi
   echo "=== $q: rill-loadtest, 1,000 x 256 + 256 at once ($(date +%T))"
   timeout 240 "$bin/rill-loadtest" --http 127.0.0.1:$port --concurrency 1000 --num-requests 1000 \
-    --input-len 256 --output-len 256 --out "$OUT/fp8serve_$q" >"$OUT/fp8serve_$q.txt" 2>&1
+    --input-len 256 --output-len 256 --out "$OUT/fp8serve_$q$tag" >"$OUT/fp8serve_$q$tag.txt" 2>&1
   echo "=== rc=$?"
-  tail -25 "$OUT/fp8serve_$q.txt"
+  tail -25 "$OUT/fp8serve_$q$tag.txt"
   kill -TERM $pid
   wait $pid
   echo "$q: rill-server exit status after SIGTERM: $?"
@@ -41,12 +46,18 @@ for s in "${sections[@]}"; do
     bench)
       for q in none fp8; do
         echo "=== rill-bench $q ($(date +%T))"
-        timeout 200 "$bin/rill-bench" --model $model --quantization $q --batch 1 --context 512 --prefill 0 \
-          --steps 64 >"$OUT/fp8serve_bench_$q.txt" 2>&1
+        timeout 200 "$bin/rill-bench" --model $model --quantization $q "${kv[@]}" --batch 1 --context 512 --prefill 0 \
+          --steps 64 >"$OUT/fp8serve_bench_$q$tag.txt" 2>&1
         echo "=== rc=$?"
-        grep -v "^\[" "$OUT/fp8serve_bench_$q.txt" | tail -8
+        grep -v "^\[" "$OUT/fp8serve_bench_$q$tag.txt" | tail -8
       done ;;
     http) http none; http fp8 ;;
-    *) echo "unknown section $s (bench, http)"; exit 2 ;;
+    http-fp8) http fp8 ;;
+    trace)
+      timeout 200 "$bin/rill-bench" --model $model --quantization fp8 "${kv[@]}" --batch 256 --context 384 \
+        --prefill 0 --max-batch 256 --steps 16 --trace >"$OUT/fp8serve_trace$tag.txt" 2>&1
+      echo "=== rc=$?"
+      grep -v "^\[" "$OUT/fp8serve_trace$tag.txt" | tail -30 ;;
+    *) echo "unknown section $s (bench, http, http-fp8, trace)"; exit 2 ;;
   esac
 done
