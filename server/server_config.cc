@@ -435,7 +435,11 @@ bool parse_command_line(int argc, char** argv, ServerConfig& config) {
                 f.flag, [p, &f](const std::string& v) { *p = sampling_overrides_text(v, f.path); },
                 help);
           } else if constexpr (std::is_same_v<T, bool>) {
-            app.add_option(f.flag, *p, help + " (true/false)");
+            // `--flag` alone means true (CLI11 reads the missing value as default_str, and
+            // the variable keeps its default when the flag is absent); `--flag false` too.
+            app.add_option(f.flag, *p, help + " (true/false; alone: true)")
+                ->expected(0, 1)
+                ->default_str("true");
             app.add_flag_callback(
                 negated(f.flag), [p] { *p = false; }, "same as " + f.flag + " false");
           } else {

@@ -152,8 +152,28 @@ void write_tensor(std::ofstream& out, const Spec& s, DType t, uint64_t seed, flo
   }
 }
 
+// Letter strings of length 2, then 3, then 4 ("aa", "ab", ..., "aaa", ...): the names of the
+// vocabulary entries past the byte symbols, in order.
+std::vector<std::string> letter_strings(size_t count) {
+  std::vector<std::string> out;
+  for (int len = 2; out.size() < count; ++len) {
+    std::string w(static_cast<size_t>(len), 'a');
+    while (out.size() < count) {
+      out.push_back(w);
+      int i = len - 1;  // the next string of this length, the last letter fastest
+      while (i >= 0 && w[i] == 'z') w[i--] = 'a';
+      if (i < 0) break;
+      ++w[i];
+    }
+  }
+  return out;
+}
+
 // A byte-level BPE tokenizer.json with the config's vocabulary size: two specials, the 256 byte
-// symbols, then filler entries (random models have no meaningful text anyway).
+// symbols, then lowercase letter strings of 2..4 letters, each with the merge of its prefix and
+// its last letter. Random models have no meaningful text, but what they generate must survive a
+// round trip through text about as long as it was: a chat that re-sends its history (rill-loadtest
+// --turns) re-tokenizes the answers, which opaque filler names would multiply by their length.
 json synthetic_tokenizer(int vocab, int bos, int eos) {
   json v = json::object();
   std::vector<std::string> byte_syms;
@@ -169,16 +189,26 @@ json synthetic_tokenizer(int vocab, int bos, int eos) {
     }
     byte_syms.push_back(s);
   }
-  int id = 0;
   json added = json::array();
   std::vector<std::string> names(vocab);
-  for (int i = 0; i < vocab; ++i) names[i] = "<|filler_" + std::to_string(i) + "|>";
   names[bos] = bos == eos ? "<|endoftext|>" : "<s>";
   if (eos != bos) names[eos] = "</s>";
   int next_byte = 0;
-  for (int i = 0; i < vocab && next_byte < 256; ++i)
-    if (i != bos && i != eos) names[i] = byte_syms[next_byte++];
-  for (id = 0; id < vocab; ++id) v[names[id]] = id;
+  const int specials = bos == eos ? 1 : 2;
+  const std::vector<std::string> letters =
+      letter_strings(static_cast<size_t>(std::max(0, vocab - 256 - specials)));
+  size_t next_letters = 0;
+  json merges = json::array();
+  for (int i = 0; i < vocab; ++i) {
+    if (i == bos || i == eos) continue;
+    if (next_byte < 256) {
+      names[i] = byte_syms[next_byte++];
+    } else {
+      names[i] = letters[next_letters++];
+      merges.push_back(names[i].substr(0, names[i].size() - 1) + " " + names[i].back());
+    }
+  }
+  for (int id = 0; id < vocab; ++id) v[names[id]] = id;
   for (int s : bos == eos ? std::vector<int>{bos} : std::vector<int>{bos, eos})
     added.push_back({{"id", s}, {"content", names[s]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                      {"normalized", false}, {"special", true}});
@@ -189,7 +219,7 @@ json synthetic_tokenizer(int vocab, int bos, int eos) {
           {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
           {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
                      {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                     {"ignore_merges", false}, {"vocab", v}, {"merges", json::array()}}}};
+                     {"ignore_merges", false}, {"vocab", v}, {"merges", merges}}}};
 }
 
 void write_json(const fs::path& p, const json& j) {

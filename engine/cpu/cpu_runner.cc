@@ -485,6 +485,15 @@ void CpuRunner::forward_layers(const std::vector<Chunk>& chunks, std::vector<flo
   }
 }
 
+// Samples input k's token from its raw logits row [V] (a copy: sample_token edits its row, the
+// log-probabilities read the raw one) into `out`.
+void CpuRunner::sample_into(StepOutput& out, size_t k, std::span<const float> raw, SeqState& s,
+                            std::span<const uint32_t> mask, int logprobs) {
+  std::vector<float> row(raw.begin(), raw.end());
+  out.sampled[k] = sample_token(row, s.sampling, s.sampler, mask);
+  if (logprobs >= 0) out.logprobs[k] = compute_logprobs(raw, out.sampled[k], logprobs);
+}
+
 // Final norm and LM head for the rows anyone asked for, then sampling; returns what the
 // inputs asked for (sampling-only rows are not returned).
 StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, const std::vector<Chunk>& chunks,
@@ -536,13 +545,13 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
     SeqState& s = seqs_.at(inputs[k].id);
     if (!s.sampler.sampled() && !s.sampler.prompt_seen.empty())
       for (int32_t tok : inputs[k].tokens) s.sampler.prompt_seen[tok] = 1;
-    if (sample_row[k] >= 0) {
-      // sample_token modifies its row: the log-probabilities read the raw one.
-      const std::span<const float> raw(&logits[sample_row[k] * V], V);
-      std::vector<float> row(raw.begin(), raw.end());
-      out.sampled[k] = sample_token(row, s.sampling, s.sampler, inputs[k].mask);
-      if (inputs[k].logprobs >= 0) out.logprobs[k] = compute_logprobs(raw, out.sampled[k], inputs[k].logprobs);
-    }
+    if (sample_row[k] < 0) continue;
+    const std::span<const float> raw(&logits[sample_row[k] * V], V);
+    if (inputs[k].mask_later)  // sampled by supply_masks, from the same raw row
+      late_.push_back(
+          {k, inputs[k].id, inputs[k].logprobs, std::vector<float>(raw.begin(), raw.end())});
+    else
+      sample_into(out, k, raw, s, inputs[k].mask, inputs[k].logprobs);
   }
   int64_t kept = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -557,6 +566,7 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
 
 void CpuRunner::launch(std::span<const StepInput> inputs) {
   check_launch_room(static_cast<int>(finished_.size()));
+  check_no_masks_due(!late_.empty(), "launch");
   // kLastSampled stands for a token the host already has here: substitute it.
   std::vector<StepInput> resolved(inputs.begin(), inputs.end());
   std::vector<int32_t> last(inputs.size());
@@ -572,7 +582,13 @@ void CpuRunner::launch(std::span<const StepInput> inputs) {
       inputs, config_.vocab_size, [&](SeqId id) { return seqs_.count(id) != 0; },
       [&](SeqId id) { return last_sampled_.count(id) != 0; });
   const auto t0 = std::chrono::steady_clock::now();
-  StepOutput out = run(resolved);
+  StepOutput out;
+  try {
+    out = run(resolved);
+  } catch (...) {
+    late_.clear();  // a step that throws was not launched
+    throw;
+  }
   finished_ms_.push_back(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   last_sampled_.clear();
@@ -581,8 +597,28 @@ void CpuRunner::launch(std::span<const StepInput> inputs) {
   finished_.push_back(std::move(out));
 }
 
+// The rows launched with mask_later, sampled now as launch() would have sampled them: nothing
+// else of their sequences sampled in between, so their samplers are where launch() left them.
+void CpuRunner::supply_masks(std::span<const LateMask> masks) {
+  std::vector<SeqId> due;
+  for (const LateRow& r : late_) due.push_back(r.id);
+  const std::vector<size_t> rows = validate_late_masks(masks, due, config_.vocab_size);
+  std::vector<std::span<const uint32_t>> mask_of(late_.size());  // empty: unconstrained
+  for (size_t i = 0; i < rows.size(); ++i) mask_of[rows[i]] = masks[i].mask;
+  StepOutput& out = finished_.back();
+  for (size_t i = 0; i < late_.size(); ++i) {
+    const LateRow& r = late_[i];
+    const auto it = seqs_.find(r.id);
+    if (it == seqs_.end()) continue;  // removed since launch: its slot stays -1
+    sample_into(out, r.input, r.logits, it->second, mask_of[i], r.logprobs);
+    last_sampled_[r.id] = out.sampled[r.input];
+  }
+  late_.clear();
+}
+
 StepOutput CpuRunner::finish() {
   if (finished_.empty()) throw_nothing_in_flight();
+  check_no_masks_due(finished_.size() == 1 && !late_.empty(), "finish");
   StepOutput out = std::move(finished_.front());
   finished_.pop_front();
   last_step_ms_ = finished_ms_.front();

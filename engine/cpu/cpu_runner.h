@@ -85,6 +85,8 @@ class CpuRunner final : public ModelRunner {
   /// Runs the step at once (the CPU has nothing to overlap); finish() hands its output back.
   void launch(std::span<const StepInput> inputs) override;
   StepOutput finish() override;
+  /// Samples the last step's mask_later rows (their logits were computed at launch).
+  void supply_masks(std::span<const LateMask> masks) override;
   /// The host time the step finish() last returned took to compute (the serving engine's
   /// step-cost model learns from it).
   double last_step_device_ms() const override { return last_step_ms_; }
@@ -100,6 +102,8 @@ class CpuRunner final : public ModelRunner {
   StepOutput run(std::span<const StepInput> inputs);  // inputs without kLastSampled
 
   void forward_layers(const std::vector<Chunk>& chunks, std::vector<float>& x, int64_t T);
+  static void sample_into(StepOutput& out, size_t k, std::span<const float> raw, SeqState& s,
+                          std::span<const uint32_t> mask, int logprobs);
   StepOutput logits_and_samples(std::span<const StepInput> inputs, const std::vector<Chunk>& chunks,
                                 const std::vector<float>& x);
   void attention(int layer, const Chunk& c, const float* qkv, float* out);
@@ -146,6 +150,15 @@ class CpuRunner final : public ModelRunner {
   std::deque<double> finished_ms_;                   // their compute times
   double last_step_ms_ = 0;
   std::unordered_map<SeqId, int32_t> last_sampled_;  // tokens sampled by the last launched step
+  // The last launched step's (finished_.back()) mask_later rows, until supply_masks samples
+  // them: the input's index, its sequence, its logprobs request and its raw logits row [V].
+  struct LateRow {
+    size_t input = 0;
+    SeqId id = 0;
+    int logprobs = -1;
+    std::vector<float> logits;
+  };
+  std::vector<LateRow> late_;
 };
 
 }  // namespace rill

@@ -324,8 +324,9 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   enqueue_add_norm(after, plan, last);
 }
 
-// The whole step: embedding, layers, final norm on the logit rows, LM head, sampling.
-void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
+// The whole step: embedding, layers, final norm on the logit rows, LM head, sampling (the
+// sampling only with `sample`).
+void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits, bool sample) {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   const cuda::StepLayout& L = plan.layout;
@@ -379,6 +380,15 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits) {
           sh.sampled, c.vocab_size, reinterpret_cast<const int32_t*>(dmeta() + L.logprobs),
           logits_.as<float>(), logprob_logits_.as<float>(), stream_));
     });
+  if (sample) enqueue_sampling(plan);
+}
+
+// Samples logits_' sampled rows (in place) under their masks in masks_dev_, then their
+// log-probabilities from the raw rows kept above.
+void CudaRunner::enqueue_sampling(const StepPlan& plan) {
+  const ModelConfig& c = config_;
+  const cuda::StepShape& sh = plan.shape;
+  const cuda::StepLayout& L = plan.layout;
   if (sh.sampled == 0) return;
   timed(Profiler::kSampling, [&] {
     kernels::SampleBatch s;

@@ -346,12 +346,15 @@ void CudaRunner::set_profiling(bool on) {
   profile_ = {};
 }
 
-cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
-  // One graph per batch bucket, attention split count (the grid of decode attention) and
-  // whether log-probabilities are computed.
+cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan, bool sample) {
+  // One graph per batch bucket, attention split count (the grid of decode attention), whether
+  // log-probabilities are computed and whether it samples (steps with late masks sample after
+  // the graph, once supply_masks has their masks).
   const int key =
-      (bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys)) * 2 +
-      (plan.shape.logprobs ? 1 : 0);
+      ((bucket * (kMaxSplits + 1) + attention_splits(plan.shape.decode, plan.max_decode_keys)) * 2 +
+       (plan.shape.logprobs ? 1 : 0)) *
+          2 +
+      (sample ? 0 : 1);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     if (!(graph_shapes_.at(key) == plan.shape))
@@ -365,7 +368,7 @@ cudaGraphExec_t CudaRunner::graph_for(int bucket, const StepPlan& plan) {
   // Thread-local mode: the other ranks' threads keep their CUDA calls legal during this capture.
   RILL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    enqueue_forward(plan, false);
+    enqueue_forward(plan, false, sample);
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
     if (graph) cudaGraphDestroy(graph);
@@ -411,8 +414,8 @@ void CudaRunner::precapture_graphs() {
       cuda::StepPlan plan = cuda::plan_step({}, {}, *kv_, max_blocks_, bucket, trash_block_, {}, {}, {},
                                             scratch.data(), dmeta());
       plan.max_decode_keys = keys;
-      graph_for(bucket, plan);
-      ++captured;
+      for (const bool sample : {true, false}) graph_for(bucket, plan, sample);
+      captured += 2;
       if (!shapes.empty()) shapes += ' ';
       shapes += std::to_string(bucket);
       shapes += 'x';
@@ -485,6 +488,7 @@ std::vector<int64_t> CudaRunner::admit(std::span<const StepInput> inputs, bool& 
 
 void CudaRunner::launch(std::span<const StepInput> inputs) {
   check_launch_room(static_cast<int>(in_flight_.size()));
+  check_no_masks_due(!in_flight_.empty() && !in_flight_.back().late_ids.empty(), "launch");
   if (profiler_ && !in_flight_.empty())
     throw Error(ErrorCode::kInvalidArgument, "profiled steps run one at a time: finish() first");
   InFlight f;
@@ -539,11 +543,17 @@ void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
               h.masks.as<uint32_t>() + size_t(f.mask_rows) * mask_words_);
     ++f.mask_rows;
   }
+  for (int k = 0; k < n; ++k) {  // rows named now, staged and uploaded by supply_masks
+    if (!inputs[k].mask_later) continue;
+    mask_row[k] = f.mask_rows + static_cast<int32_t>(f.late_ids.size());
+    f.late_ids.push_back(inputs[k].id);
+    f.late_mask_rows.push_back(mask_row[k]);
+  }
   const int bucket = (decode == n && !any_logits && !profiler_) ? decode_bucket(n) : 0;
   f.plan = cuda::plan_step(inputs, starts, *kv_, max_blocks_, bucket, trash_block_, sampling,
                            last_row, mask_row, h.meta.as<char>(), dmeta());
   for (const StepInput& in : inputs) f.ids.push_back(in.id);
-  enqueue_step(inputs, f.plan, bucket, f.mask_rows, h);
+  enqueue_step(inputs, f.plan, bucket, f.mask_rows, !f.late_ids.empty(), h);
   last_rows_.clear();
   for (int k = 0; k < n; ++k) {
     if (f.plan.sampled_index[k] < 0) continue;
@@ -553,7 +563,7 @@ void CudaRunner::plan_and_enqueue(std::span<const StepInput> inputs,
 }
 
 void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan& plan, int bucket,
-                              int mask_rows, HostBuffers& h) {
+                              int mask_rows, bool late, HostBuffers& h) {
   const int n = static_cast<int>(inputs.size());
   if (step_timing_) RILL_CUDA(cudaEventRecord(h.begin.get(), stream_));
   RILL_CUDA(cudaMemcpyAsync(meta_dev_.get(), h.meta.get(), plan.layout.bytes,
@@ -572,10 +582,40 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
                                           static_cast<int>(inputs[k].tokens.size()), stream_));
   }
   if (bucket > 0) {
-    RILL_CUDA(cudaGraphLaunch(graph_for(bucket, plan), stream_));
+    RILL_CUDA(cudaGraphLaunch(graph_for(bucket, plan, !late), stream_));
   } else {
-    enqueue_forward(plan, plan.any_logits);
+    enqueue_forward(plan, plan.any_logits, !late);
   }
+  if (!late) enqueue_downloads(plan, h);
+}
+
+// The late rows' masks into their staging rows (a row not named: all tokens allowed), uploaded
+// behind the step's forward pass; then the sampling and the downloads the launch left out. The
+// step's metadata and logits are still on the device: the next step is launched after this
+// (launch refuses while it is due), so nothing has overwritten them.
+void CudaRunner::supply_masks(std::span<const LateMask> masks) {
+  InFlight* f = in_flight_.empty() ? nullptr : &in_flight_.back();
+  const std::vector<SeqId> none;
+  const std::vector<size_t> rows =
+      validate_late_masks(masks, f ? f->late_ids : none, config_.vocab_size);
+  HostBuffers& h = host_[f->buffer];
+  uint32_t* staging = h.masks.as<uint32_t>();
+  const int first = f->mask_rows, count = static_cast<int>(f->late_ids.size());
+  std::fill(staging + size_t(first) * mask_words_, staging + size_t(first + count) * mask_words_,
+            ~0u);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy(masks[i].mask.begin(), masks[i].mask.end(),
+              staging + size_t(f->late_mask_rows[rows[i]]) * mask_words_);
+  RILL_CUDA(cudaMemcpyAsync(masks_dev_.as<uint32_t>() + size_t(first) * mask_words_,
+                            staging + size_t(first) * mask_words_, size_t(count) * mask_words_ * 4,
+                            cudaMemcpyHostToDevice, stream_));
+  enqueue_sampling(f->plan);
+  enqueue_downloads(f->plan, h);
+  f->late_ids.clear();
+  f->late_mask_rows.clear();
+}
+
+void CudaRunner::enqueue_downloads(const StepPlan& plan, HostBuffers& h) {
   if (plan.shape.sampled > 0)
     RILL_CUDA(cudaMemcpyAsync(h.sampled.get(), sampled_.get(), size_t(plan.shape.sampled) * 4,
                               cudaMemcpyDeviceToHost, stream_));
@@ -588,6 +628,7 @@ void CudaRunner::enqueue_step(std::span<const StepInput> inputs, const StepPlan&
 
 StepOutput CudaRunner::finish() {
   if (in_flight_.empty()) throw_nothing_in_flight();
+  check_no_masks_due(!in_flight_.front().late_ids.empty(), "finish");
   const InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   if (f.empty) return {};

@@ -74,6 +74,10 @@ class CudaRunner final : public ModelRunner {
   /// flight, nor anything while a profiled step is.
   void launch(std::span<const StepInput> inputs) override;
   StepOutput finish() override;
+  /// A step with mask_later rows was queued up to its logits (the forward pass, graph-replayed
+  /// for decode buckets); this stages their masks and queues the mask upload, the sampling
+  /// kernel and the step's downloads behind it, without waiting for the GPU.
+  void supply_masks(std::span<const LateMask> masks) override;
 
   // Introspection for rill-bench and tests.
   kernels::DType dtype() const { return weights_->dtype(); }
@@ -113,7 +117,12 @@ class CudaRunner final : public ModelRunner {
     bool timed = false;  // begin event recorded (step timing on at launch)
     bool empty = false;  // no inputs: nothing was queued
     std::vector<SeqId> ids;  // per input
-    int mask_rows = 0;       // constrained rows (grammar masks uploaded with the step)
+    int mask_rows = 0;       // constrained rows with masks at launch (uploaded with the step)
+    // mask_later rows (StepInput::mask_later): their sequences, and their mask rows (after the
+    // mask_rows ones). Non-empty while supply_masks is due: the sampling and the downloads are
+    // not queued yet.
+    std::vector<SeqId> late_ids;
+    std::vector<int32_t> late_mask_rows;
   };
   // Host-side buffers, one set per step in flight: the next step's metadata is written while the
   // previous step's may still be waiting for its upload, and the previous step's tokens are still
@@ -137,7 +146,14 @@ class CudaRunner final : public ModelRunner {
   void wait_for_restore(SeqId id);  // later work on stream_ follows the sequence's restore copy
   void forget_offloaded(SeqId id);       // frees an offloaded sequence's host blocks
   void warm_up();
-  void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits);
+  // The step up to its logits (embedding, layers, LM head, the logits copies), then, when
+  // `sample`, enqueue_sampling.
+  void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits, bool sample = true);
+  // The sampling kernel and the log-probabilities of the step's sampled rows.
+  void enqueue_sampling(const cuda::StepPlan& plan);
+  // After the sampling: the downloads of the sampled tokens (and log-probabilities) and the
+  // step's end event.
+  void enqueue_downloads(const cuda::StepPlan& plan, HostBuffers& h);
   // After the step's synchronisation: the sampled tokens and logits rows of each input (and the
   // sampling steps of the sequences that sampled).
   StepOutput collect_outputs(const cuda::StepPlan& plan, const HostBuffers& h) const;
@@ -149,9 +165,10 @@ class CudaRunner final : public ModelRunner {
   void plan_and_enqueue(std::span<const StepInput> inputs, const std::vector<int64_t>& starts,
                         bool any_logits, InFlight& f);
   // Enqueues uploads, the graph or eager kernels and the downloads of a planned step.
-  // `mask_rows`: grammar masks staged in h.masks (uploaded before the step's kernels).
+  // `mask_rows`: grammar masks staged in h.masks (uploaded before the step's kernels). With
+  // `late` (mask_later rows) it stops after the forward pass: supply_masks queues the rest.
   void enqueue_step(std::span<const StepInput> inputs, const cuda::StepPlan& plan, int bucket,
-                    int mask_rows, HostBuffers& h);
+                    int mask_rows, bool late, HostBuffers& h);
   void enqueue_layer(int layer, const cuda::StepPlan& plan);
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
@@ -172,7 +189,9 @@ class CudaRunner final : public ModelRunner {
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
-  cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan);
+  // The decode graph of a bucket's step; `sample`: with the sampling kernel (else the forward
+  // pass only, for steps whose masks come later).
+  cudaGraphExec_t graph_for(int bucket, const cuda::StepPlan& plan, bool sample);
   void
   precapture_graphs();  // every (bucket, split count) graph now (CudaTuning::precapture_graphs)
   void drop_graphs();  // after a change that alters what a step launches

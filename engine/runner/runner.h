@@ -60,6 +60,17 @@ struct StepInput {
   /// engine/grammar/matcher.h): bit (id & 31) of mask[id >> 5], ceil(vocab / 32) words. Empty:
   /// unconstrained (costs nothing). Read during launch() only.
   std::span<const uint32_t> mask;
+  /// With `sample` and no `mask`: the row is constrained, but its mask depends on the token its
+  /// sequence samples in the step still in flight (this input is then kLastSampled). The runner
+  /// starts the step's forward pass at launch and samples this row only once supply_masks()
+  /// names its mask, so the host advances its grammar matchers while the forward pass runs.
+  bool mask_later = false;
+};
+
+/// The mask of a `mask_later` row of the last launched step (ModelRunner::supply_masks).
+struct LateMask {
+  SeqId id = 0;
+  std::span<const uint32_t> mask;  // ceil(vocab / 32) words, as StepInput::mask; read in the call
 };
 
 /// A token id that stands for the token its sequence sampled in the step launched just before
@@ -135,6 +146,16 @@ class ModelRunner {
   /// step's compute time on the host); 0 otherwise. The serving engine's step-cost model learns
   /// from it.
   virtual double last_step_device_ms() const { return 0; }
+  /// Supplies the masks of the last launched step's `mask_later` rows and lets its sampling run
+  /// (the CUDA runner enqueues the mask upload and the sampling kernel behind the step's forward
+  /// pass; it never waits for the GPU here). Due exactly once for a step launched with such
+  /// rows: launch() and that step's finish() throw kInvalidArgument while it is due (finishing
+  /// the step before it is allowed). A `mask_later` row not named samples unconstrained: its
+  /// sequence ended meanwhile and the caller drops that sample (a row whose sequence was
+  /// removed samples nothing the caller may use). Throws kInvalidArgument, supplying nothing,
+  /// when nothing is due, an id is not a `mask_later` row of the step, is named twice, or a
+  /// mask has the wrong size.
+  virtual void supply_masks(std::span<const LateMask> masks) = 0;
   /// launch() and finish() of one step.
   StepOutput step(std::span<const StepInput> inputs) {
     launch(inputs);

@@ -1,5 +1,6 @@
 #include "engine/runner/step_validation.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_set>
 
@@ -25,6 +26,9 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(
                   "sequence " + std::to_string(in.id) + ": a token mask needs `sample` and " +
                       std::to_string((vocab_size + 31) / 32) + " words (" + std::to_string(in.mask.size()) +
                       " given)");
+    if (in.mask_later && (!in.sample || !in.mask.empty()))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "sequence " + std::to_string(in.id) + ": mask_later needs `sample` and no mask");
     if (in.tokens.size() == 1 && in.tokens[0] == kLastSampled) {
       if (!sampled_last(in.id))
         throw Error(ErrorCode::kInvalidArgument,
@@ -39,6 +43,40 @@ std::vector<std::pair<SeqId, int64_t>> validate_step(
     appends.emplace_back(in.id, static_cast<int64_t>(in.tokens.size()));
   }
   return appends;
+}
+
+std::vector<size_t> validate_late_masks(std::span<const LateMask> masks, std::span<const SeqId> due,
+                                        int vocab_size) {
+  if (due.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "supply_masks: the last launched step has no mask_later row waiting for a mask");
+  const size_t words = (static_cast<size_t>(vocab_size) + 31) / 32;
+  std::vector<size_t> rows;
+  std::unordered_set<SeqId> seen;
+  for (const LateMask& m : masks) {
+    const auto it = std::find(due.begin(), due.end(), m.id);
+    if (it == due.end())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "supply_masks: sequence " + std::to_string(m.id) +
+                      " is not a mask_later row of the last launched step");
+    if (!seen.insert(m.id).second)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "supply_masks: sequence " + std::to_string(m.id) + " named twice");
+    if (m.mask.size() != words)
+      throw Error(ErrorCode::kInvalidArgument, "supply_masks: sequence " + std::to_string(m.id) +
+                                                   ": a token mask needs " + std::to_string(words) +
+                                                   " words (" + std::to_string(m.mask.size()) +
+                                                   " given)");
+    rows.push_back(static_cast<size_t>(it - due.begin()));
+  }
+  return rows;
+}
+
+void check_no_masks_due(bool due, const char* call) {
+  if (due)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(call) +
+                    ": the last launched step's mask_later rows are waiting for supply_masks()");
 }
 
 void validate_sequence(const SequenceSpec& spec, int vocab_size) {

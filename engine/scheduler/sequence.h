@@ -80,7 +80,7 @@ struct Sequence {
   std::optional<BlockHash> prefix_root;
   std::vector<BlockHash> prefix_hashes;
   // Structured output (with `compiled`): the grammar state after `generated`, and its mask. A
-  // constrained sequence never has two samples in flight (its next mask needs the last token).
+  // row launched while its previous sample is in flight takes its mask late (EngineLoop).
   std::unique_ptr<ConstraintState> constraint;
 
   bool prefilling() const { return fed < static_cast<int64_t>(prefix.size()); }

@@ -262,10 +262,10 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   // 1. Decode: one token for every running sequence whose prompt is fed.
   for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0;) {
     const SequencePtr s = running[i];
-    if (s->prefilling() || s->at_context_limit || s->samples_committed() >= s->request.max_tokens) { ++i; continue; }
-    // A constrained sequence's mask needs its last token: it sits out the step launched while
-    // its previous sample is in flight and rejoins the one after (docs/structured_outputs.md).
-    if (s->constraint && s->samples_in_flight > 0) { ++i; continue; }
+    if (s->prefilling() || s->at_context_limit || s->samples_committed() >= s->request.max_tokens) {
+      ++i;
+      continue;
+    }
     if (!s->request.cache.is_streaming()) {
       if (kv.remaining_capacity(s->runner_id) < 1) { s->at_context_limit = true; ++i; continue; }
       const int need = kv.blocks_to_append(s->runner_id, 1);

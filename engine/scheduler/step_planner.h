@@ -23,8 +23,9 @@
 // preempted (its blocks freed; it is recomputed later from prompt + generated tokens, with the
 // same sampler state, so its output does not change).
 //
-// Structured output. A constrained sequence (Sequence::constraint) is planned only when none of
-// its samples is in flight: the mask of its next sample depends on the token sampled before.
+// Structured output. A constrained sequence (Sequence::constraint) is planned like any other:
+// when its previous sample is still in flight, the loop launches its row with a late mask
+// (StepInput::mask_later) and supplies the mask once that sample is known.
 //
 // Sessions. A turn of a session continues the session's runner sequence: it is admitted when the
 // blocks the sequence still lacks (its growth to sinks + window, or all of them when its cache

@@ -140,10 +140,18 @@ void EngineLoop::apply(const StepDecisions& d) {
 }
 
 void EngineLoop::launch(PlannedStep& step) {
-  // Constrained rows sample under their grammar masks (the sequence's state after its last
-  // token: none of its samples is in flight, StepPlanner).
-  for (size_t k = 0; k < step.inputs.size(); ++k)
-    if (step.inputs[k].sample && step.seqs[k]->constraint) step.inputs[k].mask = step.seqs[k]->constraint->mask();
+  // Constrained rows sample under their grammar masks: the matcher's mask when it has seen every
+  // sample; else (its previous sample is in the step in flight, this input is kLastSampled) the
+  // mask comes late, from supply_late_masks once that step is finished and the matcher advanced.
+  // Only the sampling waits for it: the forward pass runs meanwhile.
+  for (size_t k = 0; k < step.inputs.size(); ++k) {
+    const Sequence& s = *step.seqs[k];
+    if (!step.inputs[k].sample || !s.constraint) continue;
+    if (s.samples_in_flight > 0)
+      step.inputs[k].mask_later = true;
+    else
+      step.inputs[k].mask = s.constraint->mask();
+  }
   try {
     runner_.launch(step.inputs);
   } catch (const Error& e) {
@@ -169,6 +177,8 @@ void EngineLoop::launch(PlannedStep& step) {
     f.seqs.push_back(step.seqs[k]);
     f.runner_ids.push_back(in.id);
     f.sampled.push_back(in.sample);
+    f.late.push_back(in.mask_later);
+    f.masks_due = f.masks_due || in.mask_later;
     f.tokens += static_cast<int>(in.tokens.size());
     if (in.sample) {
       step.seqs[k]->sampled_in_last_launch = true;
@@ -234,9 +244,39 @@ void EngineLoop::finish_oldest() {
   for (const SequencePtr& s : running_)
     if (s->phase == SeqPhase::kRunning && s->at_context_limit && s->samples_in_flight == 0)
       finish(s, FinishReason::kLength);
+  supply_late_masks();
   recent_steps_.emplace_back(now, sampled);
   while (!recent_steps_.empty() && now - recent_steps_.front().first > kRateWindow)
     recent_steps_.pop_front();
+}
+
+// Rows whose sequence ended with the step just finished, or is no longer the runner sequence
+// they were launched for, get no mask: the runner samples them unconstrained and live_sample
+// drops what they sample.
+void EngineLoop::supply_late_masks() {
+  if (in_flight_.empty() || !in_flight_.back().masks_due) return;
+  InFlight& f = in_flight_.back();
+  std::vector<LateMask> masks;
+  for (size_t k = 0; k < f.seqs.size(); ++k)
+    if (f.late[k] && live_sample(f, k))
+      masks.push_back({f.runner_ids[k], f.seqs[k]->constraint->mask()});
+  try {
+    runner_.supply_masks(masks);
+    f.masks_due = false;
+  } catch (const Error& e) {  // still due: fail_all releases them before draining the runner
+    spdlog::critical("engine step failed: {}; failing every request", e.what());
+    fail_all(std::string("engine step failed: ") + e.what());
+  }
+}
+
+void EngineLoop::release_late_masks() {
+  if (in_flight_.empty() || !in_flight_.back().masks_due) return;
+  in_flight_.back().masks_due = false;
+  try {
+    runner_.supply_masks({});
+  } catch (const Error& e) {
+    spdlog::error("engine step's late masks failed: {}", e.what());
+  }
 }
 
 bool EngineLoop::live_sample(const InFlight& f, size_t k) const {
@@ -314,6 +354,7 @@ void EngineLoop::fail_all(const std::string& message) {
     finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
   for (const SequencePtr& s : waiting_)
     finish(s, FinishReason::kError, std::nullopt, ErrorCode::kInternal, message);
+  release_late_masks();
   while (!in_flight_.empty()) {  // the runner may still hold them
     in_flight_.pop_front();
     try {
@@ -445,6 +486,7 @@ void EngineLoop::run() {
     finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
   for (const SequencePtr& s : waiting_)
     finish(s, FinishReason::kCancelled, std::nullopt, ErrorCode::kCancelled, message);
+  release_late_masks();
   while (!in_flight_.empty()) {
     in_flight_.pop_front();
     try {

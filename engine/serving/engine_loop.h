@@ -48,6 +48,8 @@ class EngineLoop {
     std::vector<SequencePtr> seqs;  // per input
     std::vector<SeqId> runner_ids;  // per input, at launch
     std::vector<bool> sampled;      // per input
+    std::vector<bool> late;         // per input: launched with mask_later
+    bool masks_due = false;         // some input is late and supply_masks has not run
     int tokens = 0;
     StepComposition composition;  // for the step-cost model once the runner timed it
   };
@@ -57,6 +59,10 @@ class EngineLoop {
   void apply(const StepDecisions& d);  // what the plan host did not apply
   void launch(PlannedStep& step);
   void finish_oldest();
+  // The newest step's late masks, from the matchers finish_oldest just advanced.
+  void supply_late_masks();
+  // A due supply_masks with no masks (the step's samples are dropped): before draining steps.
+  void release_late_masks();
   void learn_step_cost(
       const StepComposition& c);  // feeds the step the runner just timed to the model
   void finish(const SequencePtr& s, FinishReason reason,

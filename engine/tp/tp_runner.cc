@@ -279,6 +279,11 @@ void TpRunner::launch(std::span<const StepInput> inputs) {
   run_all("launch", [&](int r) { ranks_[static_cast<size_t>(r)]->launch(inputs); });
 }
 
+void TpRunner::supply_masks(std::span<const LateMask> masks) {
+  check_usable();  // every rank samples (the same gathered logits): each takes the masks
+  run_all("supply_masks", [&](int r) { ranks_[static_cast<size_t>(r)]->supply_masks(masks); });
+}
+
 StepOutput TpRunner::finish() {
   check_usable();
   std::vector<StepOutput> out(static_cast<size_t>(world_));

@@ -63,6 +63,7 @@ class TpRunner final : public ModelRunner {
   std::vector<KvTransfer> completed_transfers() override;
   void launch(std::span<const StepInput> inputs) override;
   StepOutput finish() override;
+  void supply_masks(std::span<const LateMask> masks) override;
   int max_step_sequences() const override { return ranks_[0]->max_step_sequences(); }
   int max_step_tokens() const override { return ranks_[0]->max_step_tokens(); }
   double last_step_device_ms() const override { return ranks_[0]->last_step_device_ms(); }

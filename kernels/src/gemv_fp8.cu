@@ -15,15 +15,7 @@
 // Scales: kPerRow multiplies each row's fp32 sum in the epilogue; kBlock128 multiplies each
 // step's mma result (the four lanes of a step cover 64 columns inside one 128-column block)
 // before adding it to the running sums. The W warps' partial sums are added in warp order
-// through shared memory.
-//
-// Split K: a projection of few rows (N = 4096: 256 tiles of 16 rows) leaves most of the GPU's
-// CTA slots empty and each CTA a long stream, which keeps too few bytes in flight near the end.
-// With S > 1 splits, the S CTAs of a tile form one thread-block cluster and each takes a
-// contiguous 1/S of the 64-column steps; CTA rank 0 adds the others' sums (rank order) from
-// their shared memory (DSMEM) and runs the epilogue. Results depend on W and S only.
-#include <atomic>
-#include <cooperative_groups.h>
+// through shared memory, so results depend on W only.
 #include <string>
 #include <type_traits>
 
@@ -41,19 +33,11 @@ constexpr int kChunk = 16;             // e4m3 per 16-byte load
 constexpr int kStepCols = 4 * kChunk;  // columns one warp covers per step
 static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale block");
 
-namespace cg = cooperative_groups;
-
 struct Config {
-  int warps, unroll, splits;
+  int warps, unroll;
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp).
-constexpr Config kConfigs[] = {{16, 2, 1}, {8, 2, 1}, {8, 4, 1},  {16, 1, 1}, {32, 1, 1},
-                               {4, 4, 1},  {16, 2, 2}, {16, 1, 2}, {8, 2, 2},  {16, 1, 4},
-                               {8, 2, 4},  {8, 1, 4},  {4, 2, 4},  {8, 2, 8},  {4, 2, 8}};
-constexpr int kMaxSplits = 8;  // a portable cluster
-constexpr int kSplit2Config = 8, kSplit4Config = 10;  // the default shapes of fewer tiles
-static_assert(kConfigs[kSplit2Config].warps == 8 && kConfigs[kSplit2Config].splits == 2);
-static_assert(kConfigs[kSplit4Config].warps == 8 && kConfigs[kSplit4Config].splits == 4);
+constexpr Config kConfigs[] = {{16, 2}, {8, 2}, {8, 4}, {16, 1}, {32, 1}, {4, 4}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
 /// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
@@ -85,16 +69,15 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-// Loads the w chunks of the U steps starting at step s0 (zeros from chunk `end`: the end of K
-// or of this CTA's split).
+// Loads the w chunks of the U steps starting at step s0 (zeros past the end of K).
 template <int W, int U>
 __device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
-                                       int end, uint4 (&lo)[U], uint4 (&hi)[U]) {
+                                       int chunks, uint4 (&lo)[U], uint4 (&hi)[U]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int c = (s0 + u * W) * 4 + t;
     lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
-    if (c < end) {
+    if (c < chunks) {
       lo[u] = load_stream(w_lo + c);
       hi[u] = load_stream(w_hi + c);
     }
@@ -152,8 +135,7 @@ __device__ __forceinline__ void store_tile(const float (&s)[4], void* __restrict
   }
 }
 
-// grid (S, ceil(N / 16)) in clusters of (S, 1) when S > 1, block W * 32. K % 16 == 0, x and w
-// 16-byte aligned. MT x tiles of 8 rows. CTA (split, tile) takes steps [S0, S1) of its tile.
+// grid (ceil(N / 16)), block W * 32. K % 16 == 0, x and w 16-byte aligned. MT x tiles of 8 rows.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones; the first ones before pdl_wait() (weights never depend on the
 // previous kernel).
@@ -166,10 +148,8 @@ __global__ void __launch_bounds__(W * 32)
                     bool y_f32) {
   __shared__ float partial[W][MT][4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.y * kRows, splits = gridDim.x, split = blockIdx.x;
+  const int n0 = blockIdx.x * kRows;
   const int chunks = K / kChunk, steps = (chunks + 3) / 4;
-  const int s_begin = steps * split / splits, s_end = steps * (split + 1) / splits;
-  const int c_end = min(chunks, s_end * 4);
   // Rows past N are clamped (loaded, never stored), x rows past M are zero columns of B.
   const int r_lo = min(n0 + g, N - 1), r_hi = min(n0 + g + 8, N - 1);
   const uint4* w_lo = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r_lo) * K);
@@ -186,11 +166,11 @@ __global__ void __launch_bounds__(W * 32)
 
   pdl_launch_dependents();
   uint4 lo[U], hi[U];
-  load_w<W, U>(w_lo, w_hi, s_begin + warp, t, c_end, lo, hi);
+  load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
   pdl_wait();
 
   float acc[MT][4] = {};
-  for (int s0 = s_begin + warp; s0 < s_end; s0 += kStride) {
+  for (int s0 = warp; s0 < steps; s0 += kStride) {
     uint4 xv[U][MT][2];
     float sc[U][2];  // kBlock128: this step's scales of rows g and g + 8
 #pragma unroll
@@ -199,19 +179,19 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         xv[u][mt][0] = xv[u][mt][1] = make_uint4(0, 0, 0, 0);
-        if (c < c_end && x_live[mt]) {
+        if (c < chunks && x_live[mt]) {
           xv[u][mt][0] = __ldg(x_row[mt] + 2 * c);
           xv[u][mt][1] = __ldg(x_row[mt] + 2 * c + 1);
         }
       }
       if constexpr (BLOCK) {
         const float* row = scale + static_cast<int64_t>(s * kStepCols / kFp8ScaleBlock) * N;
-        sc[u][0] = s < s_end ? __ldg(row + r_lo) : 0.0f;
-        sc[u][1] = s < s_end ? __ldg(row + r_hi) : 0.0f;
+        sc[u][0] = s < steps ? __ldg(row + r_lo) : 0.0f;
+        sc[u][1] = s < steps ? __ldg(row + r_hi) : 0.0f;
       }
     }
     uint4 next_lo[U], next_hi[U];
-    load_w<W, U>(w_lo, w_hi, s0 + kStride, t, c_end, next_lo, next_hi);
+    load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if constexpr (BLOCK) {
@@ -234,65 +214,29 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
   __syncthreads();
-  float sum[MT][4];  // warp 0: this CTA's sums, the warps added in order
-  if (warp == 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sum[mt][i] = partial[0][mt][i][lane];
-#pragma unroll
-        for (int v = 1; v < W; ++v) sum[mt][i] += partial[v][mt][i][lane];
-      }
-  }
-  if (splits > 1) {
-    // partial[0] now holds this CTA's sums for the cluster; rank 0 adds the others' in order.
-    // Every thread of every CTA takes part in both cluster barriers (none returns early).
-    if (warp == 0)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) partial[0][mt][i][lane] = sum[mt][i];
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    if (split == 0 && warp == 0)
-      for (int r = 1; r < splits; ++r) {
-        const float(*other)[MT][4][32] = cluster.map_shared_rank(partial, r);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) sum[mt][i] += other[0][mt][i][lane];
-      }
-    cluster.sync();  // rank 0 has read the others' shared memory before they exit
-    if (split != 0) return;
-  }
   if (warp != 0) return;
   const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + r_lo),
                               BLOCK ? 1.0f : __ldg(scale + r_hi)};
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
+    float sum[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sum[mt][i] *= row_scale[i >> 1];
-    store_tile<T, EPI>(sum[mt], y, bias, M, N, y_f32, n0, g, t, mt);
+    for (int i = 0; i < 4; ++i) {
+      sum[i] = partial[0][mt][i][lane];
+#pragma unroll
+      for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
+      sum[i] *= row_scale[i >> 1];
+    }
+    store_tile<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t, mt);
   }
 }
 
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
 cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
-  static_assert(C.splits >= 1 && C.splits <= kMaxSplits);
-  const int tiles = (p.N + kRows - 1) / kRows;
-  auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
-  if constexpr (C.splits > 1) {
-    // Atomic: a thread per GPU under tensor parallelism (identical GPUs give one answer).
-    static std::atomic<int> fits{0};  // 0 unknown, 1 yes, -1 no
-    if (fits.load() == 0) fits.store(cluster_size_fits(kernel, C.splits, C.warps * 32) ? 1 : -1);
-    if (fits.load() < 0)
-      return invalid_argument("gemv_fp8: clusters of " + std::to_string(C.splits) + " CTAs of " +
-                              std::to_string(C.warps) + " warps do not fit this device");
-  }
-  return launch_kernel_in_clusters(
-      dim3(C.splits, 1, 1), kernel, dim3(C.splits, tiles), dim3(C.warps * 32), 0, stream,
-      static_cast<const T*>(p.x), static_cast<const uint8_t*>(p.w), p.scale, p.y,
+  const int blocks = (p.N + kRows - 1) / kRows;
+  return launch_kernel(
+      gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>, dim3(blocks), dim3(C.warps * 32), 0,
+      stream, static_cast<const T*>(p.x), static_cast<const uint8_t*>(p.w), p.scale, p.y,
       static_cast<const T*>(p.bias), p.M, p.N, p.K, EPI == GemvEpilogue::kStore && p.y_f32);
 }
 
@@ -343,8 +287,6 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   } else if (p.bias) {
     return invalid_argument("gemv_fp8: kStore takes no bias");
   }
-  if ((p.N + kRows - 1) / kRows > 65535)
-    return invalid_argument("gemv_fp8: N=" + std::to_string(p.N) + " > 65535 tiles of 16 rows");
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
@@ -354,14 +296,9 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
-int gemv_fp8_default_config(int N, int /*K*/) {
-  // Many tiles: 16 warps x 2 steps, the bytes per step and CTA of the 16-bit GEMV's default
-  // shape. Few tiles (N < 16k: an H100 holds 528 CTAs of 16 warps): split K over clusters so the
-  // GPU's CTA slots fill (rill-gemv-fp8-bench, docs/quantization.md). A fixed rule of the shape
-  // (no start-up timing), so every run computes the same sums.
-  const int tiles = (N + kRows - 1) / kRows;
-  if (tiles < 512) return kSplit4Config;
-  if (tiles < 1024) return kSplit2Config;
+int gemv_fp8_default_config(int /*N*/, int /*K*/) {
+  // 16 warps x 2 steps: the bytes per step and CTA of the 16-bit GEMV's default shape, its best
+  // on every Llama shape. A fixed rule (no start-up timing), so every run computes the same sums.
   return 0;
 }
 
@@ -371,14 +308,12 @@ int gemv_fp8_num_configs() {
 
 GemvConfigInfo gemv_fp8_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
-  return {kConfigs[config].warps, kConfigs[config].unroll, 0, true, kConfigs[config].splits};
+  return {kConfigs[config].warps, kConfigs[config].unroll, 0, true};
 }
 
 std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
-  const Config& c = kConfigs[config];
-  return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.splits > 1 ? " /" + std::to_string(c.splits) : "");
+  return std::to_string(kConfigs[config].warps) + "w x" + std::to_string(kConfigs[config].unroll);
 }
 
 }  // namespace rill::kernels

@@ -29,7 +29,7 @@ server_pid="" port=""
 
 start_server() {  # start_server TAG on|off: rill-server in the background; sets server_pid, port
   local tag=$1 mode=$2 extra=()
-  if [ "$mode" = off ]; then extra=(--no-prefix-caching); else extra=(--prefix-caching); fi
+  if [ "$mode" = off ]; then extra=(--no-prefix-caching); else extra=(--prefix-caching true); fi
   "$bin/rill-server" --model "$model" --device cuda --dtype bfloat16 --host 127.0.0.1 --http-port 0 \
     --grpc-port 0 --max-num-seqs 256 --max-batch 256 --max-num-batched-tokens 8192 --log-level warn \
     "${extra[@]}" >"$OUT/prefix_server_${tag}_stdout.txt" 2>"$OUT/prefix_server_${tag}_stderr.txt" &

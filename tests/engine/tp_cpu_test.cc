@@ -2,7 +2,8 @@
 // the CUDA group shards with), each a CpuRunner on its own thread meeting the others in an
 // in-process all-reduce / all-gather, equals the unsharded CpuRunner token for token (fp32) for
 // N = 2, 4, 8 over GQA ratios, KV heads that divide and that replicate, tied and untied
-// embeddings, biases, GPT-NeoX's parallel residual and fp8 checkpoint weights with their scales.
+// embeddings, biases, GPT-NeoX's parallel residual and fp8 checkpoint weights with their scales;
+// late grammar masks (ModelRunner::supply_masks) reach every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -234,6 +235,69 @@ TEST(TpCpu, BadInputLeavesTheGroupUsable) {
   const int32_t ok = 3;
   const StepInput good{1, std::span<const int32_t>(&ok, 1), LogitsMode::kNone, true};
   EXPECT_GE(tp->step(std::span<const StepInput>(&good, 1)).sampled[0], 0);
+  EXPECT_EQ(tp->kv().num_free_blocks(), tp->rank(1).kv().num_free_blocks());
+}
+
+// Two sequences (greedy, seeded) under a mask of 20 ids, 12 decode steps: masks at launch, one
+// step at a time, or (`late`) pipelined as the serving loop drives constrained rows: step s + 1
+// launched with kLastSampled and mask_later before step s is finished, its masks supplied after.
+std::vector<int32_t> masked_tokens(ModelRunner& r, bool late) {
+  const int V = r.config().vocab_size;
+  std::vector<uint32_t> mask(static_cast<size_t>(V + 31) / 32, 0);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20; ++i) {
+    const uint32_t t = rng() % static_cast<uint32_t>(V);
+    mask[t >> 5] |= 1u << (t & 31);
+  }
+  r.add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+  r.add_sequence({2, CachePolicy::full(), {.temperature = 1.0f, .seed = 4}});
+  const auto p = prompt(7, V);
+  std::vector<int32_t> out;
+  const int32_t last = kLastSampled;
+  int32_t next[2] = {0, 0};
+  const LateMask masks[2] = {{1, mask}, {2, mask}};
+  for (int s = 0; s < 13; ++s) {
+    StepInput in[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::span<const int32_t> tok =
+          s == 0 ? std::span<const int32_t>(p)
+                 : std::span<const int32_t>(late ? &last : &next[k], 1);
+      in[k] = {SeqId(k + 1), tok, LogitsMode::kNone, true};
+      if (late && s > 0)
+        in[k].mask_later = true;
+      else
+        in[k].mask = mask;
+    }
+    if (!late) {
+      const StepOutput o = r.step(in);
+      for (int k = 0; k < 2; ++k) out.push_back(next[k] = o.sampled[k]);
+      continue;
+    }
+    r.launch(in);
+    if (s == 0) continue;
+    const StepOutput o = r.finish();
+    out.insert(out.end(), o.sampled.begin(), o.sampled.end());
+    r.supply_masks(masks);
+  }
+  if (late) {
+    const StepOutput o = r.finish();
+    out.insert(out.end(), o.sampled.begin(), o.sampled.end());
+  }
+  r.remove_sequence(1);
+  r.remove_sequence(2);
+  for (int32_t t : out) EXPECT_TRUE((mask[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u) << t;
+  return out;
+}
+
+// The group passes late masks to every rank: each samples what the whole model samples with the
+// masks at launch.
+TEST(TpCpu, LateMasksSampleAsMasksAtLaunch) {
+  const Model m = random_model(config(8, 2, false));
+  CpuRunner whole(m, {.num_threads = 1});
+  const auto ref = masked_tokens(whole, false);
+  EXPECT_EQ(masked_tokens(whole, true), ref);
+  auto tp = tp::make_cpu_tp_runner(m, 2, {.num_threads = 1});
+  EXPECT_EQ(masked_tokens(*tp, true), ref);
   EXPECT_EQ(tp->kv().num_free_blocks(), tp->rank(1).kv().num_free_blocks());
 }
 

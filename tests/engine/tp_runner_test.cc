@@ -44,6 +44,7 @@ class FakeRank final : public ModelRunner {
     }
   }
   StepOutput finish() override { return {}; }
+  void supply_masks(std::span<const LateMask>) override {}
 
  private:
   int rank_;

@@ -58,6 +58,7 @@ class ForwardingRunner : public ModelRunner {
   std::vector<KvTransfer> completed_transfers() override { return inner_.completed_transfers(); }
   void launch(std::span<const StepInput> inputs) override { inner_.launch(inputs); }
   StepOutput finish() override { return inner_.finish(); }
+  void supply_masks(std::span<const LateMask> masks) override { inner_.supply_masks(masks); }
 
  protected:
   const CpuRunner& inner() const { return inner_; }

@@ -56,7 +56,6 @@ inline GemvParams gemv_params(DType dtype, int M, int N, int K, const void* x, c
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
   bool silu = false;
-  int splits = 1;  // CTAs (one cluster) sharing a tile's K: the fp8 GEMV's split-K shapes
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
