@@ -28,26 +28,68 @@ void append_varint(std::string& key, uint64_t x) {
   key.push_back(static_cast<char>(x));
 }
 
-// The byte sets of one key: a set seen before is written as its number, so that a bounded
-// repeat's chain of states (the same few sets over and over, up to the longest token's length:
-// 129 bytes deep with Llama-3's runs) costs a few bytes an edge, not 40.
+struct SetHash {
+  size_t operator()(const std::array<uint64_t, 4>& b) const {
+    return static_cast<size_t>((b[0] * 0x9E3779B97F4A7C15ull) ^ (b[1] * 0xC2B2AE3D27D4EB4Full) ^
+                               (b[2] * 0x165667B19E3779F9ull) ^ (b[3] * 0x27D4EB2F165667C5ull));
+  }
+};
+
+// The grammar's distinct byte sets, numbered once per compile: each edge's set number, state by
+// state (edges of state s: ids[first[s], first[s + 1])).
+struct EdgeSets {
+  std::vector<uint32_t> first, ids;
+  uint32_t count = 0;
+};
+
+EdgeSets number_edge_sets(const CompiledGrammar& g) {
+  EdgeSets e;
+  std::unordered_map<std::array<uint64_t, 4>, uint32_t, SetHash> index;
+  e.first.reserve(g.num_states() + 1);
+  for (size_t s = 0; s < g.num_states(); ++s) {
+    e.first.push_back(static_cast<uint32_t>(e.ids.size()));
+    for (const ByteEdge& edge : g.state(static_cast<int32_t>(s)).bytes) {
+      const auto [it, fresh] = index.try_emplace(edge.set.bits, e.count);
+      if (fresh) ++e.count;
+      e.ids.push_back(it->second);
+    }
+  }
+  e.first.push_back(static_cast<uint32_t>(e.ids.size()));
+  return e;
+}
+
+// The byte sets of one key: a set seen before in the key is written as its number in order of
+// first appearance, so that a bounded repeat's chain of states (the same few sets over and over,
+// up to the longest token's length: 129 bytes deep with Llama-3's runs) costs a few bytes an
+// edge, not 40. Scratch of one build thread, reset per key.
 class SetNames {
  public:
-  void clear() { sets_.clear(); }
-  void append(std::string& key, const ByteSet& set) {
-    for (size_t i = 0; i < sets_.size(); ++i)
-      if (sets_[i] == set.bits) {
-        append_varint(key, i + 1);
-        return;
-      }
+  explicit SetNames(const EdgeSets& sets)
+      : sets_(sets), stamp_of_(sets.count, 0), name_(sets.count) {}
+  void begin() {
+    if (++stamp_ == 0) {
+      std::fill(stamp_of_.begin(), stamp_of_.end(), 0u);
+      stamp_ = 1;
+    }
+    next_ = 0;
+  }
+  /// Edge `k` of state `s`.
+  void append(std::string& key, int32_t s, size_t k, const ByteSet& set) {
+    const uint32_t id = sets_.ids[sets_.first[static_cast<size_t>(s)] + k];
+    if (stamp_of_[id] == stamp_) {
+      append_varint(key, name_[id] + 1);
+      return;
+    }
+    stamp_of_[id] = stamp_;
+    name_[id] = next_++;
     append_varint(key, 0);  // a literal set follows
     for (uint64_t w : set.bits) append_u64(key, w);
-    if (sets_.size() < kMaxNamed) sets_.push_back(set.bits);
   }
 
  private:
-  static constexpr size_t kMaxNamed = 64;  // past that, literals (the search stays short)
-  std::vector<std::array<uint64_t, 4>> sets_;
+  const EdgeSets& sets_;
+  std::vector<uint32_t> stamp_of_, name_;  // per grammar set: named in this key when stamped
+  uint32_t stamp_ = 0, next_ = 0;
 };
 
 // True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
@@ -57,9 +99,9 @@ class SetNames {
 // numbers.
 // `order` (per state, valid where seen == stamp) is scratch.
 bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
-               std::vector<uint32_t>& order, uint32_t stamp, std::string& key) {
+               std::vector<uint32_t>& order, uint32_t stamp, SetNames& sets, std::string& key) {
   key.clear();
-  SetNames sets;
+  sets.begin();
   std::vector<int32_t> found{start};  // breadth-first: layer by layer
   seen[static_cast<size_t>(start)] = stamp;
   order[static_cast<size_t>(start)] = 0;
@@ -77,14 +119,15 @@ bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vecto
       if (!st.calls.empty()) return false;
       key.push_back(static_cast<char>(st.final ? 1 : 0));
       append_varint(key, st.bytes.size());
-      for (const ByteEdge& e : st.bytes) {
+      for (size_t k = 0; k < st.bytes.size(); ++k) {
+        const ByteEdge& e = st.bytes[k];
         const auto t = static_cast<size_t>(e.target);
         if (seen[t] != stamp) {
           seen[t] = stamp;
           order[t] = static_cast<uint32_t>(found.size());
           found.push_back(e.target);
         }
-        sets.append(key, e.set);
+        sets.append(key, found[i], k, e.set);
         append_varint(key, order[t]);
       }
     }
@@ -232,6 +275,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
                                  const GrammarLimits& limits,
                                  std::chrono::steady_clock::time_point started,
                                  const std::vector<int32_t>& reps, TableCache* shared) {
+  const EdgeSets edge_sets = number_edge_sets(g);
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
@@ -244,6 +288,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
       std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
       uint32_t stamp = 0;
       std::string key;
+      SetNames set_names(edge_sets);
       for (size_t t = next++; t < reps.size() && !failed.load(); t = next++) {
         if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
           fail("grammar compilation exceeded the time-out of " +
@@ -253,7 +298,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
           stamp = 1;
         }
         const ByteSet& follow = g.follow(g.state(reps[t]).rule);
-        if (!call_free(g, reps[t], v.max_token_bytes(), seen, order, stamp, key)) {
+        if (!call_free(g, reps[t], v.max_token_bytes(), seen, order, stamp, set_names, key)) {
           const PositionWalk w = walk_earley(v, parser, reps[t], scratch);
           tables_[t] = std::make_shared<const PositionTable>(table_of(v, w, follow));
           continue;
