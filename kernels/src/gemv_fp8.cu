@@ -221,13 +221,10 @@ __device__ __forceinline__ void add_step(float (&acc)[MT][4], const uint4& lo, c
 /// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
 /// memory), the row scales (kPerRow), then the epilogue by warp 0. Every thread calls it.
 template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
-__device__ __forceinline__ void sum_warps_and_store(const LaneTile<T, MT>& L,
-                                                    const float (&acc)[MT][4],
-                                                    float (*partial)[MT][4][32],
-                                                    const float* __restrict__ scale,
-                                                    void* __restrict__ y,
-                                                    const T* __restrict__ bias, int M, int N,
-                                                    bool y_f32) {
+__device__ __forceinline__ void sum_warps_and_store(
+    const LaneTile<T, MT>& L, const float (&acc)[MT][4], float (*partial)[MT][4][32],
+    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias, int M, int N,
+    bool y_f32) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -354,8 +351,7 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
   for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
     const int refill = slot == 0 ? S - 1 : slot - 1;
-    copy_w<W, U>(mine + refill * kSlot * 16, L.w_lo, L.w_hi, s0 + (S - 1) * kStride, L.t,
-                 L.chunks);
+    copy_w<W, U>(mine + refill * kSlot * 16, L.w_lo, L.w_hi, s0 + (S - 1) * kStride, L.t, L.chunks);
     attn::cp_async_commit();
     uint4 xv[U][MT][2];
     float sc[U][2];
