@@ -2,13 +2,16 @@
 // M = 1..16, per-row and 128-column block scales, beside the 16-bit GEMV at M = 1 on the same
 // shape: GB/s counts the bytes each reads (e4m3 weights + scales, or fp16 weights), % is of the
 // copy bandwidth. Each timed call reads a different copy of the weights (a working set of several
-// times the L2), as decode does. Then every CTA shape at M = 1 and 16, and 32 layers of the 7B
-// shape's GEMVs in one CUDA graph (what the GEMVs cost inside a decode step).
+// times the L2), as decode does. Then every CTA shape at M = 1 and 16 (register-buffered, then the
+// shared-memory rings: "ringS"), and 32 layers of the 7B shape's GEMVs in one CUDA graph (what the
+// GEMVs cost inside a decode step), per shape and as the engine chooses them (the deep prologue
+// for o and gate|up).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -142,7 +145,11 @@ void bench_shape(const Shape& s, int l2_bytes, double copy_gbps, cudaStream_t st
 }
 
 // 32 Llama-2-7B layers of fp8 GEMVs at M = 1 (distinct weights, gate|up with SiLU-and-mul) in
-// one CUDA graph, per CTA shape.
+// one CUDA graph: the default shape, the engine's choice at one token (Fp8GemvParams::
+// deep_prologue for o and gate|up, as CudaTuning::fp8_gemv_deep_mask's default rule), then every
+// shape forced on all four. Here a GEMV's predecessor is another GEMV, not the short attention or
+// add + norm kernel the engine puts before o and gate|up, so the ring's early loads have less
+// to overlap than in a decode step (rill-bench --trace shows that).
 void layer_chain(cudaStream_t stream, double copy_gbps) {
   constexpr int kLayers = 32, H = 4096, I = 11008;
   const int shapes[4][2] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
@@ -164,7 +171,10 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   BENCH_CUDA(cudaStreamSynchronize(stream));
   std::printf("\n32 Llama-2-7B layers of fp8 GEMVs at M = 1 in one CUDA graph (%.2f GB)\n",
               bytes / 1e9);
-  for (int config = -1; config < rill::kernels::gemv_fp8_num_configs(); ++config) {
+  constexpr int kEngine = -2;  // a row, not a config: the engine's choice per projection
+  std::vector<int> rows = {-1, kEngine};
+  for (int c = 0; c < rill::kernels::gemv_fp8_num_configs(); ++c) rows.push_back(c);
+  for (int config : rows) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -178,7 +188,8 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
       p.w = w[i];
       p.scale = static_cast<const float*>(sc[i]);
       p.y = y;
-      p.config = config;
+      p.config = config == kEngine ? -1 : config;
+      p.deep_prologue = config == kEngine && (i % 4 == 1 || i % 4 == 2);  // o, gate|up
       if (i % 4 == 2) p.epilogue = rill::kernels::GemvEpilogue::kSiluMul;
       BENCH_CUDA(rill::kernels::launch_gemv_fp8(p, stream));
     }
@@ -188,9 +199,11 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
     BENCH_CUDA(cudaGraphExecDestroy(exec));
     BENCH_CUDA(cudaGraphDestroy(graph));
     const double gbps = bytes / (ms * 1e-3) / 1e9;
-    std::printf("  %-10s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n",
-                config < 0 ? "default" : rill::kernels::gemv_fp8_config_name(config).c_str(), ms,
-                gbps, 100 * gbps / copy_gbps);
+    const std::string name = config == kEngine ? "engine (deep o, gate|up)"
+                             : config < 0      ? "default"
+                                               : rill::kernels::gemv_fp8_config_name(config);
+    std::printf("  %-24s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n", name.c_str(), ms, gbps,
+                100 * gbps / copy_gbps);
   }
   for (void* p : w) BENCH_CUDA(cudaFree(p));
   for (void* p : sc) BENCH_CUDA(cudaFree(p));

@@ -244,6 +244,7 @@ struct Variant {
   int splits = 0;        // decode attention's split count (0: automatic)
   int gemv_config = -1;  // the GEMV's CTA shape (-1: the default rule)
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
+  int fp8_deep = -1;     // the same for fp8 GEMVs (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
@@ -277,6 +278,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     for (int mask : int_list(args.get("gemv-deep-masks"))) {
       Variant v{"GEMV deep-prologue mask " + std::to_string(mask)};
       v.gemv_deep = mask;
+      variants.push_back(v);
+    }
+    for (int mask : int_list(args.get("fp8-gemv-deep-masks"))) {
+      Variant v{"fp8 GEMV deep-prologue mask " + std::to_string(mask)};
+      v.fp8_deep = mask;
       variants.push_back(v);
     }
   }
@@ -315,6 +321,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
   t.decode_splits = v.splits;
   t.gemv_config = v.gemv_config;
   if (v.gemv_deep >= 0) t.gemv_deep_mask = v.gemv_deep;
+  if (v.fp8_deep >= 0) t.fp8_gemv_deep_mask = v.fp8_deep;
   t.early_kv_loads = v.early_kv;
   t.cluster_merge = v.cluster;
   for (const auto& [projection, config] : v.projection_configs) {
@@ -503,6 +510,15 @@ void declare_flags(cli::Args& args) {
   args.option(
       "gemv-deep-mask", "-1",
       "the mask of GEMVs with a deep prologue for the whole run (-1: the runner's default)");
+  args.option("fp8-gemv-deep-masks", "",
+              "also time batch <= 8 decode with each of these masks of fp8 GEMVs staging weights "
+              "through shared memory (bits as --gemv-deep-masks; 0: none)");
+  args.option("fp8-gemv-deep-mask", "-1",
+              "the mask of fp8 GEMVs with a deep prologue for the whole run (-1: the runner's "
+              "rule, o, gate|up and qkv from two tokens on)");
+  args.option("fp8-gemv-deep-config", "-1",
+              "CTA shape of the fp8 GEMVs with a deep prologue (index of rill-gemv-fp8-bench's "
+              "shapes; -1: the default)");
   args.option("fp8-gemv-max-rows", "-1",
               "fp8 weights: the largest step (tokens) that runs the fp8 GEMV, not the W8A8 GEMM "
               "(0 .. 16; -1: the runner's default)");
@@ -534,6 +550,8 @@ int main(int argc, char** argv) {
     eo.cuda_tuning.gemv_deep_config = args.get_int("gemv-deep-config");
     if (args.get_int("gemv-deep-mask") >= 0)
       eo.cuda_tuning.gemv_deep_mask = args.get_int("gemv-deep-mask");
+    eo.cuda_tuning.fp8_gemv_deep_mask = args.get_int("fp8-gemv-deep-mask");
+    eo.cuda_tuning.fp8_gemv_deep_config = args.get_int("fp8-gemv-deep-config");
     if (args.get_int("fp8-gemv-max-rows") >= 0)
       eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();

@@ -121,8 +121,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv),
-               projection_config(kQkv, c.qkv_dim(), H, T));
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false,
+               deep_gemv(kQkv, w.wqkv, T), projection_config(kQkv, c.qkv_dim(), H, T));
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
@@ -154,7 +154,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO),
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
                projection_config(kO, H, c.q_dim(), T));
   });
   enqueue_all_reduce(o_.get(), T, false);  // row-parallel o: partial sums (its bias comes after)
@@ -171,7 +171,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
       const int N = c.gated_mlp ? 2 * I : I;
-      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp),
+      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp, w.wup, T),
                  projection_config(kUp, N, H, T));
       return;
     }
@@ -187,6 +187,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
       p.y = act_.get();
       p.epilogue = kernels::GemvEpilogue::kSiluMul;
       p.bias = w.bup;
+      p.deep_prologue = fp8_deep_gemv(kUp, T);
       gemm_->gemv_fp8(p);
       return;
     }
@@ -220,7 +221,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
   timed(Profiler::kGemm, [&] {
-    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown),
+    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
                projection_config(kDown, H, I, T));
   });
   enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
@@ -240,7 +241,8 @@ void CudaRunner::enqueue_lm_head(int rows) {
   if (!tp_.comm) {
     timed(Profiler::kGemm, [&] {
       gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), rows, c.vocab_size, H, true,
-                 deep_gemv(kHead), projection_config(kHead, c.vocab_size, H, rows));
+                 deep_gemv(kHead, weights_->lm_head(), rows),
+                 projection_config(kHead, c.vocab_size, H, rows));
     });
     return;
   }
@@ -251,7 +253,8 @@ void CudaRunner::enqueue_lm_head(int rows) {
   float* all = gather_.as<float>();
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), all + tp_.comm->rank() * part, rows, N, H, true,
-               deep_gemv(kHead), projection_config(kHead, N, H, rows));
+               deep_gemv(kHead, weights_->lm_head(), rows),
+               projection_config(kHead, N, H, rows));
   });
   tp_.comm->all_gather_f32(all, part, stream_);
   for (int r = 0; r < world; ++r) {

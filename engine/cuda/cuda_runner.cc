@@ -164,6 +164,14 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
     throw Error(
         ErrorCode::kInvalidArgument,
         "fp8 GEMV config: -1 (default) .. " + std::to_string(kernels::gemv_fp8_num_configs() - 1));
+  if (t.fp8_gemv_deep_mask < -1 || t.fp8_gemv_deep_mask > CudaTuning::kAllProjections)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 GEMV deep-prologue mask: -1 (default) .. " +
+                    std::to_string(CudaTuning::kAllProjections));
+  if (t.fp8_gemv_deep_config < -1 || t.fp8_gemv_deep_config >= kernels::gemv_fp8_num_configs())
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 GEMV deep-prologue config: -1 (default) .. " +
+                    std::to_string(kernels::gemv_fp8_num_configs() - 1));
   if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
@@ -175,6 +183,7 @@ void CudaRunner::apply_tuning() {
   gemm_->set_deep_config(tuning_.gemv_deep_config);
   gemm_->set_fp8_gemv_max_rows(tuning_.fp8_gemv_max_rows);
   gemm_->set_fp8_gemv_config(tuning_.fp8_gemv_config);
+  gemm_->set_fp8_deep_config(tuning_.fp8_gemv_deep_config);
   kernels::set_programmatic_launch(tuning_.programmatic_launch);
 }
 

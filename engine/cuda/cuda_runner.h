@@ -227,6 +227,15 @@ class CudaRunner final : public ModelRunner {
   // CudaTuning::projection_gemv_config forces, else the measured ring depth (-1: Gemm's choice).
   int projection_config(int projection, int N, int K, int T) const;
   bool deep_gemv(int projection) const { return (tuning_.gemv_deep_mask & projection) != 0; }
+  // The same for fp8 weights at T tokens (CudaTuning::fp8_gemv_deep_mask).
+  bool fp8_deep_gemv(int projection, int T) const {
+    if (tuning_.fp8_gemv_deep_mask >= 0) return (tuning_.fp8_gemv_deep_mask & projection) != 0;
+    return projection == kO || projection == kUp || (projection == kQkv && T > 1);
+  }
+  // deep_gemv or fp8_deep_gemv, as weight w takes.
+  bool deep_gemv(int projection, const cuda::DeviceLinear& w, int T) const {
+    return w.fp8() ? fp8_deep_gemv(projection, T) : deep_gemv(projection);
+  }
   // RoPE inside decode attention (CudaTuning::rope_in_attention). The kAuto rule, from H100
   // measurements (docs/performance-history.md, ninth session): on for models without GQA when
   // attention runs in several splits (Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms, batch 8

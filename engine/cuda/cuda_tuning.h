@@ -71,6 +71,13 @@ struct CudaTuning {
   /// The fp8 GEMV's CTA shape (kernels::gemv_fp8_config_info; -1:
   /// kernels::gemv_fp8_default_config).
   int fp8_gemv_config = -1;
+  /// Mask of the decode fp8 GEMVs that stage weights through a shared-memory ring (kernels::
+  /// Fp8GemvParams::deep_prologue; 0 .. kAllProjections, a bit applies at every step size); -1:
+  /// the 16-bit GEMV's measured set, o, gate|up (or up), and qkv from two tokens on.
+  int fp8_gemv_deep_mask = -1;
+  /// The CTA shape of the fp8 GEMVs with a deep prologue (kernels::gemv_fp8_ring_config; -1:
+  /// kernels::gemv_fp8_default_config), unless fp8_gemv_config forces one for all.
+  int fp8_gemv_deep_config = -1;
   /// Programmatic dependent launch (kernels::set_programmatic_launch): each kernel starts while
   /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
   bool programmatic_launch = true;

@@ -97,6 +97,7 @@ kernels::Fp8GemvParams Gemm::fp8_gemv_params(const void* x, const DeviceLinear& 
 void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
   p.dtype = dtype_;
   if (p.config < 0) p.config = fp8_gemv_config_;
+  if (p.config < 0 && p.deep_prologue) p.config = fp8_deep_config_;
   RILL_CUDA(kernels::launch_gemv_fp8(p, stream_));
 }
 
@@ -108,7 +109,9 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
   }
   if (M <= 0) return;
   if (uses_gemv(x, w, M, K)) {
-    gemv_fp8(fp8_gemv_params(x, w, y, M, N, K, y_f32));
+    kernels::Fp8GemvParams p = fp8_gemv_params(x, w, y, M, N, K, y_f32);
+    p.deep_prologue = deep_prologue;
+    gemv_fp8(p);
     return;
   }
   run_fp8_gemm(x, w, y, M, N, K, y_f32);

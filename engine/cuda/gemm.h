@@ -32,12 +32,13 @@ class Gemm {
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
            bool deep_prologue = false, int config = -1);
   /// The same for a weight that may be fp8 (`config`: the 16-bit GEMV's shape; fp8 GEMVs take
-  /// set_fp8_gemv_config's).
+  /// set_fp8_gemv_config's; deep_prologue: kernels::Fp8GemvParams's for them).
   void run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32 = false,
            bool deep_prologue = false, int config = -1);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
-  /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in).
+  /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
+  /// set_fp8_gemv_config's, else set_fp8_deep_config's when p.deep_prologue).
   void gemv_fp8(kernels::Fp8GemvParams p);
   /// Room for activations quantized to e4m3: up to `max_rows` x `max_k` (the W8A8 GEMMs).
   void reserve_fp8(int max_rows, int max_k);
@@ -46,6 +47,8 @@ class Gemm {
   void set_fp8_gemv_max_rows(int rows) { fp8_gemv_max_rows_ = rows; }
   /// The fp8 GEMV's CTA shape (kernels::gemv_fp8_config_info; -1: the default rule).
   void set_fp8_gemv_config(int config) { fp8_gemv_config_ = config; }
+  /// The fp8 GEMV's CTA shape with deep_prologue (-1: the default rule).
+  void set_fp8_deep_config(int config) { fp8_deep_config_ = config; }
   /// Disables the GEMV path (cuBLAS for everything), e.g. to measure what it buys.
   void set_gemv_enabled(bool on) { gemv_enabled_ = on; }
   /// The GEMV's CTA shape (kernels::gemv_config_info) for every GEMV that does not name one;
@@ -87,6 +90,7 @@ class Gemm {
   int deep_config_ = -1;
   int fp8_gemv_max_rows_ = kernels::kFp8GemvMaxRows;
   int fp8_gemv_config_ = -1;
+  int fp8_deep_config_ = -1;
   std::unique_ptr<Fp8Gemm> fp8_gemm_;
   DeviceMemory fp8_x_;       // [max rows, max K] e4m3
   DeviceMemory fp8_scales_;  // [ceil(max K / 128), max rows] fp32

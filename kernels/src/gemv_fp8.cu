@@ -16,9 +16,14 @@
 // step's mma result (the four lanes of a step cover 64 columns inside one 128-column block)
 // before adding it to the running sums. The W warps' partial sums are added in warp order
 // through shared memory, so results depend on W only.
+//
+// Two kernels share that tile: gemv_fp8_kernel double-buffers the weights in registers;
+// gemv_fp8_ring_kernel stages them through a cp.async ring in shared memory and issues several
+// iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does.
 #include <string>
 #include <type_traits>
 
+#include "attention_mma.cuh"
 #include "dispatch.cuh"
 #include "gemv_mma.cuh"
 #include "launch.cuh"
@@ -33,12 +38,22 @@ constexpr int kChunk = 16;             // e4m3 per 16-byte load
 constexpr int kStepCols = 4 * kChunk;  // columns one warp covers per step
 static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale block");
 
+// CTA shapes: warps splitting K, steps per warp per iteration, and where the weights wait
+// between load and use: stages == 0 in registers (gemv_fp8_kernel), stages > 0 in a shared-memory
+// ring of that many iterations (gemv_fp8_ring_kernel). The sums depend on `warps` only.
 struct Config {
-  int warps, unroll;
+  int warps, unroll, stages;
 };
-// 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp).
-constexpr Config kConfigs[] = {{16, 2}, {8, 2}, {8, 4}, {16, 1}, {32, 1}, {4, 4}};
+// 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
+// rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
+// two CTAs an SM.
+constexpr Config kConfigs[] = {{16, 2, 0}, {8, 2, 0},  {8, 4, 0},  {16, 1, 0}, {32, 1, 0},
+                               {4, 4, 0},  {16, 1, 4}, {16, 1, 3}, {16, 1, 5}, {16, 1, 6}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+// Fp8GemvParams::deep_prologue's shape: 16 warps x 1 with a ring of 4, the depth the 16-bit
+// GEMV measured best before a short kernel (o, gate|up: docs/performance-history.md).
+constexpr int kDeepConfig = 6;
+static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].stages > 0);
 
 /// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
 /// exponent+mantissa bits are shifted into T's places, which gives the value times 2^-8 (fp16) or
@@ -135,6 +150,104 @@ __device__ __forceinline__ void store_tile(const float (&s)[4], void* __restrict
   }
 }
 
+/// This thread's place in its CTA's tile, as both kernels lay it out: warp `warp`, lane
+/// (g = lane / 4, t = lane % 4) of the CTA owning w rows n0 .. n0 + 15, which reads w rows n0 + g
+/// and n0 + g + 8 (r_lo, r_hi) and x rows 8 mt + g over `steps` steps of 4 16-byte chunks
+/// (`chunks` per row). Rows past N are clamped (loaded, never stored), x rows past M are zero
+/// columns of B (x_live false).
+template <typename T, int MT>
+struct LaneTile {
+  int warp, g, t, n0, chunks, steps, r_lo, r_hi;
+  const uint4 *w_lo, *w_hi, *x_row[MT];
+  bool x_live[MT];
+  __device__ __forceinline__ LaneTile(const T* x, const uint8_t* w, int M, int N, int K)
+      : warp(threadIdx.x >> 5),
+        g((threadIdx.x & 31) >> 2),
+        t(threadIdx.x & 3),
+        n0(blockIdx.x * kRows),
+        chunks(K / kChunk),
+        steps((K / kChunk + 3) / 4),
+        r_lo(min(n0 + g, N - 1)),
+        r_hi(min(n0 + g + 8, N - 1)),
+        w_lo(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r_lo) * K)),
+        w_hi(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r_hi) * K)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = 8 * mt + g;
+      x_live[mt] = m < M;
+      x_row[mt] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(m, M - 1)) * K);
+    }
+  }
+};
+
+/// Step s's x chunks (zeros past the end of K and for dead rows) and, kBlock128, the scales of
+/// rows r_lo and r_hi for its 128-column block (zeros past the last step).
+template <typename T, int MT, bool BLOCK>
+__device__ __forceinline__ void load_step(const LaneTile<T, MT>& L, const float* __restrict__ scale,
+                                          int N, int s, uint4 (&xv)[MT][2], float (&sc)[2]) {
+  const int c = s * 4 + L.t;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
+    if (c < L.chunks && L.x_live[mt]) {
+      xv[mt][0] = __ldg(L.x_row[mt] + 2 * c);
+      xv[mt][1] = __ldg(L.x_row[mt] + 2 * c + 1);
+    }
+  }
+  if constexpr (BLOCK) {
+    const float* row = scale + static_cast<int64_t>(s * kStepCols / kFp8ScaleBlock) * N;
+    sc[0] = s < L.steps ? __ldg(row + L.r_lo) : 0.0f;
+    sc[1] = s < L.steps ? __ldg(row + L.r_hi) : 0.0f;
+  }
+}
+
+/// acc += one step: the chunk's mmas straight into the sums (kPerRow), or into a zeroed tile that
+/// is scaled by the step's block scales and then added (kBlock128).
+template <typename T, int MT, bool BLOCK>
+__device__ __forceinline__ void add_step(float (&acc)[MT][4], const uint4& lo, const uint4& hi,
+                                         const uint4 (&xv)[MT][2], const float (&sc)[2]) {
+  if constexpr (BLOCK) {
+    float step[MT][4] = {};
+    mma_chunk<T, MT>(step, lo, hi, xv);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][i] += step[mt][i] * sc[i >> 1];
+  } else {
+    mma_chunk<T, MT>(acc, lo, hi, xv);
+  }
+}
+
+/// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
+/// memory), the row scales (kPerRow), then the epilogue by warp 0. Every thread calls it.
+template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
+__device__ __forceinline__ void sum_warps_and_store(
+    const LaneTile<T, MT>& L, const float (&acc)[MT][4], float (*partial)[MT][4][32],
+    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias, int M, int N,
+    bool y_f32) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[L.warp][mt][i][lane] = acc[mt][i];
+  __syncthreads();
+  if (L.warp != 0) return;
+  const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + L.r_lo),
+                              BLOCK ? 1.0f : __ldg(scale + L.r_hi)};
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float sum[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sum[i] = partial[0][mt][i][lane];
+#pragma unroll
+      for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
+      sum[i] *= row_scale[i >> 1];
+    }
+    store_tile<T, EPI>(sum, y, bias, M, N, y_f32, L.n0, L.g, L.t, mt);
+  }
+}
+
 // grid (ceil(N / 16)), block W * 32. K % 16 == 0, x and w 16-byte aligned. MT x tiles of 8 rows.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
 // mmas of the current ones; the first ones before pdl_wait() (weights never depend on the
@@ -147,97 +260,138 @@ __global__ void __launch_bounds__(W * 32)
                     void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
                     bool y_f32) {
   __shared__ float partial[W][MT][4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kRows;
-  const int chunks = K / kChunk, steps = (chunks + 3) / 4;
-  // Rows past N are clamped (loaded, never stored), x rows past M are zero columns of B.
-  const int r_lo = min(n0 + g, N - 1), r_hi = min(n0 + g + 8, N - 1);
-  const uint4* w_lo = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r_lo) * K);
-  const uint4* w_hi = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r_hi) * K);
-  const uint4* x_row[MT];
-  bool x_live[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int m = 8 * mt + g;
-    x_live[mt] = m < M;
-    x_row[mt] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(m, M - 1)) * K);
-  }
+  const LaneTile<T, MT> L(x, w, M, N, K);
   constexpr int kStride = W * U;
 
   pdl_launch_dependents();
   uint4 lo[U], hi[U];
-  load_w<W, U>(w_lo, w_hi, warp, t, chunks, lo, hi);
+  load_w<W, U>(L.w_lo, L.w_hi, L.warp, L.t, L.chunks, lo, hi);
   pdl_wait();
 
   float acc[MT][4] = {};
-  for (int s0 = warp; s0 < steps; s0 += kStride) {
+  for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
     uint4 xv[U][MT][2];
     float sc[U][2];  // kBlock128: this step's scales of rows g and g + 8
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int s = s0 + u * W, c = s * 4 + t;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        xv[u][mt][0] = xv[u][mt][1] = make_uint4(0, 0, 0, 0);
-        if (c < chunks && x_live[mt]) {
-          xv[u][mt][0] = __ldg(x_row[mt] + 2 * c);
-          xv[u][mt][1] = __ldg(x_row[mt] + 2 * c + 1);
-        }
-      }
-      if constexpr (BLOCK) {
-        const float* row = scale + static_cast<int64_t>(s * kStepCols / kFp8ScaleBlock) * N;
-        sc[u][0] = s < steps ? __ldg(row + r_lo) : 0.0f;
-        sc[u][1] = s < steps ? __ldg(row + r_hi) : 0.0f;
-      }
-    }
+    for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
     uint4 next_lo[U], next_hi[U];
-    load_w<W, U>(w_lo, w_hi, s0 + kStride, t, chunks, next_lo, next_hi);
+    load_w<W, U>(L.w_lo, L.w_hi, s0 + kStride, L.t, L.chunks, next_lo, next_hi);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if constexpr (BLOCK) {
-        float step[MT][4] = {};
-        mma_chunk<T, MT>(step, lo[u], hi[u], xv[u]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][i] += step[mt][i] * sc[u][i >> 1];
-      } else {
-        mma_chunk<T, MT>(acc, lo[u], hi[u], xv[u]);
-      }
+      add_step<T, MT, BLOCK>(acc, lo[u], hi[u], xv[u], sc[u]);
       lo[u] = next_lo[u];
       hi[u] = next_hi[u];
     }
   }
 
+  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, M, N, y_f32);
+}
+
+// 16-byte copy of streamed weights into shared memory with load_stream's L2::256B hint (as
+// gemv.cu's); !valid reads nothing and zero-fills.
+__device__ __forceinline__ void cp_async_stream(uint32_t dst, const uint4* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// Issues this thread's copies of the U steps starting at s0 into the ring slot at `slot` (this
+// thread's first 16 bytes of it); zeros past the end of K.
+template <int W, int U>
+__device__ __forceinline__ void copy_w(uint32_t slot, const uint4* w_lo, const uint4* w_hi, int s0,
+                                       int t, int chunks) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
-  __syncthreads();
-  if (warp != 0) return;
-  const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + r_lo),
-                              BLOCK ? 1.0f : __ldg(scale + r_hi)};
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float sum[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sum[i] = partial[0][mt][i][lane];
-#pragma unroll
-      for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
-      sum[i] *= row_scale[i >> 1];
-    }
-    store_tile<T, EPI>(sum, y, bias, M, N, y_f32, n0, g, t, mt);
+  for (int u = 0; u < U; ++u) {
+    const int c = (s0 + u * W) * 4 + t;
+    const bool valid = c < chunks;
+    cp_async_stream(slot + (2 * u) * W * 32 * 16, valid ? w_lo + c : w_lo, valid);
+    cp_async_stream(slot + (2 * u + 1) * W * 32 * 16, valid ? w_hi + c : w_hi, valid);
   }
+}
+
+template <int W, int U, int S>
+constexpr int ring_bytes() {
+  return S * U * 2 * W * 32 * 16;
+}
+
+// gemv_fp8_kernel with the weights staged through a ring of S iterations in shared memory
+// ([S][U][lo, hi][thread] 16-byte chunks, 16 KB per step of 16 warps): each thread copies its own
+// chunks and reads back only those, so cp.async.wait_group orders it and no barrier is needed.
+// S - 1 iterations are issued before pdl_wait(), so a CTA launched early under PDL streams that
+// much of its tile while its predecessor (attention, add + norm) still runs; the register kernel
+// has only its first U steps in flight there. Same steps in the same order per warp as
+// gemv_fp8_kernel with W warps (any U): the same sums, bit for bit.
+//
+// Two CTAs per SM for up to 16 warps, as gemv_ring_kernel (a ring of 4 x 16 KB plus the other
+// CTA's fits the 228 KB of an H100 SM).
+template <typename T, int W, int U, int S, int MT, bool BLOCK, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
+    gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
+                         const uint8_t* __restrict__ w,    // [N, K] e4m3
+                         const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
+                         void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
+                         bool y_f32) {
+  static_assert(ring_bytes<W, U, S>() >= W * MT * 4 * 32 * int(sizeof(float)),
+                "the ring holds the partials");
+  extern __shared__ uint4 ring[];
+  const LaneTile<T, MT> L(x, w, M, N, K);
+  constexpr int kStride = W * U;
+  constexpr int kSlot = U * 2 * W * 32;  // uint4 per ring slot
+  const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
+
+  pdl_launch_dependents();
+#pragma unroll
+  for (int p = 0; p < S - 1; ++p) {
+    copy_w<W, U>(mine + p * kSlot * 16, L.w_lo, L.w_hi, L.warp + p * kStride, L.t, L.chunks);
+    attn::cp_async_commit();
+  }
+  pdl_wait();
+
+  float acc[MT][4] = {};
+  int slot = 0;  // the slot of iteration s0; the slot before it is refilled
+  for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
+    const int refill = slot == 0 ? S - 1 : slot - 1;
+    copy_w<W, U>(mine + refill * kSlot * 16, L.w_lo, L.w_hi, s0 + (S - 1) * kStride, L.t, L.chunks);
+    attn::cp_async_commit();
+    uint4 xv[U][MT][2];
+    float sc[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
+    attn::cp_async_wait<S - 1>();
+    const uint4* own = ring + slot * kSlot + threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      add_step<T, MT, BLOCK>(acc, own[(2 * u) * W * 32], own[(2 * u + 1) * W * 32], xv[u], sc[u]);
+    slot = slot == S - 1 ? 0 : slot + 1;
+  }
+
+  attn::cp_async_wait<0>();  // the zero-filled copies past the end
+  __syncthreads();           // every warp is done with the ring: it becomes the partials
+  auto partial = reinterpret_cast<float(*)[MT][4][32]>(ring);  // [W][MT][4][32]
+  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, M, N, y_f32);
 }
 
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
 cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
-  return launch_kernel(
-      gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>, dim3(blocks), dim3(C.warps * 32), 0,
-      stream, static_cast<const T*>(p.x), static_cast<const uint8_t*>(p.w), p.scale, p.y,
-      static_cast<const T*>(p.bias), p.M, p.N, p.K, EPI == GemvEpilogue::kStore && p.y_f32);
+  const T* x = static_cast<const T*>(p.x);
+  const uint8_t* w = static_cast<const uint8_t*>(p.w);
+  const T* bias = static_cast<const T*>(p.bias);
+  const bool y_f32 = EPI == GemvEpilogue::kStore && p.y_f32;
+  if constexpr (C.stages == 0) {
+    return launch_kernel(gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>, dim3(blocks),
+                         dim3(C.warps * 32), 0, stream, x, w, p.scale, p.y, bias, p.M, p.N, p.K,
+                         y_f32);
+  } else {
+    const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
+    constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
+    // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.scale,
+                         p.y, bias, p.M, p.N, p.K, y_f32);
+  }
 }
 
 // Run-time values to template constants: x tiles, scale layout, epilogue.
@@ -292,14 +446,22 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
   Fp8GemvParams q = p;
-  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K);
+  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
-int gemv_fp8_default_config(int /*N*/, int /*K*/) {
+int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {
   // 16 warps x 2 steps: the bytes per step and CTA of the 16-bit GEMV's default shape, its best
-  // on every Llama shape. A fixed rule (no start-up timing), so every run computes the same sums.
-  return 0;
+  // on every Llama shape. A fixed rule (no start-up timing), so every run computes the same sums;
+  // deep_prologue takes its ring twin (16 warps: the same sums).
+  return deep_prologue ? kDeepConfig : 0;
+}
+
+int gemv_fp8_ring_config(int warps, int stages) {
+  for (int i = 0; i < kNumConfigs; ++i)
+    if (kConfigs[i].warps == warps && kConfigs[i].unroll == 1 && kConfigs[i].stages == stages)
+      return i;
+  return -1;
 }
 
 int gemv_fp8_num_configs() {
@@ -308,12 +470,15 @@ int gemv_fp8_num_configs() {
 
 GemvConfigInfo gemv_fp8_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
-  return {kConfigs[config].warps, kConfigs[config].unroll, 0, true};
+  const Config& c = kConfigs[config];
+  return {c.warps, c.unroll, c.stages, true};
 }
 
 std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
-  return std::to_string(kConfigs[config].warps) + "w x" + std::to_string(kConfigs[config].unroll);
+  const Config& c = kConfigs[config];
+  return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
+         (c.stages ? " ring" + std::to_string(c.stages) : "");
 }
 
 }  // namespace rill::kernels

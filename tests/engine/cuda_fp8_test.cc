@@ -374,6 +374,44 @@ TEST(CudaFp8, GraphsChangeNothing) {
   EXPECT_EQ(rows[0].prefill, rows[1].prefill);
 }
 
+// Where the fp8 GEMVs keep their weights (registers, or a shared-memory ring of any depth, per
+// projection) changes speed only: decode and prefill logits stay bit-identical, at one token
+// (the default rule leaves qkv in registers there) and at three (qkv in the ring too).
+TEST(CudaFp8, GemvStagingChangesNothing) {
+  REQUIRE_CUDA();
+  for (const char* name : {"fp8_block", "fp8_ct_channel"}) {
+    SCOPED_TRACE(name);
+    const Model m = load_model(source_path(std::string("tests/fixtures/") + name));
+    for (int batch : {1, 3}) {
+      const auto prompts = testing::fp8_prompts(m, batch, 20);
+      std::vector<std::vector<int32_t>> tokens(4, std::vector<int32_t>(batch));  // [step][seq]
+      for (int step = 0; step < 4; ++step)
+        for (int i = 0; i < batch; ++i) tokens[step][i] = 5 + step + 3 * i;
+      auto rows = [&](int deep_mask, int deep_stages) {
+        CudaTuning t;
+        t.fp8_gemv_deep_mask = deep_mask;
+        t.fp8_gemv_deep_config = deep_stages ? kernels::gemv_fp8_ring_config(16, deep_stages) : -1;
+        auto r = testing::cuda_runner(m, true, "auto", t);
+        return testing::run_fp8_rows(*r, prompts, tokens);
+      };
+      const Fp8Rows base = rows(-1, 0);
+      const std::vector<std::pair<int, int>> variants = {// (mask, ring depth; 0: default)
+                                                         {0, 0},
+                                                         {CudaTuning::kAllProjections, 0},
+                                                         {CudaTuning::kAllProjections, 3},
+                                                         {CudaTuning::kAllProjections, 6}};
+      for (const auto& [mask, stages] : variants) {
+        SCOPED_TRACE("batch " + std::to_string(batch) + " mask " + std::to_string(mask) + " ring " +
+                     std::to_string(stages));
+        ASSERT_TRUE(stages == 0 || kernels::gemv_fp8_ring_config(16, stages) >= 0);
+        const Fp8Rows r = rows(mask, stages);
+        EXPECT_EQ(r.decode, base.decode);
+        EXPECT_EQ(r.prefill, base.prefill);
+      }
+    }
+  }
+}
+
 // --quantization none on an fp8 checkpoint runs the dequantized weights in bf16: it matches the
 // CPU like any bf16 model.
 TEST(CudaFp8, NoneDequantizesAtLoad) {

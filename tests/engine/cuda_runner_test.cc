@@ -23,6 +23,7 @@
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/cuda_runner.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/gemv_fp8.h"
 #endif
 
 namespace rill {
@@ -528,6 +529,12 @@ TEST(CudaRunner, SetTuningEqualsConstructionAndValidates) {
   EXPECT_THROW(r->set_tuning(bad), Error);
   bad = {};
   bad.projection_config(CudaTuning::kO) = kernels::gemv_num_configs();
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.fp8_gemv_deep_mask = -2;
+  EXPECT_THROW(r->set_tuning(bad), Error);
+  bad = {};
+  bad.fp8_gemv_deep_config = kernels::gemv_fp8_num_configs();
   EXPECT_THROW(r->set_tuning(bad), Error);
   bad = {};
   bad.decode_splits = 17;

@@ -1,8 +1,9 @@
 // The weight-only fp8 GEMV (rill/kernels/gemv_fp8.h) against an fp64 CPU reference on the
 // dequantized weights: every e4m3 code converted exactly (subnormals and signs included), M 1..16,
 // K with partial steps and partial scale blocks, odd N, per-row and 128-column block scales, both
-// output types, the kSiluMul epilogue with and without bias, every CTA shape, and the rejections
-// that send callers to a GEMM.
+// output types, the kSiluMul epilogue with and without bias, every CTA shape (registers and
+// shared-memory rings; a ring equals the register shape of its warps bit for bit), and the
+// rejections that send callers to a GEMM.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -212,6 +213,69 @@ TEST(GemvFp8, EveryKernelShape) {
         check_store(dt, 12, 1040, 11008, layout, false, config, rng);
         check_store(dt, 8, 99, 1008, layout, false, config, rng);
       }
+}
+
+// The ring shapes (weights staged through shared memory) run the same steps in the same order
+// per warp as the register shapes with the same warps: outputs equal bit for bit, both epilogues,
+// both scale layouts, one and two x tiles, and the default deep-prologue shape is one of them.
+TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(56);
+  const int deep = kernels::gemv_fp8_default_config(4096, 4096, true);
+  ASSERT_GT(kernels::gemv_fp8_config_info(deep).stages, 0);
+  EXPECT_EQ(kernels::gemv_fp8_config_info(deep).warps,
+            kernels::gemv_fp8_config_info(kernels::gemv_fp8_default_config(4096, 4096)).warps);
+  struct Shape {
+    int M, N, K;
+  };
+  // K: partial steps, fewer steps than the ring is deep, a Llama down projection's K.
+  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80}, {3, 261, 4112}};
+  int pairs = 0;
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
+      for (const Shape& sh : shapes)
+        for (GemvEpilogue epi : {GemvEpilogue::kStore, GemvEpilogue::kSiluMul}) {
+          const bool silu = epi == GemvEpilogue::kSiluMul;
+          const int N = silu ? (sh.N + 15) / 16 * 16 : sh.N;  // whole gate|up tiles
+          const Fp8Weight w = random_weight(N, sh.K, layout, rng);
+          const std::vector<float> x =
+              rounded_random(size_t(sh.M) * sh.K, rng, dt, 1.0f / std::sqrt(float(sh.K)));
+          const DeviceWeight dw(w);
+          DeviceBuffer d_x(x.size(), 2), d_bias(N, 2);
+          d_x.upload_floats(x, dt);
+          d_bias.upload_floats(rounded_random(N, rng, dt, 0.5f), dt);
+          const size_t y_elems = size_t(sh.M) * (silu ? N / 2 : N);
+          const bool y_f32 = !silu && sh.M % 2 == 1;
+          // Every shape's output bytes on the same operands.
+          std::vector<std::vector<uint8_t>> out(kernels::gemv_fp8_num_configs());
+          for (int config = 0; config < kernels::gemv_fp8_num_configs(); ++config) {
+            SCOPED_TRACE(label(dt, sh.M, N, sh.K, layout, config) + (silu ? " silu" : ""));
+            DeviceBuffer d_y(y_elems, y_f32 ? 4 : 2);
+            d_y.poison();
+            kernels::Fp8GemvParams p = params(dt, sh.M, w, dw, d_x.get(), d_y.get(), config);
+            p.y_f32 = y_f32;
+            p.epilogue = epi;
+            p.bias = silu ? d_bias.get() : nullptr;
+            CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
+            CUDA_OK(cudaDeviceSynchronize());
+            EXPECT_TRUE(d_y.check_guards());
+            out[config].resize(y_elems * (y_f32 ? 4 : 2));
+            d_y.download(out[config].data());
+          }
+          for (int ring = 0; ring < kernels::gemv_fp8_num_configs(); ++ring) {
+            const kernels::GemvConfigInfo ri = kernels::gemv_fp8_config_info(ring);
+            if (ri.stages == 0) continue;
+            for (int reg = 0; reg < kernels::gemv_fp8_num_configs(); ++reg) {
+              const kernels::GemvConfigInfo gi = kernels::gemv_fp8_config_info(reg);
+              if (gi.stages != 0 || gi.warps != ri.warps) continue;
+              ++pairs;
+              EXPECT_TRUE(out[ring] == out[reg])
+                  << label(dt, sh.M, N, sh.K, layout, ring) << (silu ? " silu" : "")
+                  << " differs from " << kernels::gemv_fp8_config_name(reg);
+            }
+          }
+        }
+  EXPECT_GT(pairs, 0) << "no ring shape has a register twin";
 }
 
 double silu(double x) {

@@ -40,15 +40,24 @@ struct Fp8GemvParams {
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   const void* bias = nullptr;  // kSiluMul: optional [N], rows as w's
   int config = -1;             // CTA shape 0 .. gemv_fp8_num_configs() - 1; -1: the default
+  /// For the default shape: the kernel launched before this one is short (attention, add + norm),
+  /// so its CTAs sit resident under PDL for a while before their inputs are ready: stage the
+  /// weights through a shared-memory ring, which lets several iterations stream before the wait
+  /// (the same sums as without).
+  bool deep_prologue = false;
 };
 
-/// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration, weights
-/// double-buffered in registers. The sums depend on `warps` only.
+/// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration; the weights
+/// wait double-buffered in registers (stages == 0) or in a shared-memory ring of `stages`
+/// iterations filled by cp.async. The sums depend on `warps` only.
 int gemv_fp8_num_configs();
-GemvConfigInfo gemv_fp8_config_info(int config);  // .stages is 0
+GemvConfigInfo gemv_fp8_config_info(int config);  // .silu is always true
 std::string gemv_fp8_config_name(int config);
-/// The shape launch_gemv_fp8 uses for weights [N, K] when config is -1.
-int gemv_fp8_default_config(int N, int K);
+/// The shape launch_gemv_fp8 uses for weights [N, K] when config is -1 (see deep_prologue).
+int gemv_fp8_default_config(int N, int K, bool deep_prologue = false);
+/// The shape of `warps` warps x 1 step with a ring of `stages` iterations (the same sums as the
+/// register shapes with those warps), or -1 when none exists.
+int gemv_fp8_ring_config(int warps, int stages);
 /// Most rows of x a launch takes (two mma column tiles of 8).
 constexpr int kFp8GemvMaxRows = 16;
 
