@@ -49,8 +49,9 @@ Request constrained(grammar::ConstraintKind kind, std::string text, uint32_t see
 TEST(CudaConstraints, PipelinedConstrainedBatchIsValidAndMatchesTheCpuRunner) {
   REQUIRE_CUDA();
   const Model& m = default_model();
-  SchedulerConfig cfg;
+  SchedulerConfig cfg = scheduler_defaults("cuda");
   cfg.max_num_seqs = 16;
+  cfg.max_num_batched_tokens = 2048;  // testing::cuda_runner's tokens a step
   EngineFixture gpu(cfg, testing::cuda_runner(m));
   std::vector<Request> reqs;
   for (int i = 0; i < 12; ++i) {

@@ -203,11 +203,16 @@ TEST(MaskedStep, CpuRunnerLateMaskProtocolErrors) {
 TEST(MaskedStep, CudaRunnerSamplesOnlyAllowedTokensWithAndWithoutGraphs) {
   REQUIRE_CUDA();
   const auto masks = make_masks(4, model().config.vocab_size);
-  auto eager = testing::cuda_runner(model(), false);
-  auto graphs = testing::cuda_runner(model(), true);
-  const auto plain = run(*graphs, masks, false);
-  const auto masked = run(*graphs, masks, true);
+  // One runner alive at a time: each sizes its KV pool to 30% of the GPU counting what is
+  // already in use, so a second one alive beside the first would get none.
+  std::vector<std::vector<int32_t>> plain, masked;
+  {
+    auto graphs = testing::cuda_runner(model(), true);
+    plain = run(*graphs, masks, false);
+    masked = run(*graphs, masks, true);
+  }
   check(plain, masked, masks);
+  auto eager = testing::cuda_runner(model(), false);
   EXPECT_EQ(run(*eager, masks, true), masked) << "graph replay must equal eager launches";
 }
 
@@ -217,16 +222,22 @@ TEST(MaskedStep, CudaRunnerSamplesOnlyAllowedTokensWithAndWithoutGraphs) {
 TEST(MaskedStep, CudaRunnerLateMasksEqualMasksAtLaunch) {
   REQUIRE_CUDA();
   const auto masks = make_masks(4, model().config.vocab_size);
-  auto eager = testing::cuda_runner(model(), false);
-  auto graphs = testing::cuda_runner(model(), true);
-  const auto at_launch = run(*graphs, masks, true);
-  EXPECT_EQ(run_late(*graphs, masks), at_launch) << "graphs";
-  EXPECT_EQ(run_late(*eager, masks), at_launch) << "eager";
-  EXPECT_EQ(run(*graphs, masks, false), run(*graphs, masks, false)) << "unconstrained graphs after";
+  std::vector<std::vector<int32_t>> at_launch, late;
+  {  // one runner alive at a time (see above)
+    auto graphs = testing::cuda_runner(model(), true);
+    at_launch = run(*graphs, masks, true);
+    late = run_late(*graphs, masks);
+    EXPECT_EQ(late, at_launch) << "graphs";
+    EXPECT_EQ(run(*graphs, masks, false), run(*graphs, masks, false))
+        << "unconstrained graphs after";
+  }
+  {
+    auto eager = testing::cuda_runner(model(), false);
+    EXPECT_EQ(run_late(*eager, masks), at_launch) << "eager";
+  }
   // The greedy rows against the CPU reference, teacher-forced (bf16 near ties excepted).
   CpuRunner cpu(model(), {.num_threads = 4});
   const std::vector<int32_t> prompt{1, 17, 33, 250, 9, 41};
-  const auto late = run_late(*graphs, masks);
   EXPECT_GT(
       testing::expect_greedy_agrees(
           cpu, prompt, late[0], [&](size_t) { return std::span<const uint32_t>(masks[0]); }, 0.25),
