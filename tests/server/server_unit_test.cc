@@ -220,15 +220,15 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
 }
 
 TEST(ServerConfig, PrefixCachingDefaultsPerRunner) {
-  // On by default on the CPU runner; off on the CUDA runner until CudaPrefixCache.* pass on the
-  // H100; an explicit --prefix-caching wins over either.
+  // On by default on both runners (CudaPrefixCache.* pass on the H100); an explicit
+  // --no-prefix-caching wins over either.
   EXPECT_TRUE(scheduler_defaults("cpu").enable_prefix_caching);
-  EXPECT_FALSE(scheduler_defaults("cuda").enable_prefix_caching);
+  EXPECT_TRUE(scheduler_defaults("cuda").enable_prefix_caching);
   ServerConfig c;
   c.explicit_fields.insert("scheduler.enable_prefix_caching");
-  c.scheduler.enable_prefix_caching = true;
+  c.scheduler.enable_prefix_caching = false;
   apply_scheduler_defaults(c, scheduler_defaults("cuda"));
-  EXPECT_TRUE(c.scheduler.enable_prefix_caching);
+  EXPECT_FALSE(c.scheduler.enable_prefix_caching);
 }
 
 TEST(ServerConfig, EveryBooleanFlagHasANoForm) {
