@@ -43,7 +43,10 @@ serve() {  # serve NAME FLAGS...: starts rill-server on the 7B shape; sets pid a
   pid=$!
   port=""
   for _ in $(seq 1 240); do
-    port=$(grep -o '"http_port":[0-9]*' "$scratch/server_$name.txt" 2>/dev/null | cut -d: -f2)
+    # The "listening" event's port (at --log-level info the configuration, "http_port":0, comes
+    # first in the same file).
+    port=$(grep -a '"event":"listening"' "$scratch/server_$name.txt" 2>/dev/null |
+      grep -o '"http_port":[0-9]*' | head -1 | cut -d: -f2)
     [ -n "$port" ] && grep -q '"event":"ready"' "$scratch/server_$name.txt" && return 0
     kill -0 $pid 2>/dev/null || break
     sleep 0.5
