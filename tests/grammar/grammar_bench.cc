@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -184,10 +185,104 @@ void run(const char* name, std::shared_ptr<const Vocabulary> vocab, int rounds) 
       per_token[per_token.size() * 99 / 100], per_token.size());
 }
 
+// The vocabulary of tools/rill_make_model.cc's synthetic tokenizer (the serving benchmarks'
+// Llama-3-8B shape): EOS, the 256 byte symbols, then lowercase letter strings of 2, 3 and 4
+// letters in order, 128,256 entries in all.
+std::shared_ptr<const Vocabulary> letters_vocab(int32_t size) {
+  std::vector<std::string> t{""};
+  std::vector<uint8_t> special{1};
+  for (int b = 0; b < 256; ++b) t.emplace_back(1, static_cast<char>(b)), special.push_back(0);
+  for (size_t len = 2; static_cast<int32_t>(t.size()) < size; ++len) {
+    std::string w(len, 'a');
+    while (static_cast<int32_t>(t.size()) < size) {
+      t.push_back(w);
+      special.push_back(0);
+      size_t i = len;  // the next string of this length, the last letter fastest
+      while (i > 0 && w[i - 1] == 'z') w[--i] = 'a';
+      if (i == 0) break;
+      ++w[i - 1];
+    }
+  }
+  return std::make_shared<const Vocabulary>(std::move(t), std::move(special),
+                                            std::vector<int32_t>{0});
+}
+
+// A long bounded string: the serving check's schema (scripts/device/structured_check.sh), whose
+// 512 generated tokens are almost all inside "body" (exactly 6,000 characters). Teacher-forced
+// through a document whose body is letter strings; reports the per-token time by how far into
+// the body the stream is.
+void run_bounded(const char* name, std::shared_ptr<const Vocabulary> vocab) {
+  const char* schema =
+      R"({"type":"object","properties":{"title":{"type":"string","maxLength":40},)"
+      R"("tags":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":8},)"
+      R"("score":{"type":"integer","minimum":0,"maximum":100},)"
+      R"("body":{"type":"string","minLength":6000,"maxLength":6000}},)"
+      R"("required":["title","tags","score","body"]})";
+  ConstraintCache cache(vocab, bench_limits());
+  const auto t0 = Clock::now();
+  const auto c = cache.get({ConstraintKind::kJsonSchema, schema, {}, "", ""});
+  const double cold_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("%s: bounded-body schema compile %.1f ms cold (%zu automaton states, %zu tables)\n",
+              name, cold_ms, c->grammar.num_states(), c->tables.num_tables());
+  std::string body;
+  std::mt19937 rng(7);
+  while (body.size() < 6000) body += static_cast<char>('a' + rng() % 26);
+  const std::string head = R"({"title": "a bounded body", "tags": ["x", "yz"], "score": 42, )";
+  const std::string doc = head + R"("body": ")" + body + "\"}";
+  const size_t body_at = head.size() + 9;
+  GrammarMatcher m(c);
+  std::vector<uint32_t> mask(vocab->mask_words());
+  std::vector<std::pair<size_t, double>> body_us;  // (bytes into the body, us)
+  for (size_t pos = 0;;) {
+    const auto s = Clock::now();
+    m.fill_mask(mask);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - s).count();
+    int32_t best = -1;
+    if (pos == doc.size()) {
+      best = 0;
+    } else {
+      for (int32_t id = 1; id < vocab->size(); ++id) {
+        const std::string& b = vocab->bytes(id);
+        if ((mask[static_cast<size_t>(id) >> 5] >> (id & 31) & 1u) &&
+            doc.compare(pos, b.size(), b) == 0 && (best < 0 || b.size() > vocab->bytes(best).size()))
+          best = id;
+      }
+    }
+    if (best < 0 || !m.accept(best)) {
+      std::fprintf(stderr, "%s: the document left the grammar at byte %zu\n", name, pos);
+      std::exit(1);
+    }
+    if (pos >= body_at && pos < body_at + body.size()) body_us.emplace_back(pos - body_at, us);
+    if (best == 0) break;
+    pos += vocab->bytes(best).size();
+  }
+  auto report = [&](const char* what, size_t from, size_t to) {
+    std::vector<double> xs;
+    for (auto [at, us] : body_us)
+      if (at >= from && at < to) xs.push_back(us);
+    if (xs.empty()) return;
+    std::sort(xs.begin(), xs.end());
+    double sum = 0;
+    for (double x : xs) sum += x;
+    std::printf("%s: mask inside body, %s: mean %.1f us, p50 %.1f us, max %.1f us (%zu tokens)\n",
+                name, what, sum / static_cast<double>(xs.size()), xs[xs.size() / 2], xs.back(),
+                xs.size());
+  };
+  report("first 100 tokens", 0, 400);
+  report("tokens 100-500", 400, 2000);
+  report("all", 0, body.size());
+  report("last 16 bytes", body.size() - 16, body.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool bounded_only = argc > 1 && std::strcmp(argv[1], "--bounded") == 0;
+  if (bounded_only) {
+    run_bounded("letters-128k", letters_vocab(128256));
+    return 0;
+  }
   const Tokenizer tok =
       Tokenizer::from_hf_dir(std::string(RILL_SOURCE_DIR) + "/models/rill-shakespeare");
   std::vector<int32_t> eos;
@@ -195,5 +290,6 @@ int main(int argc, char** argv) {
   run("rill-shakespeare", Vocabulary::from_tokenizer(tok, tok.vocab_size(), eos), quick ? 1 : 5);
   run("synthetic-128k", synthetic_vocab(128256), quick ? 1 : 3);
   if (!quick) run("synthetic-128k-long-runs", synthetic_vocab(128256, true), 1);
+  run_bounded("letters-128k", letters_vocab(128256));
   return 0;
 }
