@@ -229,6 +229,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const GrammarLimits& limits,
   std::vector<int32_t> bodies;
   for (const Rule& r : g.rules()) bodies.push_back(r.body);
   const size_t num_named = bodies.size();
+  num_named_ = num_named;
   std::vector<int32_t> pending;  // hoisted repetition bodies: rules num_named, num_named + 1, ...
   for (size_t r = 0; r < bodies.size() || r - num_named < pending.size(); ++r) {
     const int32_t body = r < num_named ? bodies[r] : pending[r - num_named];

@@ -45,6 +45,9 @@ class CompiledGrammar {
   int32_t root_rule() const { return root_; }
   /// Bytes that may directly follow a completion of rule r, in any context (over-approximate).
   const ByteSet& follow(int32_t r) const { return follow_[static_cast<size_t>(r)]; }
+  /// Rule r is the body of a repetition too large to inline (one call per copy: a long bounded
+  /// string's characters), not a rule of the grammar.
+  bool hoisted(int32_t r) const { return static_cast<size_t>(r) >= num_named_; }
 
  private:
   void compute_nullable();
@@ -55,6 +58,7 @@ class CompiledGrammar {
   std::vector<uint8_t> nullable_;
   std::vector<ByteSet> follow_;
   int32_t root_ = 0;
+  size_t num_named_ = 0;  // rules of the grammar; hoisted repetition bodies follow
 };
 
 }  // namespace rill::grammar

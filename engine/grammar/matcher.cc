@@ -37,7 +37,10 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> words) {
   // exit groups once per (rule, origin) of the items at those positions.
   tables_.clear();
   sources_.clear();
+  const auto here = static_cast<int32_t>(parser_.depth());
   for (const Item& it : parser_.last_set()) {
+    // An item predicted here of an expanded rule: its caller's table covers it (token_tables.h).
+    if (it.origin == here && c_->tables.expanded(g.state(it.state).rule)) continue;
     const PositionTable* t = c_->tables.at(it.state);
     if (t == nullptr) continue;
     if (std::find(tables_.begin(), tables_.end(), t) == tables_.end()) tables_.push_back(t);

@@ -255,9 +255,25 @@ TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const Gr
   const std::vector<int32_t> cls = position_classes(g, v.max_token_bytes() + 1, num_classes);
   std::vector<int32_t> table_of_class(static_cast<size_t>(num_classes), -1);
   index_.assign(g.num_states(), -1);
+  // A hoisted repetition body (a long bounded string's character: one call per copy) ends after
+  // every copy, so its own table leaves every longer token uncertain: the matcher would walk the
+  // whole vocabulary through the parser at every step (5-7 ms a token with 128k tokens). Its
+  // call sites' walks go through the call instead (Earley walks, a few per bounded repeat: its
+  // call sites fall into about max_token_bytes + 2 position classes), which decides those
+  // tokens here. A nullable body is not expanded (its call sites would be walked past it
+  // without a byte: position classes count edges).
+  expanded_.assign(g.num_rules(), 0);
+  for (size_t r = 0; r < g.num_rules(); ++r)
+    expanded_[r] = g.hoisted(static_cast<int32_t>(r)) && !g.nullable(static_cast<int32_t>(r));
+  auto has_table = [&](const AutomatonState& st) {
+    if (!st.bytes.empty()) return true;
+    for (const CallEdge& c : st.calls)
+      if (expanded_[static_cast<size_t>(c.rule)]) return true;
+    return false;
+  };
   std::vector<int32_t> reps;  // per table: the state whose walk builds it
   for (size_t s = 0; s < g.num_states(); ++s) {
-    if (g.state(static_cast<int32_t>(s)).bytes.empty()) continue;
+    if (!has_table(g.state(static_cast<int32_t>(s)))) continue;
     int32_t& t = table_of_class[static_cast<size_t>(cls[s])];
     if (t < 0) {
       t = static_cast<int32_t>(reps.size());

@@ -73,6 +73,10 @@ class TokenTables {
   /// this minus its ids.
   std::span<const uint32_t> walkable() const { return walkable_; }
   size_t num_tables() const { return tables_.size(); }
+  /// Rule r is expanded at its call sites: every state calling it has a table whose walk goes
+  /// through the call, so an item of r predicted in the current set (origin = that set) adds
+  /// nothing to the mask beyond its caller's table (GrammarMatcher::fill_mask skips it).
+  bool expanded(int32_t r) const { return expanded_[static_cast<size_t>(r)] != 0; }
 
  private:
   /// Most threads one table build uses (the cores of a serving host are shared with the engine).
@@ -84,6 +88,7 @@ class TokenTables {
   std::vector<int32_t> index_;  // per automaton state
   std::vector<std::shared_ptr<const PositionTable>> tables_;
   std::vector<uint32_t> walkable_;
+  std::vector<uint8_t> expanded_;  // per rule
 };
 
 }  // namespace rill::grammar
