@@ -149,6 +149,96 @@ TEST(GrammarMatcher, TokensSpanningSeveralRuleEndsMatchBruteForce) {
                8, 14, 22);
 }
 
+// Long bounded repeats (a child too large to inline that often is hoisted into a rule of its
+// own, one call per copy, and expanded at its call sites): walks that favour long tokens reach
+// the bound, so masks are checked far from it, near it and at it, with tokens longer than the
+// count left. The brute force keeps one parser of the text (no tables) and tries each token on
+// it, so thousands of steps stay cheap.
+void bounded_walks(const std::shared_ptr<const CompiledConstraint>& c, int walks, int steps,
+                   uint32_t seed) {
+  const Vocabulary& v = *c->vocab;
+  ASSERT_TRUE(c->grammar.hoisted(static_cast<int32_t>(c->grammar.num_rules() - 1)))
+      << "the repetition was inlined: the case no longer tests hoisted bodies";
+  std::mt19937 rng(seed);
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(c);
+    EarleyParser p(c->grammar, 1 << 16);
+    p.reset(c->grammar.rule_start(c->grammar.root_rule()));
+    std::vector<uint32_t> mask(v.mask_words());
+    size_t text = 0;
+    for (int step = 0; step < steps; ++step) {
+      m.fill_mask(mask);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < v.size(); ++id) {
+        bool expect = false;
+        if (v.is_eos(id)) {
+          expect = p.exited();
+        } else if (!v.special(id) && !v.bytes(id).empty()) {
+          const std::string& b = v.bytes(id);
+          size_t k = 0;
+          while (k < b.size() && p.push(static_cast<uint8_t>(b[k]))) ++k;
+          expect = k == b.size();
+          for (; k > 0; --k) p.pop();
+        }
+        ASSERT_EQ(bit(mask, id), expect) << "token " << id << " '" << v.bytes(id) << "' after "
+                                         << text << " bytes, walk " << w << " step " << step;
+        if (expect && !v.is_eos(id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      int32_t t = allowed[rng() % allowed.size()];
+      if (rng() % 4 != 0)  // mostly the longest: reach the bound within the steps
+        for (int32_t id : allowed)
+          if (v.bytes(id).size() > v.bytes(t).size()) t = id;
+      ASSERT_TRUE(m.accept(t));
+      for (char b : v.bytes(t)) ASSERT_TRUE(p.push(static_cast<uint8_t>(b)));
+      text += v.bytes(t).size();
+    }
+  }
+}
+
+// small_vocab plus runs longer than the last few copies of a bound.
+std::shared_ptr<const Vocabulary> runs_vocab(uint32_t seed) {
+  const auto base = small_vocab(seed, 120);
+  std::vector<std::string> bytes;
+  std::vector<uint8_t> special;
+  for (int32_t id = 0; id < base->size(); ++id) {
+    bytes.push_back(base->bytes(id));
+    special.push_back(base->special(id) ? 1 : 0);
+  }
+  for (const char* t : {"ab", "abab", "cdcd", "abcd", "abx", "cx", "ax\"", "a\"}", "a\",", "é\"",
+                        "\\n", "\\u00e9", "\" }", "\"}"})
+    bytes.emplace_back(t), special.push_back(0);
+  for (size_t n : {3u, 7u, 12u, 16u}) bytes.emplace_back(n, 'a'), special.push_back(0);
+  return std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
+                                            std::vector<int32_t>{0});
+}
+
+TEST(GrammarMatcher, LongBoundedStringsMatchBruteForce) {
+  const auto v = runs_vocab(11);
+  // Exactly n characters (the serving check's body), a range, only a maximum, and a bounded
+  // string followed by another property.
+  bounded_walks(compile(ConstraintKind::kJsonSchema,
+                        R"({"type":"string","minLength":1000,"maxLength":1000})", v),
+                2, 400, 21);
+  bounded_walks(compile(ConstraintKind::kJsonSchema,
+                        R"({"type":"string","minLength":990,"maxLength":1003})", v),
+                2, 400, 22);
+  bounded_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"string","maxLength":1200})", v),
+                2, 400, 23);
+  bounded_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"object","properties":{
+      "body":{"type":"string","minLength":1000,"maxLength":1001},"n":{"type":"integer"}},
+      "required":["body","n"]})",
+                        v),
+                2, 400, 24);
+}
+
+TEST(GrammarMatcher, LongBoundedRegexRepeatsMatchBruteForce) {
+  const auto v = runs_vocab(12);
+  // A sequence child (hoisted, not nullable: expanded) and a nullable one (not expanded).
+  bounded_walks(compile(ConstraintKind::kRegex, R"((ab|cd|a){5200,5204}x?)", v), 2, 900, 25);
+  bounded_walks(compile(ConstraintKind::kRegex, R"((a?b?){5000}c)", v), 2, 900, 26);
+}
+
 TEST(GrammarMatcher, EosOnlyWhenComplete) {
   const auto c = compile(ConstraintKind::kRegex, "ab", small_vocab(5, 0));
   GrammarMatcher m(c);
