@@ -281,6 +281,7 @@ int main(int argc, char** argv) {
   const bool bounded_only = argc > 1 && std::strcmp(argv[1], "--bounded") == 0;
   if (bounded_only) {
     run_bounded("letters-128k", letters_vocab(128256));
+    run_bounded("synthetic-128k-long-runs", synthetic_vocab(128256, true));
     return 0;
   }
   const Tokenizer tok =
@@ -291,5 +292,6 @@ int main(int argc, char** argv) {
   run("synthetic-128k", synthetic_vocab(128256), quick ? 1 : 3);
   if (!quick) run("synthetic-128k-long-runs", synthetic_vocab(128256, true), 1);
   run_bounded("letters-128k", letters_vocab(128256));
+  if (!quick) run_bounded("synthetic-128k-long-runs", synthetic_vocab(128256, true));
   return 0;
 }
