@@ -1,6 +1,7 @@
 #include "engine/grammar/position_walk.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -38,17 +39,18 @@ std::shared_ptr<const AcceptedSet> pack(const Vocabulary& v,
   return t;
 }
 
-// The depth-first walk shared by both walkers. `Step` advances the walker by a byte (false:
-// refused) and `Back` undoes one step; `ended()` says the rule may end at the current depth.
-// One frame per depth; a refused node settles its whole subtree at once.
+// The depth-first walk shared by both walkers, under trie node `root` (its path of `root_depth`
+// bytes already consumed by the walker, the exits on it in s.path_exits): appends to s.accepted,
+// s.out.refusals and s.out.depths. `Step` advances the walker by a byte (false: refused) and
+// `Back` undoes one step; `ended()` says the rule may end at the current depth. One frame per
+// depth; a refused node settles its whole subtree at once. With `frontier`, a node accepted at
+// depth `limit` with children is recorded there instead of walked below.
 template <class Walker>
-PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
+void walk_nodes(const Vocabulary& v, Walker& w, WalkScratch& s, uint32_t root, size_t root_depth,
+                size_t limit, std::vector<FrontierNode>* frontier) {
   const auto& trie = v.trie();
-  s.accepted.clear();
-  s.out = PositionWalk{};
-  s.path_exits.clear();
-  s.exit_top.assign(1, 0);
-  s.next.assign(1, trie[0].first_child);
+  s.exit_top.assign(1, static_cast<uint32_t>(s.path_exits.size()));
+  s.next.assign(1, trie[root].first_child);
   while (true) {
     const uint32_t c = s.next.back();
     if (c == 0) {
@@ -61,7 +63,7 @@ PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
     }
     const Vocabulary::TrieNode& n = trie[c];
     s.next.back() = n.next_sibling;
-    const size_t d = s.next.size() - 1;  // bytes before n.byte
+    const size_t d = root_depth + s.next.size() - 1;  // bytes before n.byte
     const bool here = d > 0 && w.ended();
     if (!w.step(n.byte)) {
       if (here || !s.path_exits.empty()) {
@@ -74,10 +76,24 @@ PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
       continue;
     }
     if (here) s.path_exits.push_back(static_cast<uint32_t>(d));
-    s.exit_top.push_back(static_cast<uint32_t>(s.path_exits.size()));
     for (uint32_t i = n.lo; i < n.lo + n.ends; ++i) s.accepted.push_back(i);
+    if (frontier != nullptr && d + 1 == limit && n.first_child != 0) {
+      frontier->push_back({c, s.path_exits});
+      s.path_exits.resize(s.exit_top.back());
+      w.back();
+      continue;
+    }
+    s.exit_top.push_back(static_cast<uint32_t>(s.path_exits.size()));
     s.next.push_back(n.first_child);
   }
+}
+
+template <class Walker>
+PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
+  s.accepted.clear();
+  s.out = PositionWalk{};
+  s.path_exits.clear();
+  walk_nodes(v, w, s, 0, 0, SIZE_MAX, nullptr);
   s.out.accepted = pack(v, s.accepted);
   return std::move(s.out);
 }
@@ -108,6 +124,44 @@ PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, Wa
   p.reset(state);
   EarleyWalker w{p};
   return walk_trie(v, w, s);
+}
+
+ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state,
+                                size_t limit, WalkScratch& s) {
+  p.reset(state);
+  EarleyWalker w{p};
+  s.accepted.clear();
+  s.out = PositionWalk{};
+  s.path_exits.clear();
+  ShallowWalk out;
+  out.limit = limit;
+  walk_nodes(v, w, s, 0, 0, limit, &out.frontier);
+  out.accepted = s.accepted;
+  out.refusals = std::move(s.out.refusals);
+  out.depths = std::move(s.out.depths);
+  return out;
+}
+
+bool walk_earley_below(const Vocabulary& v, EarleyParser& p, int32_t state,
+                       const ShallowWalk& shallow, WalkScratch& s, PositionWalk& out) {
+  s.accepted = shallow.accepted;
+  s.out = PositionWalk{};
+  s.out.refusals = shallow.refusals;
+  s.out.depths = shallow.depths;
+  EarleyWalker w{p};
+  for (const FrontierNode& f : shallow.frontier) {
+    p.reset(state);
+    const Vocabulary::TrieNode& n = v.trie()[f.node];
+    const std::string& path = v.bytes(v.sorted()[n.lo]);  // every token of the node starts so
+    for (size_t d = 0; d < shallow.limit; ++d)
+      if (!p.push(static_cast<uint8_t>(path[d]))) return false;  // not in the shallow's class
+    s.path_exits = f.exits;
+    walk_nodes(v, w, s, f.node, shallow.limit, SIZE_MAX, nullptr);
+  }
+  std::sort(s.accepted.begin(), s.accepted.end());  // the frontier's tokens interleave
+  s.out.accepted = pack(v, s.accepted);
+  out = std::move(s.out);
+  return true;
 }
 
 PositionWalk walk_call_free(const Vocabulary& v, SubsetDfa& dfa, int32_t state, WalkScratch& s) {

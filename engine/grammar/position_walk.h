@@ -66,6 +66,25 @@ struct PositionTable {
 /// (at a string's end, thousands of `abc",` share a handful of suffixes).
 inline constexpr uint32_t kMaxGroupedTokens = 16;
 
+/// A trie node whose tokens the walk accepts up to a depth limit and that has longer tokens:
+/// they are walked per position (walk_earley_below).
+struct FrontierNode {
+  uint32_t node;               // Vocabulary::trie() index, at depth ShallowWalk::limit
+  std::vector<uint32_t> exits;  // exit depths on its path
+};
+
+/// The part of a walk within `limit` bytes, shared by positions that accept, refuse and leave
+/// their rule on the same byte strings of that length (the call sites of a long bounded repeat
+/// short of its bound's last `limit` copies): their walks differ only in the tokens under the
+/// frontier, a few long runs and words.
+struct ShallowWalk {
+  size_t limit = 0;
+  std::vector<uint32_t> accepted;  // sorted() indices of tokens of at most `limit` bytes
+  std::vector<PositionWalk::Refusal> refusals;
+  std::vector<uint32_t> depths;
+  std::vector<FrontierNode> frontier;
+};
+
 /// Scratch of the walks, reused by one build thread.
 struct WalkScratch {
   std::vector<uint32_t> accepted;  // sorted() indices, ascending
@@ -76,6 +95,14 @@ struct WalkScratch {
 
 /// The walk from automaton state `state` with the Earley parser (any position).
 PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, WalkScratch& s);
+/// The walk from `state` with the Earley parser to depth `limit` (its frontier left out).
+ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state,
+                                size_t limit, WalkScratch& s);
+/// The walk from `state`, whose first `shallow.limit` bytes behave as those of the state
+/// `shallow` was walked from: the shared part plus the walks under its frontier. False when a
+/// frontier path is refused from `state` (not equivalent after all): walk it whole instead.
+bool walk_earley_below(const Vocabulary& v, EarleyParser& p, int32_t state,
+                       const ShallowWalk& shallow, WalkScratch& s, PositionWalk& out);
 /// The walk from a call-free state (no rule call within the longest token) through `dfa`.
 PositionWalk walk_call_free(const Vocabulary& v, SubsetDfa& dfa, int32_t state, WalkScratch& s);
 /// The table of a walk whose rule is followed by the bytes of `follow`.

@@ -282,59 +282,133 @@ TokenTables::TokenTables(const CompiledGrammar& g, const Vocabulary& v, const Gr
     index_[s] = t;
   }
   tables_.resize(reps.size());
-  build_parallel(g, v, limits, started, reps, shared);
+  build_parallel(g, v, limits, started, reps, shallow_groups(g, v, reps), shared);
 }
 
+// Most tokens are short; a vocabulary with long runs (Llama-3: past 100 bytes) makes a bounded
+// repeat's call sites fall into about max_token_bytes + 2 classes, each an Earley walk of the
+// whole trie (some 30 ms with 128k tokens: seconds for one bounded string). Call sites whose
+// classes agree to the depth where at most 1/64 of the tokens are longer share one walk to that
+// depth, and each walks only the tokens under that walk's frontier (ShallowWalk).
+TokenTables::ShallowGroups TokenTables::shallow_groups(const CompiledGrammar& g,
+                                                       const Vocabulary& v,
+                                                       const std::vector<int32_t>& reps) {
+  ShallowGroups out;
+  out.group_of.assign(reps.size(), -1);
+  std::vector<size_t> longer(v.max_token_bytes() + 2, 0);  // tokens of more than d bytes
+  for (int32_t id : v.sorted()) ++longer[v.bytes(id).size() - 1];
+  for (size_t d = v.max_token_bytes(); d-- > 0;) longer[d] += longer[d + 1];
+  size_t limit = 1;
+  while (limit < v.max_token_bytes() && longer[limit] > v.sorted().size() / 64) ++limit;
+  if (limit >= v.max_token_bytes()) return out;
+  std::vector<size_t> call_sites;  // tables walked through an expanded rule's call
+  for (size_t t = 0; t < reps.size(); ++t)
+    if (g.state(reps[t]).bytes.empty()) call_sites.push_back(t);
+  if (call_sites.size() < 2) return out;
+  int32_t num_short = 0;
+  const std::vector<int32_t> cls = position_classes(g, limit + 1, num_short);
+  std::vector<int32_t> first(static_cast<size_t>(num_short), -1), size(first.size(), 0);
+  for (size_t t : call_sites) {
+    const auto c = static_cast<size_t>(cls[static_cast<size_t>(reps[t])]);
+    if (first[c] < 0) first[c] = static_cast<int32_t>(t);
+    ++size[c];
+  }
+  out.limit = limit;
+  std::vector<int32_t> group_of_class(first.size(), -1);
+  for (size_t t : call_sites) {
+    const auto c = static_cast<size_t>(cls[static_cast<size_t>(reps[t])]);
+    if (size[c] < 2) continue;
+    if (group_of_class[c] < 0) {
+      group_of_class[c] = static_cast<int32_t>(out.reps.size());
+      out.reps.push_back(reps[static_cast<size_t>(first[c])]);
+    }
+    out.group_of[t] = group_of_class[c];
+  }
+  return out;
+}
+
+namespace {
+
+// One build thread's parser, DFA and scratch.
+struct BuildThread {
+  BuildThread(const CompiledGrammar& g, const GrammarLimits& limits, const EdgeSets& sets)
+      : parser(g, limits.max_earley_items_per_byte),
+        dfa(g),
+        seen(g.num_states(), 0),
+        order(g.num_states(), 0),
+        set_names(sets) {}
+  EarleyParser parser;
+  SubsetDfa dfa;
+  WalkScratch scratch;
+  std::vector<uint32_t> seen, order;
+  uint32_t stamp = 0;
+  std::string key;
+  SetNames set_names;
+};
+
+}  // namespace
+
 // The tables are independent walks of the vocabulary trie: they are built on several threads
-// (each its own parser), taking the next table from a shared counter.
+// (each its own parser), taking the next table from a shared counter; the shallow walks they
+// share are built first, the same way.
 void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
                                  const GrammarLimits& limits,
                                  std::chrono::steady_clock::time_point started,
-                                 const std::vector<int32_t>& reps, TableCache* shared) {
+                                 const std::vector<int32_t>& reps, const ShallowGroups& groups,
+                                 TableCache* shared) {
   const EdgeSets edge_sets = number_edge_sets(g);
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::exception_ptr error;
-  auto work = [&] {
-    try {
-      EarleyParser parser(g, limits.max_earley_items_per_byte);
-      SubsetDfa dfa(g);
-      WalkScratch scratch;
-      std::vector<uint32_t> seen(g.num_states(), 0), order(g.num_states(), 0);
-      uint32_t stamp = 0;
-      std::string key;
-      SetNames set_names(edge_sets);
-      for (size_t t = next++; t < reps.size() && !failed.load(); t = next++) {
-        if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
-          fail("grammar compilation exceeded the time-out of " +
-               std::to_string(limits.compile_timeout.count()) + " ms");
-        if (++stamp == 0) {
-          std::fill(seen.begin(), seen.end(), 0u);
-          stamp = 1;
+  auto run = [&](size_t count, auto&& body) {
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::exception_ptr error;
+    auto work = [&] {
+      try {
+        BuildThread bt(g, limits, edge_sets);
+        for (size_t t = next++; t < count && !failed.load(); t = next++) {
+          if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
+            fail("grammar compilation exceeded the time-out of " +
+                 std::to_string(limits.compile_timeout.count()) + " ms");
+          body(bt, t);
         }
-        const ByteSet& follow = g.follow(g.state(reps[t]).rule);
-        if (!call_free(g, reps[t], v.max_token_bytes(), seen, order, stamp, set_names, key)) {
-          const PositionWalk w = walk_earley(v, parser, reps[t], scratch);
-          tables_[t] = std::make_shared<const PositionTable>(table_of(v, w, follow));
-          continue;
-        }
-        tables_[t] = shared_table(v, dfa, reps[t], key, follow, scratch, shared);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!error) error = std::current_exception();
+        failed.store(true);
       }
-    } catch (...) {
-      std::lock_guard lock(mu);
-      if (!error) error = std::current_exception();
-      failed.store(true);
-    }
+    };
+    // A few dozen walks per thread at least: a small grammar is not worth the threads. A
+    // shallow walk costs as much as a few dozen tables.
+    const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+    const size_t threads = std::min({hw, kMaxBuildThreads, count / 32 + 1});
+    std::vector<std::thread> pool;
+    for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
   };
-  // A few dozen tables per thread at least: a small grammar is not worth the threads.
-  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::min({hw, kMaxBuildThreads, reps.size() / 32 + 1});
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  std::vector<ShallowWalk> shallow(groups.reps.size());
+  run(shallow.size(), [&](BuildThread& bt, size_t i) {
+    shallow[i] = walk_earley_shallow(v, bt.parser, groups.reps[i], groups.limit, bt.scratch);
+  });
+  run(reps.size(), [&](BuildThread& bt, size_t t) {
+    if (++bt.stamp == 0) {
+      std::fill(bt.seen.begin(), bt.seen.end(), 0u);
+      bt.stamp = 1;
+    }
+    const ByteSet& follow = g.follow(g.state(reps[t]).rule);
+    if (call_free(g, reps[t], v.max_token_bytes(), bt.seen, bt.order, bt.stamp, bt.set_names,
+                  bt.key)) {
+      tables_[t] = shared_table(v, bt.dfa, reps[t], bt.key, follow, bt.scratch, shared);
+      return;
+    }
+    PositionWalk w;
+    const int32_t group = groups.group_of[t];
+    if (group < 0 || !walk_earley_below(v, bt.parser, reps[t],
+                                        shallow[static_cast<size_t>(group)], bt.scratch, w))
+      w = walk_earley(v, bt.parser, reps[t], bt.scratch);
+    tables_[t] = std::make_shared<const PositionTable>(table_of(v, w, follow));
+  });
 }
 
 }  // namespace rill::grammar

@@ -81,9 +81,18 @@ class TokenTables {
  private:
   /// Most threads one table build uses (the cores of a serving host are shared with the engine).
   static constexpr size_t kMaxBuildThreads = 8;
+  /// Call-site tables (walked through an expanded rule) that share a ShallowWalk.
+  struct ShallowGroups {
+    size_t limit = 0;              // its depth
+    std::vector<int32_t> reps;     // per group: the state its shallow walk starts from
+    std::vector<int32_t> group_of;  // per table: its group, or -1 (walked whole)
+  };
+  static ShallowGroups shallow_groups(const CompiledGrammar& g, const Vocabulary& v,
+                                      const std::vector<int32_t>& reps);
   void build_parallel(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
                       std::chrono::steady_clock::time_point started,
-                      const std::vector<int32_t>& reps, TableCache* shared);
+                      const std::vector<int32_t>& reps, const ShallowGroups& groups,
+                      TableCache* shared);
 
   std::vector<int32_t> index_;  // per automaton state
   std::vector<std::shared_ptr<const PositionTable>> tables_;
