@@ -126,8 +126,8 @@ PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, Wa
   return walk_trie(v, w, s);
 }
 
-ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state,
-                                size_t limit, WalkScratch& s) {
+ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state, size_t limit,
+                                WalkScratch& s) {
   p.reset(state);
   EarleyWalker w{p};
   s.accepted.clear();

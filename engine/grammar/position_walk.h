@@ -69,7 +69,7 @@ inline constexpr uint32_t kMaxGroupedTokens = 16;
 /// A trie node whose tokens the walk accepts up to a depth limit and that has longer tokens:
 /// they are walked per position (walk_earley_below).
 struct FrontierNode {
-  uint32_t node;               // Vocabulary::trie() index, at depth ShallowWalk::limit
+  uint32_t node;                // Vocabulary::trie() index, at depth ShallowWalk::limit
   std::vector<uint32_t> exits;  // exit depths on its path
 };
 
@@ -96,8 +96,8 @@ struct WalkScratch {
 /// The walk from automaton state `state` with the Earley parser (any position).
 PositionWalk walk_earley(const Vocabulary& v, EarleyParser& p, int32_t state, WalkScratch& s);
 /// The walk from `state` with the Earley parser to depth `limit` (its frontier left out).
-ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state,
-                                size_t limit, WalkScratch& s);
+ShallowWalk walk_earley_shallow(const Vocabulary& v, EarleyParser& p, int32_t state, size_t limit,
+                                WalkScratch& s);
 /// The walk from `state`, whose first `shallow.limit` bytes behave as those of the state
 /// `shallow` was walked from: the shared part plus the walks under its frontier. False when a
 /// frontier path is refused from `state` (not equivalent after all): walk it whole instead.

@@ -404,8 +404,8 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
     }
     PositionWalk w;
     const int32_t group = groups.group_of[t];
-    if (group < 0 || !walk_earley_below(v, bt.parser, reps[t],
-                                        shallow[static_cast<size_t>(group)], bt.scratch, w))
+    if (group < 0 || !walk_earley_below(v, bt.parser, reps[t], shallow[static_cast<size_t>(group)],
+                                        bt.scratch, w))
       w = walk_earley(v, bt.parser, reps[t], bt.scratch);
     tables_[t] = std::make_shared<const PositionTable>(table_of(v, w, follow));
   });

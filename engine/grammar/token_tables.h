@@ -83,8 +83,8 @@ class TokenTables {
   static constexpr size_t kMaxBuildThreads = 8;
   /// Call-site tables (walked through an expanded rule) that share a ShallowWalk.
   struct ShallowGroups {
-    size_t limit = 0;              // its depth
-    std::vector<int32_t> reps;     // per group: the state its shallow walk starts from
+    size_t limit = 0;               // its depth
+    std::vector<int32_t> reps;      // per group: the state its shallow walk starts from
     std::vector<int32_t> group_of;  // per table: its group, or -1 (walked whole)
   };
   static ShallowGroups shallow_groups(const CompiledGrammar& g, const Vocabulary& v,

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/grammar/constraint.h"
@@ -244,7 +244,8 @@ void run_bounded(const char* name, std::shared_ptr<const Vocabulary> vocab) {
       for (int32_t id = 1; id < vocab->size(); ++id) {
         const std::string& b = vocab->bytes(id);
         if ((mask[static_cast<size_t>(id) >> 5] >> (id & 31) & 1u) &&
-            doc.compare(pos, b.size(), b) == 0 && (best < 0 || b.size() > vocab->bytes(best).size()))
+            doc.compare(pos, b.size(), b) == 0 &&
+            (best < 0 || b.size() > vocab->bytes(best).size()))
           best = id;
       }
     }

@@ -223,8 +223,8 @@ TEST(GrammarMatcher, LongBoundedStringsMatchBruteForce) {
   bounded_walks(compile(ConstraintKind::kJsonSchema,
                         R"({"type":"string","minLength":990,"maxLength":1003})", v),
                 2, 400, 22);
-  bounded_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"string","maxLength":1200})", v),
-                2, 400, 23);
+  bounded_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"string","maxLength":1200})", v), 2,
+                400, 23);
   bounded_walks(compile(ConstraintKind::kJsonSchema, R"({"type":"object","properties":{
       "body":{"type":"string","minLength":1000,"maxLength":1001},"n":{"type":"integer"}},
       "required":["body","n"]})",
