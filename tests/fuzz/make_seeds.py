@@ -237,6 +237,13 @@ def grammar_seeds():
             "city": {"type": "string"}}, "required": ["city"]}},
         {"tag": "search[ARGS]", "schema": {"type": "object"}}], "separator": "[TOOL_CALLS]"})
     write("grammar", "tagged_json", b"\x05" + tagged.encode() + b"\x00" + picks)
+    # Repetitions too long to inline (hoisted bodies, expanded at their call sites): a bounded
+    # string followed by another property, and a regex repeat.
+    bounded = body({"type": "object", "properties": {
+        "body": {"type": "string", "minLength": 1000, "maxLength": 1002},
+        "n": {"type": "integer"}}, "required": ["body", "n"]})
+    write("grammar", "bounded_string", b"\x00" + bounded.encode() + b"\x00" + picks * 8)
+    write("grammar", "bounded_regex", b"\x02(ab|c){5200,5204}x?\x00" + picks * 8)
 
 
 def toolcall_seeds():
