@@ -83,6 +83,12 @@ bool EarleyParser::push(uint8_t b) {
     for (const ByteEdge& e : g_.state(it.state).bytes)
       if (e.set.test(b)) add({e.target, it.origin});
   }
+  return end_set(to);
+}
+
+// Closes the set begun at item `to` and keeps it when it holds an item and nothing overflowed;
+// else drops it and returns false.
+bool EarleyParser::end_set(size_t to) {
   if (items_.size() > to) close(static_cast<int32_t>(starts_.size() - 1));
   if (items_.size() == to || overflow_) {
     items_.resize(to);
@@ -106,14 +112,7 @@ bool EarleyParser::push_completion(int32_t rule, int32_t origin) {
     for (const CallEdge& c : g_.state(w.state).calls)
       if (c.rule == rule) add({c.target, w.origin});
   }
-  if (items_.size() > to) close(static_cast<int32_t>(starts_.size() - 1));
-  if (items_.size() == to || overflow_) {
-    items_.resize(to);
-    starts_.pop_back();
-    exited_.pop_back();
-    return false;
-  }
-  return true;
+  return end_set(to);
 }
 
 void EarleyParser::pop() {

@@ -52,6 +52,7 @@ class EarleyParser {
   bool add(Item it);
   void close(int32_t set);
   void begin_set();
+  bool end_set(size_t to);
 
   const CompiledGrammar& g_;
   size_t max_items_;

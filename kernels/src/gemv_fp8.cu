@@ -287,28 +287,6 @@ __global__ void __launch_bounds__(W * 32)
   sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, M, N, y_f32);
 }
 
-// 16-byte copy of streamed weights into shared memory with load_stream's L2::256B hint (as
-// gemv.cu's); !valid reads nothing and zero-fills.
-__device__ __forceinline__ void cp_async_stream(uint32_t dst, const uint4* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// Issues this thread's copies of the U steps starting at s0 into the ring slot at `slot` (this
-// thread's first 16 bytes of it); zeros past the end of K.
-template <int W, int U>
-__device__ __forceinline__ void copy_w(uint32_t slot, const uint4* w_lo, const uint4* w_hi, int s0,
-                                       int t, int chunks) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int c = (s0 + u * W) * 4 + t;
-    const bool valid = c < chunks;
-    cp_async_stream(slot + (2 * u) * W * 32 * 16, valid ? w_lo + c : w_lo, valid);
-    cp_async_stream(slot + (2 * u + 1) * W * 32 * 16, valid ? w_hi + c : w_hi, valid);
-  }
-}
-
 template <int W, int U, int S>
 constexpr int ring_bytes() {
   return S * U * 2 * W * 32 * 16;

@@ -29,15 +29,7 @@ using testing::random_prompt;
 using testing::reference_tokens;
 
 Request constrained(grammar::ConstraintKind kind, std::string text, int max_tokens, uint32_t seed) {
-  Request r;
-  r.prompt = random_prompt(10 + static_cast<int>(seed % 7), seed);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  OutputConstraint c;
-  c.spec.kind = kind;
-  c.spec.text = std::move(text);
-  r.constraint = std::move(c);
-  return r;
+  return testing::constrained_request(kind, std::move(text), max_tokens, seed, 10 + static_cast<int>(seed % 7));
 }
 
 Request choice(std::vector<std::string> choices, int max_tokens, uint32_t seed) {

@@ -166,6 +166,21 @@ inline std::vector<int32_t> random_prompt(int n, uint32_t seed) {
   return p;
 }
 
+/// A greedy request held to a constraint of `kind` (`text`: its schema, regex or grammar) with a
+/// random prompt of `prompt_len` tokens.
+inline Request constrained_request(grammar::ConstraintKind kind, std::string text, int max_tokens,
+                                   uint32_t seed, int prompt_len) {
+  Request r;
+  r.prompt = random_prompt(prompt_len, seed);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  OutputConstraint c;
+  c.spec.kind = kind;
+  c.spec.text = std::move(text);
+  r.constraint = std::move(c);
+  return r;
+}
+
 /// The request run alone through the offline generator on its own runner: the reference.
 /// Returns the streamed tokens (a final stop token removed).
 inline std::vector<int32_t> reference_tokens(const Request& r) {
