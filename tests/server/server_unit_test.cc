@@ -244,6 +244,10 @@ TEST(ServerConfig, EveryBooleanFlagHasANoForm) {
   EXPECT_TRUE(parse({}).scheduler.enable_prefix_caching) << "on by default";
   EXPECT_FALSE(parse({"--no-prefix-caching"}).scheduler.enable_prefix_caching);
   EXPECT_FALSE(parse({"--prefix-caching", "false"}).scheduler.enable_prefix_caching);
+  // Alone, a boolean flag means true, also when another flag follows it.
+  const ServerConfig alone = parse({"--prefix-caching", "--max-sessions", "5"});
+  EXPECT_TRUE(alone.scheduler.enable_prefix_caching);
+  EXPECT_EQ(alone.scheduler.max_sessions, 5);
   EXPECT_FALSE(parse({"--no-cuda-graphs"}).engine.cuda_tuning.cuda_graphs);
   EXPECT_FALSE(load_config_file(write_temp(R"({"scheduler": {"enable_prefix_caching": false}})"))
                    .scheduler.enable_prefix_caching);
