@@ -186,6 +186,10 @@ ApiRequest parse_api_request(ServingContext& ctx, ApiKind kind, const std::strin
     bad_field("best_of", "must be 1");
   if (has_field(b, "echo") && get_bool_field(b, "echo")) bad_field("echo", "is not supported");
   if (has_field(b, "suffix")) bad_field("suffix", "is not supported");
+  // Biased logits would change what is generated: refused rather than ignored (an empty map
+  // biases nothing).
+  if (has_field(b, "logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
+    bad_field("logit_bias", "is not supported");
   if (has_field(b, "stream")) a.stream = get_bool_field(b, "stream");
   if (has_field(b, "stream_options")) {
     const json& so = b["stream_options"];
