@@ -35,12 +35,13 @@ StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, 
   l.warmup_tokens = warmup_tokens;
   double tightest = std::numeric_limits<double>::infinity();
   for (const LatencyTarget& t : targets) {
-    if (t.none()) continue;
-    l.constrained = true;
-    if (t.kind == LatencyTarget::Kind::kFixed)
+    if (t.kind == LatencyTarget::Kind::kFixed) {
+      l.constrained = true;
       tightest = std::min(tightest, t.seconds);
-    else if (steady_s > 0)
+    } else if (t.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
+      l.constrained = true;  // an auto target exists once the steady step is measured
       tightest = std::min(tightest, kAutoTpotFactor * steady_s);
+    }
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())
     l.target_s = kStepHeadroom * tightest;

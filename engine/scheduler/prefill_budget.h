@@ -34,9 +34,11 @@ struct StepLimits {
 double steady_step_s(const StepCostModel& model, const StepComposition& decodes, int rows);
 
 /// The limits of a step whose decoding streams have TPOT targets `targets`: the tightest fixed
-/// target, an auto one standing for kAutoTpotFactor x `steady_s`, times kStepHeadroom. Streams
-/// without a target (batch) do not constrain. `token_cap`, `min_tokens`, `warmup_tokens` are
-/// copied.
+/// target, an auto one standing for kAutoTpotFactor x `steady_s`, times kStepHeadroom, once the
+/// model is `trusted`; before that, the warm-up allowance. Streams without a target (batch) do
+/// not constrain, nor do auto targets while `steady_s` is 0 (no decode step measured yet, so no
+/// target exists: the step fills `token_cap`, which also lets a burst of prompts reach the
+/// decode-only steps the model needs). `token_cap`, `min_tokens`, `warmup_tokens` are copied.
 StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted,
                        int token_cap, int min_tokens, int warmup_tokens);
 

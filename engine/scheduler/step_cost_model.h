@@ -72,6 +72,11 @@ class StepCostModel {
   void observe(const StepComposition& c, double seconds);
   /// Past the warm-up: predictions are based on enough steps of both kinds.
   bool trusted() const { return trusted_; }
+  /// Holds min_decode_steps decode-only steps: predictions of decode-only steps are measured
+  /// ones (trusted() may still wait for steps with prefill).
+  bool knows_decode() const {
+    return fitted_ && static_cast<int>(decode_only_.size()) >= options_.min_decode_steps;
+  }
   /// Predicted seconds of a step (>= 0); 0 before the first fit.
   double predict(const StepComposition& c) const;
 

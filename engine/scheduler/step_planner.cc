@@ -227,7 +227,9 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
   const std::span<const LatencyTarget> targets = config_.tpot_aware
                                                      ? std::span<const LatencyTarget>(targets_)
                                                      : std::span<const LatencyTarget>();
-  last_limits_ = step_limits(targets, step.steady_s, cost_model_.trusted(), token_cap,
+  // Auto targets exist once decode steps are measured (step_limits).
+  const double measured_steady_s = cost_model_.knows_decode() ? step.steady_s : 0;
+  last_limits_ = step_limits(targets, measured_steady_s, cost_model_.trusted(), token_cap,
                              config_.min_prefill_tokens, config_.warmup_prefill_tokens);
   last_decodes_ = decodes;
   return PrefillBudget(cost_model_, decodes, last_limits_);

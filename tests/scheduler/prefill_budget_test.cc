@@ -84,8 +84,15 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   l = step_limits(batch, 0.010, true, 512, 64, 256);
   EXPECT_FALSE(l.constrained);  // batch requests fill what is left
   l = step_limits(targets, 0.010, false, 512, 64, 256);
-  EXPECT_TRUE(l.constrained);  // the model warms up: no target yet
+  EXPECT_TRUE(l.constrained);  // the model warms up: the fixed targets get the allowance
   EXPECT_EQ(l.target_s, 0.0);
+  const std::vector<LatencyTarget> autos = {auto_t, none};
+  EXPECT_FALSE(step_limits(autos, 0, false, 512, 64, 256).constrained)
+      << "no auto target before a decode step is measured";
+  l = step_limits(autos, 0.010, false, 512, 64, 256);
+  EXPECT_TRUE(l.constrained) << "decode steps measured, prefill steps not yet: the allowance";
+  EXPECT_EQ(l.target_s, 0.0);
+  EXPECT_TRUE(step_limits(autos, 0.010, true, 512, 64, 256).constrained);
   EXPECT_EQ(step_limits({}, 0.010, true, -3, 64, 256).token_cap, 0);
 }
 

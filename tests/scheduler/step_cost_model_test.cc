@@ -75,8 +75,11 @@ TEST(StepCostModel, TrustedOnlyAfterBothKindsOfStepsAndTwoChunkSizes) {
   StepCostModel m({.window = 64, .min_decode_steps = 4, .min_prefill_steps = 3});
   Device d;
   EXPECT_EQ(m.predict(decode_step(4, 100)), 0.0);  // nothing fitted yet
-  for (int i = 0; i < 10; ++i)
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(m.knows_decode(), i >= 4) << i;
     m.observe(decode_step(4 + i, 100), d.ms(decode_step(4 + i, 100)) * 1e-3);
+  }
+  EXPECT_TRUE(m.knows_decode());
   EXPECT_FALSE(m.trusted());  // no prefill seen
   for (int i = 0; i < 5; ++i)
     m.observe(mixed_step(4, 100, 256, 0), d.ms(mixed_step(4, 100, 256, 0)) * 1e-3);
