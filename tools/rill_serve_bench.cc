@@ -6,6 +6,8 @@
 // while every stream decodes (the CUDA runner's per-step device time). With --decode-streams K,
 // K long generations start first; once they stream, the N requests arrive, and the report gives
 // the streams' inter-token latency before and while the new prompts are prefilled.
+// SPDLOG_LEVEL=trace logs every step: its composition, device time and the step-cost model's
+// prediction (docs/scheduler.md).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,6 +17,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <spdlog/cfg/env.h>
 
 #include "engine/error.h"
 #include "engine/serving/serving_engine.h"
@@ -67,6 +71,7 @@ class ReadyQueue {
 }  // namespace
 
 int main(int argc, char** argv) {
+  spdlog::cfg::load_env_levels();
   cli::Args args("rill-serve-bench", "offline throughput and latency of the serving engine");
   cli::add_engine_flags(args);
   cli::add_cache_flags(args);

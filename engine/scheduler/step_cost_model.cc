@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <set>
+#include <limits>
 #include <vector>
 
 namespace rill {
@@ -14,6 +14,7 @@ constexpr double kRidge = 1e-4;  // damping of the normal equations, relative to
 constexpr double kOutlierFactor =
     3.0;                        // a step this far from its prediction (either way) is set aside
 constexpr int kOutlierRun = 8;  // ... unless this many come in a row
+constexpr double kPrefillSizeSpread = 2;  // trusted once the largest prefill step is this x the smallest
 constexpr int kMixedFeature = 3;
 constexpr int kPrefillTokensFeature = 5;
 
@@ -106,11 +107,16 @@ void StepCostModel::observe(const StepComposition& c, double seconds) {
     add(sample, c.chunks > 0);
   }
   refit();
-  std::set<double> sizes;
-  for (const Sample& s : with_prefill_) sizes.insert(s.x[kPrefillTokensFeature]);
+  // The per-token slope is identified only by prefill steps of clearly different sizes: steps of
+  // 8,192 and 7,975 tokens (an offline burst's first batch) fit a large offset and no slope.
+  double smallest = std::numeric_limits<double>::infinity(), largest = 0;
+  for (const Sample& s : with_prefill_) {
+    smallest = std::min(smallest, s.x[kPrefillTokensFeature]);
+    largest = std::max(largest, s.x[kPrefillTokensFeature]);
+  }
   trusted_ = fitted_ && static_cast<int>(decode_only_.size()) >= options_.min_decode_steps &&
              static_cast<int>(with_prefill_.size()) >= options_.min_prefill_steps &&
-             sizes.size() >= 2;
+             largest >= kPrefillSizeSpread * smallest;
 }
 
 // Weighted (1 / t^2) least squares over both windows; the coefficients but c0 and c3 (offsets) kept

@@ -21,7 +21,8 @@
 // The fit is redone after every observation (two 7x7 solves: microseconds).
 //
 // Warm-up. The model is trusted once it holds `min_decode_steps` decode-only steps and
-// `min_prefill_steps` steps with prefill of at least two different sizes; before that the
+// `min_prefill_steps` steps with prefill whose sizes span a factor of two at least (same-sized
+// steps leave the per-token slope unidentified); before that the
 // planner falls back to a fixed small chunk (prefill_budget.h). Once trusted, a step measured at
 // more than 3x or less than a third of its prediction is set aside as an outlier (a CUDA graph
 // captured during the step, a preempted host thread) unless 8 come in a row: then the device or
@@ -62,7 +63,7 @@ class StepCostModel {
   struct Options {
     int window = 128;           // steps kept per kind (with prefill / without)
     int min_decode_steps = 16;  // decode-only steps before the model is trusted
-    int min_prefill_steps = 8;  // steps with prefill (of >= 2 sizes) before it is trusted
+    int min_prefill_steps = 8;  // steps with prefill (sizes spanning 2x) before it is trusted
   };
 
   StepCostModel() : StepCostModel(Options{}) {}

@@ -84,9 +84,11 @@ TEST(StepCostModel, TrustedOnlyAfterBothKindsOfStepsAndTwoChunkSizes) {
   for (int i = 0; i < 5; ++i)
     m.observe(mixed_step(4, 100, 256, 0), d.ms(mixed_step(4, 100, 256, 0)) * 1e-3);
   EXPECT_FALSE(m.trusted());  // one chunk size: the per-token slope is not identified
+  m.observe(mixed_step(4, 100, 200, 0), d.ms(mixed_step(4, 100, 200, 0)) * 1e-3);
+  EXPECT_FALSE(m.trusted()) << "sizes 200-256: the slope is still not identified";
   m.observe(mixed_step(4, 100, 64, 0), d.ms(mixed_step(4, 100, 64, 0)) * 1e-3);
   EXPECT_TRUE(m.trusted()) << m.describe();
-  EXPECT_EQ(m.observations(), 16);
+  EXPECT_EQ(m.observations(), 17);
 }
 
 TEST(StepCostModel, OutliersAreSetAsideUnlessTheyKeepComing) {
