@@ -19,7 +19,8 @@
 #           and 8,192 tokens; 8 s of arrivals a point, 128-token answers.
 #   noloss  offline throughput on the 8B shape (1,000 x 256/256 at once, S2's command) and batch-1
 #           TPOT on the 7B shape (C1's rill-bench, and one 512 + 512 request through the engine),
-#           each with --tpot-aware true and false in the same session.
+#           each with --tpot-aware true and false in the same session; every step of the 8B runs
+#           (composition, device time, the cost model's prediction) in tpot_noloss_steps_*.txt.gz.
 # Every run's rill-loadtest report and every server log go to /tmp/tpot on the machine (more than
 # a call brings back); what comes back in $OUT: the section's log tpot_<section>.txt, the tables
 # tpot_<section>.md (scripts/device/tpot_summary.py over the reports), the HTML report of the
@@ -124,9 +125,12 @@ for section in "$@"; do
       {
         for aware in true false; do
           echo "--- 8B offline, 1,000 x 256 + 256, --tpot-aware $aware"
-          timeout 300 "$bin/rill-serve-bench" --model /tmp/llama3-8b --dtype bfloat16 --num-requests 1000 \
-            --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 \
-            --tpot-aware $aware 2>&1 | grep -aE "duration|TTFT|TPOT|ITL|step cost"
+          SPDLOG_LEVEL=trace timeout 300 "$bin/rill-serve-bench" --model /tmp/llama3-8b --dtype bfloat16 \
+            --num-requests 1000 --input-len 256 --output-len 256 --max-num-seqs 256 \
+            --max-num-batched-tokens 8192 --tpot-aware $aware >"$scratch/noloss_8b_$aware.txt" 2>&1
+          grep -aE "duration|TTFT|TPOT|ITL|step cost" "$scratch/noloss_8b_$aware.txt"
+          # Every step's composition, device time and prediction (rill-serve-bench's trace log).
+          grep -a "\] step: " "$scratch/noloss_8b_$aware.txt" | gzip >"$OUT/tpot_noloss_steps_$aware.txt.gz"
         done
         echo "--- 7B batch 1, 515 cached (C1)"
         timeout 200 "$bin/rill-bench" --model /tmp/llama2-7b --batch 1 --context 512 --prefill 0 --max-batch 8 \
