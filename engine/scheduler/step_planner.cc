@@ -216,7 +216,7 @@ std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int3
 
 PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
                                           const StepComposition& decodes, int token_cap,
-                                          PlannedStep& step) {
+                                          bool backlogged, PlannedStep& step) {
   // The steady step is that of the batch being built: the decoding streams, the prompts being
   // fed and those queued (up to max_num_seqs), as they will all decode.
   int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting);
@@ -232,7 +232,18 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
   last_limits_ = step_limits(targets, measured_steady_s, cost_model_.trusted(), token_cap,
                              config_.min_prefill_tokens, config_.warmup_prefill_tokens);
   last_decodes_ = decodes;
-  return PrefillBudget(cost_model_, decodes, last_limits_);
+  if (!backlogged) return PrefillBudget(cost_model_, decodes, last_limits_);
+  // Behind the arrivals: auto targets yield (fixed ones hold). last_limits_ keeps the limits
+  // without the backlog, which the unqueued TTFT of new arrivals is computed from.
+  return PrefillBudget(cost_model_, decodes,
+                       step_limits(targets, 0, cost_model_.trusted(), token_cap,
+                                   config_.min_prefill_tokens, config_.warmup_prefill_tokens));
+}
+
+bool StepPlanner::backlogged(const std::vector<SequencePtr>& waiting, Clock::time_point now) {
+  return std::any_of(waiting.begin(), waiting.end(), [&](const SequencePtr& s) {
+    return s->phase != SeqPhase::kFinished && !s->ttft_target.none() && now > s->order_deadline;
+  });
 }
 
 void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample) {
@@ -287,7 +298,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     --b.tokens, --b.seqs, ++i;
   }
   step.decodes = static_cast<int>(step.inputs.size());
-  PrefillBudget budget = prefill_budget(running, waiting.size(), decodes, b.tokens, step);
+  PrefillBudget budget = prefill_budget(running, waiting.size(), decodes, b.tokens,
+                                        backlogged(waiting, now), step);
   // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first.
   for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
     const SequencePtr s = running[i];

@@ -13,7 +13,9 @@
 // many as the step-cost model (step_cost_model.h, fitted from the steps the loop measures)
 // predicts keep the step within the tightest TPOT target of the streams decoding in it;
 // max_num_batched_tokens bounds them. Chunks and admissions go in order of priority, then TTFT
-// target (tight ones first), then arrival.
+// target (tight ones first), then arrival. While the queue is backlogged (a request waited past
+// its TTFT ordering slack), auto TPOT targets yield and steps fill max_num_batched_tokens
+// (throughput first, as the fixed budget); explicit targets always hold.
 //
 // KV budget. A `streaming` sequence needs a constant number of blocks for its whole life: it is
 // admitted only when they are all free, and they stay reserved for it (never preempted for
@@ -92,6 +94,10 @@ class StepPlanner {
   const KvBudget::Sums& kv_budget() const { return budget_.sums(); }
   int64_t prefix_hits() const { return prefix_hits_; }
 
+  /// Some queued request with a TTFT target has waited past its ordering slack (its fixed
+  /// target, kAutoOrderingTtft for auto): the server is behind its arrivals, and streams with
+  /// auto TPOT targets stop holding prefill back (docs/scheduler.md, "Backlog").
+  static bool backlogged(const std::vector<SequencePtr>& waiting, Clock::time_point now);
   /// A step the runner measured (seconds on the device): the cost model learns from it.
   void observe(const StepComposition& c, double seconds) { cost_model_.observe(c, seconds); }
   const StepCostModel& cost_model() const { return cost_model_; }
@@ -127,9 +133,11 @@ class StepPlanner {
                          const std::vector<SequencePtr>& waiting, StepDecisions& d);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
-  // step.steady_s. `waiting`: requests queued.
+  // step.steady_s. `waiting`: requests queued; `backlogged`: see backlogged().
   PrefillBudget prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
-                               const StepComposition& decodes, int token_cap, PlannedStep& step);
+                               const StepComposition& decodes, int token_cap, bool backlogged,
+                               PlannedStep& step);
+
 
   PlanHost& host_;
   const SchedulerConfig& config_;

@@ -201,5 +201,22 @@ TEST(KvBudget, KeptSumsEqualARecomputationAfterRandomSteps) {
   }
 }
 
+// The queue is behind (auto TPOT targets yield) once a request with a TTFT target has waited past
+// its ordering slack; batch requests (no TTFT target) and finished ones do not count.
+TEST(StepPlanner, BackloggedOnceARequestWithATtftTargetWaitsPastItsOrderingSlack) {
+  const SequencePtr auto_ttft = planner_seq(16, 0, 1), batch = planner_seq(16, 0, 2);
+  auto_ttft->ttft_target = {LatencyTarget::Kind::kAuto, 0};
+  auto_ttft->order_deadline = auto_ttft->arrival + kAutoOrderingTtft;
+  batch->order_deadline = batch->arrival;  // none: never counts, however long it waits
+  const Clock::time_point due = auto_ttft->order_deadline;
+  std::vector<SequencePtr> waiting = {batch};
+  EXPECT_FALSE(StepPlanner::backlogged(waiting, due + std::chrono::hours(1)));
+  waiting.push_back(auto_ttft);
+  EXPECT_FALSE(StepPlanner::backlogged(waiting, due));
+  EXPECT_TRUE(StepPlanner::backlogged(waiting, due + std::chrono::milliseconds(1)));
+  auto_ttft->phase = SeqPhase::kFinished;  // cancelled while queued
+  EXPECT_FALSE(StepPlanner::backlogged(waiting, due + std::chrono::milliseconds(1)));
+}
+
 }  // namespace
 }  // namespace rill

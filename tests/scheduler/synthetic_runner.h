@@ -5,11 +5,13 @@
 // the CPU runner could not compute quickly (hundreds of streams, thousands of steps).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/runner/runner.h"
@@ -28,12 +30,15 @@ class SyntheticRunner final : public ModelRunner {
   using Cost = std::function<double(const Step&)>;
 
   /// `config`: the model it claims to run (vocabulary, context); `num_blocks` x `block_size`:
-  /// the KV pool; `token`: what every sampling input samples.
-  SyntheticRunner(ModelConfig config, int num_blocks, int block_size, Cost cost, int32_t token)
+  /// the KV pool; `token`: what every sampling input samples; `time_scale`: finish() takes this
+  /// share of the step's synthetic time in real time (0: none), for the scheduler's clocks.
+  SyntheticRunner(ModelConfig config, int num_blocks, int block_size, Cost cost, int32_t token,
+                  double time_scale = 0)
       : config_(std::move(config)),
         kv_(num_blocks, block_size, config_.max_position_embeddings),
         cost_(std::move(cost)),
-        token_(token) {}
+        token_(token),
+        time_scale_(time_scale) {}
 
   std::string name() const override { return "synthetic"; }
   const ModelConfig& config() const override { return config_; }
@@ -94,6 +99,14 @@ class SyntheticRunner final : public ModelRunner {
     pending_.push_back({s, std::move(sampled)});
   }
   StepOutput finish() override {
+    if (time_scale_ > 0) {
+      double ms = 0;
+      {
+        std::lock_guard lock(mu_);
+        if (!pending_.empty()) ms = pending_.front().step.ms;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms * time_scale_));
+    }
     std::lock_guard lock(mu_);
     if (pending_.empty()) throw Error(ErrorCode::kInvalidArgument, "no step in flight");
     Pending p = std::move(pending_.front());
@@ -124,6 +137,7 @@ class SyntheticRunner final : public ModelRunner {
   KvCacheManager kv_;
   Cost cost_;
   int32_t token_;
+  double time_scale_;
   mutable std::mutex mu_;
   std::condition_variable released_;
   bool held_ = false;
