@@ -152,6 +152,7 @@ void EngineLoop::launch(PlannedStep& step) {
     else
       step.inputs[k].mask = s.constraint->mask();
   }
+  const auto launch_start = Clock::now();
   try {
     runner_.launch(step.inputs);
   } catch (const Error& e) {
@@ -163,6 +164,7 @@ void EngineLoop::launch(PlannedStep& step) {
   }
   InFlight f;
   f.composition = step.composition;
+  f.launch_ms = std::chrono::duration<double, std::milli>(Clock::now() - launch_start).count();
   if (step.steady_s >
       0)  // auto TPOT targets: kAutoTpotFactor x the mean steady step they decoded in
     for (int k = 0; k < step.decodes; ++k) {
@@ -206,7 +208,7 @@ void EngineLoop::finish_oldest() {
   last_step_ns_.store(to_ns(now));
   ++steps_;
   device_busy_s_ += runner_.last_step_device_ms() * 1e-3;
-  learn_step_cost(f.composition);
+  learn_step_cost(f.composition, f.launch_ms);
   int sampled = 0;
   for (const SequencePtr& s : f.seqs)
     if (s->session) --s->session->steps_in_flight;
@@ -333,12 +335,13 @@ bool EngineLoop::constraint_ended(const SequencePtr& s, ConstraintState::Next ne
   return false;
 }
 
-void EngineLoop::learn_step_cost(const StepComposition& c) {
+void EngineLoop::learn_step_cost(const StepComposition& c, double launch_ms) {
   const double device_ms = runner_.last_step_device_ms();
   if (device_ms <= 0) return;  // the runner does not time its steps
   spdlog::trace("step: {} decode rows ({} keys), {} chunks of {} prompt tokens ({} keys): {:.3f} ms, "
-                "predicted {:.3f} ms", c.decode_rows, c.decode_keys, c.chunks, c.prefill_tokens,
-                c.prefill_keys, device_ms, planner_.cost_model().predict(c) * 1e3);
+                "predicted {:.3f} ms, launched in {:.3f} ms", c.decode_rows, c.decode_keys, c.chunks,
+                c.prefill_tokens, c.prefill_keys, device_ms, planner_.cost_model().predict(c) * 1e3,
+                launch_ms);
   planner_.observe(c, device_ms * 1e-3);
   const StepCostModel& m = planner_.cost_model();
   const auto now = Clock::now();

@@ -52,6 +52,7 @@ class EngineLoop {
     bool masks_due = false;         // some input is late and supply_masks has not run
     int tokens = 0;
     StepComposition composition;  // for the step-cost model once the runner timed it
+    double launch_ms = 0;         // host time of the runner's launch (the trace log shows it)
   };
   void run();
   void take_inbox(std::vector<SequencePtr>& stopped);
@@ -63,8 +64,8 @@ class EngineLoop {
   void supply_late_masks();
   // A due supply_masks with no masks (the step's samples are dropped): before draining steps.
   void release_late_masks();
-  void learn_step_cost(
-      const StepComposition& c);  // feeds the step the runner just timed to the model
+  // Feeds the step the runner just timed to the model (`launch_ms`: its launch's host time).
+  void learn_step_cost(const StepComposition& c, double launch_ms);
   void finish(const SequencePtr& s, FinishReason reason,
               std::optional<int32_t> stop_token = std::nullopt,
               ErrorCode code = ErrorCode::kInternal, std::string message = {});

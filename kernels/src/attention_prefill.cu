@@ -552,8 +552,10 @@ cudaError_t launch_prefill_typed(const PrefillArgs& args, int max_tokens, int nu
   using Sh = PrefillShape<D>;
   constexpr int kSmemBytes = Sh::kSmemBytes + (kIsFp8<C> ? 2 * kTile * D : 0);
   const auto kernel = prefill_attention_kernel<T, C, D>;
-  if (cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  // Once per device (common.h): setting the attribute on every launch made the host wait for
+  // the kernel's launches still in flight, so a step with prompt chunks launched behind the
+  // whole step before it (docs/scheduler.md, "The client-side gap").
+  if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
       err != cudaSuccess)
     return err;
   const dim3 grid((max_tokens + kTile - 1) / kTile, args.num_heads, num_seqs);
