@@ -16,7 +16,8 @@
 #           the server's own ITL histogram (p50 / p99) for the same window.
 #   sweep   goodput at TPOT <= 25 ms and TTFT <= 500 ms (the requests send them as targets) over
 #           arrival rate x prompt length, the adaptive planner against fixed budgets of 512, 2,048
-#           and 8,192 tokens; 8 s of arrivals a point, 128-token answers.
+#           and 8,192 tokens; 8 s of arrivals a point, 128-token answers; the 7B shape with 16,384
+#           positions (Llama-2-7B has 4,096, too few for the 8,192-token prompts).
 #   noloss  offline throughput on the 8B shape (1,000 x 256/256 at once, S2's command) and batch-1
 #           TPOT on the 7B shape (C1's rill-bench, and one 512 + 512 request through the engine),
 #           each with --tpot-aware true and false in the same session; every step of the 8B runs
@@ -34,12 +35,25 @@ export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 make7b() { [ -d /tmp/llama2-7b ] || "$bin/rill-make-model" --config llama2-7b --out /tmp/llama2-7b >/dev/null; }
 make8b() { [ -d /tmp/llama3-8b ] || "$bin/rill-make-model" --config llama3-8b --out /tmp/llama3-8b >/dev/null; }
+# The sweep's 8,192-token prompts need more than Llama-2-7B's 4,096 positions: the same shape with
+# 16,384 (random weights either way; RoPE's range changes nothing in a step's cost).
+make7b16k() {
+  [ -d /tmp/llama2-7b-16k ] && return
+  cat >/tmp/llama2-7b-16k.json <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+ "max_position_embeddings": 16384, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16"}
+JSON
+  "$bin/rill-make-model" --config /tmp/llama2-7b-16k.json --out /tmp/llama2-7b-16k >/dev/null
+}
+model=/tmp/llama2-7b
 
 pid="" port=""
-serve() {  # serve NAME FLAGS...: starts rill-server on the 7B shape; sets pid and port
+serve() {  # serve NAME FLAGS...: starts rill-server on $model (the 7B shape); sets pid and port
   local name=$1
   shift
-  "$bin/rill-server" --model /tmp/llama2-7b --device cuda --host 127.0.0.1 --http-port 0 --grpc-port 0 \
+  "$bin/rill-server" --model "$model" --device cuda --host 127.0.0.1 --http-port 0 --grpc-port 0 \
     --log-level info --access-log false "$@" >"$scratch/server_$name.txt" 2>&1 &
   pid=$!
   port=""
@@ -101,9 +115,11 @@ for section in "$@"; do
       } 2>&1 | tee "$OUT/tpot_gap.txt"
       summary gap ;;
     sweep)
-      make7b
+      make7b16k
+      model=/tmp/llama2-7b-16k
       # (rate, prompt length): from one 8,192-token prompt a second to eight of 512 and of 2,048.
       points=("1 8192" "2 4096" "4 2048" "8 512" "8 2048")
+      [ -n "${SWEEP_POINTS:-}" ] && IFS=, read -r -a points <<<"$SWEEP_POINTS"  # e.g. "1 8192,2 4096"
       for config in adaptive fixed512 fixed2048 fixed8192; do
         case $config in
           adaptive) flags=() ;;
