@@ -27,24 +27,33 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
   return model.predict(steady);
 }
 
-StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted,
+double pace_allowance_s(const StreamPace& p, double steady_s) {
+  const double per_step = kStepHeadroom * p.tpot.seconds;
+  if (p.elapsed_s < 0) return per_step;
+  const int64_t ahead = std::max<int64_t>(1, p.remaining);
+  const double mean_bound = per_step * static_cast<double>(p.intervals + ahead) - p.elapsed_s -
+                            static_cast<double>(ahead - 1) * steady_s;
+  return std::max(per_step, mean_bound);
+}
+
+StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
                        int token_cap, int min_tokens, int warmup_tokens) {
   StepLimits l;
   l.token_cap = std::max(0, token_cap);
   l.min_tokens = min_tokens;
   l.warmup_tokens = warmup_tokens;
   double tightest = std::numeric_limits<double>::infinity();
-  for (const LatencyTarget& t : targets) {
-    if (t.kind == LatencyTarget::Kind::kFixed) {
+  for (const StreamPace& p : paces) {
+    if (p.tpot.kind == LatencyTarget::Kind::kFixed) {
       l.constrained = true;
-      tightest = std::min(tightest, t.seconds);
-    } else if (t.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
+      tightest = std::min(tightest, pace_allowance_s(p, steady_s));
+    } else if (p.tpot.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
       l.constrained = true;  // an auto target exists once the steady step is measured
-      tightest = std::min(tightest, kAutoTpotFactor * steady_s);
+      tightest = std::min(tightest, kStepHeadroom * kAutoTpotFactor * steady_s);
     }
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())
-    l.target_s = kStepHeadroom * tightest;
+    l.target_s = tightest;
   return l;
 }
 

@@ -20,6 +20,26 @@ namespace rill {
 /// keys, or i + 1 without a window).
 int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n);
 
+/// The TPOT target of one stream decoding in a step, and its progress (for an explicit target,
+/// held as a mean over the request, as it is judged).
+struct StreamPace {
+  StreamPace(LatencyTarget t = {}) : tpot(t) {}  // NOLINT: a target alone bounds every step
+  LatencyTarget tpot;
+  double elapsed_s = -1;   // since its first token, steps in flight counted; < 0: per step only
+  int64_t intervals = 0;   // its inter-token intervals so far (tokens - 1), in flight counted
+  int64_t remaining = 1;   // tokens it may still generate, up to kPaceHorizon
+};
+
+/// Tokens ahead a stream's mean TPOT is projected over (pace_allowance_s): the borrowing from
+/// its future steps a long step may do.
+inline constexpr int64_t kPaceHorizon = 32;
+
+/// The longest step a stream with an explicit TPOT target `p` can take now and keep its mean
+/// within kStepHeadroom x the target, if its next remaining - 1 steps take `steady_s`:
+///   (elapsed + d + (remaining - 1) steady) / (intervals + remaining) <= headroom x target,
+/// and never less than headroom x target (the per-step bound).
+double pace_allowance_s(const StreamPace& p, double steady_s);
+
 /// What bounds one step's prefill.
 struct StepLimits {
   bool constrained = false;  // some decoding stream in the step has a TPOT target
@@ -33,13 +53,16 @@ struct StepLimits {
 /// as many keys as the mean row of `decodes` (0 when `decodes` has no row).
 double steady_step_s(const StepCostModel& model, const StepComposition& decodes, int rows);
 
-/// The limits of a step whose decoding streams have TPOT targets `targets`: the tightest fixed
-/// target, an auto one standing for kAutoTpotFactor x `steady_s`, times kStepHeadroom, once the
-/// model is `trusted`; before that, the warm-up allowance. Streams without a target (batch) do
-/// not constrain, nor do auto targets while `steady_s` is 0 (no decode step measured yet, so no
-/// target exists: the step fills `token_cap`, which also lets a burst of prompts reach the
-/// decode-only steps the model needs). `token_cap`, `min_tokens`, `warmup_tokens` are copied.
-StepLimits step_limits(std::span<const LatencyTarget> targets, double steady_s, bool trusted,
+/// The limits of a step whose decoding streams have TPOT targets `paces`, once the model is
+/// `trusted` (before that, the warm-up allowance): the least of the streams' allowances, where
+/// an explicit target is a mean over the request (pace_allowance_s: a stream that ran faster
+/// than its target can absorb a longer step) and an auto one bounds every step at
+/// kStepHeadroom x kAutoTpotFactor x `steady_s` (the pace a streaming client sees token by
+/// token). Streams without a target (batch) do not constrain, nor do auto targets while
+/// `steady_s` is 0 (no decode step measured yet, so no target exists: the step fills
+/// `token_cap`, which also lets a burst of prompts reach the decode-only steps the model needs).
+/// `token_cap`, `min_tokens`, `warmup_tokens` are copied.
+StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
                        int token_cap, int min_tokens, int warmup_tokens);
 
 /// Hands out one step's prefill tokens, chunk by chunk.

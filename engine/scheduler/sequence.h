@@ -73,6 +73,7 @@ struct Sequence {
   int kv_budget_blocks = 0;          // its share of the planner's KV budget sums (kv_budget.h)
   bool counted = false;              // queue time and prompt tokens recorded (first schedule)
   std::optional<int32_t> last_sample;  // the newest sample of this incarnation (session turns)
+  std::optional<Clock::time_point> first_sample_at;  // when its first token reached the loop
   double steady_sum_s = 0;  // the steady decode step, summed over the steps that decoded it
   int steady_steps = 0;     // ... and their count (auto TPOT target: factor x the mean)
   // Prefix caching: its chain root, and the hashes of its leading blocks computed so far (kept

@@ -224,9 +224,9 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
     if (s->prefilling()) ++rows;
   step.steady_s = steady_step_s(cost_model_, decodes,
                                 static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
-  const std::span<const LatencyTarget> targets = config_.tpot_aware
-                                                     ? std::span<const LatencyTarget>(targets_)
-                                                     : std::span<const LatencyTarget>();
+  if (step.steady_s > 0) last_steady_s_ = step.steady_s;
+  const std::span<const StreamPace> targets =
+      config_.tpot_aware ? std::span<const StreamPace>(targets_) : std::span<const StreamPace>();
   // Auto targets exist once decode steps are measured (step_limits).
   const double measured_steady_s = cost_model_.knows_decode() ? step.steady_s : 0;
   last_limits_ = step_limits(targets, measured_steady_s, cost_model_.trusted(), token_cap,
@@ -238,6 +238,19 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
   return PrefillBudget(cost_model_, decodes,
                        step_limits(targets, 0, cost_model_.trusted(), token_cap,
                                    config_.min_prefill_tokens, config_.warmup_prefill_tokens));
+}
+
+// A decoding stream's TPOT target and progress: its samples in flight count as taken, each as
+// long as the last measured steady step (their time is not known yet).
+StreamPace StepPlanner::pace(const Sequence& s, Clock::time_point now) const {
+  StreamPace p(s.tpot_target);
+  if (!s.first_sample_at || s.tpot_target.kind != LatencyTarget::Kind::kFixed) return p;
+  const int64_t tokens = s.samples_committed();
+  p.elapsed_s = std::chrono::duration<double>(now - *s.first_sample_at).count() +
+                s.samples_in_flight * last_steady_s_;
+  p.intervals = std::max<int64_t>(0, tokens - 1);
+  p.remaining = std::clamp<int64_t>(s.request.max_tokens - tokens, 1, kPaceHorizon);
+  return p;
 }
 
 bool StepPlanner::backlogged(const std::vector<SequencePtr>& waiting, Clock::time_point now) {
@@ -293,7 +306,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     const KvSequence& ks = kv.sequence(s->runner_id);
     ++decodes.decode_rows;
     decodes.decode_keys += attended_keys(ks.geometry, ks.num_tokens, 1);
-    targets_.push_back(s->tpot_target);
+    targets_.push_back(pace(*s, now));
     scheduled.push_back(s);
     --b.tokens, --b.seqs, ++i;
   }

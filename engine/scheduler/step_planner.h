@@ -151,7 +151,11 @@ class StepPlanner {
   std::optional<PrefixMatch> turn_match_;  // admit_turn's lookup for a session's first turn
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   StepCostModel cost_model_;
-  std::vector<LatencyTarget> targets_;  // TPOT targets of the step's decoding sequences
+  // A decoding sequence's TPOT target and progress (step_limits).
+  StreamPace pace(const Sequence& s, Clock::time_point now) const;
+
+  std::vector<StreamPace> targets_;  // TPOT targets of the step's decoding sequences
+  double last_steady_s_ = 0;         // the steady step of the last step planned with one
   StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
 };

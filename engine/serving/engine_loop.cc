@@ -234,6 +234,7 @@ void EngineLoop::finish_oldest() {
       continue;
     }
     s->generated.push_back(tok);
+    if (!s->first_sample_at) s->first_sample_at = now;
     std::optional<SampleLogprobs> lp;
     if (r.logprobs >= 0 && k < out.logprobs.size()) lp = std::move(out.logprobs[k]);
     batch_.tokens.push_back({s, tok, std::move(lp), now});

@@ -72,7 +72,7 @@ constexpr KvGeometry kFull{};
 TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   const LatencyTarget none{}, auto_t{LatencyTarget::Kind::kAuto, 0},
       t25{LatencyTarget::Kind::kFixed, 0.025}, t40{LatencyTarget::Kind::kFixed, 0.040};
-  std::vector<LatencyTarget> targets = {t40, none, t25};
+  std::vector<StreamPace> targets = {t40, none, t25};
   StepLimits l = step_limits(targets, 0.010, true, 512, 64, 256);
   EXPECT_TRUE(l.constrained);
   EXPECT_DOUBLE_EQ(l.target_s, kStepHeadroom * 0.025);
@@ -80,13 +80,13 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   targets.push_back(auto_t);  // 2 x the 10 ms steady step = 20 ms, tighter than 25
   l = step_limits(targets, 0.010, true, 512, 64, 256);
   EXPECT_DOUBLE_EQ(l.target_s, kStepHeadroom * kAutoTpotFactor * 0.010);
-  const std::vector<LatencyTarget> batch = {none, none};
+  const std::vector<StreamPace> batch = {none, none};
   l = step_limits(batch, 0.010, true, 512, 64, 256);
   EXPECT_FALSE(l.constrained);  // batch requests fill what is left
   l = step_limits(targets, 0.010, false, 512, 64, 256);
   EXPECT_TRUE(l.constrained);  // the model warms up: the fixed targets get the allowance
   EXPECT_EQ(l.target_s, 0.0);
-  const std::vector<LatencyTarget> autos = {auto_t, none};
+  const std::vector<StreamPace> autos = {auto_t, none};
   EXPECT_FALSE(step_limits(autos, 0, false, 512, 64, 256).constrained)
       << "no auto target before a decode step is measured";
   l = step_limits(autos, 0.010, false, 512, 64, 256);
@@ -94,6 +94,39 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   EXPECT_EQ(l.target_s, 0.0);
   EXPECT_TRUE(step_limits(autos, 0.010, true, 512, 64, 256).constrained);
   EXPECT_EQ(step_limits({}, 0.010, true, -3, 64, 256).token_cap, 0);
+}
+
+// An explicit TPOT target is a mean over the request: a stream that ran faster than its target
+// can absorb a longer step, borrowing from up to kPaceHorizon steady steps ahead; one that ran
+// slower is held to the per-step bound.
+TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
+  const LatencyTarget t25{LatencyTarget::Kind::kFixed, 0.025};
+  const double per_step = kStepHeadroom * 0.025;  // 22.5 ms
+  StreamPace fresh(t25);  // its first token just came: no interval yet, 32 tokens ahead
+  fresh.elapsed_s = 0;
+  fresh.remaining = kPaceHorizon;
+  // 22.5 ms x 32 - 31 x 10 ms = 410 ms
+  EXPECT_NEAR(pace_allowance_s(fresh, 0.010), per_step * 32 - 31 * 0.010, 1e-12);
+  StreamPace ran(t25);  // 100 intervals at 10 ms, one token left
+  ran.elapsed_s = 1.0;
+  ran.intervals = 100;
+  ran.remaining = 1;
+  EXPECT_NEAR(pace_allowance_s(ran, 0.010), per_step * 101 - 1.0, 1e-12);  // 1.2725 s
+  StreamPace late(t25);  // 10 intervals that took 400 ms: behind its target
+  late.elapsed_s = 0.4;
+  late.intervals = 10;
+  EXPECT_DOUBLE_EQ(pace_allowance_s(late, 0.010), per_step);
+  EXPECT_DOUBLE_EQ(pace_allowance_s(StreamPace(t25), 0.010), per_step) << "no progress known";
+
+  // The step takes the least allowance; an auto target bounds every step however the stream ran.
+  std::vector<StreamPace> paces = {fresh, ran};
+  EXPECT_NEAR(step_limits(paces, 0.010, true, 512, 64, 256).target_s, per_step * 32 - 0.31, 1e-12);
+  StreamPace auto_ran(LatencyTarget{LatencyTarget::Kind::kAuto, 0});
+  auto_ran.elapsed_s = 1.0;
+  auto_ran.intervals = 100;
+  paces.push_back(auto_ran);
+  EXPECT_DOUBLE_EQ(step_limits(paces, 0.010, true, 512, 64, 256).target_s,
+                   kStepHeadroom * kAutoTpotFactor * 0.010);
 }
 
 TEST(PrefillBudget, TheChunkIsTheLargestThatKeepsTheStepWithinTheTarget) {

@@ -201,6 +201,47 @@ TEST(KvBudget, KeptSumsEqualARecomputationAfterRandomSteps) {
   }
 }
 
+// An explicit TPOT target is held as a mean over the request: beside a stream that ran ahead of
+// its 25 ms target, a long prompt goes in one chunk; beside the same stream run late, the step
+// keeps to the per-step bound. (A synthetic device: 10 ms for the decode row, 20 us a prompt
+// token.)
+TEST(StepPlanner, ExplicitTpotTargetsLetAStreamAheadOfItsPaceAbsorbALongStep) {
+  for (const bool ahead : {true, false}) {
+    SchedulerConfig config;
+    config.max_num_batched_tokens = 4096;
+    const PriorityPolicy policy(1.0);
+    KvOnlyHost host(4096, 16, 8192);
+    StepPlanner planner(host, config, policy);
+    for (int i = 0; i < 40; ++i) {
+      StepComposition c;
+      c.decode_rows = 1;
+      c.decode_keys = 100;
+      planner.observe(c, 0.010);
+      const int64_t n = i % 2 ? 64 : 512;
+      planner.observe(c.with_chunk(n, n * n / 2), (10 + 0.02 * static_cast<double>(n)) * 1e-3);
+    }
+    ASSERT_TRUE(planner.cost_model().trusted()) << planner.cost_model().describe();
+    const Clock::time_point t0 = Clock::time_point{} + std::chrono::hours(1);
+    std::vector<SequencePtr> running, waiting = {planner_seq(16, 0, 1)};
+    host.launch(planner.plan(running, waiting, t0));  // admitted and fed: its first token
+    const SequencePtr stream = running.at(0);
+    stream->tpot_target = {LatencyTarget::Kind::kFixed, 0.025};
+    stream->first_sample_at = t0;
+    stream->generated.resize(20, 7);  // 19 intervals since
+    waiting.push_back(planner_seq(4000, 0, 2));
+    // Ahead: 19 intervals in 100 ms (allowance 22.5 ms x 51 - 100 ms - 31 x 10 ms = 737 ms);
+    // late: in 1 s (22.5 ms: 625 prompt tokens beside the decode row).
+    const Clock::time_point now = t0 + std::chrono::milliseconds(ahead ? 100 : 1000);
+    const PlannedStep step = planner.plan(running, waiting, now);
+    ASSERT_EQ(step.inputs.size(), 2u);
+    const size_t chunk = step.inputs[1].tokens.size();
+    if (ahead)
+      EXPECT_EQ(chunk, 4000u);
+    else
+      EXPECT_NEAR(static_cast<double>(chunk), 625, 100);  // the fit's decode row reads fewer keys
+  }
+}
+
 // The queue is behind (auto TPOT targets yield) once a request with a TTFT target has waited past
 // its ordering slack; batch requests (no TTFT target) and finished ones do not count.
 TEST(StepPlanner, BackloggedOnceARequestWithATtftTargetWaitsPastItsOrderingSlack) {
