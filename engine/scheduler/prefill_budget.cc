@@ -33,7 +33,7 @@ double pace_allowance_s(const StreamPace& p, double steady_s) {
   const int64_t ahead = std::max<int64_t>(1, p.remaining);
   const double mean_bound = per_step * static_cast<double>(p.intervals + ahead) - p.elapsed_s -
                             static_cast<double>(ahead - 1) * steady_s;
-  return std::max(per_step, mean_bound);
+  return std::max(0.0, mean_bound);
 }
 
 StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
@@ -54,6 +54,8 @@ StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool 
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())
     l.target_s = tightest;
+  else
+    l.warming_up = l.constrained;
   return l;
 }
 
@@ -68,7 +70,7 @@ bool PrefillBudget::within_target(const StepComposition& c) const {
 int64_t PrefillBudget::fit(int64_t want, const KvGeometry& g, int64_t start) const {
   int64_t n = std::min<int64_t>(want, limits_.token_cap - taken_);
   if (n <= 0 || !limits_.constrained) return std::max<int64_t>(n, 0);
-  if (limits_.target_s <= 0)  // warming up: a fixed small allowance per step
+  if (limits_.warming_up)  // a fixed small allowance per step
     return std::max<int64_t>(0, std::min<int64_t>(n, limits_.warmup_tokens - taken_));
   const int64_t floor = taken_ == 0 ? std::min<int64_t>(n, limits_.min_tokens) : 0;
   if (within_target(step_.with_chunk(n, attended_keys(g, start, n)))) return n;
@@ -89,7 +91,7 @@ void PrefillBudget::take(int64_t n, const KvGeometry& g, int64_t start) {
 bool PrefillBudget::exhausted() const {
   if (taken_ >= limits_.token_cap) return true;
   if (!limits_.constrained || taken_ == 0) return false;
-  if (limits_.target_s <= 0) return taken_ >= limits_.warmup_tokens;
+  if (limits_.warming_up) return taken_ >= limits_.warmup_tokens;
   return !within_target(step_.with_chunk(1, 1));  // not even one more token of a fresh prompt
 }
 

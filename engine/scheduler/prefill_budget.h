@@ -36,14 +36,17 @@ inline constexpr int64_t kPaceHorizon = 32;
 
 /// The longest step a stream with an explicit TPOT target `p` can take now and keep its mean
 /// within kStepHeadroom x the target, if its next remaining - 1 steps take `steady_s`:
-///   (elapsed + d + (remaining - 1) steady) / (intervals + remaining) <= headroom x target,
-/// and never less than headroom x target (the per-step bound).
+///   (elapsed + d + (remaining - 1) steady) / (intervals + remaining) <= headroom x target
+/// (>= 0). A stream behind its target gets less than a step: the step takes only the planner's
+/// least prefill (min_tokens), and the stream catches up. Without progress known (elapsed_s <
+/// 0): headroom x target, per step.
 double pace_allowance_s(const StreamPace& p, double steady_s);
 
 /// What bounds one step's prefill.
 struct StepLimits {
   bool constrained = false;  // some decoding stream in the step has a TPOT target
-  double target_s = 0;       // with a trusted model: the step time to stay within
+  bool warming_up = false;   // constrained, but the model is not trusted: warmup_tokens apply
+  double target_s = 0;       // constrained with a trusted model: the step time to stay within
   int token_cap = 0;         // tokens left under max_num_batched_tokens after the decodes
   int min_tokens = 0;        // the step's first chunk gets at least this much (when it wants it)
   int warmup_tokens = 0;     // constrained, model not trusted yet (or no target known): per step

@@ -85,20 +85,20 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   EXPECT_FALSE(l.constrained);  // batch requests fill what is left
   l = step_limits(targets, 0.010, false, 512, 64, 256);
   EXPECT_TRUE(l.constrained);  // the model warms up: the fixed targets get the allowance
-  EXPECT_EQ(l.target_s, 0.0);
+  EXPECT_TRUE(l.warming_up);
   const std::vector<StreamPace> autos = {auto_t, none};
   EXPECT_FALSE(step_limits(autos, 0, false, 512, 64, 256).constrained)
       << "no auto target before a decode step is measured";
   l = step_limits(autos, 0.010, false, 512, 64, 256);
   EXPECT_TRUE(l.constrained) << "decode steps measured, prefill steps not yet: the allowance";
-  EXPECT_EQ(l.target_s, 0.0);
+  EXPECT_TRUE(l.warming_up);
   EXPECT_TRUE(step_limits(autos, 0.010, true, 512, 64, 256).constrained);
   EXPECT_EQ(step_limits({}, 0.010, true, -3, 64, 256).token_cap, 0);
 }
 
 // An explicit TPOT target is a mean over the request: a stream that ran faster than its target
 // can absorb a longer step, borrowing from up to kPaceHorizon steady steps ahead; one that ran
-// slower is held to the per-step bound.
+// slower gets less than its per-step bound, down to nothing (it catches up).
 TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
   const LatencyTarget t25{LatencyTarget::Kind::kFixed, 0.025};
   const double per_step = kStepHeadroom * 0.025;  // 22.5 ms
@@ -112,10 +112,12 @@ TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
   ran.intervals = 100;
   ran.remaining = 1;
   EXPECT_NEAR(pace_allowance_s(ran, 0.010), per_step * 101 - 1.0, 1e-12);  // 1.2725 s
-  StreamPace late(t25);  // 10 intervals that took 400 ms: behind its target
+  StreamPace late(t25);  // 10 intervals that took 400 ms: behind its target, it catches up
   late.elapsed_s = 0.4;
   late.intervals = 10;
-  EXPECT_DOUBLE_EQ(pace_allowance_s(late, 0.010), per_step);
+  EXPECT_DOUBLE_EQ(pace_allowance_s(late, 0.010), 0.0);
+  late.elapsed_s = 0.2;  // 20 ms a token: 22.5 ms x 11 - 200 ms
+  EXPECT_NEAR(pace_allowance_s(late, 0.010), per_step * 11 - 0.2, 1e-12);
   EXPECT_DOUBLE_EQ(pace_allowance_s(StreamPace(t25), 0.010), per_step) << "no progress known";
 
   // The step takes the least allowance; an auto target bounds every step however the stream ran.
@@ -172,7 +174,8 @@ TEST(PrefillBudget, AnUnreachableTargetStillFeedsTheFloorOncePerStep) {
 TEST(PrefillBudget, CapWarmUpAndNoTarget) {
   const StepCostModel m = linear_model();
   StepLimits free{
-      .constrained = false, .target_s = 0, .token_cap = 300, .min_tokens = 16, .warmup_tokens = 64};
+      .constrained = false, .warming_up = false, .target_s = 0, .token_cap = 300, .min_tokens = 16,
+      .warmup_tokens = 64};
   PrefillBudget a(m, rows(10), free);
   EXPECT_EQ(a.fit(1000, kFull, 0), 300);  // max_num_batched_tokens is the only bound
   a.take(250, kFull, 0);
@@ -181,6 +184,7 @@ TEST(PrefillBudget, CapWarmUpAndNoTarget) {
   EXPECT_TRUE(a.exhausted());
   StepLimits warm = free;
   warm.constrained = true;  // a stream has a target, the model is not trusted yet
+  warm.warming_up = true;
   PrefillBudget w(m, rows(10), warm);
   EXPECT_EQ(w.fit(1000, kFull, 0), 64);
   w.take(40, kFull, 0);

@@ -129,11 +129,13 @@ std::vector<RequestHandle> start_streams(ServingEngine& e, std::optional<millise
   return streams;
 }
 
-TEST(TpotScheduling, PrefillChunksFillTheStepUpToTheTightestTarget) {
-  // Every step takes >= 12 ms in real time, so the streams never run ahead of their 12 ms target
-  // (an explicit target is a mean: ahead of it, a stream may absorb longer steps) and the
-  // per-step bound holds.
-  TimedEngine t(scheduler_defaults("cpu"), milliseconds(12));  // max_num_batched_tokens 512
+// Streams behind their explicit 12 ms target (every step takes >= 12 ms in real time, and the
+// target is held as a mean at 0.9 x 12 ms) allow no more than the least prefill a step: a long
+// prompt is fed min_prefill_tokens at a time, and every such step stays within the per-step
+// bound. (Streams ahead of their target absorb longer steps: StepPlanner.Explicit* and the
+// PrefillBudget tests size those steps.)
+TEST(TpotScheduling, StreamsBehindTheirExplicitTargetTakeOnlyTheLeastPrefill) {
+  TimedEngine t(scheduler_defaults("cpu"), milliseconds(12));  // min_prefill_tokens 16
   std::vector<RequestHandle> streams = start_streams(*t.engine, milliseconds(12));
   const size_t from = t.runner->steps().size();
   Request big = greedy(random_prompt(450, 7), 4);
@@ -141,7 +143,6 @@ TEST(TpotScheduling, PrefillChunksFillTheStepUpToTheTightestTarget) {
   RequestHandle h = t.engine->submit(big);
   EXPECT_EQ(collect(h).final.reason, FinishReason::kLength);
   const std::vector<TimedRunner::Step> steps = t.runner->steps();
-  // 0.9 x 12 ms = 10.8 ms; 4 decode rows + the mixed cost leave 7.4 ms = 370 prompt tokens.
   int64_t largest = 0;
   for (size_t i = from; i < steps.size(); ++i) {
     if (steps[i].prefill == 0) continue;
@@ -149,7 +150,8 @@ TEST(TpotScheduling, PrefillChunksFillTheStepUpToTheTightestTarget) {
     EXPECT_LE(steps[i].ms, 0.9 * 12 + 0.05) << "step " << i << ": " << steps[i].rows << " rows, "
                                             << steps[i].prefill << " prompt tokens";
   }
-  EXPECT_GE(largest, 340);  // the budget, not the 32-token warm-up allowance
+  EXPECT_GT(largest, 0);
+  EXPECT_LE(largest, 16 + 20) << "the least prefill (a short prompt's chunk may come with it)";
   for (RequestHandle& s : streams) s.cancel();
 }
 
