@@ -31,8 +31,10 @@ struct StreamPace {
 };
 
 /// Tokens ahead a stream's mean TPOT is projected over (pace_allowance_s): the borrowing from
-/// its future steps a long step may do.
-inline constexpr int64_t kPaceHorizon = 32;
+/// its future steps a long step may do. Enough for a fresh stream at half its target to absorb
+/// an 8,192-token prompt on the 7B shape (about 500 ms); a stream that then ends sooner (at an
+/// EOS) than the horizon may miss its target.
+inline constexpr int64_t kPaceHorizon = 64;
 
 /// The longest step a stream with an explicit TPOT target `p` can take now and keep its mean
 /// within kStepHeadroom x the target, if its next remaining - 1 steps take `steady_s`:

@@ -104,7 +104,7 @@ TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
   const double per_step = kStepHeadroom * 0.025;  // 22.5 ms
   StreamPace fresh(t25);  // its first token just came: no interval yet, 32 tokens ahead
   fresh.elapsed_s = 0;
-  fresh.remaining = kPaceHorizon;
+  fresh.remaining = 32;
   // 22.5 ms x 32 - 31 x 10 ms = 410 ms
   EXPECT_NEAR(pace_allowance_s(fresh, 0.010), per_step * 32 - 31 * 0.010, 1e-12);
   StreamPace ran(t25);  // 100 intervals at 10 ms, one token left

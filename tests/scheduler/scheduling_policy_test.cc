@@ -229,9 +229,10 @@ TEST(StepPlanner, ExplicitTpotTargetsLetAStreamAheadOfItsPaceAbsorbALongStep) {
     stream->first_sample_at = t0;
     stream->generated.resize(20, 7);  // 19 intervals since
     waiting.push_back(planner_seq(4000, 0, 2));
-    // Ahead: 19 intervals in 100 ms (allowance 22.5 ms x 51 - 100 ms - 31 x 10 ms = 737 ms);
-    // late: in 1 s (none: 1,147.5 ms - 1 s - 310 ms < 0).
-    const Clock::time_point now = t0 + std::chrono::milliseconds(ahead ? 100 : 1000);
+    // Ahead: 19 intervals in 100 ms (allowance 22.5 ms x (19 + 64) - 100 ms - 63 x 10 ms =
+    // 1,137.5 ms); late: in 2 s (none: 1,867.5 ms - 2 s - 630 ms < 0).
+    static_assert(kPaceHorizon == 64);
+    const Clock::time_point now = t0 + std::chrono::milliseconds(ahead ? 100 : 2000);
     const PlannedStep step = planner.plan(running, waiting, now);
     ASSERT_EQ(step.inputs.size(), 2u);
     const size_t chunk = step.inputs[1].tokens.size();
