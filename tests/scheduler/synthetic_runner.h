@@ -15,18 +15,13 @@
 #include <vector>
 
 #include "engine/runner/runner.h"
+#include "tests/scheduler/step_log.h"
 
 namespace rill::testing {
 
 class SyntheticRunner final : public ModelRunner {
  public:
-  /// What one step carried, and the time the cost function gave it.
-  struct Step {
-    int rows = 0;          // one-token inputs (decodes)
-    int64_t prefill = 0;   // tokens of longer inputs (prompt chunks)
-    int chunks = 0;
-    double ms = 0;
-  };
+  using Step = LoggedStep;  // what one step carried, and the time the cost function gave it
   using Cost = std::function<double(const Step&)>;
 
   /// `config`: the model it claims to run (vocabulary, context); `num_blocks` x `block_size`:
@@ -81,69 +76,49 @@ class SyntheticRunner final : public ModelRunner {
       std::unique_lock lock(mu_);
       released_.wait(lock, [&] { return !held_; });
     }
-    Step s;
+    Step s = Step::of(inputs);
     std::vector<int32_t> sampled(inputs.size(), -1);
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const StepInput& in = inputs[i];
-      kv_.append(in.id, static_cast<int64_t>(in.tokens.size()));
-      if (in.tokens.size() == 1) {
-        ++s.rows;
-      } else {
-        ++s.chunks;
-        s.prefill += static_cast<int64_t>(in.tokens.size());
-      }
-      if (in.sample) sampled[i] = token_;
+      kv_.append(inputs[i].id, static_cast<int64_t>(inputs[i].tokens.size()));
+      if (inputs[i].sample) sampled[i] = token_;
     }
     s.ms = cost_(s);
-    std::lock_guard lock(mu_);
-    pending_.push_back({s, std::move(sampled)});
+    {
+      std::lock_guard lock(mu_);
+      sampled_.push_back(std::move(sampled));
+    }
+    log_.launched(s);
   }
   StepOutput finish() override {
-    if (time_scale_ > 0) {
-      double ms = 0;
-      {
-        std::lock_guard lock(mu_);
-        if (!pending_.empty()) ms = pending_.front().step.ms;
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms * time_scale_));
-    }
-    std::lock_guard lock(mu_);
-    if (pending_.empty()) throw Error(ErrorCode::kInvalidArgument, "no step in flight");
-    Pending p = std::move(pending_.front());
-    pending_.pop_front();
-    last_ms_ = p.step.ms;
-    steps_.push_back(p.step);
+    if (time_scale_ > 0)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(log_.next_ms() * time_scale_));
     StepOutput out;
-    out.logits_row.assign(p.sampled.size(), -1);
-    out.sampled = std::move(p.sampled);
+    {
+      std::lock_guard lock(mu_);
+      if (sampled_.empty()) throw Error(ErrorCode::kInvalidArgument, "no step in flight");
+      out.sampled = std::move(sampled_.front());
+      sampled_.pop_front();
+    }
+    out.logits_row.assign(out.sampled.size(), -1);
+    log_.finished();
     return out;
   }
-  double last_step_device_ms() const override {
-    std::lock_guard lock(mu_);
-    return last_ms_;
-  }
+  double last_step_device_ms() const override { return log_.last_ms(); }
   /// Every step finished so far, in order.
-  std::vector<Step> steps() const {
-    std::lock_guard lock(mu_);
-    return steps_;
-  }
+  std::vector<Step> steps() const { return log_.steps(); }
 
  private:
-  struct Pending {
-    Step step;
-    std::vector<int32_t> sampled;
-  };
   ModelConfig config_;
   KvCacheManager kv_;
   Cost cost_;
   int32_t token_;
   double time_scale_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable released_;
   bool held_ = false;
-  std::deque<Pending> pending_;
-  std::vector<Step> steps_;
-  double last_ms_ = 0;
+  std::deque<std::vector<int32_t>> sampled_;  // per step in flight: its samples
+  StepLog log_;
 };
 
 }  // namespace rill::testing

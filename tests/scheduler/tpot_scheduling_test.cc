@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/scheduler/scheduler_test_util.h"
+#include "tests/scheduler/step_log.h"
 
 namespace rill {
 namespace {
@@ -23,51 +24,28 @@ using testing::random_prompt;
 // long in real time (for judging TPOT deterministically).
 class TimedRunner final : public testing::ForwardingRunner {
  public:
-  struct Step {
-    int rows = 0;
-    int64_t prefill = 0;
-    double ms = 0;
-  };
+  using Step = testing::LoggedStep;
   explicit TimedRunner(const Model& m, milliseconds sleep = milliseconds(0))
       : ForwardingRunner(m), sleep_(sleep) {}
 
   void launch(std::span<const StepInput> inputs) override {
-    Step s;
-    for (const StepInput& in : inputs) {
-      if (in.tokens.size() == 1)
-        ++s.rows;
-      else
-        s.prefill += static_cast<int64_t>(in.tokens.size());
-    }
+    Step s = Step::of(inputs);
     s.ms = 2 + 0.1 * s.rows + (s.prefill > 0 ? 1 + 0.02 * static_cast<double>(s.prefill) : 0);
     ForwardingRunner::launch(inputs);
-    std::lock_guard lock(mu_);
-    pending_.push_back(s);
+    log_.launched(s);
   }
   StepOutput finish() override {
     StepOutput out = ForwardingRunner::finish();
     if (sleep_.count() > 0) std::this_thread::sleep_for(sleep_);
-    std::lock_guard lock(mu_);
-    last_ms_ = pending_.front().ms;
-    steps_.push_back(pending_.front());
-    pending_.pop_front();
+    log_.finished();
     return out;
   }
-  double last_step_device_ms() const override {
-    std::lock_guard lock(mu_);
-    return last_ms_;
-  }
-  std::vector<Step> steps() const {
-    std::lock_guard lock(mu_);
-    return steps_;
-  }
+  double last_step_device_ms() const override { return log_.last_ms(); }
+  std::vector<Step> steps() const { return log_.steps(); }
 
  private:
   milliseconds sleep_;
-  mutable std::mutex mu_;
-  std::deque<Step> pending_;
-  std::vector<Step> steps_;
-  double last_ms_ = 0;
+  testing::StepLog log_;
 };
 
 struct TimedEngine {
