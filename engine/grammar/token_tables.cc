@@ -58,14 +58,16 @@ EdgeSets number_edge_sets(const CompiledGrammar& g) {
   return e;
 }
 
-// The byte sets of one key: a set seen before in the key is written as its number in order of
+// The byte sets of one key, each an edge's set restricted to the bytes a walk can take there
+// (Vocabulary::bytes_from): a set seen before in the key is written as its number in order of
 // first appearance, so that a bounded repeat's chain of states (the same few sets over and over,
 // up to the longest token's length: 129 bytes deep with Llama-3's runs) costs a few bytes an
-// edge, not 40. Scratch of one build thread, reset per key.
+// edge, not 40. A restricted set is numbered by its bytes (once per grammar set and level), so
+// equal sets share a name. Scratch of one build thread, reset per key.
 class SetNames {
  public:
-  explicit SetNames(const EdgeSets& sets)
-      : sets_(sets), stamp_of_(sets.count, 0), name_(sets.count) {}
+  SetNames(const EdgeSets& sets, size_t levels)
+      : sets_(sets), levels_(levels), content_of_(sets.count * levels, kUnknown) {}
   void begin() {
     if (++stamp_ == 0) {
       std::fill(stamp_of_.begin(), stamp_of_.end(), 0u);
@@ -73,63 +75,89 @@ class SetNames {
     }
     next_ = 0;
   }
-  /// Edge `k` of state `s`.
-  void append(std::string& key, int32_t s, size_t k, const ByteSet& set) {
+  /// Edge `k` of state `s`, its set restricted to `allowed` (Vocabulary::bytes_from of level
+  /// `level`): false, and nothing appended, when no byte of it remains.
+  bool append(std::string& key, int32_t s, size_t k, const ByteSet& set, uint32_t level,
+              const ByteSet& allowed) {
     const uint32_t id = sets_.ids[sets_.first[static_cast<size_t>(s)] + k];
-    if (stamp_of_[id] == stamp_) {
-      append_varint(key, name_[id] + 1);
-      return;
+    uint32_t& c = content_of_[static_cast<size_t>(id) * levels_ + level];
+    if (c == kUnknown) {
+      ByteSet r;
+      for (size_t i = 0; i < r.bits.size(); ++i) r.bits[i] = set.bits[i] & allowed.bits[i];
+      c = r.empty() ? kNone : intern(r);
     }
-    stamp_of_[id] = stamp_;
-    name_[id] = next_++;
-    append_varint(key, 0);  // a literal set follows
-    for (uint64_t w : set.bits) append_u64(key, w);
+    if (c == kNone) return false;
+    if (stamp_of_[c] == stamp_) {
+      append_varint(key, name_[c] + 2);
+      return true;
+    }
+    stamp_of_[c] = stamp_;
+    name_[c] = next_++;
+    append_varint(key, 1);  // a literal set follows
+    for (uint64_t w : contents_[c].bits) append_u64(key, w);
+    return true;
   }
 
  private:
+  static constexpr uint32_t kUnknown = ~0u, kNone = ~0u - 1;
+  uint32_t intern(const ByteSet& r) {
+    const auto [it, fresh] = index_.try_emplace(r.bits, static_cast<uint32_t>(contents_.size()));
+    if (fresh) {
+      contents_.push_back(r);
+      stamp_of_.push_back(0);
+      name_.push_back(0);
+    }
+    return it->second;
+  }
+
   const EdgeSets& sets_;
-  std::vector<uint32_t> stamp_of_, name_;  // per grammar set: named in this key when stamped
+  size_t levels_;
+  std::vector<uint32_t> content_of_;  // [grammar set, level]: kUnknown, kNone or its content
+  std::unordered_map<std::array<uint64_t, 4>, uint32_t, SetHash> index_;  // bytes -> content
+  std::vector<ByteSet> contents_;
+  std::vector<uint32_t> stamp_of_, name_;  // per content: named in this key when stamped
   uint32_t stamp_ = 0, next_ = 0;
 };
 
-// True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
-// call edge: the walk from `start` is then a plain NFA simulation, without the Earley machinery.
-// Then `key` describes everything that walk reads (TableCache): per state in breadth-first
-// order its final flag and, within `depth`, its byte edges (SetNames) with their targets' order
-// numbers.
+// True when no state a walk from `start` can reach has a call edge: the walk is then a plain NFA
+// simulation, without the Earley machinery. A walk takes, d bytes deep, only bytes of
+// v.bytes_from(d), a set that shrinks with d: from a state first found d bytes deep, every byte
+// it takes is in bytes_from(d), so only those edges count (none past the longest token). Then
+// `key` describes everything that walk reads (TableCache): per state in breadth-first order its
+// final flag and its edges so restricted (SetNames) with their targets' order numbers.
 // `order` (per state, valid where seen == stamp) is scratch.
-bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
-               std::vector<uint32_t>& order, uint32_t stamp, SetNames& sets, std::string& key) {
+bool call_free(const CompiledGrammar& g, const Vocabulary& v, int32_t start,
+               std::vector<uint32_t>& seen, std::vector<uint32_t>& order, uint32_t stamp,
+               SetNames& sets, std::string& key) {
   key.clear();
   sets.begin();
   std::vector<int32_t> found{start};  // breadth-first: layer by layer
   seen[static_cast<size_t>(start)] = stamp;
   order[static_cast<size_t>(start)] = 0;
   size_t layer_begin = 0;
+  // Layer d <= max_token_bytes(): bytes_from(max_token_bytes()) is empty, so no layer follows.
   for (size_t d = 0; layer_begin < found.size(); ++d) {
     const size_t layer_end = found.size();
+    const ByteSet& allowed = v.bytes_from(d);
+    const uint32_t level = v.bytes_from_level(d);
     for (size_t i = layer_begin; i < layer_end; ++i) {
-      // Per state: final flag (| 2: past the longest token, no edges follow), edge count, and
-      // per edge its byte set and its target's order number: a prefix-free, exact encoding.
+      // Per state: final flag, per kept edge its byte set and its target's order number, then
+      // 0 (no set is written as 0): a prefix-free, exact encoding.
       const AutomatonState& st = g.state(found[i]);
-      if (d > depth) {  // past the longest token: never entered by a walk
-        key.push_back(static_cast<char>(2 | (st.final ? 1 : 0)));
-        continue;
-      }
       if (!st.calls.empty()) return false;
       key.push_back(static_cast<char>(st.final ? 1 : 0));
-      append_varint(key, st.bytes.size());
       for (size_t k = 0; k < st.bytes.size(); ++k) {
         const ByteEdge& e = st.bytes[k];
+        if (!sets.append(key, found[i], k, e.set, level, allowed)) continue;
         const auto t = static_cast<size_t>(e.target);
         if (seen[t] != stamp) {
           seen[t] = stamp;
           order[t] = static_cast<uint32_t>(found.size());
           found.push_back(e.target);
         }
-        sets.append(key, found[i], k, e.set);
         append_varint(key, order[t]);
       }
+      append_varint(key, 0);
     }
     layer_begin = layer_end;
   }
@@ -164,20 +192,20 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
     cls[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
   }
   size_t count = ids.size();
-  std::vector<std::array<uint64_t, 5>> edges;
+  // An edge is its byte set's number (the grammar's sets, numbered by their bytes) and its
+  // target's class: one word, not five.
+  const EdgeSets sets = number_edge_sets(g);
   std::vector<std::pair<int32_t, int32_t>> calls;
   for (size_t r = 0; r < rounds; ++r) {
     ids.clear();
     for (size_t s = 0; s < n; ++s) {
       const AutomatonState& st = g.state(static_cast<int32_t>(s));
       key.assign(1, static_cast<uint64_t>(cls[s]));
-      edges.clear();
-      for (const ByteEdge& e : st.bytes)
-        edges.push_back({e.set.bits[0], e.set.bits[1], e.set.bits[2], e.set.bits[3],
-                         static_cast<uint64_t>(cls[static_cast<size_t>(e.target)])});
-      std::sort(edges.begin(), edges.end());
-      for (const auto& e : edges) key.insert(key.end(), e.begin(), e.end());
-      key.push_back(~uint64_t{0});
+      for (size_t k = 0; k < st.bytes.size(); ++k)
+        key.push_back((static_cast<uint64_t>(sets.ids[sets.first[s] + k]) << 32) |
+                      static_cast<uint32_t>(cls[static_cast<size_t>(st.bytes[k].target)]));
+      std::sort(key.begin() + 1, key.end());
+      key.push_back(~uint64_t{0});  // no edge: set numbers are below 2^32 - 1
       calls.clear();
       for (const CallEdge& c : st.calls)
         calls.emplace_back(c.rule, cls[static_cast<size_t>(c.target)]);
@@ -331,12 +359,13 @@ namespace {
 
 // One build thread's parser, DFA and scratch.
 struct BuildThread {
-  BuildThread(const CompiledGrammar& g, const GrammarLimits& limits, const EdgeSets& sets)
+  BuildThread(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
+              const EdgeSets& sets)
       : parser(g, limits.max_earley_items_per_byte),
         dfa(g),
         seen(g.num_states(), 0),
         order(g.num_states(), 0),
-        set_names(sets) {}
+        set_names(sets, v.bytes_from_levels()) {}
   EarleyParser parser;
   SubsetDfa dfa;
   WalkScratch scratch;
@@ -364,7 +393,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
     std::exception_ptr error;
     auto work = [&] {
       try {
-        BuildThread bt(g, limits, edge_sets);
+        BuildThread bt(g, v, limits, edge_sets);
         for (size_t t = next++; t < count && !failed.load(); t = next++) {
           if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
             fail("grammar compilation exceeded the time-out of " +
@@ -397,8 +426,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
       bt.stamp = 1;
     }
     const ByteSet& follow = g.follow(g.state(reps[t]).rule);
-    if (call_free(g, reps[t], v.max_token_bytes(), bt.seen, bt.order, bt.stamp, bt.set_names,
-                  bt.key)) {
+    if (call_free(g, v, reps[t], bt.seen, bt.order, bt.stamp, bt.set_names, bt.key)) {
       tables_[t] = shared_table(v, bt.dfa, reps[t], bt.key, follow, bt.scratch, shared);
       return;
     }
