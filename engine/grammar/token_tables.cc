@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -167,29 +168,63 @@ bool call_free(const CompiledGrammar& g, const Vocabulary& v, int32_t start,
 // Moore's partition refinement, bounded at the longest token: states in one class accept,
 // refuse and leave their rule on exactly the same byte strings of that length, so they share
 // one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
-struct KeyHash {
-  size_t operator()(const std::vector<uint64_t>& key) const {
+// A round's keys (word strings) -> their classes, numbered in order of first appearance: an
+// open-addressing table over one arena of words, so a round allocates nothing once the first
+// has sized it (a long token, Llama-3's runs of 100+ bytes, means as many rounds over every
+// state). Exact: a hit compares the words.
+class KeyClasses {
+ public:
+  /// Forget the keys; at most `n` distinct ones will follow.
+  void reset(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, -1);
+    entries_.clear();
+    arena_.clear();
+  }
+  int32_t intern(const std::vector<uint64_t>& key) {
     uint64_t h = 0x9E3779B97F4A7C15ull;
     for (uint64_t w : key) h = (h ^ w) * 0x100000001B3ull + (h >> 29);
-    return static_cast<size_t>(h);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
+      const int32_t c = slots_[i];
+      if (c < 0) {
+        slots_[i] = static_cast<int32_t>(entries_.size());
+        entries_.push_back({h, arena_.size(), key.size()});
+        arena_.insert(arena_.end(), key.begin(), key.end());
+        return slots_[i];
+      }
+      const Entry& e = entries_[static_cast<size_t>(c)];
+      if (e.hash == h && e.size == key.size() &&
+          std::equal(key.begin(), key.end(), arena_.begin() + static_cast<ptrdiff_t>(e.at)))
+        return c;
+    }
   }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t hash;
+    size_t at, size;  // its words: arena_[at, at + size)
+  };
+  std::vector<int32_t> slots_;  // a class, or -1
+  std::vector<Entry> entries_;  // per class
+  std::vector<uint64_t> arena_;
 };
 
 std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
                                       int32_t& num_classes) {
   const size_t n = g.num_states();
   std::vector<int32_t> cls(n), next(n);
-  // A state's key -> its class in this round. Hashed: a long token (Llama-3's runs of 100+
-  // bytes) means as many rounds over every state.
-  std::unordered_map<std::vector<uint64_t>, int32_t, KeyHash> ids;
-  ids.reserve(n);
+  KeyClasses ids;  // a state's key -> its class in this round
+  ids.reset(n);
   std::vector<uint64_t> key;
   for (size_t s = 0; s < n; ++s) {
     const AutomatonState& st = g.state(static_cast<int32_t>(s));
     key.assign(1, st.final ? 1 : 0);
     if (st.final)
       for (uint64_t w : g.follow(st.rule).bits) key.push_back(w);
-    cls[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
+    cls[s] = ids.intern(key);
   }
   size_t count = ids.size();
   // An edge is its byte set's number (the grammar's sets, numbered by their bytes) and its
@@ -197,7 +232,7 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
   const EdgeSets sets = number_edge_sets(g);
   std::vector<std::pair<int32_t, int32_t>> calls;
   for (size_t r = 0; r < rounds; ++r) {
-    ids.clear();
+    ids.reset(n);
     for (size_t s = 0; s < n; ++s) {
       const AutomatonState& st = g.state(static_cast<int32_t>(s));
       key.assign(1, static_cast<uint64_t>(cls[s]));
@@ -212,7 +247,7 @@ std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
       std::sort(calls.begin(), calls.end());
       for (auto [rule, t] : calls)
         key.push_back((static_cast<uint64_t>(rule) << 32) | static_cast<uint32_t>(t));
-      next[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
+      next[s] = ids.intern(key);
     }
     cls.swap(next);
     if (ids.size() == count) break;  // stable
@@ -254,20 +289,24 @@ size_t TableCache::size() const {
 namespace {
 
 // The table of a call-free position keyed `key` (call_free), from the shared cache when it holds
-// the table or the walk (another context of the same building block), else walked here.
+// the table or the walk (another context of the same building block), else walked here. The
+// table depends on the follow set only where a refused token continues after an exit
+// (PositionWalk::exit_bytes): its key keeps that part, so contexts that differ elsewhere (a
+// string followed by ']' or by '}') share it.
 std::shared_ptr<const PositionTable> shared_table(const Vocabulary& v, SubsetDfa& dfa,
                                                   int32_t state, const std::string& key,
                                                   const ByteSet& follow, WalkScratch& scratch,
                                                   TableCache* shared) {
-  std::string table_key = key;
-  for (uint64_t w : follow.bits) append_u64(table_key, w);
-  if (shared)
-    if (auto hit = shared->find_table(table_key)) return hit;
   std::shared_ptr<const PositionWalk> walk = shared ? shared->find_walk(key) : nullptr;
   if (!walk) {
     walk = std::make_shared<const PositionWalk>(walk_call_free(v, dfa, state, scratch));
     if (shared) shared->put_walk(key, walk);
   }
+  std::string table_key = key;
+  for (size_t i = 0; i < follow.bits.size(); ++i)
+    append_u64(table_key, follow.bits[i] & walk->exit_bytes.bits[i]);
+  if (shared)
+    if (auto hit = shared->find_table(table_key)) return hit;
   auto table = std::make_shared<const PositionTable>(table_of(v, *walk, follow));
   if (shared) shared->put_table(table_key, table);
   return table;
