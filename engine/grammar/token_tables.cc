@@ -63,12 +63,12 @@ EdgeSets number_edge_sets(const CompiledGrammar& g) {
 // (Vocabulary::bytes_from): a set seen before in the key is written as its number in order of
 // first appearance, so that a bounded repeat's chain of states (the same few sets over and over,
 // up to the longest token's length: 129 bytes deep with Llama-3's runs) costs a few bytes an
-// edge, not 40. A restricted set is numbered by its bytes (once per grammar set and level), so
-// equal sets share a name. Scratch of one build thread, reset per key.
+// edge, not 40. A restricted set is numbered by its bytes (once per grammar set and level met,
+// held in a map: a grammar's sets times the levels could be large), so equal sets share a name.
+// Scratch of one build thread, reset per key.
 class SetNames {
  public:
-  SetNames(const EdgeSets& sets, size_t levels)
-      : sets_(sets), levels_(levels), content_of_(sets.count * levels, kUnknown) {}
+  explicit SetNames(const EdgeSets& sets) : sets_(sets) {}
   void begin() {
     if (++stamp_ == 0) {
       std::fill(stamp_of_.begin(), stamp_of_.end(), 0u);
@@ -81,12 +81,14 @@ class SetNames {
   bool append(std::string& key, int32_t s, size_t k, const ByteSet& set, uint32_t level,
               const ByteSet& allowed) {
     const uint32_t id = sets_.ids[sets_.first[static_cast<size_t>(s)] + k];
-    uint32_t& c = content_of_[static_cast<size_t>(id) * levels_ + level];
-    if (c == kUnknown) {
+    const auto [slot, fresh] =
+        content_of_.try_emplace((static_cast<uint64_t>(id) << 32) | level, kNone);
+    if (fresh) {
       ByteSet r;
       for (size_t i = 0; i < r.bits.size(); ++i) r.bits[i] = set.bits[i] & allowed.bits[i];
-      c = r.empty() ? kNone : intern(r);
+      if (!r.empty()) slot->second = intern(r);
     }
+    const uint32_t c = slot->second;
     if (c == kNone) return false;
     if (stamp_of_[c] == stamp_) {
       append_varint(key, name_[c] + 2);
@@ -100,7 +102,7 @@ class SetNames {
   }
 
  private:
-  static constexpr uint32_t kUnknown = ~0u, kNone = ~0u - 1;
+  static constexpr uint32_t kNone = ~0u;  // no byte of the set remains
   uint32_t intern(const ByteSet& r) {
     const auto [it, fresh] = index_.try_emplace(r.bits, static_cast<uint32_t>(contents_.size()));
     if (fresh) {
@@ -112,8 +114,7 @@ class SetNames {
   }
 
   const EdgeSets& sets_;
-  size_t levels_;
-  std::vector<uint32_t> content_of_;  // [grammar set, level]: kUnknown, kNone or its content
+  std::unordered_map<uint64_t, uint32_t> content_of_;  // (grammar set, level) -> content or kNone
   std::unordered_map<std::array<uint64_t, 4>, uint32_t, SetHash> index_;  // bytes -> content
   std::vector<ByteSet> contents_;
   std::vector<uint32_t> stamp_of_, name_;  // per content: named in this key when stamped
@@ -165,9 +166,6 @@ bool call_free(const CompiledGrammar& g, const Vocabulary& v, int32_t start,
   return true;
 }
 
-// Moore's partition refinement, bounded at the longest token: states in one class accept,
-// refuse and leave their rule on exactly the same byte strings of that length, so they share
-// one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
 // A round's keys (word strings) -> their classes, numbered in order of first appearance: an
 // open-addressing table over one arena of words, so a round allocates nothing once the first
 // has sized it (a long token, Llama-3's runs of 100+ bytes, means as many rounds over every
@@ -212,6 +210,9 @@ class KeyClasses {
   std::vector<uint64_t> arena_;
 };
 
+// Moore's partition refinement, bounded at the longest token: states in one class accept,
+// refuse and leave their rule on exactly the same byte strings of that length, so they share
+// one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
 std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
                                       int32_t& num_classes) {
   const size_t n = g.num_states();
@@ -398,13 +399,12 @@ namespace {
 
 // One build thread's parser, DFA and scratch.
 struct BuildThread {
-  BuildThread(const CompiledGrammar& g, const Vocabulary& v, const GrammarLimits& limits,
-              const EdgeSets& sets)
+  BuildThread(const CompiledGrammar& g, const GrammarLimits& limits, const EdgeSets& sets)
       : parser(g, limits.max_earley_items_per_byte),
         dfa(g),
         seen(g.num_states(), 0),
         order(g.num_states(), 0),
-        set_names(sets, v.bytes_from_levels()) {}
+        set_names(sets) {}
   EarleyParser parser;
   SubsetDfa dfa;
   WalkScratch scratch;
@@ -432,7 +432,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
     std::exception_ptr error;
     auto work = [&] {
       try {
-        BuildThread bt(g, v, limits, edge_sets);
+        BuildThread bt(g, limits, edge_sets);
         for (size_t t = next++; t < count && !failed.load(); t = next++) {
           if (std::chrono::steady_clock::now() - started > limits.compile_timeout)
             fail("grammar compilation exceeded the time-out of " +

@@ -57,7 +57,6 @@ class Vocabulary {
   const ByteSet& bytes_from(size_t d) const { return from_sets_[from_level_[d]]; }
   /// bytes_from(d)'s index among its distinct sets: equal indices, equal sets.
   uint32_t bytes_from_level(size_t d) const { return from_level_[d]; }
-  size_t bytes_from_levels() const { return from_sets_.size(); }
   /// Identity of the vocabulary for caches (hash of every token's bytes and flags).
   uint64_t fingerprint() const { return fingerprint_; }
 
