@@ -39,6 +39,16 @@ std::shared_ptr<const AcceptedSet> pack(const Vocabulary& v,
   return t;
 }
 
+// The bytes right after an exit, over the refusals: the only bytes table_of reads of a follow set.
+ByteSet exit_bytes(const Vocabulary& v, const PositionWalk& w) {
+  ByteSet out;
+  for (const PositionWalk::Refusal& r : w.refusals) {
+    const std::string& path = v.bytes(v.sorted()[v.trie()[r.node].lo]);
+    for (uint32_t k = r.begin; k < r.end; ++k) out.set(static_cast<uint8_t>(path[w.depths[k]]));
+  }
+  return out;
+}
+
 // The depth-first walk shared by both walkers, under trie node `root` (its path of `root_depth`
 // bytes already consumed by the walker, the exits on it in s.path_exits): appends to s.accepted,
 // s.out.refusals and s.out.depths. `Step` advances the walker by a byte (false: refused) and
@@ -95,6 +105,7 @@ PositionWalk walk_trie(const Vocabulary& v, Walker& w, WalkScratch& s) {
   s.path_exits.clear();
   walk_nodes(v, w, s, 0, 0, SIZE_MAX, nullptr);
   s.out.accepted = pack(v, s.accepted);
+  s.out.exit_bytes = exit_bytes(v, s.out);
   return std::move(s.out);
 }
 
@@ -160,6 +171,7 @@ bool walk_earley_below(const Vocabulary& v, EarleyParser& p, int32_t state,
   }
   std::sort(s.accepted.begin(), s.accepted.end());  // the frontier's tokens interleave
   s.out.accepted = pack(v, s.accepted);
+  s.out.exit_bytes = exit_bytes(v, s.out);
   out = std::move(s.out);
   return true;
 }

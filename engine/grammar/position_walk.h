@@ -45,6 +45,8 @@ struct PositionWalk {
   std::shared_ptr<const AcceptedSet> accepted;
   std::vector<Refusal> refusals;
   std::vector<uint32_t> depths;  // exit depths d >= 1: the rule ended after d bytes
+  ByteSet exit_bytes;  // the refused tokens' bytes right after an exit: table_of reads only these
+                       // of a follow set, so the table's key keeps only these
 };
 
 /// Uncertain tokens of one position too many to list by suffix: every token under one trie node

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -58,14 +59,16 @@ EdgeSets number_edge_sets(const CompiledGrammar& g) {
   return e;
 }
 
-// The byte sets of one key: a set seen before in the key is written as its number in order of
+// The byte sets of one key, each an edge's set restricted to the bytes a walk can take there
+// (Vocabulary::bytes_from): a set seen before in the key is written as its number in order of
 // first appearance, so that a bounded repeat's chain of states (the same few sets over and over,
 // up to the longest token's length: 129 bytes deep with Llama-3's runs) costs a few bytes an
-// edge, not 40. Scratch of one build thread, reset per key.
+// edge, not 40. A restricted set is numbered by its bytes (once per grammar set and level met,
+// held in a map: a grammar's sets times the levels could be large), so equal sets share a name.
+// Scratch of one build thread, reset per key.
 class SetNames {
  public:
-  explicit SetNames(const EdgeSets& sets)
-      : sets_(sets), stamp_of_(sets.count, 0), name_(sets.count) {}
+  explicit SetNames(const EdgeSets& sets) : sets_(sets) {}
   void begin() {
     if (++stamp_ == 0) {
       std::fill(stamp_of_.begin(), stamp_of_.end(), 0u);
@@ -73,118 +76,179 @@ class SetNames {
     }
     next_ = 0;
   }
-  /// Edge `k` of state `s`.
-  void append(std::string& key, int32_t s, size_t k, const ByteSet& set) {
+  /// Edge `k` of state `s`, its set restricted to `allowed` (Vocabulary::bytes_from of level
+  /// `level`): false, and nothing appended, when no byte of it remains.
+  bool append(std::string& key, int32_t s, size_t k, const ByteSet& set, uint32_t level,
+              const ByteSet& allowed) {
     const uint32_t id = sets_.ids[sets_.first[static_cast<size_t>(s)] + k];
-    if (stamp_of_[id] == stamp_) {
-      append_varint(key, name_[id] + 1);
-      return;
+    const auto [slot, fresh] =
+        content_of_.try_emplace((static_cast<uint64_t>(id) << 32) | level, kNone);
+    if (fresh) {
+      ByteSet r;
+      for (size_t i = 0; i < r.bits.size(); ++i) r.bits[i] = set.bits[i] & allowed.bits[i];
+      if (!r.empty()) slot->second = intern(r);
     }
-    stamp_of_[id] = stamp_;
-    name_[id] = next_++;
-    append_varint(key, 0);  // a literal set follows
-    for (uint64_t w : set.bits) append_u64(key, w);
+    const uint32_t c = slot->second;
+    if (c == kNone) return false;
+    if (stamp_of_[c] == stamp_) {
+      append_varint(key, name_[c] + 2);
+      return true;
+    }
+    stamp_of_[c] = stamp_;
+    name_[c] = next_++;
+    append_varint(key, 1);  // a literal set follows
+    for (uint64_t w : contents_[c].bits) append_u64(key, w);
+    return true;
   }
 
  private:
+  static constexpr uint32_t kNone = ~0u;  // no byte of the set remains
+  uint32_t intern(const ByteSet& r) {
+    const auto [it, fresh] = index_.try_emplace(r.bits, static_cast<uint32_t>(contents_.size()));
+    if (fresh) {
+      contents_.push_back(r);
+      stamp_of_.push_back(0);
+      name_.push_back(0);
+    }
+    return it->second;
+  }
+
   const EdgeSets& sets_;
-  std::vector<uint32_t> stamp_of_, name_;  // per grammar set: named in this key when stamped
+  std::unordered_map<uint64_t, uint32_t> content_of_;  // (grammar set, level) -> content or kNone
+  std::unordered_map<std::array<uint64_t, 4>, uint32_t, SetHash> index_;  // bytes -> content
+  std::vector<ByteSet> contents_;
+  std::vector<uint32_t> stamp_of_, name_;  // per content: named in this key when stamped
   uint32_t stamp_ = 0, next_ = 0;
 };
 
-// True when no state within `depth` bytes of `start` (by byte edges; all in start's rule) has a
-// call edge: the walk from `start` is then a plain NFA simulation, without the Earley machinery.
-// Then `key` describes everything that walk reads (TableCache): per state in breadth-first
-// order its final flag and, within `depth`, its byte edges (SetNames) with their targets' order
-// numbers.
+// True when no state a walk from `start` can reach has a call edge: the walk is then a plain NFA
+// simulation, without the Earley machinery. A walk takes, d bytes deep, only bytes of
+// v.bytes_from(d), a set that shrinks with d: from a state first found d bytes deep, every byte
+// it takes is in bytes_from(d), so only those edges count (none past the longest token). Then
+// `key` describes everything that walk reads (TableCache): per state in breadth-first order its
+// final flag and its edges so restricted (SetNames) with their targets' order numbers.
 // `order` (per state, valid where seen == stamp) is scratch.
-bool call_free(const CompiledGrammar& g, int32_t start, size_t depth, std::vector<uint32_t>& seen,
-               std::vector<uint32_t>& order, uint32_t stamp, SetNames& sets, std::string& key) {
+bool call_free(const CompiledGrammar& g, const Vocabulary& v, int32_t start,
+               std::vector<uint32_t>& seen, std::vector<uint32_t>& order, uint32_t stamp,
+               SetNames& sets, std::string& key) {
   key.clear();
   sets.begin();
   std::vector<int32_t> found{start};  // breadth-first: layer by layer
   seen[static_cast<size_t>(start)] = stamp;
   order[static_cast<size_t>(start)] = 0;
   size_t layer_begin = 0;
+  // Layer d <= max_token_bytes(): bytes_from(max_token_bytes()) is empty, so no layer follows.
   for (size_t d = 0; layer_begin < found.size(); ++d) {
     const size_t layer_end = found.size();
+    const ByteSet& allowed = v.bytes_from(d);
+    const uint32_t level = v.bytes_from_level(d);
     for (size_t i = layer_begin; i < layer_end; ++i) {
-      // Per state: final flag (| 2: past the longest token, no edges follow), edge count, and
-      // per edge its byte set and its target's order number: a prefix-free, exact encoding.
+      // Per state: final flag, per kept edge its byte set and its target's order number, then
+      // 0 (no set is written as 0): a prefix-free, exact encoding.
       const AutomatonState& st = g.state(found[i]);
-      if (d > depth) {  // past the longest token: never entered by a walk
-        key.push_back(static_cast<char>(2 | (st.final ? 1 : 0)));
-        continue;
-      }
       if (!st.calls.empty()) return false;
       key.push_back(static_cast<char>(st.final ? 1 : 0));
-      append_varint(key, st.bytes.size());
       for (size_t k = 0; k < st.bytes.size(); ++k) {
         const ByteEdge& e = st.bytes[k];
+        if (!sets.append(key, found[i], k, e.set, level, allowed)) continue;
         const auto t = static_cast<size_t>(e.target);
         if (seen[t] != stamp) {
           seen[t] = stamp;
           order[t] = static_cast<uint32_t>(found.size());
           found.push_back(e.target);
         }
-        sets.append(key, found[i], k, e.set);
         append_varint(key, order[t]);
       }
+      append_varint(key, 0);
     }
     layer_begin = layer_end;
   }
   return true;
 }
 
+// A round's keys (word strings) -> their classes, numbered in order of first appearance: an
+// open-addressing table over one arena of words, so a round allocates nothing once the first
+// has sized it (a long token, Llama-3's runs of 100+ bytes, means as many rounds over every
+// state). Exact: a hit compares the words.
+class KeyClasses {
+ public:
+  /// Forget the keys; at most `n` distinct ones will follow.
+  void reset(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, -1);
+    entries_.clear();
+    arena_.clear();
+  }
+  int32_t intern(const std::vector<uint64_t>& key) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (uint64_t w : key) h = (h ^ w) * 0x100000001B3ull + (h >> 29);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
+      const int32_t c = slots_[i];
+      if (c < 0) {
+        slots_[i] = static_cast<int32_t>(entries_.size());
+        entries_.push_back({h, arena_.size(), key.size()});
+        arena_.insert(arena_.end(), key.begin(), key.end());
+        return slots_[i];
+      }
+      const Entry& e = entries_[static_cast<size_t>(c)];
+      if (e.hash == h && e.size == key.size() &&
+          std::equal(key.begin(), key.end(), arena_.begin() + static_cast<ptrdiff_t>(e.at)))
+        return c;
+    }
+  }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t hash;
+    size_t at, size;  // its words: arena_[at, at + size)
+  };
+  std::vector<int32_t> slots_;  // a class, or -1
+  std::vector<Entry> entries_;  // per class
+  std::vector<uint64_t> arena_;
+};
+
 // Moore's partition refinement, bounded at the longest token: states in one class accept,
 // refuse and leave their rule on exactly the same byte strings of that length, so they share
 // one table (a repeated character class x{0,500} needs about max_token_bytes tables, not 500).
-struct KeyHash {
-  size_t operator()(const std::vector<uint64_t>& key) const {
-    uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (uint64_t w : key) h = (h ^ w) * 0x100000001B3ull + (h >> 29);
-    return static_cast<size_t>(h);
-  }
-};
-
 std::vector<int32_t> position_classes(const CompiledGrammar& g, size_t rounds,
                                       int32_t& num_classes) {
   const size_t n = g.num_states();
   std::vector<int32_t> cls(n), next(n);
-  // A state's key -> its class in this round. Hashed: a long token (Llama-3's runs of 100+
-  // bytes) means as many rounds over every state.
-  std::unordered_map<std::vector<uint64_t>, int32_t, KeyHash> ids;
-  ids.reserve(n);
+  KeyClasses ids;  // a state's key -> its class in this round
+  ids.reset(n);
   std::vector<uint64_t> key;
   for (size_t s = 0; s < n; ++s) {
     const AutomatonState& st = g.state(static_cast<int32_t>(s));
     key.assign(1, st.final ? 1 : 0);
     if (st.final)
       for (uint64_t w : g.follow(st.rule).bits) key.push_back(w);
-    cls[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
+    cls[s] = ids.intern(key);
   }
   size_t count = ids.size();
-  std::vector<std::array<uint64_t, 5>> edges;
+  // An edge is its byte set's number (the grammar's sets, numbered by their bytes) and its
+  // target's class: one word, not five.
+  const EdgeSets sets = number_edge_sets(g);
   std::vector<std::pair<int32_t, int32_t>> calls;
   for (size_t r = 0; r < rounds; ++r) {
-    ids.clear();
+    ids.reset(n);
     for (size_t s = 0; s < n; ++s) {
       const AutomatonState& st = g.state(static_cast<int32_t>(s));
       key.assign(1, static_cast<uint64_t>(cls[s]));
-      edges.clear();
-      for (const ByteEdge& e : st.bytes)
-        edges.push_back({e.set.bits[0], e.set.bits[1], e.set.bits[2], e.set.bits[3],
-                         static_cast<uint64_t>(cls[static_cast<size_t>(e.target)])});
-      std::sort(edges.begin(), edges.end());
-      for (const auto& e : edges) key.insert(key.end(), e.begin(), e.end());
-      key.push_back(~uint64_t{0});
+      for (size_t k = 0; k < st.bytes.size(); ++k)
+        key.push_back((static_cast<uint64_t>(sets.ids[sets.first[s] + k]) << 32) |
+                      static_cast<uint32_t>(cls[static_cast<size_t>(st.bytes[k].target)]));
+      std::sort(key.begin() + 1, key.end());
+      key.push_back(~uint64_t{0});  // no edge: set numbers are below 2^32 - 1
       calls.clear();
       for (const CallEdge& c : st.calls)
         calls.emplace_back(c.rule, cls[static_cast<size_t>(c.target)]);
       std::sort(calls.begin(), calls.end());
       for (auto [rule, t] : calls)
         key.push_back((static_cast<uint64_t>(rule) << 32) | static_cast<uint32_t>(t));
-      next[s] = ids.try_emplace(key, static_cast<int32_t>(ids.size())).first->second;
+      next[s] = ids.intern(key);
     }
     cls.swap(next);
     if (ids.size() == count) break;  // stable
@@ -226,20 +290,24 @@ size_t TableCache::size() const {
 namespace {
 
 // The table of a call-free position keyed `key` (call_free), from the shared cache when it holds
-// the table or the walk (another context of the same building block), else walked here.
+// the table or the walk (another context of the same building block), else walked here. The
+// table depends on the follow set only where a refused token continues after an exit
+// (PositionWalk::exit_bytes): its key keeps that part, so contexts that differ elsewhere (a
+// string followed by ']' or by '}') share it.
 std::shared_ptr<const PositionTable> shared_table(const Vocabulary& v, SubsetDfa& dfa,
                                                   int32_t state, const std::string& key,
                                                   const ByteSet& follow, WalkScratch& scratch,
                                                   TableCache* shared) {
-  std::string table_key = key;
-  for (uint64_t w : follow.bits) append_u64(table_key, w);
-  if (shared)
-    if (auto hit = shared->find_table(table_key)) return hit;
   std::shared_ptr<const PositionWalk> walk = shared ? shared->find_walk(key) : nullptr;
   if (!walk) {
     walk = std::make_shared<const PositionWalk>(walk_call_free(v, dfa, state, scratch));
     if (shared) shared->put_walk(key, walk);
   }
+  std::string table_key = key;
+  for (size_t i = 0; i < follow.bits.size(); ++i)
+    append_u64(table_key, follow.bits[i] & walk->exit_bytes.bits[i]);
+  if (shared)
+    if (auto hit = shared->find_table(table_key)) return hit;
   auto table = std::make_shared<const PositionTable>(table_of(v, *walk, follow));
   if (shared) shared->put_table(table_key, table);
   return table;
@@ -397,8 +465,7 @@ void TokenTables::build_parallel(const CompiledGrammar& g, const Vocabulary& v,
       bt.stamp = 1;
     }
     const ByteSet& follow = g.follow(g.state(reps[t]).rule);
-    if (call_free(g, reps[t], v.max_token_bytes(), bt.seen, bt.order, bt.stamp, bt.set_names,
-                  bt.key)) {
+    if (call_free(g, v, reps[t], bt.seen, bt.order, bt.stamp, bt.set_names, bt.key)) {
       tables_[t] = shared_table(v, bt.dfa, reps[t], bt.key, follow, bt.scratch, shared);
       return;
     }

@@ -121,6 +121,18 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<uint8_t
     trie_[path.back()].hi = static_cast<uint32_t>(sorted_.size());
     path.pop_back();
   }
+  std::vector<ByteSet> at(max_len_ + 1);  // bytes at offset d of some token
+  for (int32_t id : sorted_) {
+    const std::string& t = bytes(id);
+    for (size_t d = 0; d < t.size(); ++d) at[d].set(static_cast<uint8_t>(t[d]));
+  }
+  from_level_.assign(max_len_ + 1, 0);
+  ByteSet from;  // bytes at offset d or later
+  for (size_t d = max_len_ + 1; d-- > 0;) {
+    from |= at[d];
+    if (from_sets_.empty() || !(from_sets_.back() == from)) from_sets_.push_back(from);
+    from_level_[d] = static_cast<uint32_t>(from_sets_.size() - 1);
+  }
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   auto mix = [&](uint8_t c) { h = (h ^ c) * 1099511628211ull; };
   for (size_t i = 0; i < bytes_.size(); ++i) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/grammar.h"
+
 namespace rill {
 class Tokenizer;
 }
@@ -48,6 +50,13 @@ class Vocabulary {
   const std::vector<TrieNode>& trie() const { return trie_; }
   /// Longest token, in bytes.
   size_t max_token_bytes() const { return max_len_; }
+  /// The bytes found at offset d or later of some walkable token (sorted()), for d in
+  /// [0, max_token_bytes()] (empty at max_token_bytes()): a walk of the trie takes no other
+  /// byte d bytes deep. Shrinks with d; with long runs of one character (Llama-3), past the
+  /// longest word only the runs' characters remain.
+  const ByteSet& bytes_from(size_t d) const { return from_sets_[from_level_[d]]; }
+  /// bytes_from(d)'s index among its distinct sets: equal indices, equal sets.
+  uint32_t bytes_from_level(size_t d) const { return from_level_[d]; }
   /// Identity of the vocabulary for caches (hash of every token's bytes and flags).
   uint64_t fingerprint() const { return fingerprint_; }
 
@@ -59,6 +68,8 @@ class Vocabulary {
   std::vector<uint32_t> lcp_;
   std::vector<TrieNode> trie_;
   size_t max_len_ = 0;
+  std::vector<ByteSet> from_sets_;     // distinct bytes_from() sets
+  std::vector<uint32_t> from_level_;  // [max_len_ + 1]: per offset, its set in from_sets_
   uint64_t fingerprint_ = 0;
 };
 

@@ -19,8 +19,9 @@ bool bit(const std::vector<uint32_t>& m, int32_t id) {
   return (m[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u;
 }
 
+// `favour_long`: three steps in four take the longest allowed token (reach a bound sooner).
 void random_walks(const std::shared_ptr<const CompiledConstraint>& c, int walks, int steps,
-                  uint32_t seed) {
+                  uint32_t seed, bool favour_long = false) {
   const Vocabulary& v = *c->vocab;
   std::mt19937 rng(seed);
   for (int w = 0; w < walks; ++w) {
@@ -43,7 +44,10 @@ void random_walks(const std::shared_ptr<const CompiledConstraint>& c, int walks,
         if (expect && !v.is_eos(id)) allowed.push_back(id);
       }
       if (allowed.empty()) break;
-      const int32_t t = allowed[rng() % allowed.size()];
+      int32_t t = allowed[rng() % allowed.size()];
+      if (favour_long && rng() % 4 != 0)
+        for (int32_t id : allowed)
+          if (v.bytes(id).size() > v.bytes(t).size()) t = id;
       ASSERT_TRUE(m.accept(t));
       text += v.bytes(t);
     }
@@ -87,6 +91,77 @@ TEST(GrammarMatcher, SharedTablesAcrossSchemasKeepMasksExact) {
   ConstraintSpec s = spec(R"({"type":"array","items":{"type":"string","maxLength":3}})");
   compile_constraint(s, v, {}, &tiny);
   random_walks(compile_constraint(s, v, {}, &tiny), 3, 20, 12);
+}
+
+// Long runs of one character (Llama-3's): past the longest other token a walk takes only the
+// runs' characters (Vocabulary::bytes_from), so a call-free walk's key keeps only those edges
+// there, and positions of inlined bounded repeats that differ only in other bytes that deep
+// share a walk. Schemas and patterns that differ just there, through one cache and alone, keep
+// exact masks.
+TEST(GrammarMatcher, LongRunsSharedWalksMatchBruteForce) {
+  const auto base = small_vocab(13, 120);
+  std::vector<std::string> bytes;
+  std::vector<uint8_t> special;
+  for (int32_t id = 0; id < base->size(); ++id) {
+    bytes.push_back(base->bytes(id));
+    special.push_back(base->special(id) ? 1 : 0);
+  }
+  for (char c : {' ', 'a', '-'})
+    for (size_t n : {9u, 14u, 20u, 26u}) bytes.emplace_back(n, c), special.push_back(0);
+  const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
+                                                    std::vector<int32_t>{0});
+  ASSERT_EQ(v->max_token_bytes(), 26u);
+  ByteSet runs;
+  for (char c : {' ', 'a', '-'}) runs.set(static_cast<uint8_t>(c));
+  EXPECT_TRUE(v->bytes_from(20) == runs);
+  EXPECT_TRUE(v->bytes_from(26).empty());
+  EXPECT_TRUE(v->bytes_from(0).test('{'));
+  ConstraintCache cache(v, {});
+  const std::vector<std::pair<ConstraintKind, const char*>> specs = {
+      {ConstraintKind::kJsonSchema, R"({"type":"object","properties":{
+          "s":{"type":"string","maxLength":18},"e":{"type":"string","format":"email"}},
+          "required":["s","e"]})"},
+      {ConstraintKind::kJsonSchema,
+       R"({"type":"array","items":{"type":"string","maxLength":21},"maxItems":3})"},
+      {ConstraintKind::kRegex, R"([ab\-]{0,24}c)"},
+      {ConstraintKind::kRegex, R"([a\-]{0,24}c)"},
+      {ConstraintKind::kRegex, R"((a|-|bx){3,22})"}};
+  uint32_t seed = 31;
+  for (const auto& [kind, text] : specs) {
+    ConstraintSpec s;
+    s.kind = kind;
+    s.text = text;
+    random_walks(cache.get(s), 2, 25, seed++, true);
+    random_walks(compile(kind, text, v), 1, 25, seed++, true);
+  }
+}
+
+// One rule's walk in grammars where different bytes follow it: its tables share a key only
+// where the follow sets agree on the bytes refused tokens continue with after an exit
+// (PositionWalk::exit_bytes), so `b)` is uncertain after `s` in the second grammar, not refused
+// as in the first.
+TEST(GrammarMatcher, TablesSharedAcrossFollowSetsMatchBruteForce) {
+  const auto base = small_vocab(14, 60);
+  std::vector<std::string> bytes;
+  std::vector<uint8_t> special;
+  for (int32_t id = 0; id < base->size(); ++id) {
+    bytes.push_back(base->bytes(id));
+    special.push_back(base->special(id) ? 1 : 0);
+  }
+  for (const char* t : {"ab>", "b)", "a>", "c)", "ab)>", "a)b", "bc>x", "c))", "a]", "b>)"})
+    bytes.emplace_back(t), special.push_back(0);
+  const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
+                                                    std::vector<int32_t>{0});
+  ConstraintCache cache(v, {});
+  uint32_t seed = 41;
+  for (const char* text : {"root ::= \"<\" s \">\"\ns ::= [a-c]{0,5}",
+                           "root ::= \"(\" s \")\"\ns ::= [a-c]{0,5}",
+                           "root ::= \"(\" s \")\" | \"[\" s \"]\"\ns ::= [a-c]{0,5}"}) {
+    ConstraintSpec s;
+    s.kind = ConstraintKind::kGrammar;
+    s.text = text;
+    random_walks(cache.get(s), 4, 8, seed++);
+  }
 }
 
 TEST(GrammarMatcher, MasksMatchBruteForceJsonObject) {
