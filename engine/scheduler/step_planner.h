@@ -137,7 +137,8 @@ class StepPlanner {
   PrefillBudget prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
                                const StepComposition& decodes, int token_cap, bool backlogged,
                                PlannedStep& step);
-
+  // A decoding sequence's TPOT target and progress (step_limits).
+  StreamPace pace(const Sequence& s, Clock::time_point now) const;
 
   PlanHost& host_;
   const SchedulerConfig& config_;
@@ -151,9 +152,6 @@ class StepPlanner {
   std::optional<PrefixMatch> turn_match_;  // admit_turn's lookup for a session's first turn
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   StepCostModel cost_model_;
-  // A decoding sequence's TPOT target and progress (step_limits).
-  StreamPace pace(const Sequence& s, Clock::time_point now) const;
-
   std::vector<StreamPace> targets_;  // TPOT targets of the step's decoding sequences
   double last_steady_s_ = 0;         // the steady step of the last step planned with one
   StepComposition last_decodes_;        // the last planned step's decodes and limits

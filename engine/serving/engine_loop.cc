@@ -339,10 +339,11 @@ bool EngineLoop::constraint_ended(const SequencePtr& s, ConstraintState::Next ne
 void EngineLoop::learn_step_cost(const StepComposition& c, double launch_ms) {
   const double device_ms = runner_.last_step_device_ms();
   if (device_ms <= 0) return;  // the runner does not time its steps
-  spdlog::trace("step: {} decode rows ({} keys), {} chunks of {} prompt tokens ({} keys): {:.3f} ms, "
-                "predicted {:.3f} ms, launched in {:.3f} ms", c.decode_rows, c.decode_keys, c.chunks,
-                c.prefill_tokens, c.prefill_keys, device_ms, planner_.cost_model().predict(c) * 1e3,
-                launch_ms);
+  if (spdlog::should_log(spdlog::level::trace))  // the prediction only when it is logged
+    spdlog::trace("step: {} decode rows ({} keys), {} chunks of {} prompt tokens ({} keys): "
+                  "{:.3f} ms, predicted {:.3f} ms, launched in {:.3f} ms", c.decode_rows,
+                  c.decode_keys, c.chunks, c.prefill_tokens, c.prefill_keys, device_ms,
+                  planner_.cost_model().predict(c) * 1e3, launch_ms);
   planner_.observe(c, device_ms * 1e-3);
   const StepCostModel& m = planner_.cost_model();
   const auto now = Clock::now();

@@ -93,23 +93,30 @@ TEST(GrammarMatcher, SharedTablesAcrossSchemasKeepMasksExact) {
   random_walks(compile_constraint(s, v, {}, &tiny), 3, 20, 12);
 }
 
+// `base` with `more` tokens appended (ordinary, not special).
+std::shared_ptr<const Vocabulary> with_tokens(const Vocabulary& base,
+                                              const std::vector<std::string>& more) {
+  std::vector<std::string> bytes;
+  std::vector<uint8_t> special;
+  for (int32_t id = 0; id < base.size(); ++id) {
+    bytes.push_back(base.bytes(id));
+    special.push_back(base.special(id) ? 1 : 0);
+  }
+  for (const std::string& t : more) bytes.push_back(t), special.push_back(0);
+  return std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
+                                            std::vector<int32_t>{0});
+}
+
 // Long runs of one character (Llama-3's): past the longest other token a walk takes only the
 // runs' characters (Vocabulary::bytes_from), so a call-free walk's key keeps only those edges
 // there, and positions of inlined bounded repeats that differ only in other bytes that deep
 // share a walk. Schemas and patterns that differ just there, through one cache and alone, keep
 // exact masks.
 TEST(GrammarMatcher, LongRunsSharedWalksMatchBruteForce) {
-  const auto base = small_vocab(13, 120);
-  std::vector<std::string> bytes;
-  std::vector<uint8_t> special;
-  for (int32_t id = 0; id < base->size(); ++id) {
-    bytes.push_back(base->bytes(id));
-    special.push_back(base->special(id) ? 1 : 0);
-  }
+  std::vector<std::string> runs_of;
   for (char c : {' ', 'a', '-'})
-    for (size_t n : {9u, 14u, 20u, 26u}) bytes.emplace_back(n, c), special.push_back(0);
-  const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
-                                                    std::vector<int32_t>{0});
+    for (size_t n : {9u, 14u, 20u, 26u}) runs_of.emplace_back(n, c);
+  const auto v = with_tokens(*small_vocab(13, 120), runs_of);
   ASSERT_EQ(v->max_token_bytes(), 26u);
   ByteSet runs;
   for (char c : {' ', 'a', '-'}) runs.set(static_cast<uint8_t>(c));
@@ -141,17 +148,8 @@ TEST(GrammarMatcher, LongRunsSharedWalksMatchBruteForce) {
 // (PositionWalk::exit_bytes), so `b)` is uncertain after `s` in the second grammar, not refused
 // as in the first.
 TEST(GrammarMatcher, TablesSharedAcrossFollowSetsMatchBruteForce) {
-  const auto base = small_vocab(14, 60);
-  std::vector<std::string> bytes;
-  std::vector<uint8_t> special;
-  for (int32_t id = 0; id < base->size(); ++id) {
-    bytes.push_back(base->bytes(id));
-    special.push_back(base->special(id) ? 1 : 0);
-  }
-  for (const char* t : {"ab>", "b)", "a>", "c)", "ab)>", "a)b", "bc>x", "c))", "a]", "b>)"})
-    bytes.emplace_back(t), special.push_back(0);
-  const auto v = std::make_shared<const Vocabulary>(std::move(bytes), std::move(special),
-                                                    std::vector<int32_t>{0});
+  const auto v = with_tokens(*small_vocab(14, 60), {"ab>", "b)", "a>", "c)", "ab)>", "a)b",
+                                                     "bc>x", "c))", "a]", "b>)"});
   ConstraintCache cache(v, {});
   uint32_t seed = 41;
   for (const char* text : {"root ::= \"<\" s \">\"\ns ::= [a-c]{0,5}",
