@@ -7,7 +7,11 @@
 //     at a time and with two in flight (the serving engine's pipelining);
 //  3. the all-reduce's share of the batch-1 step: 2 per layer (o, down) of hidden bf16 values
 //     and one of the embeddings (counted at the same latency), at the in-graph latency measured
-//     for their size.
+//     for their size;
+//  4. where peer memory serves: the residual add + norm that follows an all-reduce, for 1 ..
+//     512 token rows of the model's hidden size, as NCCL's all-reduce then add_norm against
+//     add_norm with the all-reduce fused in (kernels::PeerSum), in CUDA graphs: the crossover
+//     behind CudaTuning::peer_sum_max_tokens; and each TP size's TPOT with NCCL only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include "engine/model/model.h"
 #include "engine/tp/host_collective.h"
 #include "engine/tp/nccl_collective.h"
+#include "engine/tp/peer_group.h"
 #include "engine/tp/tp_factory.h"
 #include "tools/common/engine_flags.h"
 
@@ -87,6 +92,112 @@ void all_reduce_rank(int rank, int world, const tp::NcclId& id, tp::HostCollecti
   }
   BENCH_CUDA(cudaFree(buf));
   BENCH_CUDA(cudaStreamDestroy(s));
+}
+
+// Median ms per op of `launch` (kOps ops, captured in one CUDA graph on `s`), the ranks
+// starting each replay together.
+double time_in_graph(int rank, tp::HostCollective& host, cudaStream_t s,
+                     const std::function<void()>& launch) {
+  constexpr int kOps = 20, kWarmup = 5, kIters = 25;
+  cudaGraph_t g;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kOps; ++i) launch();
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int i = 0; i < kWarmup + kIters; ++i) {
+    host.min(rank, 0);
+    BENCH_CUDA(cudaEventRecord(a, s));
+    BENCH_CUDA(cudaGraphLaunch(exec, s));
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+    if (i >= kWarmup) ms.push_back(t / kOps);
+  }
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return median(ms);
+}
+
+struct PeerSumRow {
+  int tokens = 0;
+  double nccl_us = 0, fused_us = 0;
+};
+
+// Rank `rank`'s part of the crossover table: NCCL all-reduce + add_norm against the fused
+// add_norm over `peers`, bf16 rows of `hidden`.
+void peer_sum_rank(int rank, int world, const tp::NcclId& id, tp::HostCollective& host,
+                   const tp::PeerGroup& peers, int hidden, const std::vector<int>& tokens,
+                   std::vector<PeerSumRow>& rows) {
+  BENCH_CUDA(cudaSetDevice(rank));
+  const auto comm = tp::make_nccl_collective(id, world, rank);
+  cudaStream_t s;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t max_rows = size_t(tokens.back());
+  void *residual, *delta, *weight, *out;
+  BENCH_CUDA(cudaMalloc(&residual, max_rows * hidden * 4));
+  BENCH_CUDA(cudaMalloc(&delta, max_rows * hidden * 2));
+  BENCH_CUDA(cudaMalloc(&weight, size_t(hidden) * 2));
+  BENCH_CUDA(cudaMalloc(&out, max_rows * hidden * 2));
+  BENCH_CUDA(cudaMemset(residual, 0, max_rows * hidden * 4));
+  BENCH_CUDA(cudaMemset(delta, 0, max_rows * hidden * 2));
+  BENCH_CUDA(cudaMemset(weight, 0, size_t(hidden) * 2));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  const kernels::PeerSum fused = peers.params(rank, host.exchange(rank, delta));
+  for (int T : tokens) {
+    kernels::AddNormParams p;
+    p.dtype = kernels::DType::kBF16;
+    p.num_tokens = T;
+    p.hidden = hidden;
+    p.residual = static_cast<float*>(residual);
+    p.delta0 = delta;
+    p.weight0 = weight;
+    p.out0 = out;
+    const double nccl = time_in_graph(rank, host, s, [&] {
+      comm->all_reduce_sum(delta, size_t(T) * hidden, cuda::CollectiveType::kBF16, s);
+      BENCH_CUDA(kernels::launch_add_norm(p, s));
+    });
+    p.peers = fused;
+    const double peer = time_in_graph(rank, host, s, [&] {
+      BENCH_CUDA(kernels::launch_add_norm(p, s));
+    });
+    if (rank == 0) rows.push_back({T, nccl * 1e3, peer * 1e3});
+  }
+  for (void* p : {residual, delta, weight, out}) BENCH_CUDA(cudaFree(p));
+  BENCH_CUDA(cudaStreamDestroy(s));
+}
+
+void peer_sum_table(int world, int hidden) {
+  std::vector<int> gpus(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) gpus[static_cast<size_t>(r)] = r;
+  const auto peers = tp::PeerGroup::make(gpus);
+  if (!peers) {
+    std::printf("\nno peer access between the GPUs: NCCL serves every all-reduce\n");
+    return;
+  }
+  const std::vector<int> tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  const tp::NcclId id = tp::make_nccl_id();
+  tp::HostCollective host(world);
+  std::vector<PeerSumRow> rows;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back(
+        [&, r] { peer_sum_rank(r, world, id, host, *peers, hidden, tokens, rows); });
+  for (auto& t : threads) t.join();
+  std::printf("\nall-reduce + residual add + RMS norm, bf16 rows of %d, %d GPUs, per op in a CUDA "
+              "graph (medians)\n",
+              hidden, world);
+  std::printf("%8s %14s %18s %10s\n", "tokens", "NCCL + add us", "fused peer-sum us", "ratio");
+  for (const PeerSumRow& r : rows)
+    std::printf("%8d %14.1f %18.1f %9.2fx\n", r.tokens, r.nccl_us, r.fused_us,
+                r.nccl_us / r.fused_us);
 }
 
 std::vector<AllReduceRow> all_reduce_table(int world, std::vector<size_t> sizes) {
@@ -181,26 +292,36 @@ int run(const cli::Args& args) {
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     ar = all_reduce_table(world, sizes);
+    peer_sum_table(world, model.config.hidden_size);
   }
   std::printf("\nbatch-1 decode, %s, %d cached tokens (median of %d steps)\n",
               args.get("model").c_str(), args.get_int("context"), args.get_int("steps"));
-  std::printf("%-10s %12s %16s\n", "runner", "step ms", "pipelined ms");
+  std::printf("%-12s %12s %16s\n", "runner", "step ms", "pipelined ms");
   double tp1 = 0;
+  const int peer_sum_default = eo.cuda_tuning.peer_sum_max_tokens;
+  std::vector<std::pair<int, bool>> runs;  // (TP size, NCCL only)
   for (int n : int_list(args.get("tp"))) {
+    if (n > 1) runs.emplace_back(n, true);
+    runs.emplace_back(n, false);
+  }
+  for (auto [n, nccl_only] : runs) {
     std::unique_ptr<ModelRunner> r;
     eo.tensor_parallel_size = std::max(1, n);
+    eo.cuda_tuning.peer_sum_max_tokens = nccl_only ? 0 : peer_sum_default;
     if (n == 0) {
       r = std::make_unique<CudaRunner>(model, eo);
     } else {
       r = tp::make_cuda_tp_runner(model, eo);
     }
     const Tpot t = time_tpot(*r, args.get_int("context"), args.get_int("steps"));
+    r.reset();
     if (n == 1) tp1 = t.pipelined_ms;
-    const std::string name = n == 0 ? "plain" : "TP=" + std::to_string(n);
-    std::printf("%-10s %12.3f %16.3f", name.c_str(), t.step_ms, t.pipelined_ms);
+    const std::string name =
+        n == 0 ? "plain" : "TP=" + std::to_string(n) + (nccl_only ? " NCCL" : "");
+    std::printf("%-12s %12.3f %16.3f", name.c_str(), t.step_ms, t.pipelined_ms);
     if (n > 1 && tp1 > 0) std::printf("   %.2fx TP=1", tp1 / t.pipelined_ms);
     std::printf("\n");
-    if (n == world && n > 1) {
+    if (n == world && n > 1 && nccl_only) {
       for (const AllReduceRow& row : ar)
         if (row.bytes == hidden_bytes) {
           const int count = 2 * model.config.num_layers + 1;  // o, down; the embeddings

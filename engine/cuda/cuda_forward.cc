@@ -157,7 +157,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
                projection_config(kO, H, c.q_dim(), T));
   });
-  enqueue_all_reduce(o_.get(), T, false);  // row-parallel o: partial sums (its bias comes after)
+  if (!peer_sum(T))  // row-parallel o: partial sums (its bias comes after)
+    enqueue_all_reduce(o_.get(), T, false);
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
@@ -224,7 +225,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
                projection_config(kDown, H, I, T));
   });
-  enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
+  if (!peer_sum(T)) enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
 }
 
 void CudaRunner::enqueue_all_reduce(void* buf, int T, bool f32) {
@@ -320,10 +321,12 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.weight0 = w.mlp_norm;
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
+  if (peer_sum(T)) mid.peers = peer_o_;  // the o all-reduce happens here
   enqueue_add_norm(mid, plan, false);
   enqueue_mlp(li, h_.get(), T);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
+  if (peer_sum(T)) after.peers = peer_m_;  // and down's
   enqueue_add_norm(after, plan, last);
 }
 

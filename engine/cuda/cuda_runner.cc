@@ -104,6 +104,12 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   size_kv_pool(o.gpu_memory_fraction);
   tp_stage(tp_, "allocating host KV memory");
   allocate_host_kv(o.host_kv_cache_bytes);
+  if (tp_.peers) {  // every rank's o and down outputs, for the fused all-reduce
+    tp_stage(tp_, "exchanging peer buffers");
+    const int rank = tp_.comm->rank();
+    peer_o_ = tp_.peers->params(rank, tp_.host->exchange(rank, o_.get()));
+    peer_m_ = tp_.peers->params(rank, tp_.host->exchange(rank, m_.get()));
+  }
   // No rank's first collective before every rank's last allocation: an allocation can wait for
   // its device while the other rank's collective spins on it waiting for this one.
   if (tp_.host) {
@@ -157,6 +163,9 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
   if (t.gemv_deep_mask < 0 || t.gemv_deep_mask > CudaTuning::kAllProjections)
     throw Error(ErrorCode::kInvalidArgument,
                 "GEMV deep-prologue mask: 0 .. " + std::to_string(CudaTuning::kAllProjections));
+  if (t.peer_sum_max_tokens < 0 || t.peer_sum_max_tokens > kernels::kMaxPeerRows)
+    throw Error(ErrorCode::kInvalidArgument,
+                "peer-sum tokens: 0 .. " + std::to_string(kernels::kMaxPeerRows));
   if (t.fp8_gemv_max_rows < 0 || t.fp8_gemv_max_rows > kernels::kFp8GemvMaxRows)
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8 GEMV rows: 0 .. " + std::to_string(kernels::kFp8GemvMaxRows));

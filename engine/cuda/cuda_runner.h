@@ -23,6 +23,7 @@
 #include "engine/runner/engine_options.h"
 #include "engine/runner/runner.h"
 #include "engine/tp/host_collective.h"
+#include "engine/tp/peer_group.h"
 #include "engine/tp/tp_shard.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
@@ -45,6 +46,7 @@ struct StepProfile {
 struct CudaTpRank {
   std::shared_ptr<cuda::Collective> comm;  // on this rank's GPU
   std::shared_ptr<tp::HostCollective> host;
+  std::shared_ptr<tp::PeerGroup> peers;  // null: NCCL for every all-reduce
 };
 
 class CudaRunner final : public ModelRunner {
@@ -179,6 +181,12 @@ class CudaRunner final : public ModelRunner {
   // Tensor parallelism: the sum over the ranks of buf [T, H] (activations in the model dtype, or
   // the fp32 residual stream); nothing without a group.
   void enqueue_all_reduce(void* buf, int T, bool f32);
+  // True when a step of T tokens sums o and down over peer memory inside the residual adds
+  // (kernels::PeerSum; peer_o_, peer_m_) instead of NCCL all-reduces after them.
+  bool peer_sum(int T) const {
+    return tp_.peers && !config_.parallel_residual && config_.hidden_size % 8 == 0 &&
+           T <= tuning_.peer_sum_max_tokens;
+  }
   // The LM head over normed_ into logits_ [R, V]: this rank's columns, gathered from every rank
   // with tensor parallelism.
   void enqueue_lm_head(int rows);
@@ -207,6 +215,7 @@ class CudaRunner final : public ModelRunner {
   ModelConfig config_;
   EngineOptions options_;
   CudaTpRank tp_;         // comm null: not tensor-parallel
+  kernels::PeerSum peer_o_, peer_m_;  // with tp_.peers: the fused all-reduces of o_ and m_
   tp::VocabRange vocab_;  // the embedding and LM head rows this runner holds
   bool step_timing_ = true;
   double last_step_gpu_ms_ = 0;

@@ -78,6 +78,11 @@ struct CudaTuning {
   /// The CTA shape of the fp8 GEMVs with a deep prologue (kernels::gemv_fp8_ring_config; -1:
   /// kernels::gemv_fp8_default_config), unless fp8_gemv_config forces one for all.
   int fp8_gemv_deep_config = -1;
+  /// Tensor parallelism: steps of up to this many tokens (at most kernels::kMaxPeerRows) sum the
+  /// o and down projections' partial sums over peer memory inside the residual add that follows
+  /// them (kernels::PeerSum) when every pair of the group's GPUs has peer access; larger steps,
+  /// and groups without peer access, use NCCL. 0: NCCL always.
+  int peer_sum_max_tokens = 64;
   /// Programmatic dependent launch (kernels::set_programmatic_launch): each kernel starts while
   /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
   bool programmatic_launch = true;

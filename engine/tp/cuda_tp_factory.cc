@@ -5,6 +5,7 @@
 #include "engine/cuda/cuda_util.h"
 #include "engine/error.h"
 #include "engine/tp/nccl_collective.h"
+#include "engine/tp/peer_group.h"
 #include "engine/tp/tp_factory.h"
 #include "engine/tp/tp_shard.h"
 #include "engine/tp/tp_stage.h"
@@ -30,17 +31,25 @@ std::unique_ptr<TpRunner> make_cuda_tp_runner(const Model& model, const EngineOp
   auto comms =
       std::make_shared<std::vector<std::shared_ptr<cuda::Collective>>>(make_nccl_group(gpus));
   if (tracing()) spdlog::info("tensor parallel: NCCL communicators ready");
-  auto abort_devices = [comms] {
+  // Peer memory for the small steps' fused all-reduce, where every pair of GPUs has it.
+  const std::shared_ptr<PeerGroup> peers = PeerGroup::make(gpus);
+  spdlog::info("tensor parallel: all-reduce of steps up to {} tokens {}",
+               options.cuda_tuning.peer_sum_max_tokens,
+               peers ? "over peer memory, fused into the residual add; NCCL beyond"
+                     : "by NCCL too (no peer access)");
+  auto abort_devices = [comms, peers] {
+    if (peers) peers->abort();  // the fused all-reduces stop waiting first
     for (const auto& c : *comms) c->abort();
   };
   return std::make_unique<TpRunner>(
       world, model.config, host,
-      [&, host, comms](int rank) {
+      [&, host, comms, peers](int rank) {
         set_stage("setting the device");
         RILL_CUDA(cudaSetDevice(gpus[static_cast<size_t>(rank)]));  // this worker thread's
         CudaTpRank tp;
         tp.comm = (*comms)[static_cast<size_t>(rank)];
         tp.host = host;
+        tp.peers = peers;
         set_stage("sharding the weights");
         const Model shard = shard_model(model, world, rank);
         return std::make_unique<CudaRunner>(shard, options, std::move(tp));

@@ -57,6 +57,13 @@ void HostCollective::all_gather(int rank, const float* send, size_t n, float* re
   barrier();
 }
 
+std::vector<const void*> HostCollective::exchange(int rank, const void* ptr) {
+  arrive(rank, ptr);
+  std::vector<const void*> all = posted_;
+  barrier();
+  return all;
+}
+
 int64_t HostCollective::min(int rank, int64_t value) {
   arrive(rank, &value);
   int64_t m = value;

@@ -21,6 +21,8 @@ class HostCollective {
   void all_reduce_sum(int rank, float* data, size_t n);
   /// recv [world][n] = every rank's send [n], in rank order.
   void all_gather(int rank, const float* send, size_t n, float* recv);
+  /// Every rank's `ptr`, in rank order (buffers one rank shares with the others).
+  std::vector<const void*> exchange(int rank, const void* ptr);
   /// The smallest of the ranks' values.
   int64_t min(int rank, int64_t value);
   /// Returns once every rank has called it.

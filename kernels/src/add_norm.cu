@@ -87,10 +87,68 @@ __device__ __forceinline__ void add_delta(const T* delta, const T* bias, int bas
   for (int e = 0; e < kVec; ++e) r[e] += d[e] + b[e];
 }
 
+// PeerSum's barrier (see elementwise.h): thread 0 of CTA b counts this launch, tells CTA b of
+// every other rank, and waits until each of them has counted as many; then the CTA goes on.
+// Release/acquire at system scope order the peers' earlier writes (their delta rows) before
+// the reads that follow.
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ void peer_barrier(const PeerSum& ps) {
+  if (threadIdx.x == 0) {
+    const int b = blockIdx.x;
+    const uint32_t epoch = ps.epochs[b] + 1;
+    ps.epochs[b] = epoch;
+    for (int r = 0; r < ps.world; ++r)
+      if (r != ps.rank) store_release_sys(ps.flags[r] + ps.rank * kMaxPeerRows + b, epoch);
+    for (int r = 0; r < ps.world; ++r) {
+      if (r == ps.rank) continue;
+      const uint32_t* arrived = ps.flags[ps.rank] + r * kMaxPeerRows + b;
+      // A peer is at most one launch ahead (it waits for this CTA at its next one): compare
+      // modulo 2^32.
+      for (uint32_t spins = 1; static_cast<int32_t>(load_acquire_sys(arrived) - epoch) < 0;
+           ++spins)
+        if (ps.abort && spins % 1024 == 0 && *static_cast<const volatile int*>(ps.abort)) break;
+    }
+  }
+  __syncthreads();
+}
+
+// r += (the sum over ranks of their delta0 chunks [base, base + 8), in rank order) + bias. The
+// chunks are read past the caches (other GPUs wrote them). Vector access only (hidden % 8 == 0,
+// aligned buffers: launch_add_norm checks).
+template <typename T>
+__device__ __forceinline__ void add_peer_deltas(const PeerSum& ps, int64_t row_off,
+                                                const T* bias, int base, int hidden,
+                                                float (&r)[kVec]) {
+  static_assert(sizeof(T) == 2);
+  if (base >= hidden) return;
+  float d[kVec] = {}, b[kVec] = {};
+  for (int k = 0; k < ps.world; ++k) {
+    const T* p = static_cast<const T*>(ps.delta0[k]) + row_off + base;
+    const uint4 u = __ldcv(reinterpret_cast<const uint4*>(p));
+    const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) d[e] += to_float<T>(h[e]);
+  }
+  if (bias) load8(bias + base, b);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) r[e] += d[e] + b[e];
+}
+
 // grid (num_tokens), block: a multiple of 32 threads with blockDim * ITEMS * 8 >= hidden.
 // VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
-template <typename T, bool VEC, int ITEMS>
+// PEERS: p.peers is on (VEC only).
+template <typename T, bool VEC, int ITEMS, bool PEERS = false>
 __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
+  static_assert(VEC || !PEERS);
   // See launch.cuh. The norm weights and biases are no kernel's output: this thread's chunks of
   // them are pulled into L1 before the wait, so the stores at the end do not wait on the L2.
   pdl_launch_dependents();
@@ -103,6 +161,7 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
       if (v) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const T*>(v) + base));
   }
   pdl_wait();  // before any dependent read or global write
+  if constexpr (PEERS) peer_barrier(p.peers);
   __shared__ float scratch[32];
   const int hidden = p.hidden;
   const int64_t i = blockIdx.x;
@@ -120,7 +179,10 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   for (int it = 0; it < ITEMS; ++it) {
     const int base = (it * blockDim.x + threadIdx.x) * kVec;
     load_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
-    add_delta<T, VEC>(delta0, bias0, base, hidden, r[it]);
+    if constexpr (PEERS)
+      add_peer_deltas<T>(p.peers, row_off, bias0, base, hidden, r[it]);
+    else
+      add_delta<T, VEC>(delta0, bias0, base, hidden, r[it]);
     add_delta<T, VEC>(delta1, bias1, base, hidden, r[it]);
     if (delta0 || delta1) store_chunk_f32<VEC>(residual + base, base, hidden, r[it]);
 #pragma unroll
@@ -160,18 +222,20 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   }
 }
 
-template <typename T, bool VEC>
+template <typename T, bool VEC, bool PEERS = false>
 cudaError_t launch_items(const AddNormParams& p, int items, int threads, cudaStream_t stream) {
   switch (items) {
     case 1:
-      launch_kernel(add_norm_kernel<T, VEC, 1>, dim3(p.num_tokens), dim3(threads), 0, stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, 1, PEERS>, dim3(p.num_tokens), dim3(threads), 0,
+                    stream, p);
       break;
     case 2:
-      launch_kernel(add_norm_kernel<T, VEC, 2>, dim3(p.num_tokens), dim3(threads), 0, stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, 2, PEERS>, dim3(p.num_tokens), dim3(threads), 0,
+                    stream, p);
       break;
     default:
-      launch_kernel(add_norm_kernel<T, VEC, kMaxItems>, dim3(p.num_tokens), dim3(threads), 0,
-                    stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, kMaxItems, PEERS>, dim3(p.num_tokens), dim3(threads),
+                    0, stream, p);
       break;
   }
   return launch_status();
@@ -191,16 +255,31 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
   if ((p.bias0 && !p.delta0) || (p.bias1 && !p.delta1))
     return invalid_argument("add_norm: a bias without its delta");
   if (p.out1 && !p.weight1) return invalid_argument("add_norm: out1 without weight1");
+  if (const PeerSum& ps = p.peers; ps.world != 0) {
+    if (ps.world < 1 || ps.world > kMaxPeerRanks || ps.rank < 0 || ps.rank >= ps.world)
+      return invalid_argument("add_norm: peers: bad world or rank");
+    if (p.num_tokens > kMaxPeerRows)
+      return invalid_argument("add_norm: peers: more than kMaxPeerRows tokens");
+    if (!p.delta0 || p.delta1 || p.delta0 != ps.delta0[ps.rank] || !ps.epochs)
+      return invalid_argument("add_norm: peers: delta0 must be this rank's buffer, no delta1");
+    for (int r = 0; r < ps.world; ++r)
+      if (!ps.delta0[r] || !ps.flags[r])
+        return invalid_argument("add_norm: peers: a rank's buffers are missing");
+  }
   const void* ptrs[] = {p.residual,   p.delta0, p.bias0,   p.delta1,     p.bias1, p.weight0,
                         p.norm_bias0, p.out0,   p.weight1, p.norm_bias1, p.out1};
-  const bool vec =
-      p.hidden % kVec == 0 && std::all_of(std::begin(ptrs), std::end(ptrs), is_aligned16);
+  const bool vec = p.hidden % kVec == 0 &&
+                   std::all_of(std::begin(ptrs), std::end(ptrs), is_aligned16) &&
+                   std::all_of(std::begin(p.peers.delta0), std::end(p.peers.delta0), is_aligned16);
   const int chunks = (p.hidden + kVec - 1) / kVec;
   const int items = chunks <= kMaxThreads       ? 1
                     : chunks <= 2 * kMaxThreads ? 2
                                                 : kMaxItems;  // 4096: 1 x 512
   const int threads = ((chunks + items - 1) / items + 31) / 32 * 32;
+  if (p.peers.world != 0 && !vec)
+    return invalid_argument("add_norm: peers need hidden % 8 == 0 and 16-byte aligned buffers");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
+    if (p.peers.world != 0) return launch_items<T, true, true>(p, items, threads, stream);
     return vec ? launch_items<T, true>(p, items, threads, stream)
                : launch_items<T, false>(p, items, threads, stream);
   });

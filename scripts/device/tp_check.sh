@@ -13,9 +13,10 @@
 # The default sections run in at most 5.6 minutes (the limits add to 335 s), each step under `timeout` (a hang costs its step's limit, not the run):
 # the GPU tests of the TP group (CudaTp.*: a size-1 group equals the plain runner on the fixtures,
 # 2 GPUs equal 1 within rounding) with NCCL_DEBUG=WARN, the embedding kernel's vocabulary-parallel
-# case, then rill-tp-bench on the Llama-3-8B shape (random bf16 weights): TP=2 first (a hang shows
-# early), then the plain runner and TP=1, with the NCCL all-reduce table (8 KB .. 64 MB, eager and
-# in a CUDA graph) and the all-reduce's share of the TP=2 step. RILL_TP_TRACE=1 logs each rank's
+# case and the peer-memory all-reduce (PeerSum.*), then rill-tp-bench on the Llama-3-8B shape
+# (random bf16 weights): TP=2 first (a hang shows early), then the plain runner and TP=1, with the
+# NCCL all-reduce table (8 KB .. 64 MB, eager and in a CUDA graph), the crossover of the fused
+# peer-memory all-reduce against NCCL + add_norm, and TP=2 with NCCL only and with the default. RILL_TP_TRACE=1 logs each rank's
 # stage and RILL_TP_WATCHDOG_S aborts a group call that does not finish (the error names the call
 # and each rank's stage). Logs and the summary table go to $OUT (tp_*.txt, tp_summary.txt).
 set -u
@@ -55,10 +56,10 @@ for s in "${sections[@]}"; do
   case $s in
     tests)
       TAIL=40 run tests 130 "$bin/cuda_engine_tests" --gtest_filter='CudaTp.*'
-      TAIL=6 run kernel 30 "$bin/kernel_tests" --gtest_filter='Embedding.*' --gtest_brief=1 ;;
+      TAIL=8 run kernel 60 "$bin/kernel_tests" --gtest_filter='Embedding.*:AddNorm.*:PeerSum.*' --gtest_brief=1 ;;
     8b)
       make8b
-      TAIL=40 run bench_tp2 70 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 2 --context 512 --steps 64 --world 2
+      TAIL=40 run bench_tp2 150 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 2 --context 512 --steps 64 --world 2
       TAIL=12 run bench 55 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 0,1 --context 512 --steps 64 \
         --no-allreduce ;;
     8b-tp4)
@@ -79,7 +80,8 @@ for s in "${sections[@]}"; do
         echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l)"
         grep -saE "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|OK \]" "$OUT/tp_tests.txt" | head -12
         grep -saA14 "^NCCL" "$OUT/tp_bench_tp2.txt" "$OUT/tp_bench_70b.txt"
-        grep -saA6 "^batch-1 decode" "$OUT"/tp_bench*.txt
+        grep -saA12 "^all-reduce + residual" "$OUT/tp_bench_tp2.txt" "$OUT/tp_bench_70b.txt"
+        grep -saA7 "^batch-1 decode" "$OUT"/tp_bench*.txt
         grep -sah "output tok/s\|TPOT\|TTFT" "$OUT/tp_serve70b.txt" "$OUT/tp_serve8b.txt" | head -12
         grep -sah "tensor parallel.*abort\|did not finish" "$OUT"/tp_*.txt | head -6
       } | tee "$OUT/tp_summary.txt" ;;

@@ -24,6 +24,27 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
 
 enum class NormType : int { kRms = 0, kLayer = 1 };
 
+/// The most ranks and token rows a PeerSum serves (flags are laid out for them).
+constexpr int kMaxPeerRanks = 8;
+constexpr int kMaxPeerRows = 512;
+
+/// A one-shot all-reduce fused into the residual add: every rank of a group whose GPUs can read
+/// one another's memory (peer access) launches the same add_norm; CTA b of each rank signals CTA
+/// b of the others and waits for them (a barrier through `flags`), then reads its rows of every
+/// rank's delta0 and adds their sum, taken in rank order so that every rank computes the same
+/// bits. No second barrier is needed when the group alternates two delta buffers (o and down
+/// projections): a rank overwrites a buffer only after the barrier of the next add_norm, which no
+/// rank reaches before it has finished reading the buffer. Counters live in device memory, so
+/// the launches may be captured in CUDA graphs and replayed.
+struct PeerSum {
+  int world = 0;  // 0: off (delta0 is the whole sum)
+  int rank = 0;
+  const void* delta0[kMaxPeerRanks] = {};  // rank r's delta0 buffer (readable from this device)
+  uint32_t* flags[kMaxPeerRanks] = {};     // rank r's arrivals [kMaxPeerRanks][kMaxPeerRows], 0 at start
+  uint32_t* epochs = nullptr;              // this rank's launches per CTA [kMaxPeerRows], 0 at start
+  const int* abort = nullptr;  // optional host-mapped flag: nonzero ends every wait (a failed group)
+};
+
 /// The residual add of one sub-layer fused with the norm of the next (pre-norm structure):
 ///   r = residual[row] (+ delta0[row] + bias0) (+ delta1[row] + bias1)  (fp32)
 ///   residual[row] = r                                                  (when any delta is given)
@@ -33,6 +54,8 @@ enum class NormType : int { kRms = 0, kLayer = 1 };
 /// logits are needed; residual and deltas are indexed by row, outputs by i);
 /// rms: r / sqrt(mean(r^2) + eps); layer: (r - mean) / sqrt(var + eps).
 /// GPT-NeoX's parallel residual passes both sub-layer outputs (delta0, delta1) and both norms.
+/// With `peers` on (tensor parallelism), delta0 is this rank's partial sum of a row-parallel
+/// projection and the kernel is the layer's all-reduce too (PeerSum).
 struct AddNormParams {
   DType dtype = DType::kF16;
   NormType type = NormType::kRms;
@@ -46,6 +69,9 @@ struct AddNormParams {
   const void* weight1 = nullptr; const void* norm_bias1 = nullptr;
   void* out1 = nullptr;                                     // optional
   const int32_t* rows = nullptr;                            // optional [num_tokens] gather of residual rows
+  /// Tensor parallel: delta0 summed over the ranks (delta0 == peers.delta0[peers.rank]; no
+  /// delta1; num_tokens <= kMaxPeerRows).
+  PeerSum peers;
 };
 cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream);
 
