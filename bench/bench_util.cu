@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <vector>
 
 #include "bench/bench_random.cuh"
@@ -142,6 +143,28 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   BENCH_CUDA(cudaFree(b));
   BENCH_CUDA(cudaFree(d));
   return c;
+}
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(std::stoi(item));
+  return out;
+}
+
+std::vector<std::pair<int, int>> int_pairs(const std::string& s) {
+  std::vector<std::pair<int, int>> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    const int a = std::stoi(item.substr(0, colon));
+    out.emplace_back(a, colon == std::string::npos ? a : std::stoi(item.substr(colon + 1)));
+  }
+  return out;
 }
 
 }  // namespace rill::bench

@@ -8,8 +8,15 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rill::bench {
+
+/// "1,2,4" -> {1, 2, 4} (empty items skipped).
+std::vector<int> int_list(const std::string& s);
+/// "2:4,1:2" -> {{2, 4}, {1, 2}}; a lone "2" is {2, 2}.
+std::vector<std::pair<int, int>> int_pairs(const std::string& s);
 
 /// Aborts with a message when a CUDA call fails (benchmarks have no error recovery).
 void check(cudaError_t err, const char* what);

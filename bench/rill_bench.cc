@@ -27,28 +27,8 @@ using namespace rill;
 
 namespace {
 
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(std::stoi(item));
-  return out;
-}
-
-// "2:4,1:2" -> {{2, 4}, {1, 2}}; a lone "2" is {2, 2}.
-std::vector<std::pair<int, int>> int_pairs(const std::string& s) {
-  std::vector<std::pair<int, int>> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t colon = item.find(':');
-    const int a = std::stoi(item.substr(0, colon));
-    out.emplace_back(a, colon == std::string::npos ? a : std::stoi(item.substr(colon + 1)));
-  }
-  return out;
-}
+using bench::int_list;
+using bench::int_pairs;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "bench/bench_util.h"
@@ -28,6 +29,7 @@
 #include "engine/tp/nccl_collective.h"
 #include "engine/tp/peer_group.h"
 #include "engine/tp/tp_factory.h"
+#include "rill/kernels/gemv.h"
 #include "tools/common/engine_flags.h"
 
 namespace rill {
@@ -263,17 +265,6 @@ Tpot time_tpot(ModelRunner& r, int context, int steps) {
   return t;
 }
 
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = std::min(s.find(',', at), s.size());
-    out.push_back(std::stoi(s.substr(at, comma - at)));
-    at = comma + 1;
-  }
-  return out;
-}
-
 int run(const cli::Args& args) {
   EngineOptions eo = cli::engine_options(args);
   eo.device = "cuda";
@@ -296,18 +287,37 @@ int run(const cli::Args& args) {
   }
   std::printf("\nbatch-1 decode, %s, %d cached tokens (median of %d steps)\n",
               args.get("model").c_str(), args.get_int("context"), args.get_int("steps"));
-  std::printf("%-12s %12s %16s\n", "runner", "step ms", "pipelined ms");
+  std::printf("%-28s %12s %16s\n", "runner", "step ms", "pipelined ms");
   double tp1 = 0;
-  const int peer_sum_default = eo.cuda_tuning.peer_sum_max_tokens;
-  std::vector<std::pair<int, bool>> runs;  // (TP size, NCCL only)
-  for (int n : int_list(args.get("tp"))) {
-    if (n > 1) runs.emplace_back(n, true);
-    runs.emplace_back(n, false);
+  const CudaTuning base = eo.cuda_tuning;
+  struct Run {
+    int tp = 0;
+    bool nccl_only = false;
+    std::vector<std::pair<int, int>> configs;  // projection -> GEMV CTA shape
+  };
+  std::vector<Run> runs;
+  for (int n : bench::int_list(args.get("tp"))) {
+    if (n > 1) runs.push_back({n, true, {}});
+    runs.push_back({n, false, {}});
+    std::stringstream list(args.get("projection-gemv-configs"));
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item.empty()) continue;
+      std::replace(item.begin(), item.end(), '+', ',');
+      runs.push_back({n, false, bench::int_pairs(item)});
+    }
   }
-  for (auto [n, nccl_only] : runs) {
+  for (const Run& run : runs) {
+    const int n = run.tp;
+    const bool nccl_only = run.nccl_only;
     std::unique_ptr<ModelRunner> r;
     eo.tensor_parallel_size = std::max(1, n);
-    eo.cuda_tuning.peer_sum_max_tokens = nccl_only ? 0 : peer_sum_default;
+    eo.cuda_tuning = base;
+    if (nccl_only) eo.cuda_tuning.peer_sum_max_tokens = 0;
+    std::string shapes;
+    for (const auto& [projection, config] : run.configs) {
+      eo.cuda_tuning.projection_config(projection) = config;
+      shapes += " " + std::to_string(projection) + ":" + kernels::gemv_config_name(config);
+    }
     if (n == 0) {
       r = std::make_unique<CudaRunner>(model, eo);
     } else {
@@ -315,10 +325,10 @@ int run(const cli::Args& args) {
     }
     const Tpot t = time_tpot(*r, args.get_int("context"), args.get_int("steps"));
     r.reset();
-    if (n == 1) tp1 = t.pipelined_ms;
+    if (n == 1 && run.configs.empty()) tp1 = t.pipelined_ms;
     const std::string name =
-        n == 0 ? "plain" : "TP=" + std::to_string(n) + (nccl_only ? " NCCL" : "");
-    std::printf("%-12s %12.3f %16.3f", name.c_str(), t.step_ms, t.pipelined_ms);
+        (n == 0 ? "plain" : "TP=" + std::to_string(n) + (nccl_only ? " NCCL" : "")) + shapes;
+    std::printf("%-28s %12.3f %16.3f", name.c_str(), t.step_ms, t.pipelined_ms);
     if (n > 1 && tp1 > 0) std::printf("   %.2fx TP=1", tp1 / t.pipelined_ms);
     std::printf("\n");
     if (n == world && n > 1 && nccl_only) {
@@ -346,6 +356,10 @@ int main(int argc, char** argv) {
   args.option("context", "512", "cached tokens of the decoding sequence");
   args.option("steps", "64", "decode steps timed");
   args.flag("no-allreduce", "skip the all-reduce benchmark");
+  args.option("projection-gemv-configs", "",
+              "also time each runner with single GEMVs forced to CTA shapes: a list of variants, "
+              "each projection:shape[+projection:shape...] (projection 1 qkv, 2 o, 4 gate|up, "
+              "8 down, 16 LM head; shape an index of rill-gemv-bench's shapes)");
   args.parse(argc, argv);
   try {
     return run(args);

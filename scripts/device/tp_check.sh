@@ -6,6 +6,7 @@
 #   (device) mkdir -p /tmp/c && tar -xJf .carry/c.tar.xz -C /tmp/c &&
 #            scripts/device/tp_check.sh /tmp/c/bin /tmp/c/lib [SECTION...]
 # Sections (default: tests 8b): tests, 8b (TP=2 against TP=1 and the plain runner on the 8B shape),
+# 8b-shapes (TP=2 with the GEMVs' CTA shapes varied),
 # 8b-tp4, make70b (writes the Llama-3-70B shape, 141 GB, to /tmp; `&` it behind the tests),
 # 70b (TP=4 batch-1 TPOT, target <= 14.5 ms), serve70b (1,000 x 256/256 at TP=4 with rill-serve-bench),
 # serve8b (the same workload on the 8B shape at TP=2), summary. Add rill-serve-bench to the carry for
@@ -62,6 +63,10 @@ for s in "${sections[@]}"; do
       TAIL=40 run bench_tp2 150 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 2 --context 512 --steps 64 --world 2
       TAIL=12 run bench 55 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 0,1 --context 512 --steps 64 \
         --no-allreduce ;;
+    8b-shapes)  # TP=2 with single GEMVs forced to other CTA shapes (SHAPES: rill-tp-bench's syntax)
+      make8b
+      TAIL=30 run bench_shapes 300 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 2 --context 512 --steps 64 \
+        --no-allreduce --projection-gemv-configs "${SHAPES:-2:7,2:5,2:12,1:7,1:8,4:9,4:7,8:10,8:7,16:10}" ;;
     8b-tp4)
       make8b
       TAIL=12 run bench_8b_tp4 70 "$bin/rill-tp-bench" --model /tmp/llama3-8b --tp 4 --context 512 --steps 64 \
