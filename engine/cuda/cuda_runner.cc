@@ -163,9 +163,8 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
   if (t.gemv_deep_mask < 0 || t.gemv_deep_mask > CudaTuning::kAllProjections)
     throw Error(ErrorCode::kInvalidArgument,
                 "GEMV deep-prologue mask: 0 .. " + std::to_string(CudaTuning::kAllProjections));
-  if (t.peer_sum_max_tokens < 0 || t.peer_sum_max_tokens > kernels::kMaxPeerRows)
-    throw Error(ErrorCode::kInvalidArgument,
-                "peer-sum tokens: 0 .. " + std::to_string(kernels::kMaxPeerRows));
+  if (t.peer_sum_max_tokens < 0 || t.peer_sum_max_tokens > 16384)
+    throw Error(ErrorCode::kInvalidArgument, "peer-sum tokens: 0 .. 16384");
   if (t.fp8_gemv_max_rows < 0 || t.fp8_gemv_max_rows > kernels::kFp8GemvMaxRows)
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8 GEMV rows: 0 .. " + std::to_string(kernels::kFp8GemvMaxRows));

@@ -185,7 +185,7 @@ class CudaRunner final : public ModelRunner {
   // (kernels::PeerSum; peer_o_, peer_m_) instead of NCCL all-reduces after them.
   bool peer_sum(int T) const {
     return tp_.peers && !config_.parallel_residual && config_.hidden_size % 8 == 0 &&
-           T <= tuning_.peer_sum_max_tokens;
+           int64_t{T} * (tp_.peers->world() - 1) <= tuning_.peer_sum_max_tokens;
   }
   // The LM head over normed_ into logits_ [R, V]: this rank's columns, gathered from every rank
   // with tensor parallelism.

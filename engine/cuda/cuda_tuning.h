@@ -78,11 +78,14 @@ struct CudaTuning {
   /// The CTA shape of the fp8 GEMVs with a deep prologue (kernels::gemv_fp8_ring_config; -1:
   /// kernels::gemv_fp8_default_config), unless fp8_gemv_config forces one for all.
   int fp8_gemv_deep_config = -1;
-  /// Tensor parallelism: steps of up to this many tokens (at most kernels::kMaxPeerRows) sum the
-  /// o and down projections' partial sums over peer memory inside the residual add that follows
-  /// them (kernels::PeerSum) when every pair of the group's GPUs has peer access; larger steps,
-  /// and groups without peer access, use NCCL. 0: NCCL always.
-  int peer_sum_max_tokens = 64;
+  /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
+  /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
+  /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's
+  /// GPUs has peer access; larger steps, and groups without peer access, use NCCL. Each rank
+  /// reads N - 1 other ranks' rows, so the bound keeps what it reads the same. On 2 H200s the
+  /// fused sum was faster than NCCL + add_norm at every size up to 512 tokens (docs/
+  /// performance.md, P5). 0: NCCL always.
+  int peer_sum_max_tokens = 512;
   /// Programmatic dependent launch (kernels::set_programmatic_launch): each kernel starts while
   /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
   bool programmatic_launch = true;

@@ -1,6 +1,8 @@
 // make_cuda_tp_runner (CUDA builds): a CudaRunner per GPU over its shard, NCCL between them.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "engine/cuda/cuda_runner.h"
 #include "engine/cuda/cuda_util.h"
 #include "engine/error.h"
@@ -34,7 +36,7 @@ std::unique_ptr<TpRunner> make_cuda_tp_runner(const Model& model, const EngineOp
   // Peer memory for the small steps' fused all-reduce, where every pair of GPUs has it.
   const std::shared_ptr<PeerGroup> peers = PeerGroup::make(gpus);
   spdlog::info("tensor parallel: all-reduce of steps up to {} tokens {}",
-               options.cuda_tuning.peer_sum_max_tokens,
+               options.cuda_tuning.peer_sum_max_tokens / std::max(1, world - 1),
                peers ? "over peer memory, fused into the residual add; NCCL beyond"
                      : "by NCCL too (no peer access)");
   auto abort_devices = [comms, peers] {

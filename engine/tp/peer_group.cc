@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "engine/error.h"
 
 namespace rill::tp {
@@ -25,8 +27,8 @@ class DeviceGuard {
   int device_ = 0;
 };
 
-constexpr size_t kFlagBytes = size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerRows * 4;
-constexpr size_t kEpochBytes = size_t(kernels::kMaxPeerRows) * 4;
+constexpr size_t kFlagBytes = size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerCtas * 4;
+constexpr size_t kEpochBytes = size_t(kernels::kMaxPeerCtas) * 4;
 
 }  // namespace
 
@@ -46,6 +48,12 @@ std::shared_ptr<PeerGroup> PeerGroup::make(const std::vector<int>& gpus) {
     }
   DeviceGuard guard;
   std::shared_ptr<PeerGroup> g(new PeerGroup());
+  g->ctas_ = kernels::kMaxPeerCtas;  // one CTA per SM of the smallest GPU at most (PeerSum)
+  for (int a : gpus) {
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a), "cudaDeviceGetAttribute");
+    g->ctas_ = std::min(g->ctas_, std::max(1, sms));
+  }
   check(cudaHostAlloc(reinterpret_cast<void**>(&g->abort_), sizeof(int),
                       cudaHostAllocMapped | cudaHostAllocPortable),
         "cudaHostAlloc");
@@ -93,6 +101,7 @@ kernels::PeerSum PeerGroup::params(int rank, const std::vector<const void*>& buf
   kernels::PeerSum p;
   p.world = world();
   p.rank = rank;
+  p.ctas = ctas_;
   for (int r = 0; r < world(); ++r) {
     p.delta0[r] = buffers[static_cast<size_t>(r)];
     p.flags[r] = ranks_[static_cast<size_t>(r)].flags;

@@ -35,12 +35,13 @@ class PeerGroup {
  private:
   struct Rank {
     int device = 0;
-    uint32_t* flags = nullptr;   // [kMaxPeerRanks][kMaxPeerRows] on `device`
-    uint32_t* epochs = nullptr;  // [kMaxPeerRows] on `device`
+    uint32_t* flags = nullptr;   // [kMaxPeerRanks][kMaxPeerCtas] on `device`
+    uint32_t* epochs = nullptr;  // [kMaxPeerCtas] on `device`
   };
   PeerGroup() = default;
 
   std::vector<Rank> ranks_;
+  int ctas_ = 1;          // kernels::PeerSum::ctas
   int* abort_ = nullptr;  // mapped pinned host memory, read by every GPU
 };
 

@@ -107,10 +107,10 @@ __device__ void peer_barrier(const PeerSum& ps) {
     const uint32_t epoch = ps.epochs[b] + 1;
     ps.epochs[b] = epoch;
     for (int r = 0; r < ps.world; ++r)
-      if (r != ps.rank) store_release_sys(ps.flags[r] + ps.rank * kMaxPeerRows + b, epoch);
+      if (r != ps.rank) store_release_sys(ps.flags[r] + ps.rank * kMaxPeerCtas + b, epoch);
     for (int r = 0; r < ps.world; ++r) {
       if (r == ps.rank) continue;
-      const uint32_t* arrived = ps.flags[ps.rank] + r * kMaxPeerRows + b;
+      const uint32_t* arrived = ps.flags[ps.rank] + r * kMaxPeerCtas + b;
       // A peer is at most one launch ahead (it waits for this CTA at its next one): compare
       // modulo 2^32.
       for (uint32_t spins = 1; static_cast<int32_t>(load_acquire_sys(arrived) - epoch) < 0;
@@ -143,28 +143,10 @@ __device__ __forceinline__ void add_peer_deltas(const PeerSum& ps, int64_t row_o
   for (int e = 0; e < kVec; ++e) r[e] += d[e] + b[e];
 }
 
-// grid (num_tokens), block: a multiple of 32 threads with blockDim * ITEMS * 8 >= hidden.
-// VEC: every row and vector is 16-byte aligned (hidden % 8 == 0, aligned pointers).
-// PEERS: p.peers is on (VEC only).
-template <typename T, bool VEC, int ITEMS, bool PEERS = false>
-__global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
-  static_assert(VEC || !PEERS);
-  // See launch.cuh. The norm weights and biases are no kernel's output: this thread's chunks of
-  // them are pulled into L1 before the wait, so the stores at the end do not wait on the L2.
-  pdl_launch_dependents();
-  const void* params[4] = {p.weight0, p.norm_bias0, p.weight1, p.norm_bias1};
-#pragma unroll
-  for (int it = 0; it < ITEMS; ++it) {
-    const int base = (it * blockDim.x + threadIdx.x) * kVec;
-    if (base >= p.hidden) break;
-    for (const void* v : params)
-      if (v) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const T*>(v) + base));
-  }
-  pdl_wait();  // before any dependent read or global write
-  if constexpr (PEERS) peer_barrier(p.peers);
-  __shared__ float scratch[32];
+// One row of add_norm_kernel: output row i (residual row p.rows[i] or i).
+template <typename T, bool VEC, int ITEMS, bool PEERS>
+__device__ __forceinline__ void add_norm_row(const AddNormParams& p, int64_t i, float* scratch) {
   const int hidden = p.hidden;
-  const int64_t i = blockIdx.x;
   const int64_t row = p.rows ? p.rows[i] : i;
   float* residual = p.residual + row * hidden;  // [hidden]
   const int64_t row_off = row * hidden;  // residual and deltas by the gathered row; outputs by i
@@ -222,20 +204,48 @@ __global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) 
   }
 }
 
+// grid (num_tokens; with PEERS min(num_tokens, p.peers.ctas)), block: a multiple of 32 threads
+// with blockDim * ITEMS * 8 >= hidden. VEC: every row and vector is 16-byte aligned (hidden % 8
+// == 0, aligned pointers). PEERS: p.peers is on (VEC only).
+template <typename T, bool VEC, int ITEMS, bool PEERS = false>
+__global__ void __launch_bounds__(kMaxThreads) add_norm_kernel(AddNormParams p) {
+  static_assert(VEC || !PEERS);
+  // See launch.cuh. The norm weights and biases are no kernel's output: this thread's chunks of
+  // them are pulled into L1 before the wait, so the stores at the end do not wait on the L2.
+  pdl_launch_dependents();
+  const void* params[4] = {p.weight0, p.norm_bias0, p.weight1, p.norm_bias1};
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+    if (base >= p.hidden) break;
+    for (const void* v : params)
+      if (v) asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const T*>(v) + base));
+  }
+  pdl_wait();  // before any dependent read or global write
+  __shared__ float scratch[32];
+  if constexpr (!PEERS) {
+    add_norm_row<T, VEC, ITEMS, false>(p, blockIdx.x, scratch);
+  } else {  // fewer CTAs than rows: each takes every gridDim.x-th row after the barrier
+    peer_barrier(p.peers);
+    for (int64_t i = blockIdx.x; i < p.num_tokens; i += gridDim.x) {
+      add_norm_row<T, VEC, ITEMS, true>(p, i, scratch);
+      __syncthreads();  // scratch is reused by the next row's sums
+    }
+  }
+}
+
 template <typename T, bool VEC, bool PEERS = false>
 cudaError_t launch_items(const AddNormParams& p, int items, int threads, cudaStream_t stream) {
+  const dim3 grid(PEERS ? std::min(p.num_tokens, p.peers.ctas) : p.num_tokens);
   switch (items) {
     case 1:
-      launch_kernel(add_norm_kernel<T, VEC, 1, PEERS>, dim3(p.num_tokens), dim3(threads), 0,
-                    stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, 1, PEERS>, grid, dim3(threads), 0, stream, p);
       break;
     case 2:
-      launch_kernel(add_norm_kernel<T, VEC, 2, PEERS>, dim3(p.num_tokens), dim3(threads), 0,
-                    stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, 2, PEERS>, grid, dim3(threads), 0, stream, p);
       break;
     default:
-      launch_kernel(add_norm_kernel<T, VEC, kMaxItems, PEERS>, dim3(p.num_tokens), dim3(threads),
-                    0, stream, p);
+      launch_kernel(add_norm_kernel<T, VEC, kMaxItems, PEERS>, grid, dim3(threads), 0, stream, p);
       break;
   }
   return launch_status();
@@ -258,8 +268,8 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
   if (const PeerSum& ps = p.peers; ps.world != 0) {
     if (ps.world < 1 || ps.world > kMaxPeerRanks || ps.rank < 0 || ps.rank >= ps.world)
       return invalid_argument("add_norm: peers: bad world or rank");
-    if (p.num_tokens > kMaxPeerRows)
-      return invalid_argument("add_norm: peers: more than kMaxPeerRows tokens");
+    if (ps.ctas < 1 || ps.ctas > kMaxPeerCtas)
+      return invalid_argument("add_norm: peers: ctas outside [1, kMaxPeerCtas]");
     if (!p.delta0 || p.delta1 || p.delta0 != ps.delta0[ps.rank] || !ps.epochs)
       return invalid_argument("add_norm: peers: delta0 must be this rank's buffer, no delta1");
     for (int r = 0; r < ps.world; ++r)

@@ -97,7 +97,10 @@ double margin(const std::vector<float>& row) {
 
 // The flip noise of fp8 activations (fp8_runs.h) on `prompt` fed `tokens` (teacher-forced):
 // how far CPU emulations whose activations differ by one bf16 ulp move the logits. Zero spread
-// for a model without fp8 layers.
+// for a model without fp8 layers. generate() runs two sequences, so the emulation feeds the
+// prompt twice too: a step's row count decides whether its fp8 layers quantize activations
+// (more than fp8_gemv_max_rows rows), and quantization is per token, so the second copy changes
+// nothing else in the first one's rows.
 testing::Fp8FlipNoise flip_noise(const Model& m, const std::vector<int32_t>& prompt,
                                  const std::vector<int32_t>& tokens) {
   testing::Fp8FlipNoise none;
@@ -106,23 +109,27 @@ testing::Fp8FlipNoise flip_noise(const Model& m, const std::vector<int32_t>& pro
                              .quantization = resolve_quantization("auto", m.config.quant)};
   emulating.fp8_activation_rows = options(1, true).cuda_tuning.fp8_gemv_max_rows;
   std::vector<std::vector<int32_t>> fed;  // fed[step][seq]: the decode steps after the prefill
-  for (size_t s = 0; s + 1 < tokens.size(); ++s) fed.push_back({tokens[s]});
-  return testing::fp8_flip_noise(m, emulating, {prompt}, fed, CachePolicy::full(),
+  for (size_t s = 0; s + 1 < tokens.size(); ++s) fed.push_back({tokens[s], tokens[s]});
+  return testing::fp8_flip_noise(m, emulating, {prompt, prompt}, fed, CachePolicy::full(),
                                  testing::kBf16Jitter, 4);
 }
 
-// Each step's logits of `prompt` then `tokens` fed one at a time (teacher-forced).
+// Each step's logits of `prompt` then `tokens` fed one at a time (teacher-forced), beside a
+// second sequence fed the same (generate()'s step shapes; its logits are not kept).
 std::vector<std::vector<float>> teacher_forced(ModelRunner& r, const std::vector<int32_t>& prompt,
                                                const std::vector<int32_t>& tokens) {
   std::vector<std::vector<float>> out;
   r.add_sequence({1, CachePolicy::full(), {.temperature = 0.0f}});
+  r.add_sequence({2, CachePolicy::full(), {.temperature = 0.0f}});
   std::vector<int32_t> feed = prompt;
   for (size_t s = 0; s < tokens.size(); ++s) {
-    const StepInput in{1, feed, LogitsMode::kLast, true};
-    out.push_back(r.step(std::span<const StepInput>(&in, 1)).logits);
+    const StepInput in[2] = {{1, feed, LogitsMode::kLast, true},
+                             {2, feed, LogitsMode::kNone, true}};
+    out.push_back(r.step(in).logits);
     feed = {tokens[s]};
   }
   r.remove_sequence(1);
+  r.remove_sequence(2);
   return out;
 }
 

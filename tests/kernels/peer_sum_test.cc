@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -52,17 +53,19 @@ struct GroupCase {
   int world, hidden, tokens;
   bool gather, graphs;
   int rounds;
+  int ctas = kernels::kMaxPeerCtas;  // fewer than tokens: CTAs take several rows
 };
 
 void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
   SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " world=" +
                std::to_string(c.world) + " hidden=" + std::to_string(c.hidden) +
-               " T=" + std::to_string(c.tokens) + (c.gather ? " rows" : "") +
+               " T=" + std::to_string(c.tokens) + " ctas=" + std::to_string(c.ctas) +
+               (c.gather ? " rows" : "") +
                (c.graphs ? " graphs" : " eager") + " devices=" + std::to_string(devices));
   const int W = c.world, H = c.hidden, T = c.tokens;
   const int R = c.gather ? T + 3 : T;  // residual and delta rows
   std::vector<int32_t> rows(T);
-  for (int i = 0; i < T; ++i) rows[i] = c.gather ? (i * 5 + 2) % R : i;  // distinct: 5, R coprime
+  for (int i = 0; i < T; ++i) rows[i] = c.gather ? (i * 7 + 2) % R : i;  // distinct: 7, R coprime
   std::vector<float> residual = random_vector(size_t(R) * H, rng, 2.0f);
   std::vector<std::vector<float>> delta(W);
   for (auto& d : delta) d = rounded_random(size_t(R) * H, rng, dt);
@@ -106,6 +109,7 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
   }
   kernels::PeerSum ps;
   ps.world = W;
+  ps.ctas = c.ctas;
   for (int k = 0; k < W; ++k) {
     Rank& rk = ranks[k];
     rk.device = k % devices;
@@ -117,8 +121,8 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
     rk.delta->upload_floats(delta[k], dt);
     rk.out = std::make_unique<DeviceBuffer>(size_t(T) * H, 2);
     rk.out->poison();
-    rk.flags = std::make_unique<DeviceBuffer>(size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerRows, 4);
-    rk.epochs = std::make_unique<DeviceBuffer>(kernels::kMaxPeerRows, 4);
+    rk.flags = std::make_unique<DeviceBuffer>(size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerCtas, 4);
+    rk.epochs = std::make_unique<DeviceBuffer>(kernels::kMaxPeerCtas, 4);
     CUDA_OK(cudaMemset(rk.flags->get(), 0, rk.flags->bytes()));
     CUDA_OK(cudaMemset(rk.epochs->get(), 0, rk.epochs->bytes()));
     ps.delta0[k] = rk.delta->get();
@@ -182,9 +186,10 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
       out0 = got;
     else
       EXPECT_EQ(max_abs_error(got, out0), 0.0) << "every rank computes the same bits";
-    std::vector<uint32_t> epochs(kernels::kMaxPeerRows);
+    std::vector<uint32_t> epochs(kernels::kMaxPeerCtas);
     rk.epochs->download(epochs.data());
-    for (int b = 0; b < T; ++b) ASSERT_EQ(epochs[b], uint32_t(c.rounds)) << "CTA " << b;
+    for (int b = 0; b < kernels::kMaxPeerCtas; ++b)
+      ASSERT_EQ(epochs[b], b < std::min(T, c.ctas) ? uint32_t(c.rounds) : 0u) << "CTA " << b;
   }
   CUDA_OK(cudaSetDevice(0));
 }
@@ -194,13 +199,15 @@ TEST(PeerSum, RanksSumInRankOrderAndAgreeEagerAndInGraphs) {
   const int devices = peer_devices();
   std::mt19937 rng(5);
   for (DType dt : kDTypes) {
-    // world x tokens CTAs stay resident at once on one GPU (the add_norm CTA takes an SM).
+    // world x CTAs stay resident at once on one GPU (an add_norm CTA may take a whole SM).
     run_group({2, 4096, 1, false, false, 3}, dt, devices, rng);
     run_group({2, 4096, 16, false, true, 4}, dt, devices, rng);
     run_group({2, 8192, 5, true, false, 2}, dt, devices, rng);
+    run_group({2, 4096, 300, false, true, 2, 16}, dt, devices, rng);  // 18-19 rows a CTA
     run_group({4, 5120, 3, false, true, 3}, dt, devices, rng);
-    run_group({4, 1024, 8, true, true, 2}, dt, devices, rng);
+    run_group({4, 1024, 37, true, true, 2, 5}, dt, devices, rng);
     run_group({8, 4096, 2, false, false, 2}, dt, devices, rng);
+    run_group({8, 2048, 64, false, false, 2, 3}, dt, devices, rng);
     run_group({1, 2048, 7, false, true, 2}, dt, devices, rng);  // a group of one: its own sum
   }
 }
@@ -212,8 +219,8 @@ TEST(PeerSum, ARankWaitsForTheOthersUntilTheAbortFlagEndsTheWait) {
   CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&abort_flag), sizeof(int), cudaHostAllocMapped));
   *abort_flag = 0;
   DeviceBuffer residual(H, 4), delta0(H, 2), delta1(H, 2), weight(H, 2), out(H, 2);
-  DeviceBuffer flags(size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerRows, 4);
-  DeviceBuffer epochs(kernels::kMaxPeerRows, 4);
+  DeviceBuffer flags(size_t(kernels::kMaxPeerRanks) * kernels::kMaxPeerCtas, 4);
+  DeviceBuffer epochs(kernels::kMaxPeerCtas, 4);
   for (DeviceBuffer* b : {&residual, &delta0, &delta1, &weight, &out, &flags, &epochs})
     CUDA_OK(cudaMemset(b->get(), 0, b->bytes()));
   kernels::AddNormParams p;
@@ -226,6 +233,7 @@ TEST(PeerSum, ARankWaitsForTheOthersUntilTheAbortFlagEndsTheWait) {
   p.out0 = out.get();
   p.peers.world = 2;
   p.peers.rank = 0;
+  p.peers.ctas = 1;
   p.peers.delta0[0] = delta0.get();
   p.peers.delta0[1] = delta1.get();
   p.peers.flags[0] = flags.as<uint32_t>();
@@ -270,7 +278,8 @@ TEST(PeerSum, RejectsBadArguments) {
   };
   rejects([](auto& q) { q.peers.world = kernels::kMaxPeerRanks + 1; }, "too many ranks");
   rejects([](auto& q) { q.peers.rank = 2; }, "rank outside the world");
-  rejects([](auto& q) { q.num_tokens = kernels::kMaxPeerRows + 1; }, "too many rows");
+  rejects([](auto& q) { q.peers.ctas = 0; }, "no CTA");
+  rejects([](auto& q) { q.peers.ctas = kernels::kMaxPeerCtas + 1; }, "too many CTAs");
   rejects([](auto& q) { q.delta0 = q.peers.delta0[1]; }, "delta0 not this rank's buffer");
   rejects([&](auto& q) { q.delta1 = f; }, "a second delta");
   rejects([](auto& q) { q.peers.epochs = nullptr; }, "no counters");

@@ -24,24 +24,27 @@ cudaError_t launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
 
 enum class NormType : int { kRms = 0, kLayer = 1 };
 
-/// The most ranks and token rows a PeerSum serves (flags are laid out for them).
+/// The most ranks and CTAs a PeerSum serves (flags are laid out for them).
 constexpr int kMaxPeerRanks = 8;
-constexpr int kMaxPeerRows = 512;
+constexpr int kMaxPeerCtas = 512;
 
 /// A one-shot all-reduce fused into the residual add: every rank of a group whose GPUs can read
-/// one another's memory (peer access) launches the same add_norm; CTA b of each rank signals CTA
-/// b of the others and waits for them (a barrier through `flags`), then reads its rows of every
-/// rank's delta0 and adds their sum, taken in rank order so that every rank computes the same
-/// bits. No second barrier is needed when the group alternates two delta buffers (o and down
-/// projections): a rank overwrites a buffer only after the barrier of the next add_norm, which no
-/// rank reaches before it has finished reading the buffer. Counters live in device memory, so
-/// the launches may be captured in CUDA graphs and replayed.
+/// one another's memory (peer access) launches the same add_norm, in min(num_tokens, ctas) CTAs
+/// (the same on every rank; at most one per SM of the smallest GPU, so that every CTA of every
+/// rank can be resident at once and no CTA waits for one that cannot start). CTA b of each rank
+/// signals CTA b of the others and waits for them (a barrier through `flags`), then reads its
+/// rows of every rank's delta0 and adds their sum, taken in rank order so that every rank
+/// computes the same bits. No second barrier is needed when the group alternates two delta
+/// buffers (o and down projections): a rank overwrites a buffer only after the barrier of the
+/// next add_norm, which no rank passes before every rank has finished the previous one.
+/// Counters live in device memory, so the launches may be captured in CUDA graphs and replayed.
 struct PeerSum {
   int world = 0;  // 0: off (delta0 is the whole sum)
   int rank = 0;
+  int ctas = 1;   // CTAs of a launch at most (1 .. kMaxPeerCtas)
   const void* delta0[kMaxPeerRanks] = {};  // rank r's delta0 buffer (readable from this device)
-  uint32_t* flags[kMaxPeerRanks] = {};     // rank r's arrivals [kMaxPeerRanks][kMaxPeerRows], 0 at start
-  uint32_t* epochs = nullptr;              // this rank's launches per CTA [kMaxPeerRows], 0 at start
+  uint32_t* flags[kMaxPeerRanks] = {};     // rank r's arrivals [kMaxPeerRanks][kMaxPeerCtas], 0 at start
+  uint32_t* epochs = nullptr;              // this rank's launches per CTA [kMaxPeerCtas], 0 at start
   const int* abort = nullptr;  // optional host-mapped flag: nonzero ends every wait (a failed group)
 };
 
@@ -70,7 +73,7 @@ struct AddNormParams {
   void* out1 = nullptr;                                     // optional
   const int32_t* rows = nullptr;                            // optional [num_tokens] gather of residual rows
   /// Tensor parallel: delta0 summed over the ranks (delta0 == peers.delta0[peers.rank]; no
-  /// delta1; num_tokens <= kMaxPeerRows).
+  /// delta1).
   PeerSum peers;
 };
 cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream);
