@@ -37,7 +37,8 @@ double pace_allowance_s(const StreamPace& p, double steady_s) {
 }
 
 StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
-                       int token_cap, int min_tokens, int warmup_tokens) {
+                       int token_cap, int min_tokens, int warmup_tokens, double spread) {
+  const double auto_headroom = std::min(kStepHeadroom, 1.0 / std::max(1.0, spread));
   StepLimits l;
   l.token_cap = std::max(0, token_cap);
   l.min_tokens = min_tokens;
@@ -49,7 +50,7 @@ StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool 
       tightest = std::min(tightest, pace_allowance_s(p, steady_s));
     } else if (p.tpot.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
       l.constrained = true;  // an auto target exists once the steady step is measured
-      tightest = std::min(tightest, kStepHeadroom * kAutoTpotFactor * steady_s);
+      tightest = std::min(tightest, auto_headroom * kAutoTpotFactor * steady_s);
     }
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())

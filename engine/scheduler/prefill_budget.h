@@ -66,9 +66,11 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
 /// token). Streams without a target (batch) do not constrain, nor do auto targets while
 /// `steady_s` is 0 (no decode step measured yet, so no target exists: the step fills
 /// `token_cap`, which also lets a burst of prompts reach the decode-only steps the model needs).
-/// `token_cap`, `min_tokens`, `warmup_tokens` are copied.
+/// `token_cap`, `min_tokens`, `warmup_tokens` are copied. `spread` (the model's
+/// prefill_spread, >= 1) narrows the auto bound: kAutoTpotFactor x `steady_s` / spread when that
+/// is below the headroom's, so that the slow steps of a composition stay within the target too.
 StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
-                       int token_cap, int min_tokens, int warmup_tokens);
+                       int token_cap, int min_tokens, int warmup_tokens, double spread = 1.0);
 
 /// Hands out one step's prefill tokens, chunk by chunk.
 class PrefillBudget {

@@ -107,6 +107,7 @@ void StepCostModel::observe(const StepComposition& c, double seconds) {
     add(sample, c.chunks > 0);
   }
   refit();
+  update_spread();
   // The per-token slope is identified only by prefill steps of clearly different sizes: steps of
   // 8,192 and 7,975 tokens (an offline burst's first batch) fit a large offset and no slope.
   double smallest = std::numeric_limits<double>::infinity(), largest = 0;
@@ -160,14 +161,31 @@ void StepCostModel::refit() {
   }
 }
 
+void StepCostModel::update_spread() {
+  spread_ = 1.0;
+  if (!fitted_ || static_cast<int>(with_prefill_.size()) < options_.min_prefill_steps) return;
+  std::vector<double> ratios;
+  ratios.reserve(with_prefill_.size());
+  for (const Sample& s : with_prefill_) {
+    double predicted = 0;
+    for (int j = 0; j < kFeatures; ++j) predicted += coef_[j] * s.x[j];
+    if (predicted > 0) ratios.push_back(s.ms / predicted);
+  }
+  if (ratios.empty()) return;
+  const size_t at = std::min(ratios.size() - 1, static_cast<size_t>(0.95 * ratios.size()));
+  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(at), ratios.end());
+  spread_ = std::clamp(ratios[at], 1.0, kMaxSpread);
+}
+
 std::string StepCostModel::describe() const {
   char line[320];
   std::snprintf(
       line, sizeof line,
       "step cost (ms) = %.3f + %.4f/row + %.3f/100k decode keys + %.3f if prefill + %.3f/chunk + "
-      "%.3f/1k prefill tokens + %.3f/1M prefill keys; %zu decode-only + %zu prefill steps, %s",
-      coef_[0], coef_[1], coef_[2], coef_[3], coef_[4], coef_[5], coef_[6], decode_only_.size(),
-      with_prefill_.size(), trusted_ ? "trusted" : "warming up");
+      "%.3f/1k prefill tokens + %.3f/1M prefill keys; spread %.3f; %zu decode-only + %zu prefill "
+      "steps, %s",
+      coef_[0], coef_[1], coef_[2], coef_[3], coef_[4], coef_[5], coef_[6], spread_,
+      decode_only_.size(), with_prefill_.size(), trusted_ ? "trusted" : "warming up");
   return line;
 }
 

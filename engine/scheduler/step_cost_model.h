@@ -20,6 +20,9 @@
 // the data. A small relative ridge keeps collinear features (one chunk size seen so far) solvable.
 // The fit is redone after every observation (two 7x7 solves: microseconds).
 //
+// Spread. Besides the fit, the model keeps the 95th percentile of measured / predicted over the
+// steps with prefill (prefill_spread): the planner divides a per-step target by it.
+//
 // Warm-up. The model is trusted once it holds `min_decode_steps` decode-only steps and
 // `min_prefill_steps` steps with prefill whose sizes span a factor of two at least (same-sized
 // steps leave the per-token slope unidentified); before that the
@@ -80,6 +83,13 @@ class StepCostModel {
   }
   /// Predicted seconds of a step (>= 0); 0 before the first fit.
   double predict(const StepComposition& c) const;
+  /// How far above its prediction a step with prefill runs in the worst 5%: the 95th percentile
+  /// of measured / predicted over the window of such steps, refreshed with every fit (1 until
+  /// min_prefill_steps are held, at least 1, at most kMaxSpread). Steps of one composition vary
+  /// (19-26 ms for one predicted at 21 on the H100), and a target that bounds every step must
+  /// leave room for the slow ones, not the mean.
+  double prefill_spread() const { return spread_; }
+  static constexpr double kMaxSpread = 1.5;
 
   /// Coefficients in milliseconds per feature unit (features() scales the inputs), for logs.
   const std::array<double, kFeatures>& coefficients() const { return coef_; }
@@ -104,7 +114,10 @@ class StepCostModel {
 
   Options options_;
   std::deque<Sample> decode_only_, with_prefill_;
+  void update_spread();
+
   std::array<double, kFeatures> coef_{};
+  double spread_ = 1.0;
   bool fitted_ = false, trusted_ = false;
   int64_t observations_ = 0, outliers_ = 0;
   std::vector<std::pair<Sample, bool>>

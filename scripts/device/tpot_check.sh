@@ -101,9 +101,12 @@ for section in "$@"; do
       make7b
       { serve defaults && load mix_defaults "${MIX[@]}" && unserve defaults
         echo "--- engine alone (rill-serve-bench, S3's command with the defaults)"
-        timeout 240 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 --decode-prompt-len 1024 \
-          --decode-window 1020 --num-requests 16 --input-len 2048 --output-len 32 --rate 2 --max-num-seqs 64 \
-          --max-num-batched-tokens 8192 2>&1 | grep -aE "decode streams|ITL-|TTFT|p99 ITL|step cost"
+        SPDLOG_LEVEL=trace timeout 240 "$bin/rill-serve-bench" --model /tmp/llama2-7b --decode-streams 32 \
+          --decode-prompt-len 1024 --decode-window 1020 --num-requests 16 --input-len 2048 --output-len 32 \
+          --rate 2 --max-num-seqs 64 --max-num-batched-tokens 8192 >"$scratch/mix_engine.txt" 2>&1
+        grep -aE "decode streams|ITL-|TTFT|p99 ITL|step cost" "$scratch/mix_engine.txt" | grep -av "\] step: "
+        # Every step's composition, device time, prediction and launch host time.
+        grep -a "\] step: " "$scratch/mix_engine.txt" | gzip >"$OUT/tpot_mix_steps.txt.gz"
       } 2>&1 | tee "$OUT/tpot_mix.txt"
       cp "$scratch/mix_defaults.html" "$OUT/tpot_mix_defaults.html" 2>/dev/null
       summary mix ;;

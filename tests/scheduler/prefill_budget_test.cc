@@ -94,6 +94,15 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   EXPECT_TRUE(l.warming_up);
   EXPECT_TRUE(step_limits(autos, 0.010, true, 512, 64, 256).constrained);
   EXPECT_EQ(step_limits({}, 0.010, true, -3, 64, 256).token_cap, 0);
+  // The model's spread narrows the auto bound once it exceeds the headroom's room; fixed
+  // targets (means over the request) keep theirs.
+  EXPECT_DOUBLE_EQ(step_limits(autos, 0.010, true, 512, 64, 256, 1.05).target_s,
+                   kStepHeadroom * kAutoTpotFactor * 0.010);
+  EXPECT_DOUBLE_EQ(step_limits(autos, 0.010, true, 512, 64, 256, 1.25).target_s,
+                   kAutoTpotFactor * 0.010 / 1.25);
+  const std::vector<StreamPace> fixed = {t25};
+  EXPECT_DOUBLE_EQ(step_limits(fixed, 0.010, true, 512, 64, 256, 1.25).target_s,
+                   kStepHeadroom * 0.025);
 }
 
 // An explicit TPOT target is a mean over the request: a stream that ran faster than its target
