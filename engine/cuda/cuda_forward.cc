@@ -121,7 +121,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false,
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), gemm_rows(T, plan, w.wqkv), c.qkv_dim(), H, false,
                deep_gemv(kQkv, w.wqkv, T), projection_config(kQkv, c.qkv_dim(), H, T));
   });
   if (!rope_in_attention(plan))
@@ -154,16 +154,17 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
-               projection_config(kO, H, c.q_dim(), T));
+    gemm_->run(attn_.get(), w.wo, o_.get(), gemm_rows(T, plan, w.wo), H, c.q_dim(), false,
+               deep_gemv(kO, w.wo, T), projection_config(kO, H, c.q_dim(), T));
   });
   if (!peer_sum(T))  // row-parallel o: partial sums (its bias comes after)
     enqueue_all_reduce(o_.get(), T, false);
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
-void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
+void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
   const ModelConfig& c = config_;
+  const int T = plan.shape.tokens;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const int H = c.hidden_size, I = c.intermediate_size;
   // Decode: SiLU-and-mul in the GEMV's epilogue (gate and up rows interleaved at load).
@@ -172,8 +173,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
       const int N = c.gated_mlp ? 2 * I : I;
-      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp, w.wup, T),
-                 projection_config(kUp, N, H, T));
+      gemm_->run(in, w.wup, up_.get(), gemm_rows(T, plan, w.wup), N, H, false,
+                 deep_gemv(kUp, w.wup, T), projection_config(kUp, N, H, T));
       return;
     }
     if (w.wup.fp8()) {
@@ -222,8 +223,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, int T) {
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
   timed(Profiler::kGemm, [&] {
-    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
-               projection_config(kDown, H, I, T));
+    gemm_->run(act_.get(), w.wdown, m_.get(), gemm_rows(T, plan, w.wdown), H, I, false,
+               deep_gemv(kDown, w.wdown, T), projection_config(kDown, H, I, T));
   });
   if (!peer_sum(T)) enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
 }
@@ -307,7 +308,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
 
   enqueue_attention(li, plan);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_mlp(li, h2_.get(), T);
+    enqueue_mlp(li, h2_.get(), plan);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
@@ -323,7 +324,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.out0 = h_.get();
   if (peer_sum(T)) mid.peers = peer_o_;  // the o all-reduce happens here
   enqueue_add_norm(mid, plan, false);
-  enqueue_mlp(li, h_.get(), T);
+  enqueue_mlp(li, h_.get(), plan);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   if (peer_sum(T)) after.peers = peer_m_;  // and down's

@@ -79,6 +79,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype, quant);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
+  gemm_rows_cap_ = (max_tokens_ + kGemmRowBucket - 1) / kGemmRowBucket * kGemmRowBucket;
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
   if (quant == WeightQuant::kFp8)  // the W8A8 GEMMs' quantized activations (LM head rows too)
@@ -110,6 +111,8 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
     peer_o_ = tp_.peers->params(rank, tp_.host->exchange(rank, o_.get()));
     peer_m_ = tp_.peers->params(rank, tp_.host->exchange(rank, m_.get()));
   }
+  tp_stage(tp_, "meeting the GEMM shapes");
+  warm_up_gemms();  // cuBLAS allocates its workspace here too
   // No rank's first collective before every rank's last allocation: an allocation can wait for
   // its device while the other rank's collective spins on it waiting for this one.
   if (tp_.host) {
@@ -207,17 +210,18 @@ void CudaRunner::allocate_buffers() {
   const ModelConfig& c = config_;
   const size_t T = max_tokens_, H = c.hidden_size, R = max_rows_, V = c.vocab_size;
   const size_t up_width = c.gated_mlp ? 2 * size_t(c.intermediate_size) : c.intermediate_size;
+  const size_t G = gemm_rows_cap_;  // the GEMMs' operands: rows up to a bucket (gemm_rows)
   x_ = DeviceMemory(T * H * 4, "residual stream");
-  h_ = DeviceMemory(T * H * esize(), "activations");
-  if (c.parallel_residual) h2_ = DeviceMemory(T * H * esize(), "activations");
-  qkv_ = DeviceMemory(T * c.qkv_dim() * esize(), "activations");
+  h_ = DeviceMemory(G * H * esize(), "activations");
+  if (c.parallel_residual) h2_ = DeviceMemory(G * H * esize(), "activations");
+  qkv_ = DeviceMemory(G * c.qkv_dim() * esize(), "activations");
   q_sink_ = DeviceMemory(T * c.q_dim() * esize(), "activations");
   rope_table_ = DeviceMemory(std::max<size_t>(T * 2 * c.rope.rotary_dim * 4, 16), "activations");
-  attn_ = DeviceMemory(T * c.q_dim() * esize(), "activations");
-  o_ = DeviceMemory(T * H * esize(), "activations");
-  up_ = DeviceMemory(T * up_width * esize(), "activations");
-  act_ = DeviceMemory(T * c.intermediate_size * esize(), "activations");
-  m_ = DeviceMemory(T * H * esize(), "activations");
+  attn_ = DeviceMemory(G * c.q_dim() * esize(), "activations");
+  o_ = DeviceMemory(G * H * esize(), "activations");
+  up_ = DeviceMemory(G * up_width * esize(), "activations");
+  act_ = DeviceMemory(G * c.intermediate_size * esize(), "activations");
+  m_ = DeviceMemory(G * H * esize(), "activations");
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   if (tp_.comm)
@@ -283,6 +287,39 @@ void CudaRunner::warm_up() {
   StepInput decode{id, std::span<const int32_t>(tokens, 1), LogitsMode::kNone, true};
   step(std::span<const StepInput>(&decode, 1));
   remove_sequence(id);
+}
+
+int CudaRunner::gemm_rows(int T, const cuda::StepPlan& plan, const cuda::DeviceLinear& w) const {
+  if (plan.shape.prefill == 0 || w.fp8() || (tuning_.gemv && T <= 8)) return T;
+  return std::min(gemm_rows_cap_, (T + kGemmRowBucket - 1) / kGemmRowBucket * kGemmRowBucket);
+}
+
+void CudaRunner::warm_up_gemms() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[0];
+  const int H = c.hidden_size, I = c.intermediate_size, N_up = c.gated_mlp ? 2 * I : I;
+  int shapes = 0;
+  for (int M = kGemmRowBucket; M <= gemm_rows_cap_; M += kGemmRowBucket) {
+    if (w.wqkv.fp8()) break;  // fp8 layers keep their own per-shape plans (gemm_fp8.h)
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), M, c.qkv_dim(), H);
+    gemm_->run(attn_.get(), w.wo, o_.get(), M, H, c.q_dim());
+    gemm_->run(h_.get(), w.wup, up_.get(), M, N_up, H);
+    gemm_->run(act_.get(), w.wdown, m_.get(), M, H, I);
+    shapes += 4;
+  }
+  // The LM head runs on the logit rows, unpadded (a group's rank writes into its part of the
+  // gathered rows): every count past the GEMV's.
+  const cuda::DeviceLinear& head = weights_->lm_head();
+  for (int M = 1; M <= max_rows_; ++M) {
+    if (gemm_->uses_gemv(normed_.get(), head, M, H)) continue;
+    gemm_->run(normed_.get(), head, logits_.get(), M, static_cast<int>(vocab_.rows()), H, true);
+    ++shapes;
+  }
+  RILL_CUDA(cudaStreamSynchronize(stream_));
+  spdlog::info("cuda runner: met {} GEMM shapes at start in {:.0f} ms", shapes,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count());
 }
 
 int CudaRunner::decode_bucket(int batch) const {

@@ -148,6 +148,14 @@ class CudaRunner final : public ModelRunner {
   void wait_for_restore(SeqId id);  // later work on stream_ follows the sequence's restore copy
   void forget_offloaded(SeqId id);       // frees an offloaded sequence's host blocks
   void warm_up();
+  // cuBLAS chooses (and loads) its kernels the first time it meets a GEMM shape: 1-20 ms of host
+  // time per new token count, during which an eager step's GPU waits for its next launch
+  // (rill-launch-queue-bench). Steps with prefill therefore round their GEMMs' rows up to a
+  // multiple of kGemmRowBucket (gemm_rows; the extra rows are scratch no kernel reads), and
+  // warm_up_gemms meets every such shape, and every LM-head row count, at start.
+  static constexpr int kGemmRowBucket = 64;
+  int gemm_rows(int T, const cuda::StepPlan& plan, const cuda::DeviceLinear& w) const;
+  void warm_up_gemms();
   // The step up to its logits (embedding, layers, LM head, the logits copies), then, when
   // `sample`, enqueue_sampling.
   void enqueue_forward(const cuda::StepPlan& plan, bool copy_logits, bool sample = true);
@@ -176,7 +184,7 @@ class CudaRunner final : public ModelRunner {
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
-  void enqueue_mlp(int layer, const void* in, int num_tokens);
+  void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan);
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
   // Tensor parallelism: the sum over the ranks of buf [T, H] (activations in the model dtype, or
   // the fp32 residual stream); nothing without a group.
@@ -227,6 +235,7 @@ class CudaRunner final : public ModelRunner {
   kernels::KvCacheLayout layout_;
   int num_sms_ = 0;
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
+  int gemm_rows_cap_ = 0;  // rows of the GEMM activation buffers: max_tokens_ rounded up to a bucket
   size_t meta_bytes_ = 0;  // a step's packed metadata at most (the biggest step's layout)
   int32_t trash_block_ = 0;
   CudaTuning tuning_;  // see set_tuning
