@@ -31,6 +31,10 @@ inline constexpr double kAutoTpotFactor = 2.0;  // auto TPOT target: this x the 
 inline constexpr double kAutoTtftFactor = 2.0;  // auto TTFT target: this x the unqueued TTFT
 /// The planner keeps a step within this share of the tightest target (room for the model's error).
 inline constexpr double kStepHeadroom = 0.9;
+/// The same for auto TPOT targets, which bound every step (the pace a streaming client sees token
+/// by token, judged at its p99): on the H100 mixed steps planned at 0.9 ran up to 12% over their
+/// prediction at p90 (the mix experiment, docs/performance.md T1).
+inline constexpr double kAutoStepHeadroom = 0.85;
 /// Largest target a request or the server may set.
 inline constexpr std::chrono::milliseconds kMaxLatencyTarget{3'600'000};
 /// Queue order of a request with no TTFT of its own nor a configured default (auto): as if its

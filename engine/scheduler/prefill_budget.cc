@@ -38,7 +38,7 @@ double pace_allowance_s(const StreamPace& p, double steady_s) {
 
 StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool trusted,
                        int token_cap, int min_tokens, int warmup_tokens, double spread) {
-  const double auto_headroom = std::min(kStepHeadroom, 1.0 / std::max(1.0, spread));
+  const double auto_headroom = std::min(kAutoStepHeadroom, 1.0 / std::max(1.0, spread));
   StepLimits l;
   l.token_cap = std::max(0, token_cap);
   l.min_tokens = min_tokens;
@@ -50,7 +50,11 @@ StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool 
       tightest = std::min(tightest, pace_allowance_s(p, steady_s));
     } else if (p.tpot.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
       l.constrained = true;  // an auto target exists once the steady step is measured
-      tightest = std::min(tightest, auto_headroom * kAutoTpotFactor * steady_s);
+      // The stream's own target (what it is judged by) where it has one: the steady step it
+      // decoded in, which the batch being built (queued prompts counted) may exceed.
+      const double bound = p.tpot.seconds > 0 ? std::min(p.tpot.seconds, kAutoTpotFactor * steady_s)
+                                              : kAutoTpotFactor * steady_s;
+      tightest = std::min(tightest, auto_headroom * bound);
     }
   }
   if (l.constrained && trusted && tightest < std::numeric_limits<double>::infinity())

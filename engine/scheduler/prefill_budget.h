@@ -24,7 +24,7 @@ int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n);
 /// held as a mean over the request, as it is judged).
 struct StreamPace {
   StreamPace(LatencyTarget t = {}) : tpot(t) {}  // NOLINT: a target alone bounds every step
-  LatencyTarget tpot;
+  LatencyTarget tpot;  // kAuto: seconds is the stream's auto target once measured (else 0)
   double elapsed_s = -1;   // since its first token, steps in flight counted; < 0: per step only
   int64_t intervals = 0;   // its inter-token intervals so far (tokens - 1), in flight counted
   int64_t remaining = 1;   // tokens it may still generate, up to kPaceHorizon
@@ -62,8 +62,9 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
 /// `trusted` (before that, the warm-up allowance): the least of the streams' allowances, where
 /// an explicit target is a mean over the request (pace_allowance_s: a stream that ran faster
 /// than its target can absorb a longer step) and an auto one bounds every step at
-/// kStepHeadroom x kAutoTpotFactor x `steady_s` (the pace a streaming client sees token by
-/// token). Streams without a target (batch) do not constrain, nor do auto targets while
+/// kAutoStepHeadroom x kAutoTpotFactor x `steady_s` (the pace a streaming client sees token by
+/// token), or x the stream's own auto target (StreamPace::tpot.seconds, kAutoTpotFactor x the
+/// steady step it decoded in) where that is known and smaller. Streams without a target (batch) do not constrain, nor do auto targets while
 /// `steady_s` is 0 (no decode step measured yet, so no target exists: the step fills
 /// `token_cap`, which also lets a burst of prompts reach the decode-only steps the model needs).
 /// `token_cap`, `min_tokens`, `warmup_tokens` are copied. `spread` (the model's

@@ -245,6 +245,7 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
 // long as the last measured steady step (their time is not known yet).
 StreamPace StepPlanner::pace(const Sequence& s, Clock::time_point now) const {
   StreamPace p(s.tpot_target);
+  if (s.tpot_target.kind == LatencyTarget::Kind::kAuto) p.tpot.seconds = s.auto_tpot_target_s.load();
   if (!s.first_sample_at || s.tpot_target.kind != LatencyTarget::Kind::kFixed) return p;
   const int64_t tokens = s.samples_committed();
   p.elapsed_s = std::chrono::duration<double>(now - *s.first_sample_at).count() +

@@ -79,7 +79,7 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   EXPECT_EQ(l.token_cap, 512);
   targets.push_back(auto_t);  // 2 x the 10 ms steady step = 20 ms, tighter than 25
   l = step_limits(targets, 0.010, true, 512, 64, 256);
-  EXPECT_DOUBLE_EQ(l.target_s, kStepHeadroom * kAutoTpotFactor * 0.010);
+  EXPECT_DOUBLE_EQ(l.target_s, kAutoStepHeadroom * kAutoTpotFactor * 0.010);
   const std::vector<StreamPace> batch = {none, none};
   l = step_limits(batch, 0.010, true, 512, 64, 256);
   EXPECT_FALSE(l.constrained);  // batch requests fill what is left
@@ -97,12 +97,19 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   // The model's spread narrows the auto bound once it exceeds the headroom's room; fixed
   // targets (means over the request) keep theirs.
   EXPECT_DOUBLE_EQ(step_limits(autos, 0.010, true, 512, 64, 256, 1.05).target_s,
-                   kStepHeadroom * kAutoTpotFactor * 0.010);
+                   kAutoStepHeadroom * kAutoTpotFactor * 0.010);
   EXPECT_DOUBLE_EQ(step_limits(autos, 0.010, true, 512, 64, 256, 1.25).target_s,
                    kAutoTpotFactor * 0.010 / 1.25);
   const std::vector<StreamPace> fixed = {t25};
   EXPECT_DOUBLE_EQ(step_limits(fixed, 0.010, true, 512, 64, 256, 1.25).target_s,
                    kStepHeadroom * 0.025);
+  // A stream's own auto target, when smaller than the batch's, bounds the step.
+  const std::vector<StreamPace> own = {LatencyTarget{LatencyTarget::Kind::kAuto, 0.016}};
+  EXPECT_DOUBLE_EQ(step_limits(own, 0.010, true, 512, 64, 256).target_s,
+                   kAutoStepHeadroom * 0.016);
+  const std::vector<StreamPace> larger = {LatencyTarget{LatencyTarget::Kind::kAuto, 0.030}};
+  EXPECT_DOUBLE_EQ(step_limits(larger, 0.010, true, 512, 64, 256).target_s,
+                   kAutoStepHeadroom * kAutoTpotFactor * 0.010);
 }
 
 // An explicit TPOT target is a mean over the request: a stream that ran faster than its target
@@ -137,7 +144,7 @@ TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
   auto_ran.intervals = 100;
   paces.push_back(auto_ran);
   EXPECT_DOUBLE_EQ(step_limits(paces, 0.010, true, 512, 64, 256).target_s,
-                   kStepHeadroom * kAutoTpotFactor * 0.010);
+                   kAutoStepHeadroom * kAutoTpotFactor * 0.010);
 }
 
 TEST(PrefillBudget, TheChunkIsTheLargestThatKeepsTheStepWithinTheTarget) {
