@@ -289,6 +289,10 @@ void CudaRunner::warm_up() {
   remove_sequence(id);
 }
 
+int CudaRunner::prefill_token_granularity() const {
+  return weights_->layers()[0].wqkv.fp8() ? 1 : kGemmRowBucket;  // fp8 GEMMs are not rounded
+}
+
 int CudaRunner::gemm_rows(int T, const cuda::StepPlan& plan, const cuda::DeviceLinear& w) const {
   if (plan.shape.prefill == 0 || w.fp8() || (tuning_.gemv && T <= 8)) return T;
   return std::min(gemm_rows_cap_, (T + kGemmRowBucket - 1) / kGemmRowBucket * kGemmRowBucket);

@@ -106,6 +106,7 @@ class CudaRunner final : public ModelRunner {
   double last_step_device_ms() const override { return step_timing_ ? last_step_gpu_ms_ : 0; }
   int max_step_sequences() const override { return max_batch_; }
   int max_step_tokens() const override { return max_tokens_; }
+  int prefill_token_granularity() const override;
   int decode_bucket(int batch) const;  // the CUDA-graph batch size a decode batch runs at (0: eager)
 
  private:

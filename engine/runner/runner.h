@@ -141,6 +141,10 @@ class ModelRunner {
   /// graphs for them); a scheduler must stay within both.
   virtual int max_step_sequences() const { return std::numeric_limits<int>::max(); }
   virtual int max_step_tokens() const { return std::numeric_limits<int>::max(); }
+  /// A step carrying prompt tokens costs about the same for every token count (decode rows
+  /// included) up to the next multiple of this: the CUDA runner rounds such a step's GEMMs up
+  /// to it, so a planner may fill the rounding with prompt tokens at no cost. 1: no rounding.
+  virtual int prefill_token_granularity() const { return 1; }
   /// Device time of the step finish() last returned, from its first copy to its last, when the
   /// runner measures it (the CUDA runner with step timing on, as by default; the CPU runner: the
   /// step's compute time on the host); 0 otherwise. The serving engine's step-cost model learns

@@ -31,6 +31,8 @@ class PlanHost {
   /// Frees at least `blocks` pool blocks held by idle sessions other than `keep`'s; true when it
   /// freed any.
   virtual bool reclaim(int blocks, const SessionState* keep) = 0;
+  /// ModelRunner::prefill_token_granularity (1 where there is no runner).
+  virtual int prefill_token_granularity() const { return 1; }
 };
 
 }  // namespace rill

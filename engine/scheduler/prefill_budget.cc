@@ -84,7 +84,14 @@ int64_t PrefillBudget::fit(int64_t want, const KvGeometry& g, int64_t start) con
     const int64_t mid = lo + (hi - lo) / 2;
     (within_target(step_.with_chunk(mid, attended_keys(g, start, mid))) ? lo : hi) = mid;
   }
-  return std::max(lo, floor);
+  lo = std::max(lo, floor);
+  // Top the step up to the runner's granularity: the tokens up to it cost nothing.
+  const int64_t G = std::max(1, limits_.granularity);
+  if (G > 1 && lo > 0) {
+    const int64_t tokens = step_.decode_rows + step_.prefill_tokens + lo;
+    lo = std::min(n, lo + (G - tokens % G) % G);
+  }
+  return lo;
 }
 
 void PrefillBudget::take(int64_t n, const KvGeometry& g, int64_t start) {

@@ -52,6 +52,9 @@ struct StepLimits {
   int token_cap = 0;         // tokens left under max_num_batched_tokens after the decodes
   int min_tokens = 0;        // the step's first chunk gets at least this much (when it wants it)
   int warmup_tokens = 0;     // constrained, model not trusted yet (or no target known): per step
+  /// ModelRunner::prefill_token_granularity: a chunk that fits the target is topped up so that
+  /// the step's tokens reach the next multiple of it (those tokens cost nothing).
+  int granularity = 1;
 };
 
 /// The steady decode step: the model's time for a decode-only step of `rows` rows, each reading

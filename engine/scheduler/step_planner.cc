@@ -232,6 +232,7 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
   last_limits_ = step_limits(targets, measured_steady_s, cost_model_.trusted(), token_cap,
                              config_.min_prefill_tokens, config_.warmup_prefill_tokens,
                              cost_model_.prefill_spread());
+  last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
   if (!backlogged) return PrefillBudget(cost_model_, decodes, last_limits_);
   // Behind the arrivals: auto targets yield (fixed ones hold). last_limits_ keeps the limits

@@ -23,6 +23,7 @@ class RunnerPlanHost final : public PlanHost {
   bool reclaim(int blocks, const SessionState* keep) override {
     return sessions_.reclaim(blocks, keep);
   }
+  int prefill_token_granularity() const override { return runner_.prefill_token_granularity(); }
 
  private:
   ModelRunner& runner_;

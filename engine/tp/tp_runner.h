@@ -66,6 +66,9 @@ class TpRunner final : public ModelRunner {
   void supply_masks(std::span<const LateMask> masks) override;
   int max_step_sequences() const override { return ranks_[0]->max_step_sequences(); }
   int max_step_tokens() const override { return ranks_[0]->max_step_tokens(); }
+  int prefill_token_granularity() const override {
+    return ranks_[0]->prefill_token_granularity();
+  }
   double last_step_device_ms() const override { return ranks_[0]->last_step_device_ms(); }
 
  private:

@@ -172,6 +172,27 @@ TEST(PrefillBudget, TheChunkIsTheLargestThatKeepsTheStepWithinTheTarget) {
   EXPECT_EQ(b.composition().chunks, 2);
 }
 
+// A runner that rounds a step's tokens up (the CUDA runner's GEMM rows, to 64) gets the chunk
+// topped up to its granularity: those tokens cost nothing, however the model predicts them.
+TEST(PrefillBudget, TheRunnersGranularityTopsTheChunkUp) {
+  const StepCostModel m = linear_model();
+  StepLimits l;
+  l.constrained = true;
+  l.target_s = 0.00901;  // 100 tokens fit beside 10 rows: 110, rounded up to 128
+  l.token_cap = 4096;
+  l.min_tokens = 16;
+  l.granularity = 64;
+  PrefillBudget b(m, rows(10), l);
+  EXPECT_EQ(b.fit(1000, kFull, 0), 118);
+  EXPECT_EQ(b.fit(112, kFull, 0), 112) << "never more than the chunk wants";
+  EXPECT_EQ(b.fit(40, kFull, 0), 40) << "what fits whole is not topped up";
+  b.take(118, kFull, 0);
+  EXPECT_TRUE(b.exhausted());
+  l.target_s = 0.002;  // nothing fits: the floor, topped up too
+  PrefillBudget floor(m, rows(10), l);
+  EXPECT_EQ(floor.fit(1000, kFull, 0), 54);
+}
+
 TEST(PrefillBudget, AnUnreachableTargetStillFeedsTheFloorOncePerStep) {
   const StepCostModel m = linear_model();
   StepLimits l;
