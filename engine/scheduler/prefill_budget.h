@@ -24,7 +24,8 @@ int64_t attended_keys(const KvGeometry& g, int64_t start, int64_t n);
 /// held as a mean over the request, as it is judged).
 struct StreamPace {
   StreamPace(LatencyTarget t = {}) : tpot(t) {}  // NOLINT: a target alone bounds every step
-  LatencyTarget tpot;  // kAuto: seconds is the stream's auto target once measured (else 0)
+  LatencyTarget tpot;  // kAuto: seconds is the stream's auto target once measured, while no
+                       // request waits (else 0)
   double elapsed_s = -1;   // since its first token, steps in flight counted; < 0: per step only
   int64_t intervals = 0;   // its inter-token intervals so far (tokens - 1), in flight counted
   int64_t remaining = 1;   // tokens it may still generate, up to kPaceHorizon

@@ -225,6 +225,12 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
   step.steady_s = steady_step_s(cost_model_, decodes,
                                 static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
   if (step.steady_s > 0) last_steady_s_ = step.steady_s;
+  // A stream's own auto target bounds the step while no request waits to join the batch; with
+  // some waiting, the pace of the batch they will make does (the streams decode in it anyway,
+  // and holding the old pace would only keep them queued).
+  if (waiting > 0)
+    for (StreamPace& p : targets_)
+      if (p.tpot.kind == LatencyTarget::Kind::kAuto) p.tpot.seconds = 0;
   const std::span<const StreamPace> targets =
       config_.tpot_aware ? std::span<const StreamPace>(targets_) : std::span<const StreamPace>();
   // Auto targets exist once decode steps are measured (step_limits).
