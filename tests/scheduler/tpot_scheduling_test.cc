@@ -25,8 +25,9 @@ using testing::random_prompt;
 class TimedRunner final : public testing::ForwardingRunner {
  public:
   using Step = testing::LoggedStep;
-  explicit TimedRunner(const Model& m, milliseconds sleep = milliseconds(0))
-      : ForwardingRunner(m), sleep_(sleep) {}
+  explicit TimedRunner(const Model& m, milliseconds sleep = milliseconds(0), int granularity = 1)
+      : ForwardingRunner(m), sleep_(sleep), granularity_(granularity) {}
+  int prefill_token_granularity() const override { return granularity_; }
 
   void launch(std::span<const StepInput> inputs) override {
     Step s = Step::of(inputs);
@@ -45,16 +46,18 @@ class TimedRunner final : public testing::ForwardingRunner {
 
  private:
   milliseconds sleep_;
+  int granularity_;
   testing::StepLog log_;
 };
 
 struct TimedEngine {
-  explicit TimedEngine(SchedulerConfig config, milliseconds sleep = milliseconds(0)) {
+  explicit TimedEngine(SchedulerConfig config, milliseconds sleep = milliseconds(0),
+                       int granularity = 1) {
     const Model& m = testing::default_model();
     config.queue_timeout = std::chrono::hours(1);
     config.min_prefill_tokens = 16;
     config.warmup_prefill_tokens = 32;
-    auto r = std::make_unique<TimedRunner>(m, sleep);
+    auto r = std::make_unique<TimedRunner>(m, sleep, granularity);
     runner = r.get();
     engine = std::make_unique<ServingEngine>(std::move(r), *m.tokenizer, config, metrics);
   }
@@ -134,7 +137,7 @@ TEST(TpotScheduling, StreamsBehindTheirExplicitTargetTakeOnlyTheLeastPrefill) {
 }
 
 // Auto targets: 2x the steady step of the batch being built. Four streams alone step in 2.4 ms
-// (target 0.9 x 4.8 ms: about 40 prompt tokens a step); with 40 requests queued behind the
+// (target 0.85 x 4.8 ms: about 35 prompt tokens a step); with 40 requests queued behind the
 // prompt the batch will hold 45 rows, a 6.5 ms step (target 11.7 ms: about 400 tokens).
 TEST(TpotScheduling, AutoTargetsFollowTheBatchBeingBuiltQueueIncluded) {
   for (const int queued : {0, 40}) {
@@ -157,6 +160,32 @@ TEST(TpotScheduling, AutoTargetsFollowTheBatchBeingBuiltQueueIncluded) {
       EXPECT_GE(largest, 300) << "the pace of the batch the queue will make";
     for (RequestHandle& s : streams) s.cancel();
   }
+}
+
+// A runner whose steps with prefill cost the same up to a multiple of 32 tokens (as the CUDA
+// runner's GEMM rows, rounded to 64): every step whose chunk the target cut short is topped up
+// to a multiple of 32 tokens, decode rows included; only the prompt's last chunk is not.
+TEST(TpotScheduling, ChunksFillTheRunnersGranularity) {
+  TimedEngine t(scheduler_defaults("cpu"), milliseconds(0), 32);
+  std::vector<RequestHandle> streams = start_streams(*t.engine, std::nullopt);
+  const size_t from = t.runner->steps().size();
+  Request big = greedy(random_prompt(450, 9), 2);
+  big.cache = CachePolicy::streaming(4, 480);
+  RequestHandle h = t.engine->submit(big);
+  collect(h);
+  const std::vector<TimedRunner::Step> steps = t.runner->steps();
+  int64_t fed = 0;
+  int cut = 0;
+  for (size_t i = from; i < steps.size(); ++i) {
+    if (steps[i].prefill == 0) continue;
+    fed += steps[i].prefill;
+    if (fed >= 450) break;  // the last chunk takes what is left
+    ++cut;
+    EXPECT_EQ((steps[i].rows + steps[i].prefill) % 32, 0)
+        << "step " << i << ": " << steps[i].rows << " rows, " << steps[i].prefill << " prompt tokens";
+  }
+  EXPECT_GT(cut, 2) << "the target cut the prompt into chunks";
+  for (RequestHandle& s : streams) s.cancel();
 }
 
 TEST(TpotScheduling, WithoutTargetsOrWithTheBudgetOffStepsFillTheTokenBudget) {
