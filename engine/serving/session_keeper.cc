@@ -165,8 +165,9 @@ bool SessionKeeper::reclaim(int blocks, const SessionState* keep) {
 
 void SessionKeeper::maintain(Clock::time_point now) {
   // Created before closed: a session closed right after its creation is adopted, then freed.
-  for (SessionPtr& s : table_.take_created()) new_.push_back(std::move(s));
-  for (const SessionPtr& s : table_.take_closed()) {
+  SessionTable::Changes changes = table_.take_changes();
+  for (SessionPtr& s : changes.created) new_.push_back(std::move(s));
+  for (const SessionPtr& s : changes.closed) {
     bool turn_live = false;
     {
       std::lock_guard lock(table_.mutex());

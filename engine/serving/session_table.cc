@@ -144,14 +144,9 @@ void SessionTable::remember_expired(const std::string& id, std::string why) {
   }
 }
 
-std::vector<SessionPtr> SessionTable::take_created() {
+SessionTable::Changes SessionTable::take_changes() {
   std::lock_guard lock(mu_);
-  return std::exchange(created_, {});
-}
-
-std::vector<SessionPtr> SessionTable::take_closed() {
-  std::lock_guard lock(mu_);
-  return std::exchange(closed_, {});
+  return {std::exchange(created_, {}), std::exchange(closed_, {})};
 }
 
 size_t SessionTable::size() const {

@@ -42,11 +42,15 @@ class SessionTable {
   SessionPtr close(const std::string& id, uint64_t incarnation = 0);
   /// Removes a session the engine dropped; later turns get "session <id> expired: <why>".
   void expire(const SessionPtr& s, const std::string& why);
-  /// Sessions created since the last call (loop thread): the keeper counts them and expires
-  /// them by the idle TTL even when no turn ever comes.
-  std::vector<SessionPtr> take_created();
-  /// Sessions closed by clients since the last call (loop thread).
-  std::vector<SessionPtr> take_closed();
+  /// Sessions created since the last call (the keeper counts them and expires them by the idle
+  /// TTL even when no turn ever comes) and sessions closed by clients since the last call, taken
+  /// together (loop thread): a session created and closed in between is in both, so the keeper
+  /// adopts it and frees it in one pass. (Taken one list at a time, a session created and closed
+  /// between the two takes was freed first and adopted after, closed: counted "new" forever.)
+  struct Changes {
+    std::vector<SessionPtr> created, closed;
+  };
+  Changes take_changes();
 
   std::mutex& mutex() const { return mu_; }
   size_t size() const;
