@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -56,25 +57,31 @@ struct GroupCase {
   int ctas = kernels::kMaxPeerCtas;  // fewer than tokens: CTAs take several rows
 };
 
-void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
-  SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " world=" +
-               std::to_string(c.world) + " hidden=" + std::to_string(c.hidden) +
-               " T=" + std::to_string(c.tokens) + " ctas=" + std::to_string(c.ctas) +
-               (c.gather ? " rows" : "") +
-               (c.graphs ? " graphs" : " eager") + " devices=" + std::to_string(devices));
+// A case's inputs (rounded to the dtype) and the CPU reference of its outputs.
+struct GroupData {
+  std::vector<int32_t> rows;               // [T] residual rows (gathered or 0 .. T-1)
+  std::vector<float> residual;             // [R, H]
+  std::vector<std::vector<float>> delta;   // [W][R, H]: each rank's partial sums
+  std::vector<float> bias, weight;         // [H]
+  std::vector<float> want_res, want_out;   // after c.rounds launches: [R, H], [T, H]
+};
+
+GroupData make_group_data(const GroupCase& c, DType dt, std::mt19937& rng) {
   const int W = c.world, H = c.hidden, T = c.tokens;
   const int R = c.gather ? T + 3 : T;  // residual and delta rows
-  std::vector<int32_t> rows(T);
+  GroupData g;
+  auto& [rows, residual, delta, bias, weight, want_res, want_out] = g;
+  rows.resize(T);
   for (int i = 0; i < T; ++i) rows[i] = c.gather ? (i * 7 + 2) % R : i;  // distinct: 7, R coprime
-  std::vector<float> residual = random_vector(size_t(R) * H, rng, 2.0f);
-  std::vector<std::vector<float>> delta(W);
+  residual = random_vector(size_t(R) * H, rng, 2.0f);
+  delta.resize(W);
   for (auto& d : delta) d = rounded_random(size_t(R) * H, rng, dt);
-  const std::vector<float> bias = rounded_random(H, rng, dt, 0.3f);
-  std::vector<float> weight = round_to(random_vector(H, rng, 0.5f), dt);
+  bias = rounded_random(H, rng, dt, 0.3f);
+  weight = round_to(random_vector(H, rng, 0.5f), dt);
   for (float& w : weight) w = from_half_bits(to_half_bits(w + 1.0f, dt), dt);
 
   // Reference: each round r += (((0 + d_0) + d_1) + ...) + bias on the gathered rows, in fp32.
-  std::vector<float> want_res = residual;
+  want_res = residual;
   for (int round = 0; round < c.rounds; ++round)
     for (int i = 0; i < T; ++i)
       for (int j = 0; j < H; ++j) {
@@ -83,7 +90,7 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
         for (int k = 0; k < W; ++k) d += delta[k][at];
         want_res[at] += d + bias[j];
       }
-  std::vector<float> want_out(size_t(T) * H);
+  want_out.assign(size_t(T) * H, 0.0f);
   for (int i = 0; i < T; ++i) {
     const float* r = want_res.data() + size_t(rows[i]) * H;
     double sq = 0;
@@ -92,7 +99,49 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
     for (int j = 0; j < H; ++j) want_out[size_t(i) * H + j] = float(r[j] * inv * weight[j]);
   }
   want_out = round_to(want_out, dt);
+  return g;
+}
 
+// Launches c.rounds add_norms on every rank, all from this thread (every rank's launch before
+// any waits), replayed from one captured graph per rank with c.graphs.
+void launch_rounds(const GroupCase& c, const std::vector<Rank>& ranks,
+                   const std::function<kernels::AddNormParams(int)>& params) {
+  const int W = c.world;
+  std::vector<cudaGraphExec_t> execs(W, nullptr);
+  if (c.graphs)
+    for (int k = 0; k < W; ++k) {
+      CUDA_OK(cudaSetDevice(ranks[k].device));
+      cudaGraph_t g;
+      CUDA_OK(cudaStreamBeginCapture(ranks[k].stream, cudaStreamCaptureModeThreadLocal));
+      CUDA_OK(kernels::launch_add_norm(params(k), ranks[k].stream));
+      CUDA_OK(cudaStreamEndCapture(ranks[k].stream, &g));
+      CUDA_OK(cudaGraphInstantiate(&execs[k], g, 0));
+      CUDA_OK(cudaGraphDestroy(g));
+    }
+  for (int round = 0; round < c.rounds; ++round)
+    for (int k = 0; k < W; ++k) {
+      CUDA_OK(cudaSetDevice(ranks[k].device));
+      if (c.graphs)
+        CUDA_OK(cudaGraphLaunch(execs[k], ranks[k].stream));
+      else
+        CUDA_OK(kernels::launch_add_norm(params(k), ranks[k].stream));
+    }
+  for (int k = 0; k < W; ++k) {
+    CUDA_OK(cudaSetDevice(ranks[k].device));
+    CUDA_OK(cudaStreamSynchronize(ranks[k].stream));
+    if (execs[k]) CUDA_OK(cudaGraphExecDestroy(execs[k]));
+  }
+}
+
+void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " world=" +
+               std::to_string(c.world) + " hidden=" + std::to_string(c.hidden) +
+               " T=" + std::to_string(c.tokens) + " ctas=" + std::to_string(c.ctas) +
+               (c.gather ? " rows" : "") +
+               (c.graphs ? " graphs" : " eager") + " devices=" + std::to_string(devices));
+  const int W = c.world, H = c.hidden, T = c.tokens;
+  const GroupData data = make_group_data(c, dt, rng);
+  const auto& [rows, residual, delta, bias, weight, want_res, want_out] = data;
   std::vector<Rank> ranks(W);
   std::vector<std::unique_ptr<DeviceBuffer>> shared;  // per device: bias, weight, rows
   std::vector<const void*> bias_on(devices), weight_on(devices), rows_on(devices);
@@ -149,31 +198,11 @@ void run_group(const GroupCase& c, DType dt, int devices, std::mt19937& rng) {
     p.peers.epochs = rk.epochs->as<uint32_t>();
     return p;
   };
-  std::vector<cudaGraphExec_t> execs(W, nullptr);
-  if (c.graphs)
-    for (int k = 0; k < W; ++k) {
-      CUDA_OK(cudaSetDevice(ranks[k].device));
-      cudaGraph_t g;
-      CUDA_OK(cudaStreamBeginCapture(ranks[k].stream, cudaStreamCaptureModeThreadLocal));
-      CUDA_OK(kernels::launch_add_norm(params(k), ranks[k].stream));
-      CUDA_OK(cudaStreamEndCapture(ranks[k].stream, &g));
-      CUDA_OK(cudaGraphInstantiate(&execs[k], g, 0));
-      CUDA_OK(cudaGraphDestroy(g));
-    }
-  for (int round = 0; round < c.rounds; ++round)
-    for (int k = 0; k < W; ++k) {  // every rank's launch before any waits: one host thread
-      CUDA_OK(cudaSetDevice(ranks[k].device));
-      if (c.graphs)
-        CUDA_OK(cudaGraphLaunch(execs[k], ranks[k].stream));
-      else
-        CUDA_OK(kernels::launch_add_norm(params(k), ranks[k].stream));
-    }
+  launch_rounds(c, ranks, params);
   std::vector<float> out0;
   for (int k = 0; k < W; ++k) {
     Rank& rk = ranks[k];
     CUDA_OK(cudaSetDevice(rk.device));
-    CUDA_OK(cudaStreamSynchronize(rk.stream));
-    if (execs[k]) CUDA_OK(cudaGraphExecDestroy(execs[k]));
     CUDA_OK(cudaStreamDestroy(rk.stream));
     SCOPED_TRACE("rank " + std::to_string(k));
     EXPECT_TRUE(rk.residual->check_guards());

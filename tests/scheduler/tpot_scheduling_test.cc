@@ -110,6 +110,19 @@ std::vector<RequestHandle> start_streams(ServingEngine& e, std::optional<millise
   return streams;
 }
 
+// Feeds a prompt of `tokens` tokens (a StreamingLLM cache, `max_tokens` answered) beside the
+// running streams and returns the steps from its submission to its end.
+std::vector<TimedRunner::Step> feed_prompt(TimedEngine& t, int tokens, uint32_t seed,
+                                           int max_tokens = 2) {
+  const size_t from = t.runner->steps().size();
+  Request big = greedy(random_prompt(tokens, seed), max_tokens);
+  big.cache = CachePolicy::streaming(4, 480);
+  RequestHandle h = t.engine->submit(big);
+  EXPECT_EQ(collect(h).final.reason, FinishReason::kLength);
+  const std::vector<TimedRunner::Step> steps = t.runner->steps();
+  return {steps.begin() + static_cast<std::ptrdiff_t>(from), steps.end()};
+}
+
 // Streams behind their explicit 12 ms target (every step takes >= 12 ms in real time, and the
 // target is held as a mean at 0.9 x 12 ms) allow no more than the least prefill a step: a long
 // prompt is fed min_prefill_tokens at a time, and every such step stays within the per-step
@@ -118,14 +131,9 @@ std::vector<RequestHandle> start_streams(ServingEngine& e, std::optional<millise
 TEST(TpotScheduling, StreamsBehindTheirExplicitTargetTakeOnlyTheLeastPrefill) {
   TimedEngine t(scheduler_defaults("cpu"), milliseconds(12));  // min_prefill_tokens 16
   std::vector<RequestHandle> streams = start_streams(*t.engine, milliseconds(12));
-  const size_t from = t.runner->steps().size();
-  Request big = greedy(random_prompt(450, 7), 4);
-  big.cache = CachePolicy::streaming(4, 480);
-  RequestHandle h = t.engine->submit(big);
-  EXPECT_EQ(collect(h).final.reason, FinishReason::kLength);
-  const std::vector<TimedRunner::Step> steps = t.runner->steps();
+  const std::vector<TimedRunner::Step> steps = feed_prompt(t, 450, 7, 4);
   int64_t largest = 0;
-  for (size_t i = from; i < steps.size(); ++i) {
+  for (size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].prefill == 0) continue;
     largest = std::max(largest, steps[i].prefill);
     EXPECT_LE(steps[i].ms, 0.9 * 12 + 0.05) << "step " << i << ": " << steps[i].rows << " rows, "
@@ -168,15 +176,10 @@ TEST(TpotScheduling, AutoTargetsFollowTheBatchBeingBuiltQueueIncluded) {
 TEST(TpotScheduling, ChunksFillTheRunnersGranularity) {
   TimedEngine t(scheduler_defaults("cpu"), milliseconds(0), 32);
   std::vector<RequestHandle> streams = start_streams(*t.engine, std::nullopt);
-  const size_t from = t.runner->steps().size();
-  Request big = greedy(random_prompt(450, 9), 2);
-  big.cache = CachePolicy::streaming(4, 480);
-  RequestHandle h = t.engine->submit(big);
-  collect(h);
-  const std::vector<TimedRunner::Step> steps = t.runner->steps();
+  const std::vector<TimedRunner::Step> steps = feed_prompt(t, 450, 9);
   int64_t fed = 0;
   int cut = 0;
-  for (size_t i = from; i < steps.size(); ++i) {
+  for (size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].prefill == 0) continue;
     fed += steps[i].prefill;
     if (fed >= 450) break;  // the last chunk takes what is left
@@ -196,14 +199,8 @@ TEST(TpotScheduling, WithoutTargetsOrWithTheBudgetOffStepsFillTheTokenBudget) {
     // Batch streams (target 0) constrain nothing; with tpot_aware off, targets are ignored.
     std::vector<RequestHandle> streams =
         start_streams(*t.engine, aware ? milliseconds(0) : milliseconds(12));
-    const size_t from = t.runner->steps().size();
-    Request big = greedy(random_prompt(700, 8), 2);
-    big.cache = CachePolicy::streaming(4, 480);
-    RequestHandle h = t.engine->submit(big);
-    collect(h);
-    const std::vector<TimedRunner::Step> steps = t.runner->steps();
     int64_t largest = 0;
-    for (size_t i = from; i < steps.size(); ++i) largest = std::max(largest, steps[i].prefill);
+    for (const TimedRunner::Step& step : feed_prompt(t, 700, 8)) largest = std::max(largest, step.prefill);
     EXPECT_EQ(largest, 512 - 4) << "aware " << aware;  // max_num_batched_tokens less the decodes
     for (RequestHandle& s : streams) s.cancel();
   }
