@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -393,6 +394,49 @@ void prefill_table(Bench& b) {
   }
 }
 
+// Where one prefill step's time goes (eager launches, so kernels barely overlap): each kernel
+// name's summed duration over one traced prompt of the first --prefill length, largest first.
+void prefill_trace(Bench& b) {
+  const std::vector<int> prefills = int_list(b.args.get("prefill"));
+  if (prefills.empty() || prefills[0] <= 0 || !bench::kernel_trace_available()) return;
+  const int n = prefills[0];
+  std::uniform_int_distribution<int> tok(0, b.c.vocab_size - 1);
+  std::vector<int32_t> prompt(n);
+  for (auto& t : prompt) t = tok(b.rng);
+  std::vector<bench::KernelRecord> kernels;
+  for (int it = 0; it < 2; ++it) {  // the first meets every shape; the second is traced
+    b.r.add_sequence({1000, CachePolicy::full(), {.temperature = 0.0f}});
+    StepInput in{1000, prompt, LogitsMode::kNone, true};
+    std::unique_ptr<bench::KernelTrace> tracer;
+    if (it == 1) tracer = std::make_unique<bench::KernelTrace>();
+    b.r.step(std::span<const StepInput>(&in, 1));
+    if (tracer) kernels = tracer->stop();
+    b.r.remove_sequence(1000);
+  }
+  if (kernels.empty()) return;
+  std::map<std::string, std::pair<double, int>> by_name;  // summed ms, launches
+  uint64_t first = kernels.front().start, last = 0;
+  for (const bench::KernelRecord& k : kernels) {
+    auto& [ms, count] = by_name[k.name];
+    ms += static_cast<double>(k.end - k.start) / 1e6;
+    ++count;
+    first = std::min(first, k.start);
+    last = std::max(last, k.end);
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+  const double span = static_cast<double>(last - first) / 1e6;
+  double sum = 0;
+  for (const auto& row : rows) sum += row.second.first;
+  std::printf("\nkernels of one %d-token prefill step: span %.3f ms, kernels %.3f ms, gaps %.3f ms\n",
+              n, span, sum, span - sum);
+  std::printf("  %-70s %8s %10s %7s\n", "kernel", "launches", "ms", "share");
+  for (const auto& [name, v] : rows)
+    std::printf("  %-70.70s %8d %10.3f %6.1f%%\n", name.c_str(), v.second, v.first,
+                100 * v.first / std::max(span, 1e-9));
+}
+
 // Per-category GPU time of eager decode steps at the first batch and context.
 // Where a graph-replayed decode step's time goes: each kernel's share of the critical path
 // (bench/kernel_trace.h), for every batch and context.
@@ -511,6 +555,9 @@ void declare_flags(cli::Args& args) {
   args.flag("trace",
             "print each kernel's share of a decode step's critical path (CUPTI trace of the "
             "graph replays) for every batch and context");
+  args.flag("prefill-trace",
+            "print each kernel's summed time in one prefill step of the first --prefill length "
+            "(CUPTI trace)");
   args.flag("breakdown", "print a per-category breakdown of one decode step (eager launches)");
   args.option("long-stream", "0", "generate this many tokens in one sequence (use --cache streaming) and "
               "compare time per token just after the window filled with the last 5%, and GPU memory");
@@ -559,6 +606,7 @@ int main(int argc, char** argv) {
     prefill_table(b);
     if (args.on("breakdown")) breakdown(b);
     if (args.on("trace")) trace_table(b);
+    if (args.on("prefill-trace")) prefill_trace(b);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());
