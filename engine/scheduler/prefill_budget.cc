@@ -1,6 +1,7 @@
 #include "engine/scheduler/prefill_budget.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace rill {
@@ -30,6 +31,9 @@ double steady_step_s(const StepCostModel& model, const StepComposition& decodes,
 double pace_allowance_s(const StreamPace& p, double steady_s) {
   const double per_step = kStepHeadroom * p.tpot.seconds;
   if (p.elapsed_s < 0) return per_step;
+  if (p.left > 0 && p.elapsed_s + static_cast<double>(p.left) * steady_s >
+                        p.tpot.seconds * static_cast<double>(p.intervals + p.left))
+    return std::numeric_limits<double>::infinity();  // a lost cause
   const int64_t ahead = std::max<int64_t>(1, p.remaining);
   const double mean_bound = per_step * static_cast<double>(p.intervals + ahead) - p.elapsed_s -
                             static_cast<double>(ahead - 1) * steady_s;
@@ -46,14 +50,18 @@ StepLimits step_limits(std::span<const StreamPace> paces, double steady_s, bool 
   double tightest = std::numeric_limits<double>::infinity();
   for (const StreamPace& p : paces) {
     if (p.tpot.kind == LatencyTarget::Kind::kFixed) {
+      const double allowance = pace_allowance_s(p, steady_s);
+      if (std::isinf(allowance)) continue;  // a lost cause constrains nothing
       l.constrained = true;
-      tightest = std::min(tightest, pace_allowance_s(p, steady_s));
+      tightest = std::min(tightest, allowance);
     } else if (p.tpot.kind == LatencyTarget::Kind::kAuto && steady_s > 0) {
       l.constrained = true;  // an auto target exists once the steady step is measured
-      // The stream's own target (what it is judged by) where it has one: the steady step it
-      // decoded in, which the batch being built (queued prompts counted) may exceed.
-      const double bound = p.tpot.seconds > 0 ? std::min(p.tpot.seconds, kAutoTpotFactor * steady_s)
-                                              : kAutoTpotFactor * steady_s;
+      // The stream's own target (what it is judged by) where it has one and the batch being
+      // built (queued prompts counted) decodes within it; a batch that decodes slower than it
+      // would only keep the queue waiting, and its own pace applies.
+      const double batch = kAutoTpotFactor * steady_s;
+      const double own = p.tpot.seconds;
+      const double bound = own > 0 && auto_headroom * own >= steady_s ? std::min(own, batch) : batch;
       tightest = std::min(tightest, auto_headroom * bound);
     }
   }
@@ -108,7 +116,8 @@ bool PrefillBudget::exhausted() const {
 }
 
 double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes,
-                       const StepLimits& limits, const KvGeometry& g, int64_t tokens) {
+                       const StepLimits& limits, const KvGeometry& g, int64_t tokens,
+                       int64_t start) {
   if (!model.trusted() || tokens <= 0) return 0;
   StepLimits l = limits;  // a step the decodes fill now has room again later: at least min_tokens
   l.token_cap = std::max(l.token_cap, std::max(1, l.min_tokens));
@@ -117,8 +126,8 @@ double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decode
   int64_t fed = 0;
   for (int steps = 0; fed < tokens && steps < kMaxSteps; ++steps) {
     const PrefillBudget step(model, decodes, l);
-    const int64_t n = std::max<int64_t>(1, step.fit(tokens - fed, g, fed));
-    total += model.predict(decodes.with_chunk(n, attended_keys(g, fed, n)));
+    const int64_t n = std::max<int64_t>(1, step.fit(tokens - fed, g, start + fed));
+    total += model.predict(decodes.with_chunk(n, attended_keys(g, start + fed, n)));
     fed += n;
   }
   if (fed < tokens) total *= static_cast<double>(tokens) / static_cast<double>(fed);

@@ -29,6 +29,7 @@ struct StreamPace {
   double elapsed_s = -1;   // since its first token, steps in flight counted; < 0: per step only
   int64_t intervals = 0;   // its inter-token intervals so far (tokens - 1), in flight counted
   int64_t remaining = 1;   // tokens it may still generate, up to kPaceHorizon
+  int64_t left = 0;        // tokens it may still generate, uncapped (0: unknown)
 };
 
 /// Tokens ahead a stream's mean TPOT is projected over (pace_allowance_s): the borrowing from
@@ -41,8 +42,13 @@ inline constexpr int64_t kPaceHorizon = 64;
 /// within kStepHeadroom x the target, if its next remaining - 1 steps take `steady_s`:
 ///   (elapsed + d + (remaining - 1) steady) / (intervals + remaining) <= headroom x target
 /// (>= 0). A stream behind its target gets less than a step: the step takes only the planner's
-/// least prefill (min_tokens), and the stream catches up. Without progress known (elapsed_s <
-/// 0): headroom x target, per step.
+/// least prefill (min_tokens), and the stream catches up. A stream that can no longer meet its
+/// target, even were its `left` remaining steps all steady:
+///   (elapsed + left steady) / (intervals + left) > target
+/// constrains nothing (infinity): it misses its target whatever this step takes, and holding
+/// prompts back for it would only make them miss theirs (in an overloaded server, the steps of
+/// least prefill it asked for took a quarter of the prompt tokens a full step does per second).
+/// Without progress known (elapsed_s < 0): headroom x target, per step.
 double pace_allowance_s(const StreamPace& p, double steady_s);
 
 /// What bounds one step's prefill.
@@ -106,10 +112,11 @@ class PrefillBudget {
   int64_t taken_ = 0;  // prefill tokens placed
 };
 
-/// The unqueued TTFT of a prompt of `tokens` tokens (geometry `g`): the predicted time of the
-/// steps that would feed it alone beside the decodes `decodes` under `limits`, chunk by chunk.
-/// 0 when the model is not trusted.
+/// The unqueued TTFT of a prompt of `tokens` tokens (geometry `g`) after `start` already in its
+/// stream: the predicted time of the steps that would feed it alone beside the decodes
+/// `decodes` under `limits`, chunk by chunk. 0 when the model is not trusted.
 double unqueued_ttft_s(const StepCostModel& model, const StepComposition& decodes,
-                       const StepLimits& limits, const KvGeometry& g, int64_t tokens);
+                       const StepLimits& limits, const KvGeometry& g, int64_t tokens,
+                       int64_t start = 0);
 
 }  // namespace rill

@@ -214,23 +214,57 @@ std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int3
   return kv.match_prefix(s.request.cache, *s.prefix_root, tokens, &s.prefix_hashes);
 }
 
-PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
+// The first prompt in feeding order (those being fed, in running order, then the queue's head):
+// its explicit TTFT target is missed if the streams' TPOT targets (last_limits_) hold its feed,
+// and met if it is fed at the full token budget. The TTFT is then what can still be met: a
+// stream behind its target asks for the least prefill a step until it catches up, and in an
+// overloaded server those steps took a quarter of the prompt tokens a full step does per second.
+bool StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
+                                const std::vector<SequencePtr>& waiting,
+                                const StepComposition& decodes, Clock::time_point now) const {
+  if (!config_.tpot_aware || !last_limits_.constrained || !cost_model_.trusted()) return false;
+  const Sequence* first = nullptr;
+  KvGeometry g;
+  int64_t start = 0, left = 0;
+  for (const SequencePtr& s : running)
+    if (s->prefilling()) {
+      const KvSequence& ks = host_.kv().sequence(s->runner_id);
+      first = s.get(), g = ks.geometry, start = ks.num_tokens;
+      left = static_cast<int64_t>(s->prefix.size()) - s->fed;
+      break;
+    }
+  if (!first)
+    for (const SequencePtr& s : waiting)
+      if (s->phase != SeqPhase::kFinished) {
+        first = s.get(), g = s->geometry;
+        left = static_cast<int64_t>(s->request.prompt.size());
+        break;
+      }
+  if (!first || first->ttft_target.kind != LatencyTarget::Kind::kFixed || first->first_sample_at)
+    return false;
+  const double time_left = first->ttft_target.seconds - seconds(first->arrival, now);
+  if (time_left <= 0) return false;
+  StepLimits full = step_limits({}, 0, true, last_limits_.token_cap, last_limits_.min_tokens,
+                                last_limits_.warmup_tokens);
+  full.granularity = last_limits_.granularity;
+  if (rill::unqueued_ttft_s(cost_model_, decodes, full, g, left, start) > time_left)
+    return false;  // missed either way
+  return rill::unqueued_ttft_s(cost_model_, decodes, last_limits_, g, left, start) > time_left;
+}
+
+PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running,
+                                          const std::vector<SequencePtr>& waiting,
                                           const StepComposition& decodes, int token_cap,
-                                          bool backlogged, PlannedStep& step) {
+                                          bool backlogged, Clock::time_point now,
+                                          PlannedStep& step) {
   // The steady step is that of the batch being built: the decoding streams, the prompts being
   // fed and those queued (up to max_num_seqs), as they will all decode.
-  int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting);
+  int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting.size());
   for (const SequencePtr& s : running)
     if (s->prefilling()) ++rows;
   step.steady_s = steady_step_s(cost_model_, decodes,
                                 static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
   if (step.steady_s > 0) last_steady_s_ = step.steady_s;
-  // A stream's own auto target bounds the step while no request waits to join the batch; with
-  // some waiting, the pace of the batch they will make does (the streams decode in it anyway,
-  // and holding the old pace would only keep them queued).
-  if (waiting > 0)
-    for (StreamPace& p : targets_)
-      if (p.tpot.kind == LatencyTarget::Kind::kAuto) p.tpot.seconds = 0;
   const std::span<const StreamPace> targets =
       config_.tpot_aware ? std::span<const StreamPace>(targets_) : std::span<const StreamPace>();
   // Auto targets exist once decode steps are measured (step_limits).
@@ -240,6 +274,13 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
                              cost_model_.prefill_spread());
   last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
+  if (ttft_at_stake(running, waiting, decodes, now)) {  // the prompt's TTFT over the streams' pace
+    ++ttft_overrides_;
+    StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
+                                  config_.min_prefill_tokens, config_.warmup_prefill_tokens);
+    full.granularity = last_limits_.granularity;
+    return PrefillBudget(cost_model_, decodes, full);
+  }
   if (!backlogged) return PrefillBudget(cost_model_, decodes, last_limits_);
   // Behind the arrivals: auto targets yield (fixed ones hold). last_limits_ keeps the limits
   // without the backlog, which the unqueued TTFT of new arrivals is computed from.
@@ -258,7 +299,8 @@ StreamPace StepPlanner::pace(const Sequence& s, Clock::time_point now) const {
   p.elapsed_s = std::chrono::duration<double>(now - *s.first_sample_at).count() +
                 s.samples_in_flight * last_steady_s_;
   p.intervals = std::max<int64_t>(0, tokens - 1);
-  p.remaining = std::clamp<int64_t>(s.request.max_tokens - tokens, 1, kPaceHorizon);
+  p.left = std::max<int64_t>(1, s.request.max_tokens - tokens);
+  p.remaining = std::min<int64_t>(p.left, kPaceHorizon);
   return p;
 }
 
@@ -320,8 +362,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     --b.tokens, --b.seqs, ++i;
   }
   step.decodes = static_cast<int>(step.inputs.size());
-  PrefillBudget budget = prefill_budget(running, waiting.size(), decodes, b.tokens,
-                                        backlogged(waiting, now), step);
+  PrefillBudget budget =
+      prefill_budget(running, waiting, decodes, b.tokens, backlogged(waiting, now), now, step);
   // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first.
   for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
     const SequencePtr s = running[i];

@@ -93,6 +93,9 @@ class StepPlanner {
   /// The KV budget's sums as the last plan() left them (tests compare them with a recomputation).
   const KvBudget::Sums& kv_budget() const { return budget_.sums(); }
   int64_t prefix_hits() const { return prefix_hits_; }
+  /// Steps whose prefill filled the token budget because the next prompt's explicit TTFT target
+  /// was at stake (ttft_at_stake), in total.
+  int64_t ttft_overrides() const { return ttft_overrides_; }
 
   /// Some queued request with a TTFT target has waited past its ordering slack (its fixed
   /// target, kAutoOrderingTtft for auto): the server is behind its arrivals, and streams with
@@ -134,9 +137,15 @@ class StepPlanner {
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
   // step.steady_s. `waiting`: requests queued; `backlogged`: see backlogged().
-  PrefillBudget prefill_budget(const std::vector<SequencePtr>& running, size_t waiting,
+  PrefillBudget prefill_budget(const std::vector<SequencePtr>& running,
+                               const std::vector<SequencePtr>& waiting,
                                const StepComposition& decodes, int token_cap, bool backlogged,
-                               PlannedStep& step);
+                               Clock::time_point now, PlannedStep& step);
+  // The next prompt's explicit TTFT target can be met only if this step feeds it at the full
+  // token budget, not as the streams' TPOT targets (last_limits_) would.
+  bool ttft_at_stake(const std::vector<SequencePtr>& running,
+                     const std::vector<SequencePtr>& waiting, const StepComposition& decodes,
+                     Clock::time_point now) const;
   // A decoding sequence's TPOT target and progress (step_limits).
   StreamPace pace(const Sequence& s, Clock::time_point now) const;
 
@@ -156,6 +165,7 @@ class StepPlanner {
   double last_steady_s_ = 0;         // the steady step of the last step planned with one
   StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
+  int64_t ttft_overrides_ = 0;  // steps fed at the full budget for a TTFT at stake
 };
 
 }  // namespace rill

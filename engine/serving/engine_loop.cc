@@ -399,6 +399,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   stats_.steps = steps_;
   stats_.device_busy_s = device_busy_s_;
   stats_.step_cost_trusted = planner_.cost_model().trusted();
+  stats_.ttft_overrides = planner_.ttft_overrides();
   double span = recent_steps_.empty() ? 0 : seconds(recent_steps_.front().first, now);
   int tokens = 0;
   for (const auto& [t, n] : recent_steps_) tokens += n;

@@ -123,7 +123,9 @@ for section in "$@"; do
       # (rate, prompt length): from one 8,192-token prompt a second to eight of 512 and of 2,048.
       points=("1 8192" "2 4096" "4 2048" "8 512" "8 2048")
       [ -n "${SWEEP_POINTS:-}" ] && IFS=, read -r -a points <<<"$SWEEP_POINTS"  # e.g. "1 8192,2 4096"
-      for config in adaptive fixed512 fixed2048 fixed8192; do
+      configs=(adaptive fixed512 fixed2048 fixed8192)
+      [ -n "${SWEEP_CONFIGS:-}" ] && IFS=, read -r -a configs <<<"$SWEEP_CONFIGS"  # e.g. "adaptive,fixed8192"
+      for config in "${configs[@]}"; do
         case $config in
           adaptive) flags=() ;;
           *) flags=(--tpot-aware false --max-num-batched-tokens "${config#fixed}") ;;

@@ -4,6 +4,8 @@
 // ordered and judged.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <limits>
 #include <random>
 #include <vector>
@@ -110,6 +112,11 @@ TEST(PrefillBudget, LimitsTakeTheTightestTargetOfTheDecodingStreams) {
   const std::vector<StreamPace> larger = {LatencyTarget{LatencyTarget::Kind::kAuto, 0.030}};
   EXPECT_DOUBLE_EQ(step_limits(larger, 0.010, true, 512, 64, 256).target_s,
                    kAutoStepHeadroom * kAutoTpotFactor * 0.010);
+  // ... unless the batch being built decodes slower than it allows (0.85 x 11 ms < 10 ms): the
+  // queue that made the batch would only wait, and the batch's pace applies.
+  const std::vector<StreamPace> outgrown = {LatencyTarget{LatencyTarget::Kind::kAuto, 0.011}};
+  EXPECT_DOUBLE_EQ(step_limits(outgrown, 0.010, true, 512, 64, 256).target_s,
+                   kAutoStepHeadroom * kAutoTpotFactor * 0.010);
 }
 
 // An explicit TPOT target is a mean over the request: a stream that ran faster than its target
@@ -135,6 +142,19 @@ TEST(PrefillBudget, ExplicitTargetsAreMeansAutoOnesBoundEveryStep) {
   late.elapsed_s = 0.2;  // 20 ms a token: 22.5 ms x 11 - 200 ms
   EXPECT_NEAR(pace_allowance_s(late, 0.010), per_step * 11 - 0.2, 1e-12);
   EXPECT_DOUBLE_EQ(pace_allowance_s(StreamPace(t25), 0.010), per_step) << "no progress known";
+  // Whether it can still catch up: 40 ms a token so far, then 10 ms ones. With 100 tokens left
+  // (0.4 + 1.0) / 110 = 12.7 ms: it can, and asks for no prefill until it has; with 5 left,
+  // (0.4 + 0.05) / 15 = 30 ms: it cannot, and constrains nothing.
+  late.elapsed_s = 0.4;
+  late.left = 100;
+  EXPECT_DOUBLE_EQ(pace_allowance_s(late, 0.010), 0.0);
+  late.left = 5;
+  EXPECT_TRUE(std::isinf(pace_allowance_s(late, 0.010))) << "a lost cause";
+  const std::vector<StreamPace> lost = {late};
+  EXPECT_FALSE(step_limits(lost, 0.010, true, 512, 64, 256).constrained);
+  const std::vector<StreamPace> lost_and_fresh = {late, fresh};
+  EXPECT_NEAR(step_limits(lost_and_fresh, 0.010, true, 512, 64, 256).target_s,
+              per_step * 32 - 31 * 0.010, 1e-12);
 
   // The step takes the least allowance; an auto target bounds every step however the stream ran.
   std::vector<StreamPace> paces = {fresh, ran};

@@ -144,6 +144,34 @@ TEST(TpotScheduling, StreamsBehindTheirExplicitTargetTakeOnlyTheLeastPrefill) {
   for (RequestHandle& s : streams) s.cancel();
 }
 
+// ... unless the prompt has an explicit TTFT target that the least prefill a step would miss
+// and a full step meets (synthetic: about 30 steps of 3.7 ms against one of 12.4 ms, for a
+// target of 60 ms): then it is fed at the full token budget. A target no feed can meet (5 ms)
+// changes nothing.
+TEST(TpotScheduling, ATtftTargetAtStakeIsFedAtTheFullBudget) {
+  for (const int ttft_ms : {60, 5}) {
+    TimedEngine t(scheduler_defaults("cpu"), milliseconds(12));
+    std::vector<RequestHandle> streams = start_streams(*t.engine, milliseconds(12));
+    const size_t from = t.runner->steps().size();
+    Request big = greedy(random_prompt(450, 7), 4);
+    big.cache = CachePolicy::streaming(4, 480);
+    big.ttft_target = milliseconds(ttft_ms);
+    RequestHandle h = t.engine->submit(big);
+    EXPECT_EQ(collect(h).final.reason, FinishReason::kLength);
+    const std::vector<TimedRunner::Step> steps = t.runner->steps();
+    int64_t largest = 0;
+    for (size_t i = from; i < steps.size(); ++i) largest = std::max(largest, steps[i].prefill);
+    if (ttft_ms == 60) {
+      EXPECT_GE(largest, 400) << "fed at the full budget";
+      EXPECT_GE(t.engine->stats().ttft_overrides, 1);
+    } else {
+      EXPECT_LE(largest, 16 + 20) << "missed either way: the streams' targets hold";
+      EXPECT_EQ(t.engine->stats().ttft_overrides, 0);
+    }
+    for (RequestHandle& s : streams) s.cancel();
+  }
+}
+
 // Auto targets: 2x the steady step of the batch being built. Four streams alone step in 2.4 ms
 // (target 0.85 x 4.8 ms: about 35 prompt tokens a step); with 40 requests queued behind the
 // prompt the batch will hold 45 rows, a 6.5 ms step (target 11.7 ms: about 400 tokens).
