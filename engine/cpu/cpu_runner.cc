@@ -215,10 +215,11 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt)
 
 CpuRunner::~CpuRunner() = default;
 
-void CpuRunner::emulate_w8a8(const Fp8ActQuant& q, float* x, int64_t T, int64_t n,
-                             int64_t K) const {
+void CpuRunner::emulate_w8a8(const Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K,
+                             bool lm_head) const {
   if (!q.on || fp8_act_rows_ < 0 || T <= fp8_act_rows_) return;
-  const int64_t rows = fp8_gemm_rows_ ? std::min(T, fp8_gemm_rows_(T, n, K, q.group)) : T;
+  const int64_t rows =
+      fp8_gemm_rows_ ? std::min(T, fp8_gemm_rows_({T, n, K, q.group, step_prefill_, lm_head})) : T;
   if (fp8_jitter_ > 0) jitter_activations(x, rows, n, K, fp8_jitter_, fp8_jitter_seed_);
   round_activations(q, x, rows, K);
 }
@@ -521,7 +522,7 @@ StepOutput CpuRunner::logits_and_samples(std::span<const StepInput> inputs, cons
   norm(final_norm_, final_norm_b_, gathered.data(), normed.data(), R);
   const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
   const Fp8ActQuant head_q{head_fp8_, head_group_, head_static_scale_};
-  emulate_w8a8(head_q, normed.data(), R, V, H);
+  emulate_w8a8(head_q, normed.data(), R, V, H, true);
   if (!tp_comm_) {
     cpu::matmul(*pool_, normed.data(), head, nullptr, logits.data(), R, H, V);
   } else {  // this rank's columns [R, padded], gathered [world][R][padded], then [R, V]
@@ -650,6 +651,8 @@ StepOutput CpuRunner::run(std::span<const StepInput> inputs) {
         std::memcpy(&x[(chunks[k].row + t) * H], &embed_[id * H], H * 4);
     }
   tp_reduce(x.data(), T * H, {});
+  step_prefill_ =
+      std::any_of(chunks.begin(), chunks.end(), [](const Chunk& c) { return c.len > 1; });
   forward_layers(chunks, x, T);
   return logits_and_samples(inputs, chunks, x);
 }

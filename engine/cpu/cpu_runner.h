@@ -23,6 +23,15 @@ namespace cpu {
 struct Fp8ActQuant;  // cpu_runner.cc
 }
 
+/// One fp8 layer's W8A8 GEMM in a step, as CpuRunnerOptions::fp8_gemm_rows asks about it.
+struct Fp8GemmQuery {
+  int64_t rows = 0;      // the step's tokens (the LM head: its logit rows)
+  int64_t n = 0, k = 0;  // weights [n, k]
+  bool block = false;    // 128-column scales
+  bool prefill = false;  // the step carries a prompt chunk (an input of more than one token)
+  bool lm_head = false;  // the LM head (quantized by the checkpoint)
+};
+
 struct CpuRunnerOptions {
   int num_threads = 0;                   // 0: all cores
   int block_size = 16;                   // tokens per KV block
@@ -42,11 +51,11 @@ struct CpuRunnerOptions {
   /// columns for block-scaled weights, or with the checkpoint's static input scale
   /// (kernels/src/quantize_fp8.cu). -1: off (the reference: activations stay fp32).
   int fp8_activation_rows = -1;
-  /// With fp8_activation_rows >= 0, when set: how many leading rows of a W8A8 GEMM of `rows`
-  /// tokens on weights [n, k] (`block`: 128-column scales) the CUDA runner quantizes; the others
-  /// take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows, which depends on what cuBLASLt takes).
-  /// Unset: all of them.
-  std::function<int64_t(int64_t rows, int64_t n, int64_t k, bool block)> fp8_gemm_rows;
+  /// With fp8_activation_rows >= 0, when set: how many leading rows of a W8A8 GEMM the CUDA
+  /// runner quantizes; the others take its weight-only GEMV (cuda::Gemm::fp8_gemm_rows at the
+  /// rows the runner runs the GEMM at, cuda::Gemm::padded_rows: it depends on what cuBLASLt
+  /// takes). Unset: all of them.
+  std::function<int64_t(const Fp8GemmQuery&)> fp8_gemm_rows;
   /// With fp8_activation_rows >= 0, > 0: every emulated activation is first multiplied by
   /// 1 + u * fp8_activation_jitter, u uniform in [-1, 1) from a hash of the seed, the layer's
   /// shape and the element's row and column. e4m3 rounding is discontinuous: the CUDA runner's
@@ -131,12 +140,14 @@ class CpuRunner final : public ModelRunner {
   int num_blocks_ = 0;
   bool fp8_kv_ = false;
   int fp8_act_rows_ = -1;  // CpuRunnerOptions::fp8_activation_rows
-  std::function<int64_t(int64_t, int64_t, int64_t, bool)> fp8_gemm_rows_;
+  std::function<int64_t(const Fp8GemmQuery&)> fp8_gemm_rows_;
+  bool step_prefill_ = false;  // the step being run carries a prompt chunk (Fp8GemmQuery)
   float fp8_jitter_ = 0;  // CpuRunnerOptions::fp8_activation_jitter (and its seed)
   uint32_t fp8_jitter_seed_ = 0;
   // Rounds the leading rows of x [T, K] the CUDA runner's W8A8 GEMM quantizes for an fp8 layer
-  // [n, K] with activation quantization `q`.
-  void emulate_w8a8(const cpu::Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K) const;
+  // [n, K] (the LM head with `lm_head`) with activation quantization `q`.
+  void emulate_w8a8(const cpu::Fp8ActQuant& q, float* x, int64_t T, int64_t n, int64_t K,
+                    bool lm_head = false) const;
   // The LM head is fp8 (the checkpoint quantized it; a W8A8 GEMM on CUDA for many rows): with
   // block scales, with a static input scale.
   bool head_fp8_ = false, head_group_ = false;

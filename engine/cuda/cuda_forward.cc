@@ -121,8 +121,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), gemm_rows(T, plan, w.wqkv), c.qkv_dim(), H, false,
-               deep_gemv(kQkv, w.wqkv, T), projection_config(kQkv, c.qkv_dim(), H, T));
+    gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv, w.wqkv, T),
+               projection_config(kQkv, c.qkv_dim(), H, T), gemm_rows(T, plan, h_.get(), w.wqkv, H));
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
@@ -154,8 +154,9 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
-    gemm_->run(attn_.get(), w.wo, o_.get(), gemm_rows(T, plan, w.wo), H, c.q_dim(), false,
-               deep_gemv(kO, w.wo, T), projection_config(kO, H, c.q_dim(), T));
+    gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
+               projection_config(kO, H, c.q_dim(), T),
+               gemm_rows(T, plan, attn_.get(), w.wo, c.q_dim()));
   });
   if (!peer_sum(T))  // row-parallel o: partial sums (its bias comes after)
     enqueue_all_reduce(o_.get(), T, false);
@@ -173,8 +174,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
   timed(Profiler::kGemm, [&] {
     if (!silu_in_gemv) {
       const int N = c.gated_mlp ? 2 * I : I;
-      gemm_->run(in, w.wup, up_.get(), gemm_rows(T, plan, w.wup), N, H, false,
-                 deep_gemv(kUp, w.wup, T), projection_config(kUp, N, H, T));
+      gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp, w.wup, T),
+                 projection_config(kUp, N, H, T), gemm_rows(T, plan, in, w.wup, H));
       return;
     }
     if (w.wup.fp8()) {
@@ -223,8 +224,8 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
     RILL_CUDA(kernels::launch_activation(p, stream_));
   });
   timed(Profiler::kGemm, [&] {
-    gemm_->run(act_.get(), w.wdown, m_.get(), gemm_rows(T, plan, w.wdown), H, I, false,
-               deep_gemv(kDown, w.wdown, T), projection_config(kDown, H, I, T));
+    gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
+               projection_config(kDown, H, I, T), gemm_rows(T, plan, act_.get(), w.wdown, I));
   });
   if (!peer_sum(T)) enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
 }

@@ -79,11 +79,15 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   weights_ = std::make_unique<cuda::DeviceWeights>(model, dtype, quant);
   gemm_ = std::make_unique<cuda::Gemm>(dtype, stream_);
   max_tokens_ = std::max(o.max_step_tokens, o.max_batch);
-  gemm_rows_cap_ = (max_tokens_ + kGemmRowBucket - 1) / kGemmRowBucket * kGemmRowBucket;
+  for (const cuda::DeviceLayer& l : weights_->layers())
+    for (const cuda::DeviceLinear* w : {&l.wqkv, &l.wo, &l.wup, &l.wdown})
+      if (w->fp8() && w->scale_layout == kernels::Fp8ScaleLayout::kBlock128)
+        row_bucket_ = kFp8BlockGemmRowBucket;
+  gemm_rows_cap_ = (max_tokens_ + row_bucket_ - 1) / row_bucket_ * row_bucket_;
   max_batch_ = o.max_batch;
   max_rows_ = o.max_batch + kExtraLogitRows;
   if (quant == WeightQuant::kFp8)  // the W8A8 GEMMs' quantized activations (LM head rows too)
-    gemm_->reserve_fp8(std::max(max_tokens_, max_rows_),
+    gemm_->reserve_fp8(std::max(gemm_rows_cap_, max_rows_),
                        std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}));
   max_blocks_ = (config_.max_position_embeddings + o.block_size - 1) / o.block_size + 1;
   layout_.num_kv_heads = config_.num_kv_heads;
@@ -290,40 +294,64 @@ void CudaRunner::warm_up() {
 }
 
 int CudaRunner::prefill_token_granularity() const {
-  return weights_->layers()[0].wqkv.fp8() ? 1 : kGemmRowBucket;  // fp8 GEMMs are not rounded
+  return row_bucket_;
 }
 
-int CudaRunner::gemm_rows(int T, const cuda::StepPlan& plan, const cuda::DeviceLinear& w) const {
-  if (plan.shape.prefill == 0 || w.fp8() || (tuning_.gemv && T <= 8)) return T;
-  return std::min(gemm_rows_cap_, (T + kGemmRowBucket - 1) / kGemmRowBucket * kGemmRowBucket);
+int CudaRunner::gemm_rows(int T, const cuda::StepPlan& plan, const void* x,
+                          const cuda::DeviceLinear& w, int K) const {
+  // admit() bounds T by max_tokens_, so the rounded rows stay within the buffers' gemm_rows_cap_.
+  return std::min(gemm_rows_cap_,
+                  gemm_->padded_rows(T, plan.shape.prefill > 0, row_bucket_, x, w, K));
 }
 
+// Every GEMM shape a step can meet, but for decode-only steps' (graphs, or the GEMVs): each
+// projection at every bucket row count, for each distinct combination of weight formats among
+// the layers (an fp8 checkpoint may keep some layers in 16 bits), and the LM head at every row
+// count past the GEMV's. fp8 weights create their cuBLASLt plans here and run the W8A8 GEMM once
+// (Gemm::warm_up; the GEMV has no per-shape cost). The inputs are whatever the buffers hold.
 void CudaRunner::warm_up_gemms() {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& c = config_;
-  const cuda::DeviceLayer& w = weights_->layers()[0];
   const int H = c.hidden_size, I = c.intermediate_size, N_up = c.gated_mlp ? 2 * I : I;
-  int shapes = 0;
-  for (int M = kGemmRowBucket; M <= gemm_rows_cap_; M += kGemmRowBucket) {
-    if (w.wqkv.fp8()) break;  // fp8 layers keep their own per-shape plans (gemm_fp8.h)
-    gemm_->run(h_.get(), w.wqkv, qkv_.get(), M, c.qkv_dim(), H);
-    gemm_->run(attn_.get(), w.wo, o_.get(), M, H, c.q_dim());
-    gemm_->run(h_.get(), w.wup, up_.get(), M, N_up, H);
-    gemm_->run(act_.get(), w.wdown, m_.get(), M, H, I);
-    shapes += 4;
+  int shapes = 0, fp8_shapes = 0, partial = 0;
+  auto meet = [&](const void* x, const cuda::DeviceLinear& w, void* y, int M, int N, int K,
+                  bool y_f32) {
+    const int rows = gemm_->warm_up(x, w, y, M, N, K, y_f32);
+    shapes += rows > 0;
+    fp8_shapes += rows > 0 && w.fp8();
+    return rows;
+  };
+  auto format = [](const cuda::DeviceLinear& p) {  // 0: 16-bit, 1: fp8 per-row, 2: fp8 block
+    if (!p.fp8()) return 0;
+    return p.scale_layout == kernels::Fp8ScaleLayout::kBlock128 ? 2 : 1;
+  };
+  std::vector<int> formats_met;  // one key per layer: its four projections' formats
+  for (const cuda::DeviceLayer& w : weights_->layers()) {
+    const int key = ((format(w.wqkv) * 3 + format(w.wo)) * 3 + format(w.wup)) * 3 + format(w.wdown);
+    if (std::find(formats_met.begin(), formats_met.end(), key) != formats_met.end()) continue;
+    formats_met.push_back(key);
+    for (int M = row_bucket_; M <= gemm_rows_cap_; M += row_bucket_) {
+      // A bucket shape cuBLASLt takes only in part leaves the fp8 GEMV the real rows past it.
+      partial += meet(h_.get(), w.wqkv, qkv_.get(), M, c.qkv_dim(), H, false) < M;
+      partial += meet(attn_.get(), w.wo, o_.get(), M, H, c.q_dim(), false) < M;
+      partial += meet(h_.get(), w.wup, up_.get(), M, N_up, H, false) < M;
+      partial += meet(act_.get(), w.wdown, m_.get(), M, H, I, false) < M;
+    }
   }
   // The LM head runs on the logit rows, unpadded (a group's rank writes into its part of the
   // gathered rows): every count past the GEMV's.
   const cuda::DeviceLinear& head = weights_->lm_head();
-  for (int M = 1; M <= max_rows_; ++M) {
-    if (gemm_->uses_gemv(normed_.get(), head, M, H)) continue;
-    gemm_->run(normed_.get(), head, logits_.get(), M, static_cast<int>(vocab_.rows()), H, true);
-    ++shapes;
-  }
+  for (int M = 1; M <= max_rows_; ++M)
+    meet(normed_.get(), head, logits_.get(), M, static_cast<int>(vocab_.rows()), H, true);
   RILL_CUDA(cudaStreamSynchronize(stream_));
-  spdlog::info("cuda runner: met {} GEMM shapes at start in {:.0f} ms", shapes,
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count());
+  spdlog::info(
+      "cuda runner: met {} GEMM shapes ({} fp8) at start in {:.0f} ms", shapes, fp8_shapes,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  if (partial > 0)
+    spdlog::warn(
+        "cuda runner: cuBLASLt takes only part of {} fp8 GEMM shapes of {}-row multiples; the fp8 "
+        "GEMV takes the real rows past what it takes",
+        partial, row_bucket_);
 }
 
 int CudaRunner::decode_bucket(int batch) const {

@@ -151,11 +151,20 @@ class CudaRunner final : public ModelRunner {
   void warm_up();
   // cuBLAS chooses (and loads) its kernels the first time it meets a GEMM shape: 1-20 ms of host
   // time per new token count, during which an eager step's GPU waits for its next launch
-  // (rill-launch-queue-bench). Steps with prefill therefore round their GEMMs' rows up to a
-  // multiple of kGemmRowBucket (gemm_rows; the extra rows are scratch no kernel reads), and
-  // warm_up_gemms meets every such shape, and every LM-head row count, at start.
+  // (rill-launch-queue-bench); cuBLASLt's fp8 plans (heuristic and kernel loading) alike. Steps
+  // with prefill therefore round their GEMMs' rows up to a multiple of row_bucket_
+  // (gemm_rows, cuda::Gemm::padded_rows; the extra rows are scratch no kernel reads), 16-bit and
+  // W8A8 fp8 GEMMs alike, and warm_up_gemms meets every such shape, and every LM-head row count,
+  // at start.
   static constexpr int kGemmRowBucket = 64;
-  int gemm_rows(int T, const cuda::StepPlan& plan, const cuda::DeviceLinear& w) const;
+  // The bucket of models with block-scaled (128 x 128) fp8 weights: cuBLASLt 13.1 on H100 ran
+  // their VEC128_32F GEMM at M = 128 but had no algorithm for M = 33, and 128 is the row count
+  // it was seen to take (64 was never measured); a multiple of 128 is either taken whole or
+  // rounded down by Fp8Gemm::rows to nothing, and the fp8 GEMV takes the real rows it leaves.
+  static constexpr int kFp8BlockGemmRowBucket = 128;
+  // The rows of a step's GEMM over w (x [T, K]): cuda::Gemm::padded_rows with row_bucket_.
+  int gemm_rows(int T, const cuda::StepPlan& plan, const void* x, const cuda::DeviceLinear& w,
+                int K) const;
   void warm_up_gemms();
   // The step up to its logits (embedding, layers, LM head, the logits copies), then, when
   // `sample`, enqueue_sampling.
@@ -236,6 +245,9 @@ class CudaRunner final : public ModelRunner {
   kernels::KvCacheLayout layout_;
   int num_sms_ = 0;
   int max_tokens_ = 0, max_batch_ = 0, max_rows_ = 0, max_blocks_ = 0;
+  // Steps with prefill round their GEMMs' rows up to a multiple of this: kFp8BlockGemmRowBucket
+  // when some layer has block-scaled fp8 weights, else kGemmRowBucket (prefill_token_granularity).
+  int row_bucket_ = kGemmRowBucket;
   int gemm_rows_cap_ = 0;  // rows of the GEMM activation buffers: max_tokens_ rounded up to a bucket
   size_t meta_bytes_ = 0;  // a step's packed metadata at most (the biggest step's layout)
   int32_t trash_block_ = 0;

@@ -102,9 +102,9 @@ void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
 }
 
 void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32,
-               bool deep_prologue, int config) {
+               bool deep_prologue, int config, int pad_to) {
   if (!w.fp8()) {
-    run(x, w.w, y, M, N, K, y_f32, deep_prologue, config);
+    run(x, w.w, y, std::max(M, pad_to), N, K, y_f32, deep_prologue, config);
     return;
   }
   if (M <= 0) return;
@@ -114,7 +114,25 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
     gemv_fp8(p);
     return;
   }
-  run_fp8_gemm(x, w, y, M, N, K, y_f32);
+  run_fp8_gemm(x, w, y, M, std::max(M, pad_to), N, K, y_f32);
+}
+
+int Gemm::padded_rows(int T, bool prefill, int bucket, const void* x, const DeviceLinear& w,
+                      int K) const {
+  const bool gemv = w.fp8() ? uses_gemv(x, w, T, K) : gemv_enabled_ && T <= 8;
+  if (!prefill || gemv || bucket <= 1) return T;
+  return (T + bucket - 1) / bucket * bucket;
+}
+
+int Gemm::warm_up(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32) {
+  if (M <= 0 || uses_gemv(x, w, M, K)) return 0;
+  if (!w.fp8()) {
+    run_cublas(x, w.w, y, M, N, K, y_f32);
+    return M;
+  }
+  const int rows = fp8_gemm_rows(x, w, M, N, K, y_f32);
+  if (rows > 0) fp8_gemm(x, w, y, rows, N, K, y_f32);
+  return rows;
 }
 
 int Gemm::fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32) {
@@ -122,28 +140,34 @@ int Gemm::fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int 
   return fp8_gemm_->rows(fp8_problem(w, M, N, K, y_f32));
 }
 
-void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K,
-                        bool y_f32) {
+void Gemm::fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K,
+                    bool y_f32) {
   const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
-  const int gemm_rows = fp8_gemm_rows(x, w, M, N, K, y_f32);
-  if (gemm_rows > 0) {
-    kernels::QuantizeFp8Params q;
-    q.dtype = dtype_;
-    q.num_tokens = gemm_rows;  // scales [gemm_rows] or [ceil(K / 128), gemm_rows]
-    q.width = K;
-    q.x = x;
-    q.out = fp8_x_.as<uint8_t>();
-    q.scales = fp8_scales_.as<float>();
-    // Block-scaled weights pair with 128-column activation groups (a static input scale is per
-    // tensor and cannot be one of them: such layers quantize per group too).
-    q.mode = block ? kernels::ActQuantMode::kPerGroup128 : kernels::ActQuantMode::kPerToken;
-    if (!block) q.static_scale = w.input_scale;
-    RILL_CUDA(kernels::launch_quantize_fp8(q, stream_));
-    fp8_gemm_->run(fp8_problem(w, gemm_rows, N, K, y_f32), fp8_x_.as<uint8_t>(),
-                   fp8_scales_.as<float>(), w.w, w.scale, y);
-  }
-  // The other rows through the GEMV, up to 16 rows of x and y at a time (weights read once per
-  // tile).
+  kernels::QuantizeFp8Params q;
+  q.dtype = dtype_;
+  // scales [rows] or [ceil(K / 128), rows]. One CTA per row, each reading only its own row and
+  // writing only its own bytes and scales, and the GEMM's output row m reads only x's row m and
+  // its scales: scratch rows (run's pad_to), whatever they hold, change no real row.
+  q.num_tokens = rows;
+  q.width = K;
+  q.x = x;
+  q.out = fp8_x_.as<uint8_t>();
+  q.scales = fp8_scales_.as<float>();
+  // Block-scaled weights pair with 128-column activation groups (a static input scale is per
+  // tensor and cannot be one of them: such layers quantize per group too).
+  q.mode = block ? kernels::ActQuantMode::kPerGroup128 : kernels::ActQuantMode::kPerToken;
+  if (!block) q.static_scale = w.input_scale;
+  RILL_CUDA(kernels::launch_quantize_fp8(q, stream_));
+  fp8_gemm_->run(fp8_problem(w, rows, N, K, y_f32), fp8_x_.as<uint8_t>(), fp8_scales_.as<float>(),
+                 w.w, w.scale, y);
+}
+
+void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int padded, int N,
+                        int K, bool y_f32) {
+  const int gemm_rows = fp8_gemm_rows(x, w, padded, N, K, y_f32);
+  if (gemm_rows > 0) fp8_gemm(x, w, y, gemm_rows, N, K, y_f32);
+  // The other real rows through the GEMV, up to 16 rows of x and y at a time (weights read once
+  // per tile); scratch rows past M are left alone.
   const size_t x_row = size_t(K) * 2, y_row = size_t(N) * (y_f32 ? 4 : 2);
   for (int m0 = gemm_rows; m0 < M; m0 += kernels::kFp8GemvMaxRows) {
     const int rows = std::min(kernels::kFp8GemvMaxRows, M - m0);

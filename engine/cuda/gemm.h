@@ -4,8 +4,9 @@
 // fp8_gemv_max_rows rows, else x quantized to e4m3 (per token, or per token and 128 columns with
 // block-scaled weights) and a cuBLASLt e4m3 x e4m3 GEMM (gemm_fp8.h); where cuBLASLt has no
 // algorithm, the GEMV 16 rows at a time. The choice depends only on the operands, never on
-// timings, so every run computes bit-identical results. Safe inside CUDA-graph capture (fixed
-// workspaces).
+// timings, so every run computes bit-identical results. Steps with prefill run the GEMMs at
+// their rows rounded up to a bucket (padded_rows, run's pad_to): the rows past the step's are
+// scratch. Safe inside CUDA-graph capture (fixed workspaces).
 #pragma once
 
 #include <memory>
@@ -32,9 +33,28 @@ class Gemm {
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
            bool deep_prologue = false, int config = -1);
   /// The same for a weight that may be fp8 (`config`: the 16-bit GEMV's shape; fp8 GEMVs take
-  /// set_fp8_gemv_config's; deep_prologue: kernels::Fp8GemvParams's for them).
+  /// set_fp8_gemv_config's; deep_prologue: kernels::Fp8GemvParams's for them). `pad_to` > M
+  /// (padded_rows): the GEMM runs at pad_to rows, whose rows past M are scratch (x and y have
+  /// room for them; their inputs may hold anything, non-finite values too, and their outputs are
+  /// garbage): the 16-bit GEMM at pad_to rows, the W8A8 GEMM at the leading rows of pad_to that
+  /// cuBLASLt takes (fp8_gemm_rows(pad_to)), and the fp8 GEMV only on real rows past those.
   void run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32 = false,
-           bool deep_prologue = false, int config = -1);
+           bool deep_prologue = false, int config = -1, int pad_to = 0);
+  /// The rows a step of T tokens runs its GEMM over w at (pad_to above): in a step with prefill
+  /// that the GEMV does not take, T rounded up to a multiple of `bucket`, so that cuBLAS and
+  /// cuBLASLt meet a few shapes, all of them met at start (CudaRunner::warm_up_gemms), instead of
+  /// a new one, and its host time, for every chunk size; else T (decode-only steps and the
+  /// GEMV's). The one rule for the runner and for tests that emulate its fp8 layers. 16-bit
+  /// weights: the GEMV takes T <= 8 rows while it is enabled (as uses_gemv, less its alignment
+  /// checks); fp8 weights: uses_gemv.
+  int padded_rows(int T, bool prefill, int bucket, const void* x, const DeviceLinear& w,
+                  int K) const;
+  /// Meets the GEMM shape run() takes for M rows, without computing anything anyone reads: the
+  /// 16-bit GEMM at M rows, or for fp8 weights the cuBLASLt plans fp8_gemm_rows(M) asks for and
+  /// the W8A8 GEMM (with its quantization) on the rows it takes; x's rows may hold anything.
+  /// Returns the rows the GEMM took: M, fewer (fp8: the GEMV would take the rest; it has no
+  /// per-shape cost), or 0 (the GEMV takes them all).
+  int warm_up(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
@@ -62,8 +82,9 @@ class Gemm {
   /// True when run() takes the GEMV kernel for these operands.
   bool uses_gemv(const void* x, const void* w, int M, int K) const;
   bool uses_gemv(const void* x, const DeviceLinear& w, int M, int K) const;
-  /// How many leading rows of x run() puts through the W8A8 fp8 GEMM (Fp8Gemm::rows); the rest
-  /// go through the fp8 GEMV in tiles of 16 rows. 0 for the GEMV path and non-fp8 weights.
+  /// How many leading rows of x run() puts through the W8A8 fp8 GEMM when the GEMM runs at M rows
+  /// (run's pad_to where it pads, else its M): Fp8Gemm::rows; the rest of the real rows go
+  /// through the fp8 GEMV in tiles of 16 rows. 0 for the GEMV path and non-fp8 weights.
   int fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int K, bool y_f32);
 
  private:
@@ -76,9 +97,13 @@ class Gemm {
   Fp8Gemm::Problem fp8_problem(const DeviceLinear& w, int M, int N, int K, bool y_f32) const {
     return {M, N, K, w.scale_layout == kernels::Fp8ScaleLayout::kBlock128, dtype_, y_f32};
   }
-  // fp8 weights: the W8A8 GEMM on the leading rows cuBLASLt takes, the GEMV in tiles of 16 rows
-  // on the others.
-  void run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32);
+  // fp8 weights: the W8A8 GEMM on the leading rows of `padded` (>= M) cuBLASLt takes, the GEMV in
+  // tiles of 16 rows on the real rows (< M) past those.
+  void run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int padded, int N, int K,
+                    bool y_f32);
+  // x's leading `rows` rows quantized to e4m3 and the W8A8 GEMM on them (rows from
+  // fp8_gemm_rows).
+  void fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K, bool y_f32);
   kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
                                          int N, int K, bool y_f32) const;
   kernels::DType dtype_;

@@ -242,29 +242,33 @@ struct RunSetup {
 };
 
 // CPU options emulating the runner's W8A8 GEMMs: the steps of more than fp8_gemv_max_rows tokens,
-// and of those the rows cuBLASLt takes on this GPU, asked of a Gemm set up like the runner's
-// (every model here computes in bf16; the LM head writes fp32). The heuristic only: the pointers
-// are never read. `probe` keeps the Gemm alive.
-CpuRunnerOptions emulating_options(const Model& m, const EngineOptions& o,
+// and of those the rows cuBLASLt takes on this GPU at the rows the runner runs the GEMM at (its
+// layers' rounded up to the runner's bucket in steps with prefill: Gemm::padded_rows; the LM
+// head's as they are), asked of a Gemm set up like the runner's (every model here computes in
+// bf16; the LM head writes fp32). The heuristic only: the pointers are never read. `probe` keeps
+// the Gemm alive.
+CpuRunnerOptions emulating_options(const Model& m, const EngineOptions& o, const CudaRunner& gpu,
                                    const CpuRunnerOptions& plain, cudaStream_t stream,
                                    std::shared_ptr<cuda::Gemm>& probe) {
   CpuRunnerOptions emulating = plain;
   emulating.fp8_activation_rows = o.cuda_tuning.fp8_gemv_max_rows;
   probe = std::make_shared<cuda::Gemm>(kernels::DType::kBF16, stream);
+  const int bucket = gpu.prefill_token_granularity();
   probe->reserve_fp8(
-      std::max(o.max_step_tokens, o.max_batch + 8),
+      std::max((gpu.max_step_tokens() + bucket - 1) / bucket * bucket, o.max_batch + 8),
       std::max({m.config.hidden_size, m.config.q_dim(), m.config.intermediate_size}));
   probe->set_fp8_gemv_max_rows(o.cuda_tuning.fp8_gemv_max_rows);
-  const int V = m.config.vocab_size;
-  emulating.fp8_gemm_rows = [gemm = probe.get(), V](int64_t rows, int64_t n, int64_t k,
-                                                    bool block) {
+  probe->set_gemv_enabled(o.cuda_tuning.gemv);
+  emulating.fp8_gemm_rows = [gemm = probe.get(), bucket](const Fp8GemmQuery& q) {
     const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
     cuda::DeviceLinear lin;
     lin.w = aligned;
     lin.scale = static_cast<const float*>(aligned);
     lin.scale_layout =
-        block ? kernels::Fp8ScaleLayout::kBlock128 : kernels::Fp8ScaleLayout::kPerRow;
-    return int64_t{gemm->fp8_gemm_rows(aligned, lin, int(rows), int(n), int(k), n == V)};
+        q.block ? kernels::Fp8ScaleLayout::kBlock128 : kernels::Fp8ScaleLayout::kPerRow;
+    const int T = int(q.rows), n = int(q.n), k = int(q.k);
+    const int M = q.lm_head ? T : gemm->padded_rows(T, q.prefill, bucket, aligned, lin, k);
+    return int64_t{gemm->fp8_gemm_rows(aligned, lin, M, n, k, q.lm_head)};
   };
   return emulating;
 }
@@ -292,7 +296,7 @@ double compare(const Model& m, const std::string& quant, int batch, int len, int
   cudaStream_t probe_stream;
   RILL_CUDA(cudaStreamCreate(&probe_stream));
   std::shared_ptr<cuda::Gemm> probe;
-  const CpuRunnerOptions emulating = emulating_options(m, o, plain, probe_stream, probe);
+  const CpuRunnerOptions emulating = emulating_options(m, o, gpu, plain, probe_stream, probe);
   const auto prompts = testing::fp8_prompts(m, batch, len);
   CpuRunner cpu(m, emulating), cpu_plain(m, plain);
   const auto tokens = testing::fp8_greedy_tokens(cpu, prompts, steps, setup.policy);
@@ -358,6 +362,107 @@ TEST(CudaFp8, CombinesWithFp8KvAndStreamingCaches) {
   compare(m, "fp8", 3, 40, 6, s);
   s.policy = CachePolicy::streaming(4, 36);
   compare(m, "fp8", 3, 40, 12, s);
+}
+
+// A mixed step whose token count is no multiple of the runner's GEMM row bucket: three sequences
+// decoding beside a 37-token prompt (40 rows, the fp8 GEMMs' rounded up to 64, or 128 with block
+// scales). Returns its logits (the decode rows, then every position of the prompt). With `junk`,
+// another sequence's 120-token prompt runs (and goes) just before it, leaving its activations in
+// the scratch rows the mixed step's GEMMs run over.
+std::vector<float> mixed_step_logits(ModelRunner& r, const Model& m, bool junk) {
+  const auto prompts = testing::fp8_prompts(m, 3, 20);
+  std::vector<StepInput> in;
+  for (int s = 0; s < 3; ++s) {
+    r.add_sequence({SeqId(s + 1), CachePolicy::full(), {.temperature = 0.0f}});
+    in.push_back({SeqId(s + 1), prompts[s], LogitsMode::kNone, false});
+  }
+  r.step(in);
+  const std::vector<int32_t> other = testing::fp8_prompts(m, 1, 120)[0];
+  if (junk) {
+    r.add_sequence({99, CachePolicy::full(), {.temperature = 0.0f}});
+    const StepInput j{99, other, LogitsMode::kNone, false};
+    r.step(std::span<const StepInput>(&j, 1));
+    r.remove_sequence(99);
+  }
+  const std::vector<int32_t> fresh = testing::fp8_prompts(m, 1, 37)[0];
+  const int32_t next[3] = {5, 6, 7};
+  in.clear();
+  for (int s = 0; s < 3; ++s)
+    in.push_back({SeqId(s + 1), std::span<const int32_t>(&next[s], 1), LogitsMode::kLast, false});
+  r.add_sequence({4, CachePolicy::full(), {.temperature = 0.0f}});
+  in.push_back({4, fresh, LogitsMode::kAll, false});
+  std::vector<float> logits = r.step(in).logits;
+  for (SeqId id : {1, 2, 3, 4}) r.remove_sequence(id);
+  return logits;
+}
+
+// Worst relative L2 distance of a logits row of a and b ([rows, V] each).
+double worst_row(const std::vector<float>& a, const std::vector<float>& b, int V) {
+  double worst = 0;
+  for (size_t r = 0; r < a.size() / V; ++r)
+    worst = std::max(worst, testing::rel_err(a.data() + r * V, b.data() + r * V, size_t(V)));
+  return worst;
+}
+
+// Steps with prefill round their fp8 GEMMs' rows up to the runner's bucket (64; 128 with
+// block-scaled weights) like the 16-bit ones. A mixed step of 40 tokens matches the CPU
+// emulating the W8A8 rows the rounded GEMM quantizes (Gemm::padded_rows on both sides: every
+// real row where cuBLASLt takes the bucket shape), within bf16 compute plus the emulation's flip
+// noise; and its logits are bit-identical whatever the scratch rows hold.
+TEST(CudaFp8, MixedStepsMatchTheCpuEngine) {
+  REQUIRE_CUDA();
+  for (const char* name : {"fp8_ct_channel", "fp8_ct_tensor", "fp8_block"}) {
+    SCOPED_TRACE(name);
+    const Model m = load_model(source_path(std::string("tests/fixtures/") + name));
+    const int V = m.config.vocab_size;
+    EngineOptions o;
+    o.device = "cuda";
+    o.max_batch = 16;
+    o.max_step_tokens = 2048;
+    o.gpu_memory_fraction = 0.3;
+    o.quantization = "auto";
+    const CpuRunnerOptions plain{.num_threads = 4,
+                                 .quantization = resolve_quantization("auto", m.config.quant)};
+    cudaStream_t probe_stream;
+    RILL_CUDA(cudaStreamCreate(&probe_stream));
+    std::shared_ptr<cuda::Gemm> probe;
+    CpuRunnerOptions emulating;
+    std::vector<float> got, over_junk;
+    {
+      CudaRunner gpu(m, o);
+      EXPECT_EQ(gpu.prefill_token_granularity(), std::string(name) == "fp8_block" ? 128 : 64);
+      emulating = emulating_options(m, o, gpu, plain, probe_stream, probe);
+      got = mixed_step_logits(gpu, m, false);
+    }
+    {
+      CudaRunner gpu(m, o);  // one runner at a time: each sizes its pool from free memory
+      over_junk = mixed_step_logits(gpu, m, true);
+    }
+    EXPECT_EQ(over_junk, got) << "the scratch rows of the rounded GEMMs reached real rows";
+    CpuRunner cpu(m, emulating);
+    const std::vector<float> ref = mixed_step_logits(cpu, m, false);
+    ASSERT_EQ(got.size(), ref.size());
+    std::vector<std::vector<float>> jittered;
+    CpuRunnerOptions j = emulating;
+    j.fp8_activation_jitter = testing::kBf16Jitter;
+    for (int seed = 0; seed < kFlipSeeds; ++seed) {
+      j.fp8_activation_jitter_seed = uint32_t(seed + 1);
+      CpuRunner r(m, j);
+      jittered.push_back(mixed_step_logits(r, m, false));
+    }
+    probe.reset();
+    cudaStreamDestroy(probe_stream);
+    double spread = 0;
+    for (int a = 0; a < kFlipSeeds; ++a)
+      for (int b = a + 1; b < kFlipSeeds; ++b)
+        spread = std::max(spread, worst_row(jittered[a], jittered[b], V));
+    const double err = worst_row(got, ref, V), tol = kPrefillTol + spread;
+    std::printf(
+        "  %s, mixed step of 40 tokens: relative L2 error of logits (worst row) %.4f; tolerance "
+        "%.4f (bf16 + flip noise %.4f)\n",
+        name, err, tol, spread);
+    EXPECT_LT(err, tol);
+  }
 }
 
 TEST(CudaFp8, GraphsChangeNothing) {

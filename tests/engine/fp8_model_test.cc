@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "engine/cpu/cpu_runner.h"
 #include "engine/error.h"
@@ -167,25 +169,56 @@ TEST(Fp8Cpu, EmulatedW8A8ActivationsMoveThePrefillOnly) {
     EXPECT_GT(cost, 1e-3) << name;
     EXPECT_LT(cost, 0.6) << name;
     // The CUDA runner's split (cuda::Gemm::fp8_gemm_rows): no rows quantized changes nothing,
-    // all of them is the default; every fp8 layer asks, with its shape.
+    // all of them is the default; every fp8 layer asks, with its shape, in a step with prefill.
     int calls = 0;
-    o.fp8_gemm_rows = [&](int64_t rows, int64_t n, int64_t k, bool block) {
+    o.fp8_gemm_rows = [&](const Fp8GemmQuery& q) {
       ++calls;
-      EXPECT_EQ(rows, 40);
-      EXPECT_GT(n, 0);
-      EXPECT_GT(k, 0);
+      EXPECT_EQ(q.rows, 40);
+      EXPECT_GT(q.n, 0);
+      EXPECT_GT(q.k, 0);
       // One 128-column block of a K = 128 layer is a per-row scale (as on CUDA).
-      EXPECT_EQ(block, std::string(name) == "fp8_block" && k > 128) << n << " x " << k;
+      EXPECT_EQ(q.block, std::string(name) == "fp8_block" && q.k > 128) << q.n << " x " << q.k;
+      EXPECT_TRUE(q.prefill);
+      EXPECT_FALSE(q.lm_head);  // the fixtures keep their LM heads in 16 bits
       return int64_t{0};
     };
     EXPECT_EQ(prefill_logits(m, o), ref) << name;
     EXPECT_EQ(calls, 4 * m.config.num_layers) << name;  // qkv, o, gate | up, down
-    o.fp8_gemm_rows = [](int64_t rows, int64_t, int64_t, bool) { return rows; };
+    o.fp8_gemm_rows = [](const Fp8GemmQuery& q) { return q.rows; };
     EXPECT_EQ(prefill_logits(m, o), emulated) << name;
     o.fp8_gemm_rows = nullptr;
     o.quantization = WeightQuant::kNone;
     EXPECT_EQ(prefill_logits(m, o), ref) << name << ": emulated without fp8 weights";
   }
+}
+
+// The query tells the emulation what decides the CUDA runner's GEMM rows (cuda::Gemm::
+// padded_rows): whether the step carries a prompt chunk (prefill or mixed steps round their
+// GEMMs' rows up, decode-only steps do not), and the step's real rows.
+TEST(Fp8Cpu, GemmRowsQueryNamesTheStepKind) {
+  const Model m = load_model(source_path("tests/fixtures/fp8_ct_channel"));
+  CpuRunnerOptions o{.num_threads = 2, .quantization = WeightQuant::kFp8};
+  o.fp8_activation_rows = 1;  // every step of two tokens or more emulates W8A8 activations
+  std::vector<std::pair<int64_t, bool>> asked;  // (rows, prefill) per step, first layer's qkv
+  o.fp8_gemm_rows = [&](const Fp8GemmQuery& q) {
+    if (asked.empty() || asked.back() != std::make_pair(q.rows, q.prefill))
+      asked.emplace_back(q.rows, q.prefill);
+    return q.rows;
+  };
+  CpuRunner r(m, o);
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
+  const int32_t one[2] = {10, 11};
+  for (SeqId id : {1, 2, 3}) r.add_sequence({id, CachePolicy::full(), {.temperature = 0.0f}});
+  std::vector<StepInput> step = {{1, prompt, LogitsMode::kNone, false},
+                                 {2, prompt, LogitsMode::kNone, false}};
+  r.step(step);  // prefill: 10 rows
+  step = {{1, std::span<const int32_t>(&one[0], 1), LogitsMode::kNone, false},
+          {2, std::span<const int32_t>(&one[1], 1), LogitsMode::kNone, false}};
+  r.step(step);  // decode only: 2 rows
+  step.push_back({3, std::span<const int32_t>(prompt).first(3), LogitsMode::kNone, false});
+  r.step(step);  // mixed: 2 decode rows and a 3-token chunk
+  const std::vector<std::pair<int64_t, bool>> want = {{10, true}, {2, false}, {5, true}};
+  EXPECT_EQ(asked, want);
 }
 
 // The engine option reaches the CPU runner (make_runner) and bad names are refused.
