@@ -214,7 +214,13 @@ std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int3
   return kv.match_prefix(s.request.cache, *s.prefix_root, tokens, &s.prefix_hashes);
 }
 
-// The first prompt in feeding order (those being fed, in running order, then the queue's head):
+bool StepPlanner::ttft_missed(const Sequence& s, Clock::time_point now) const {
+  return config_.tpot_aware && s.ttft_target.kind == LatencyTarget::Kind::kFixed &&
+         !s.first_sample_at && seconds(s.arrival, now) > s.ttft_target.seconds;
+}
+
+// The first prompt in feeding order that can still meet its TTFT target (those being fed, in
+// running order, then the queue):
 // its explicit TTFT target is missed if the streams' TPOT targets (last_limits_) hold its feed,
 // and met if it is fed at the full token budget. The TTFT is then what can still be met: a
 // stream behind its target asks for the least prefill a step until it catches up, and in an
@@ -227,7 +233,7 @@ bool StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
   KvGeometry g;
   int64_t start = 0, left = 0;
   for (const SequencePtr& s : running)
-    if (s->prefilling()) {
+    if (s->prefilling() && !ttft_missed(*s, now)) {
       const KvSequence& ks = host_.kv().sequence(s->runner_id);
       first = s.get(), g = ks.geometry, start = ks.num_tokens;
       left = static_cast<int64_t>(s->prefix.size()) - s->fed;
@@ -235,7 +241,7 @@ bool StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
     }
   if (!first)
     for (const SequencePtr& s : waiting)
-      if (s->phase != SeqPhase::kFinished) {
+      if (s->phase != SeqPhase::kFinished && !ttft_missed(*s, now)) {
         first = s.get(), g = s->geometry;
         left = static_cast<int64_t>(s->request.prompt.size());
         break;
@@ -364,23 +370,24 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   step.decodes = static_cast<int>(step.inputs.size());
   PrefillBudget budget =
       prefill_budget(running, waiting, decodes, b.tokens, backlogged(waiting, now), now, step);
-  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first.
-  for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
-    const SequencePtr s = running[i];
-    if (!s->prefilling()) continue;
+  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first; with
+  //    TPOT-aware planning, those whose explicit TTFT target has passed only after the admissions
+  //    (4): a prompt that can still meet its target goes first (goodput).
+  std::vector<SequencePtr> missed;
+  auto feed = [&](const SequencePtr& s) {
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
     const int64_t fits = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
-    if (fits == 0) continue;
+    if (fits == 0) return;
     int64_t n = fits;
     if (!s->request.cache.is_streaming()) {
       n = chunk_that_fits(*s, n, free_blocks_for_growth());
       if (n == 0) {
         if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled,
                            step.decisions))
-          continue;
+          return;
         n = chunk_that_fits(*s, fits, free_blocks_for_growth());
-        if (n == 0) continue;
+        if (n == 0) return;
       }
     }
     const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
@@ -389,6 +396,15 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     s->fed += n;
     scheduled.push_back(s);
     --b.seqs;
+  };
+  for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
+    const SequencePtr s = running[i];
+    if (!s->prefilling()) continue;
+    if (ttft_missed(*s, now)) {
+      missed.push_back(s);
+      continue;
+    }
+    feed(s);
   }
   // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
   //    ahead: a large request is never starved by smaller ones behind it).
@@ -416,6 +432,11 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     s->fed += n;
     scheduled.push_back(s);
     --b.seqs;
+  }
+  // 4. The prompts whose TTFT target has passed.
+  for (const SequencePtr& s : missed) {
+    if (budget.exhausted() || b.seqs <= 0) break;
+    if (s->phase == SeqPhase::kRunning && s->runner_id >= 0 && s->prefilling()) feed(s);
   }
   step.composition = budget.composition();
   prefetch_restores(running, waiting, step.decisions);

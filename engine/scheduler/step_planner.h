@@ -141,6 +141,9 @@ class StepPlanner {
                                const std::vector<SequencePtr>& waiting,
                                const StepComposition& decodes, int token_cap, bool backlogged,
                                Clock::time_point now, PlannedStep& step);
+  // With TPOT-aware planning: `s` has an explicit TTFT target, no token yet, and its target has
+  // passed (it is fed after the prompts that can still meet theirs).
+  bool ttft_missed(const Sequence& s, Clock::time_point now) const;
   // The next prompt's explicit TTFT target can be met only if this step feeds it at the full
   // token budget, not as the streams' TPOT targets (last_limits_) would.
   bool ttft_at_stake(const std::vector<SequencePtr>& running,

@@ -172,6 +172,36 @@ TEST(TpotScheduling, ATtftTargetAtStakeIsFedAtTheFullBudget) {
   }
 }
 
+// A prompt whose explicit TTFT target has passed is fed after the prompts that can still meet
+// theirs (64 tokens a step here): B, arriving while A's 450 tokens are fed, is done first. Without
+// TPOT-aware planning the order stays first come, first served.
+TEST(TpotScheduling, PromptsPastTheirTtftTargetAreFedAfterThoseThatCanMeetIt) {
+  for (const bool aware : {true, false}) {
+    SchedulerConfig c = scheduler_defaults("cpu");
+    c.tpot_aware = aware;
+    c.max_num_batched_tokens = 64;
+    TimedEngine t(c, milliseconds(2));
+    Request a = greedy(random_prompt(450, 3), 2);
+    a.ttft_target = milliseconds(1);
+    const auto a_sent = Clock::now();
+    RequestHandle ha = t.engine->submit(a);
+    ASSERT_TRUE(wait_for(*t.engine, [](const EngineStats& s) { return s.steps >= 2; }));
+    Request b = greedy(random_prompt(100, 4), 2);
+    b.ttft_target = milliseconds(60'000);
+    const auto b_sent = Clock::now();
+    RequestHandle hb = t.engine->submit(b);
+    const Collected ra = collect(ha), rb = collect(hb);
+    auto done = [](Clock::time_point sent, const Collected& r) {
+      return sent + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::duration<double>(r.final.timings.e2e_s));
+    };
+    if (aware)
+      EXPECT_LT(done(b_sent, rb), done(a_sent, ra)) << "B, which can meet its target, first";
+    else
+      EXPECT_GT(done(b_sent, rb), done(a_sent, ra)) << "first come, first served";
+  }
+}
+
 // Auto targets: 2x the steady step of the batch being built. Four streams alone step in 2.4 ms
 // (target 0.85 x 4.8 ms: about 35 prompt tokens a step); with 40 requests queued behind the
 // prompt the batch will hold 45 rows, a 6.5 ms step (target 11.7 ms: about 400 tokens).
