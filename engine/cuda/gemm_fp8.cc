@@ -54,25 +54,40 @@ Fp8Gemm::Plan& Fp8Gemm::plan(const Problem& p) {
   RILL_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, p.K, p.N, p.K));
   RILL_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, p.K, p.M, p.K));
   RILL_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, out_type(p), p.N, p.M, p.N));
+  const std::vector<Candidate> results = query(plan, 1);
+  // No algorithm (shape, alignment, or a library without these scale modes): the caller falls
+  // back to the GEMV, one 16-row tile at a time.
+  if (results.empty()) {
+    destroy(plan);
+    return plan;
+  }
+  plan.algo = results[0].algo;
+  plan.ok = true;
+  return plan;
+}
+
+std::vector<Fp8Gemm::Candidate> Fp8Gemm::query(const Plan& plan, int max) {
+  if (max <= 0) return {};
   cublasLtMatmulPreference_t pref = nullptr;
   RILL_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = workspace_bytes_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                        sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(max);
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
+      handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, max, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  // No algorithm (shape, alignment, or a library without these scale modes): the caller falls
-  // back to the GEMV, one 16-row tile at a time.
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    destroy(plan);
-    return plan;
-  }
-  plan.algo = result.algo;
-  plan.ok = true;
-  return plan;
+  std::vector<Candidate> out;
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+    out.push_back({results[i].algo, results[i].workspaceSize, results[i].wavesCount});
+  return out;
+}
+
+std::vector<Fp8Gemm::Candidate> Fp8Gemm::heuristics(const Problem& p, int max) {
+  const Plan& pl = plan(p);
+  if (!pl.ok) return {};
+  return query(pl, max);
 }
 
 bool Fp8Gemm::supported(const Problem& p) {
@@ -94,12 +109,22 @@ int Fp8Gemm::rows(const Problem& p) {
 void Fp8Gemm::run(const Problem& p, const uint8_t* xq, const float* x_scale, const void* w,
                   const float* w_scale, void* y) {
   Plan& pl = plan(p);
+  enqueue(pl, pl.algo, xq, x_scale, w, w_scale, y);
+}
+
+void Fp8Gemm::run(const Problem& p, const cublasLtMatmulAlgo_t& algo, const uint8_t* xq,
+                  const float* x_scale, const void* w, const float* w_scale, void* y) {
+  enqueue(plan(p), algo, xq, x_scale, w, w_scale, y);
+}
+
+void Fp8Gemm::enqueue(Plan& pl, const cublasLtMatmulAlgo_t& algo, const uint8_t* xq,
+                      const float* x_scale, const void* w, const float* w_scale, void* y) {
   if (!pl.ok) throw Error(ErrorCode::kInternal, "fp8 GEMM: no cuBLASLt algorithm for this problem");
   set(pl.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
   set(pl.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
   const float one = 1.0f, zero = 0.0f;
   RILL_CUBLAS(cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, xq, pl.b, &zero, y, pl.d, y, pl.d,
-                             &pl.algo, workspace_, workspace_bytes_, stream_));
+                             &algo, workspace_, workspace_bytes_, stream_));
 }
 
 }  // namespace rill::cuda

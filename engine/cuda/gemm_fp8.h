@@ -10,6 +10,7 @@
 
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "engine/cuda/cuda_util.h"
 #include "rill/kernels/common.h"
@@ -46,6 +47,20 @@ class Fp8Gemm {
   /// Enqueues y = xq w^T with the scales described above; supported(p) must hold.
   void run(const Problem& p, const uint8_t* xq, const float* x_scale, const void* w,
            const float* w_scale, void* y);
+  /// One of cuBLASLt's heuristic results (a named struct: nvcc 13.0's front end crashes on a
+  /// std::vector of cuBLASLt's anonymous typedef'd structs).
+  struct Candidate {
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace_bytes = 0;  // what the algorithm uses of the workspace
+    float waves = 0;             // its grid over the SMs, in waves (1.0: every SM busy once)
+  };
+  /// Up to `max` of cuBLASLt's algorithms for `p` (the same descriptors and workspace limit), in
+  /// its heuristic's order; the plan's is the first of a query for one. Empty where supported(p)
+  /// fails. For rill-gemm-fp8-bench, which times the candidates.
+  std::vector<Candidate> heuristics(const Problem& p, int max);
+  /// run() with `algo` (one of heuristics(p, ..)'s) instead of the plan's.
+  void run(const Problem& p, const cublasLtMatmulAlgo_t& algo, const uint8_t* xq,
+           const float* x_scale, const void* w, const float* w_scale, void* y);
 
  private:
   struct Plan {
@@ -55,6 +70,11 @@ class Fp8Gemm {
     bool ok = false;
   };
   Plan& plan(const Problem& p);
+  // Up to `max` heuristic results for the plan's descriptors (none when the query fails).
+  std::vector<Candidate> query(const Plan& plan, int max);
+  // y = xq w^T through `algo` with the plan's descriptors; throws when the plan has none.
+  void enqueue(Plan& pl, const cublasLtMatmulAlgo_t& algo, const uint8_t* xq, const float* x_scale,
+               const void* w, const float* w_scale, void* y);
   static void destroy(Plan& plan);
 
   cudaStream_t stream_;
