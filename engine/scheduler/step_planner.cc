@@ -225,10 +225,11 @@ bool StepPlanner::ttft_missed(const Sequence& s, Clock::time_point now) const {
 // and met if it is fed at the full token budget. The TTFT is then what can still be met: a
 // stream behind its target asks for the least prefill a step until it catches up, and in an
 // overloaded server those steps took a quarter of the prompt tokens a full step does per second.
-bool StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
-                                const std::vector<SequencePtr>& waiting,
-                                const StepComposition& decodes, Clock::time_point now) const {
-  if (!config_.tpot_aware || !last_limits_.constrained || !cost_model_.trusted()) return false;
+const Sequence* StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
+                                           const std::vector<SequencePtr>& waiting,
+                                           const StepComposition& decodes,
+                                           Clock::time_point now) const {
+  if (!config_.tpot_aware || !last_limits_.constrained || !cost_model_.trusted()) return nullptr;
   const Sequence* first = nullptr;
   KvGeometry g;
   int64_t start = 0, left = 0;
@@ -247,15 +248,17 @@ bool StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& running,
         break;
       }
   if (!first || first->ttft_target.kind != LatencyTarget::Kind::kFixed || first->first_sample_at)
-    return false;
+    return nullptr;
   const double time_left = first->ttft_target.seconds - seconds(first->arrival, now);
-  if (time_left <= 0) return false;
+  if (time_left <= 0) return nullptr;
   StepLimits full = step_limits({}, 0, true, last_limits_.token_cap, last_limits_.min_tokens,
                                 last_limits_.warmup_tokens);
   full.granularity = last_limits_.granularity;
   if (rill::unqueued_ttft_s(cost_model_, decodes, full, g, left, start) > time_left)
-    return false;  // missed either way
-  return rill::unqueued_ttft_s(cost_model_, decodes, last_limits_, g, left, start) > time_left;
+    return nullptr;  // missed either way
+  return rill::unqueued_ttft_s(cost_model_, decodes, last_limits_, g, left, start) > time_left
+             ? first
+             : nullptr;
 }
 
 PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& running,
@@ -280,7 +283,8 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
                              cost_model_.prefill_spread());
   last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
-  if (ttft_at_stake(running, waiting, decodes, now)) {  // the prompt's TTFT over the streams' pace
+  urgent_ = ttft_at_stake(running, waiting, decodes, now);
+  if (urgent_) {  // the prompt's TTFT over the streams' pace; only it is fed (plan)
     ++ttft_overrides_;
     StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
                                   config_.min_prefill_tokens, config_.warmup_prefill_tokens);
@@ -399,7 +403,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   };
   for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
     const SequencePtr s = running[i];
-    if (!s->prefilling()) continue;
+    if (!s->prefilling() || (urgent_ && s.get() != urgent_)) continue;
     if (ttft_missed(*s, now)) {
       missed.push_back(s);
       continue;
@@ -407,9 +411,11 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     feed(s);
   }
   // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
-  //    ahead: a large request is never starved by smaller ones behind it).
+  //    ahead: a large request is never starved by smaller ones behind it). A step for a TTFT at
+  //    stake admits up to that prompt and feeds only it.
   while (!waiting.empty() && !budget.exhausted() && b.seqs > 0 &&
-         static_cast<int>(running.size()) < config_.max_num_seqs) {
+         static_cast<int>(running.size()) < config_.max_num_seqs &&
+         !(urgent_ && urgent_->phase == SeqPhase::kRunning)) {
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
     int shortfall = 0;
@@ -423,6 +429,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     step.decisions.admitted.push_back(s);
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
+    if (urgent_ && s.get() != urgent_) continue;  // admitted; fed from the next step on
     const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
     if (n == 0) break;  // admitted; fed from the next step on
     const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
@@ -435,7 +442,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   }
   // 4. The prompts whose TTFT target has passed.
   for (const SequencePtr& s : missed) {
-    if (budget.exhausted() || b.seqs <= 0) break;
+    if (urgent_ || budget.exhausted() || b.seqs <= 0) break;
     if (s->phase == SeqPhase::kRunning && s->runner_id >= 0 && s->prefilling()) feed(s);
   }
   step.composition = budget.composition();

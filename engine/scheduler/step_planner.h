@@ -144,9 +144,9 @@ class StepPlanner {
   // With TPOT-aware planning: `s` has an explicit TTFT target, no token yet, and its target has
   // passed (it is fed after the prompts that can still meet theirs).
   bool ttft_missed(const Sequence& s, Clock::time_point now) const;
-  // The next prompt's explicit TTFT target can be met only if this step feeds it at the full
-  // token budget, not as the streams' TPOT targets (last_limits_) would.
-  bool ttft_at_stake(const std::vector<SequencePtr>& running,
+  // The next prompt whose explicit TTFT target can be met only if this step feeds it at the
+  // full token budget, not as the streams' TPOT targets (last_limits_) would; else nullptr.
+  const Sequence* ttft_at_stake(const std::vector<SequencePtr>& running,
                      const std::vector<SequencePtr>& waiting, const StepComposition& decodes,
                      Clock::time_point now) const;
   // A decoding sequence's TPOT target and progress (step_limits).
@@ -169,6 +169,7 @@ class StepPlanner {
   StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
   int64_t ttft_overrides_ = 0;  // steps fed at the full budget for a TTFT at stake
+  const Sequence* urgent_ = nullptr;  // this step's prompt whose TTFT is at stake: fed alone
 };
 
 }  // namespace rill
