@@ -214,13 +214,18 @@ std::optional<PrefixMatch> StepPlanner::lookup(Sequence& s, std::span<const int3
   return kv.match_prefix(s.request.cache, *s.prefix_root, tokens, &s.prefix_hashes);
 }
 
-bool StepPlanner::ttft_missed(const Sequence& s, Clock::time_point now) const {
-  return config_.tpot_aware && s.ttft_target.kind == LatencyTarget::Kind::kFixed &&
-         !s.first_sample_at && seconds(s.arrival, now) > s.ttft_target.seconds;
+bool StepPlanner::overloaded(const std::vector<SequencePtr>& running,
+                             const std::vector<SequencePtr>& waiting, Clock::time_point now) {
+  auto missed = [&](const SequencePtr& s) {
+    return s->phase != SeqPhase::kFinished && s->ttft_target.kind == LatencyTarget::Kind::kFixed &&
+           !s->first_sample_at && seconds(s->arrival, now) > s->ttft_target.seconds;
+  };
+  return std::any_of(waiting.begin(), waiting.end(), missed) ||
+         std::any_of(running.begin(), running.end(),
+                     [&](const SequencePtr& s) { return s->prefilling() && missed(s); });
 }
 
-// The first prompt in feeding order that can still meet its TTFT target (those being fed, in
-// running order, then the queue):
+// The first prompt in feeding order (those being fed, in running order, then the queue's head):
 // its explicit TTFT target is missed if the streams' TPOT targets (last_limits_) hold its feed,
 // and met if it is fed at the full token budget. The TTFT is then what can still be met: a
 // stream behind its target asks for the least prefill a step until it catches up, and in an
@@ -234,7 +239,7 @@ const Sequence* StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& runni
   KvGeometry g;
   int64_t start = 0, left = 0;
   for (const SequencePtr& s : running)
-    if (s->prefilling() && !ttft_missed(*s, now)) {
+    if (s->prefilling()) {
       const KvSequence& ks = host_.kv().sequence(s->runner_id);
       first = s.get(), g = ks.geometry, start = ks.num_tokens;
       left = static_cast<int64_t>(s->prefix.size()) - s->fed;
@@ -242,7 +247,7 @@ const Sequence* StepPlanner::ttft_at_stake(const std::vector<SequencePtr>& runni
     }
   if (!first)
     for (const SequencePtr& s : waiting)
-      if (s->phase != SeqPhase::kFinished && !ttft_missed(*s, now)) {
+      if (s->phase != SeqPhase::kFinished) {
         first = s.get(), g = s->geometry;
         left = static_cast<int64_t>(s->request.prompt.size());
         break;
@@ -283,6 +288,14 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
                              cost_model_.prefill_spread());
   last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
+  if (overloaded(running, waiting, now)) {  // throughput first: the fixed budget's steps
+    urgent_ = nullptr;
+    ++overloaded_steps_;
+    StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
+                                  config_.min_prefill_tokens, config_.warmup_prefill_tokens);
+    full.granularity = last_limits_.granularity;
+    return PrefillBudget(cost_model_, decodes, full);
+  }
   urgent_ = ttft_at_stake(running, waiting, decodes, now);
   if (urgent_) {  // the prompt's TTFT over the streams' pace; only it is fed (plan)
     ++ttft_overrides_;
@@ -374,10 +387,8 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   step.decodes = static_cast<int>(step.inputs.size());
   PrefillBudget budget =
       prefill_budget(running, waiting, decodes, b.tokens, backlogged(waiting, now), now, step);
-  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first; with
-  //    TPOT-aware planning, those whose explicit TTFT target has passed only after the admissions
-  //    (4): a prompt that can still meet its target goes first (goodput).
-  std::vector<SequencePtr> missed;
+  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first. A step for a
+  //    TTFT at stake feeds only that prompt.
   auto feed = [&](const SequencePtr& s) {
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
@@ -404,10 +415,6 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
     const SequencePtr s = running[i];
     if (!s->prefilling() || (urgent_ && s.get() != urgent_)) continue;
-    if (ttft_missed(*s, now)) {
-      missed.push_back(s);
-      continue;
-    }
     feed(s);
   }
   // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
@@ -439,11 +446,6 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     s->fed += n;
     scheduled.push_back(s);
     --b.seqs;
-  }
-  // 4. The prompts whose TTFT target has passed.
-  for (const SequencePtr& s : missed) {
-    if (urgent_ || budget.exhausted() || b.seqs <= 0) break;
-    if (s->phase == SeqPhase::kRunning && s->runner_id >= 0 && s->prefilling()) feed(s);
   }
   step.composition = budget.composition();
   prefetch_restores(running, waiting, step.decisions);

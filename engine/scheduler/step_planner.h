@@ -101,6 +101,14 @@ class StepPlanner {
   /// target, kAutoOrderingTtft for auto): the server is behind its arrivals, and streams with
   /// auto TPOT targets stop holding prefill back (docs/scheduler.md, "Backlog").
   static bool backlogged(const std::vector<SequencePtr>& waiting, Clock::time_point now);
+  /// Some request with an explicit TTFT target has no token yet and its target has passed
+  /// (queued, or its prompt being fed): the server is behind the targets it was given, and no
+  /// TPOT target holds prefill back; steps fill max_num_batched_tokens, as the fixed budget's do
+  /// (docs/scheduler.md, "Overload").
+  static bool overloaded(const std::vector<SequencePtr>& running,
+                         const std::vector<SequencePtr>& waiting, Clock::time_point now);
+  /// Steps planned while overloaded(), in total.
+  int64_t overloaded_steps() const { return overloaded_steps_; }
   /// A step the runner measured (seconds on the device): the cost model learns from it.
   void observe(const StepComposition& c, double seconds) { cost_model_.observe(c, seconds); }
   const StepCostModel& cost_model() const { return cost_model_; }
@@ -141,9 +149,6 @@ class StepPlanner {
                                const std::vector<SequencePtr>& waiting,
                                const StepComposition& decodes, int token_cap, bool backlogged,
                                Clock::time_point now, PlannedStep& step);
-  // With TPOT-aware planning: `s` has an explicit TTFT target, no token yet, and its target has
-  // passed (it is fed after the prompts that can still meet theirs).
-  bool ttft_missed(const Sequence& s, Clock::time_point now) const;
   // The next prompt whose explicit TTFT target can be met only if this step feeds it at the
   // full token budget, not as the streams' TPOT targets (last_limits_) would; else nullptr.
   const Sequence* ttft_at_stake(const std::vector<SequencePtr>& running,
@@ -169,6 +174,7 @@ class StepPlanner {
   StepComposition last_decodes_;        // the last planned step's decodes and limits
   StepLimits last_limits_;
   int64_t ttft_overrides_ = 0;  // steps fed at the full budget for a TTFT at stake
+  int64_t overloaded_steps_ = 0;  // steps planned while overloaded()
   const Sequence* urgent_ = nullptr;  // this step's prompt whose TTFT is at stake: fed alone
 };
 

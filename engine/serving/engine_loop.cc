@@ -400,6 +400,7 @@ void EngineLoop::publish_stats(Clock::time_point now) {
   stats_.device_busy_s = device_busy_s_;
   stats_.step_cost_trusted = planner_.cost_model().trusted();
   stats_.ttft_overrides = planner_.ttft_overrides();
+  stats_.overloaded_steps = planner_.overloaded_steps();
   double span = recent_steps_.empty() ? 0 : seconds(recent_steps_.front().first, now);
   int tokens = 0;
   for (const auto& [t, n] : recent_steps_) tokens += n;

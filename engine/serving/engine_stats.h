@@ -26,6 +26,7 @@ struct EngineStats {
   double finished_per_s = 0;       // requests finished per second, over the last few seconds
   bool step_cost_trusted = false;  // the step-cost model is past its warm-up (step_cost_model.h)
   int64_t ttft_overrides = 0;      // steps fed at the full budget for a TTFT at stake, in total
+  int64_t overloaded_steps = 0;    // steps planned while an explicit TTFT target was missed
   double seconds_since_last_step = 0;
   bool stalled = false;   // work pending and no step for SchedulerConfig::stall_timeout
   bool draining = false;  // drain() called: no new requests
