@@ -268,7 +268,8 @@ void CudaRunner::enqueue_lm_head(int rows) {
   }
 }
 
-void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather) {
+void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan, bool gather,
+                                  const cuda::DeviceLinear* consumer, int N) {
   const ModelConfig& c = config_;
   p.dtype = weights_->dtype();
   p.type = c.norm == NormKind::kRmsNorm ? kernels::NormType::kRms : kernels::NormType::kLayer;
@@ -277,7 +278,15 @@ void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan
   p.hidden = c.hidden_size;
   p.residual = x_.as<float>();
   p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
+  const int H = c.hidden_size, T = p.num_tokens;
+  if (consumer && !gather && tuning_.fp8_norm_quant)
+    if (const auto in = gemm_->fp8_input(p.out0, *consumer, T,
+                                         gemm_rows(T, plan, p.out0, *consumer, H), N, H)) {
+      p.out0_fp8 = in->x;
+      p.out0_scales = in->scales;
+    }
   timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
+  if (p.out0_fp8) gemm_->prequantized(p.out0, T);
 }
 
 // One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
@@ -314,7 +323,7 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     after.bias0 = w.bo;
     after.delta1 = m_.get();
     after.bias1 = w.bdown;
-    enqueue_add_norm(after, plan, last);
+    enqueue_add_norm(after, plan, last, last ? nullptr : &next->wqkv, c.qkv_dim());
     return;
   }
   kernels::AddNormParams mid;
@@ -324,12 +333,13 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
   if (peer_sum(T)) mid.peers = peer_o_;  // the o all-reduce happens here
-  enqueue_add_norm(mid, plan, false);
+  enqueue_add_norm(mid, plan, false, &w.wup, c.gated_mlp ? 2 * c.intermediate_size
+                                                         : c.intermediate_size);
   enqueue_mlp(li, h_.get(), plan);
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   if (peer_sum(T)) after.peers = peer_m_;  // and down's
-  enqueue_add_norm(after, plan, last);
+  enqueue_add_norm(after, plan, last, last ? nullptr : &next->wqkv, c.qkv_dim());
 }
 
 // The whole step: embedding, layers, final norm on the logit rows, LM head, sampling (the
@@ -375,7 +385,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits, bool sa
     first.norm_bias1 = l0.mlp_norm_bias;
     first.out1 = h2_.get();
   }
-  enqueue_add_norm(first, plan, false);
+  enqueue_add_norm(first, plan, false, &l0.wqkv, c.qkv_dim());
   for (int li = 0; li < c.num_layers; ++li) enqueue_layer(li, plan);
   if (sh.logit_rows == 0) return;
   enqueue_lm_head(sh.logit_rows);

@@ -195,7 +195,10 @@ class CudaRunner final : public ModelRunner {
   // in here; `gather` keeps only the logit rows).
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
   void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan);
-  void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather);
+  // `consumer` (with its output width N): the linear layer that reads out0 next, whose W8A8 GEMM
+  // then takes out0 quantized by the norm (CudaTuning::fp8_norm_quant).
+  void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
+                        const cuda::DeviceLinear* consumer = nullptr, int N = 0);
   // Tensor parallelism: the sum over the ranks of buf [T, H] (activations in the model dtype, or
   // the fp32 residual stream); nothing without a group.
   void enqueue_all_reduce(void* buf, int T, bool f32);

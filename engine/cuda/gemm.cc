@@ -1,5 +1,7 @@
 #include "engine/cuda/gemm.h"
 
+#include <utility>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -51,6 +53,7 @@ void Gemm::run(const void* x, const void* w, void* y, int M, int N, int K, bool 
 }
 
 void Gemm::gemv(kernels::GemvParams p) {
+  prequant_x_ = nullptr;
   p.dtype = dtype_;
   const int forced = forced_config(p.deep_prologue);
   if (p.config < 0 && forced >= 0 &&
@@ -95,14 +98,31 @@ kernels::Fp8GemvParams Gemm::fp8_gemv_params(const void* x, const DeviceLinear& 
 }
 
 void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
+  prequant_x_ = nullptr;
   p.dtype = dtype_;
   if (p.config < 0) p.config = fp8_gemv_config_;
   if (p.config < 0 && p.deep_prologue) p.config = fp8_deep_config_;
   RILL_CUDA(kernels::launch_gemv_fp8(p, stream_));
 }
 
+std::optional<Gemm::Fp8Input> Gemm::fp8_input(const void* x, const DeviceLinear& w, int M,
+                                               int pad_to, int N, int K) {
+  const int padded = std::max(M, pad_to);
+  if (!w.fp8() || M <= 0 || w.scale_layout != kernels::Fp8ScaleLayout::kPerRow || w.input_scale ||
+      K % 8 != 0 || fp8_gemm_rows(x, w, padded, N, K, false) < M)
+    return std::nullopt;
+  return Fp8Input{fp8_x_.as<uint8_t>(), fp8_scales_.as<float>()};
+}
+
+void Gemm::prequantized(const void* x, int rows) {
+  prequant_x_ = x;
+  prequant_rows_ = rows;
+}
+
 void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32,
                bool deep_prologue, int config, int pad_to) {
+  // prequantized() holds for this call only.
+  const int ready = std::exchange(prequant_x_, nullptr) == x ? prequant_rows_ : 0;
   if (!w.fp8()) {
     run(x, w.w, y, std::max(M, pad_to), N, K, y_f32, deep_prologue, config);
     return;
@@ -114,7 +134,7 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
     gemv_fp8(p);
     return;
   }
-  run_fp8_gemm(x, w, y, M, std::max(M, pad_to), N, K, y_f32);
+  run_fp8_gemm(x, w, y, M, std::max(M, pad_to), N, K, y_f32, ready);
 }
 
 int Gemm::padded_rows(int T, bool prefill, int bucket, const void* x, const DeviceLinear& w,
@@ -130,8 +150,9 @@ int Gemm::warm_up(const void* x, const DeviceLinear& w, void* y, int M, int N, i
     run_cublas(x, w.w, y, M, N, K, y_f32);
     return M;
   }
+  prequant_x_ = nullptr;
   const int rows = fp8_gemm_rows(x, w, M, N, K, y_f32);
-  if (rows > 0) fp8_gemm(x, w, y, rows, N, K, y_f32);
+  if (rows > 0) fp8_gemm(x, w, y, rows, N, K, y_f32, false);
   return rows;
 }
 
@@ -141,8 +162,13 @@ int Gemm::fp8_gemm_rows(const void* x, const DeviceLinear& w, int M, int N, int 
 }
 
 void Gemm::fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K,
-                    bool y_f32) {
+                    bool y_f32, bool quantized) {
   const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
+  if (quantized) {  // the real rows are in fp8_x_ (fp8_input); the others are scratch
+    fp8_gemm_->run(fp8_problem(w, rows, N, K, y_f32), fp8_x_.as<uint8_t>(),
+                   fp8_scales_.as<float>(), w.w, w.scale, y);
+    return;
+  }
   kernels::QuantizeFp8Params q;
   q.dtype = dtype_;
   // scales [rows] or [ceil(K / 128), rows]. One CTA per row, each reading only its own row and
@@ -163,9 +189,11 @@ void Gemm::fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int
 }
 
 void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int padded, int N,
-                        int K, bool y_f32) {
+                        int K, bool y_f32, int prequantized_rows) {
   const int gemm_rows = fp8_gemm_rows(x, w, padded, N, K, y_f32);
-  if (gemm_rows > 0) fp8_gemm(x, w, y, gemm_rows, N, K, y_f32);
+  const bool quantized = prequantized_rows >= std::min(M, gemm_rows) &&
+                         w.scale_layout == kernels::Fp8ScaleLayout::kPerRow && !w.input_scale;
+  if (gemm_rows > 0) fp8_gemm(x, w, y, gemm_rows, N, K, y_f32, quantized);
   // The other real rows through the GEMV, up to 16 rows of x and y at a time (weights read once
   // per tile); scratch rows past M are left alone.
   const size_t x_row = size_t(K) * 2, y_row = size_t(N) * (y_f32 ? 4 : 2);

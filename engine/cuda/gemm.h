@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "engine/cuda/cuda_util.h"
 #include "engine/cuda/cuda_weights.h"
@@ -55,6 +56,20 @@ class Gemm {
   /// Returns the rows the GEMM took: M, fewer (fp8: the GEMV would take the rest; it has no
   /// per-shape cost), or 0 (the GEMV takes them all).
   int warm_up(const void* x, const DeviceLinear& w, void* y, int M, int N, int K, bool y_f32);
+  /// Where the W8A8 GEMM that run(x, w, .., M, N, K, .., pad_to) would enqueue reads x's rows as
+  /// e4m3 (per token, scales [M]): a kernel that writes them there itself (the norm that
+  /// produces x, kernels::AddNormParams::out0_fp8) and then calls prequantized(x, M) spares that
+  /// GEMM its quantization kernel. nullopt where run() would not read them so: the GEMV, 128 x
+  /// 128 block scales, a static input scale, or rows cuBLASLt does not take.
+  struct Fp8Input {
+    uint8_t* x;
+    float* scales;
+  };
+  std::optional<Fp8Input> fp8_input(const void* x, const DeviceLinear& w, int M, int pad_to, int N,
+                                    int K);
+  /// x's leading `rows` rows are in fp8_input's buffers. Holds for the next GEMM or GEMV call
+  /// only, and only where that call's input is x.
+  void prequantized(const void* x, int rows);
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
@@ -100,10 +115,12 @@ class Gemm {
   // fp8 weights: the W8A8 GEMM on the leading rows of `padded` (>= M) cuBLASLt takes, the GEMV in
   // tiles of 16 rows on the real rows (< M) past those.
   void run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, int padded, int N, int K,
-                    bool y_f32);
+                    bool y_f32, int prequantized_rows = 0);
   // x's leading `rows` rows quantized to e4m3 and the W8A8 GEMM on them (rows from
   // fp8_gemm_rows).
-  void fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K, bool y_f32);
+  // `quantized`: x's real rows are in fp8_x_ already (prequantized).
+  void fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K, bool y_f32,
+                bool quantized);
   kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
                                          int N, int K, bool y_f32) const;
   kernels::DType dtype_;
@@ -120,6 +137,8 @@ class Gemm {
   DeviceMemory fp8_x_;       // [max rows, max K] e4m3
   DeviceMemory fp8_scales_;  // [ceil(max K / 128), max rows] fp32
   int fp8_max_rows_ = 0, fp8_max_k_ = 0;
+  const void* prequant_x_ = nullptr;  // prequantized(): for the next call only
+  int prequant_rows_ = 0;
 };
 
 }  // namespace rill::cuda

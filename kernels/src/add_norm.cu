@@ -5,6 +5,7 @@
 // are an exact two-pass computation (mean, then sum of squared deviations) without re-reading.
 #include <algorithm>
 
+#include "fp8.cuh"
 #include "launch.cuh"
 #include "reduce.cuh"
 #include "rill/kernels/elementwise.h"
@@ -56,23 +57,27 @@ __device__ __forceinline__ void store_chunk_f32(float* p, int base, int hidden,
     if (base + e < hidden) p[e] = f[e];
 }
 
-// out[base..] = n * weight (+ norm_bias) for the chunk.
+// out[base..] = n * weight (+ norm_bias) for the chunk; `stored` gets the values as stored (T
+// rounded back to float; 0 past the end). `stored` may alias `n`.
 template <typename T, bool VEC>
 __device__ __forceinline__ void store_norm(T* out, const T* weight, const T* norm_bias, int base,
-                                           int hidden, const float (&n)[kVec]) {
+                                           int hidden, const float (&n)[kVec],
+                                           float (&stored)[kVec]) {
   float w[kVec], b[kVec] = {};
   load_chunk<T, VEC>(weight + base, base, hidden, w);
   if (norm_bias) load_chunk<T, VEC>(norm_bias + base, base, hidden, b);
-  float y[kVec];
+  T h[kVec];
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) y[e] = n[e] * w[e] + b[e];
+  for (int e = 0; e < kVec; ++e) h[e] = from_float<T>(n[e] * w[e] + b[e]);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) stored[e] = base + e < hidden ? to_float<T>(h[e]) : 0.0f;
   if (VEC && base < hidden) {
-    store8(out + base, y);
+    *reinterpret_cast<uint4*>(out + base) = *reinterpret_cast<const uint4*>(h);
     return;
   }
 #pragma unroll
   for (int e = 0; e < kVec; ++e)
-    if (base + e < hidden) out[base + e] = from_float<T>(y[e]);
+    if (base + e < hidden) out[base + e] = h[e];
 }
 
 // r += delta[base..] (+ bias[base..]) for an optional delta.
@@ -189,6 +194,7 @@ __device__ __forceinline__ void add_norm_row(const AddNormParams& p, int64_t i, 
   const int64_t off = i * hidden;
   T* out0 = static_cast<T*>(p.out0) + off;
   T* out1 = p.out1 ? static_cast<T*>(p.out1) + off : nullptr;
+  float amax = 0.0f;  // of out0's row as stored (p.out0_fp8)
 #pragma unroll
   for (int it = 0; it < ITEMS; ++it) {
     const int base = (it * blockDim.x + threadIdx.x) * kVec;
@@ -196,11 +202,28 @@ __device__ __forceinline__ void add_norm_row(const AddNormParams& p, int64_t i, 
     float n[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) n[e] = (r[it][e] - mean) * inv;
+    float y[kVec];
     store_norm<T, VEC>(out0, static_cast<const T*>(p.weight0), static_cast<const T*>(p.norm_bias0),
-                       base, hidden, n);
+                       base, hidden, n, y);
     if (out1)
       store_norm<T, VEC>(out1, static_cast<const T*>(p.weight1),
-                         static_cast<const T*>(p.norm_bias1), base, hidden, n);
+                         static_cast<const T*>(p.norm_bias1), base, hidden, n, n);
+    if (p.out0_fp8) {  // keep out0's chunk (as stored) in r for the quantization below
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        r[it][e] = y[e];
+        amax = fmaxf(amax, fabsf(y[e]));
+      }
+    }
+  }
+  if (!p.out0_fp8) return;
+  const float scale = act_scale_fp8(block_reduce(amax, Max{}, 0.0f, scratch));
+  if (threadIdx.x == 0) p.out0_scales[i] = scale;
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const int base = (it * blockDim.x + threadIdx.x) * kVec;
+    if (base >= hidden) break;
+    *reinterpret_cast<uint2*>(p.out0_fp8 + off + base) = quantize8_fp8(r[it], scale);
   }
 }
 
@@ -265,6 +288,10 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
   if ((p.bias0 && !p.delta0) || (p.bias1 && !p.delta1))
     return invalid_argument("add_norm: a bias without its delta");
   if (p.out1 && !p.weight1) return invalid_argument("add_norm: out1 without weight1");
+  if (!p.out0_fp8 != !p.out0_scales)
+    return invalid_argument("add_norm: out0_fp8 and out0_scales go together");
+  if (p.out0_fp8 && (p.hidden % kVec != 0 || (reinterpret_cast<uintptr_t>(p.out0_fp8) & 7u)))
+    return invalid_argument("add_norm: out0_fp8 needs hidden % 8 == 0 and 8-byte alignment");
   if (const PeerSum& ps = p.peers; ps.world != 0) {
     if (ps.world < 1 || ps.world > kMaxPeerRanks || ps.rank < 0 || ps.rank >= ps.world)
       return invalid_argument("add_norm: peers: bad world or rank");

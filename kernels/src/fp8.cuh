@@ -56,6 +56,20 @@ __device__ __forceinline__ uint8_t quantize_fp8(float x, float scale) {
   return __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
 }
 
+/// A dynamic activation scale (the W8A8 GEMMs' per-token / per-group one): the span's max |x|
+/// maps to 448, the largest e4m3; 1 for a span of zeros.
+__device__ __forceinline__ float act_scale_fp8(float amax) {
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
+/// Eight values as e4m3 bytes (little-endian: value 0 in the lowest byte).
+__device__ __forceinline__ uint2 quantize8_fp8(const float (&f)[8], float scale) {
+  uint2 q;
+  q.x = quantize2_fp8(f[0], f[1], scale) | (quantize2_fp8(f[2], f[3], scale) << 16);
+  q.y = quantize2_fp8(f[4], f[5], scale) | (quantize2_fp8(f[6], f[7], scale) << 16);
+  return q;
+}
+
 /// The two e4m3 values in the low 16 bits of w as floats (low byte first), unscaled.
 __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t w) {
   const __half2_raw h =

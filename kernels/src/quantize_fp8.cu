@@ -19,18 +19,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kGroup = 128;                    // columns per scale (kPerGroup128)
 constexpr int kLanesPerGroup = kGroup / kVec;  // 16
-constexpr float kE4m3Max = 448.0f;
+__device__ __forceinline__ float scale_of(float amax) { return act_scale_fp8(amax); }
 
-__device__ __forceinline__ float scale_of(float amax) {
-  return amax > 0.0f ? amax / kE4m3Max : 1.0f;  // the row maximum maps to 448
-}
-
-// Eight values as e4m3 bytes (little-endian: value 0 in the lowest byte).
 __device__ __forceinline__ uint2 quantize8(const float (&f)[kVec], float scale) {
-  uint2 q;
-  q.x = quantize2_fp8(f[0], f[1], scale) | (quantize2_fp8(f[2], f[3], scale) << 16);
-  q.y = quantize2_fp8(f[4], f[5], scale) | (quantize2_fp8(f[6], f[7], scale) << 16);
-  return q;
+  return quantize8_fp8(f, scale);
 }
 
 template <typename T>

@@ -111,6 +111,7 @@ struct AddNormCase {
   kernels::NormType type;
   int hidden, num_tokens, deltas;
   bool biases, norm_bias, two_outputs, gather;
+  bool fp8 = false;  // out0 also as e4m3 per token (AddNormParams::out0_fp8)
 };
 
 std::string describe(const AddNormCase& c, DType dt) {
@@ -118,7 +119,7 @@ std::string describe(const AddNormCase& c, DType dt) {
          " hidden=" + std::to_string(c.hidden) + " T=" + std::to_string(c.num_tokens) +
          " deltas=" + std::to_string(c.deltas) + (c.biases ? " biases" : "") +
          (c.norm_bias ? " norm_bias" : "") + (c.two_outputs ? " out1" : "") +
-         (c.gather ? " rows" : "");
+         (c.gather ? " rows" : "") + (c.fp8 ? " fp8" : "");
 }
 
 void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
@@ -203,12 +204,39 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
     p.out1 = d_out1.get();
   }
   p.rows = c.gather ? d_rows.as<int32_t>() : nullptr;
+  DeviceBuffer d_q(size_t(T) * H, 1), d_scales(T, 4);
+  d_q.poison();
+  d_scales.poison();
+  if (c.fp8) {
+    p.out0_fp8 = d_q.as<uint8_t>();
+    p.out0_scales = d_scales.as<float>();
+  }
   CUDA_OK(kernels::launch_add_norm(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(d_res.check_guards());
   EXPECT_TRUE(d_out0.check_guards());
   EXPECT_TRUE(d_out1.check_guards());
+  EXPECT_TRUE(d_q.check_guards());
+  EXPECT_TRUE(d_scales.check_guards());
   for (DeviceBuffer* b : owned) delete b;
+  if (c.fp8) {  // exactly what launch_quantize_fp8 (per token) makes of out0 as stored
+    const std::vector<float> out0 = d_out0.download_floats(dt);
+    std::vector<uint8_t> got(size_t(T) * H), want(got.size());
+    std::vector<float> got_scales(T), want_scales(T);
+    d_q.download(got.data());
+    d_scales.download(got_scales.data());
+    for (int i = 0; i < T; ++i) {
+      float amax = 0;
+      for (int j = 0; j < H; ++j) amax = std::max(amax, std::abs(out0[size_t(i) * H + j]));
+      want_scales[i] = amax > 0 ? amax / 448.0f : 1.0f;
+      for (int j = 0; j < H; ++j)
+        want[size_t(i) * H + j] = fp8::e4m3_from_float(out0[size_t(i) * H + j] / want_scales[i]);
+    }
+    EXPECT_EQ(got_scales, want_scales);
+    size_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) bad += got[k] != want[k];
+    EXPECT_EQ(bad, 0u) << "e4m3 bytes differ from the host encoder's of out0";
+  }
 
   const std::vector<float> got_res = d_res.download_floats(dt);
   ASSERT_FALSE(has_nonfinite(got_res));
@@ -247,6 +275,19 @@ TEST(AddNorm, RowsGatherUpdatesOnlyTheGatheredResidualRows) {
   }
 }
 
+// The W8A8 GEMMs' input written by the norm that produces it: the bytes and scales the per-token
+// quantization kernel would write for out0, with deltas, a second output and a row gather.
+TEST(AddNorm, Fp8OutputIsOut0QuantizedPerToken) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (DType dt : kDTypes)
+    for (int hidden : {64, 136, 4096, 5120, 16384})
+      for (const bool gather : {false, true})
+        run_add_norm({kernels::NormType::kRms, hidden, hidden >= 8192 ? 3 : 17, 1, true, false,
+                      !gather, gather, true},
+                     dt, rng);
+}
+
 TEST(AddNorm, RejectsBadArguments) {
   kernels::AddNormParams p;
   p.num_tokens = 1;
@@ -261,6 +302,12 @@ TEST(AddNorm, RejectsBadArguments) {
   EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
   p.hidden = 64;
   p.bias0 = dummy;  // a bias without its delta
+  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
+  p.bias0 = nullptr;
+  p.out0_fp8 = reinterpret_cast<uint8_t*>(dummy);  // without its scales
+  EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
+  p.out0_scales = dummy;
+  p.hidden = 60;  // not a multiple of 8
   EXPECT_EQ(kernels::launch_add_norm(p, nullptr), cudaErrorInvalidValue);
 }
 

@@ -72,6 +72,12 @@ struct AddNormParams {
   const void* weight1 = nullptr; const void* norm_bias1 = nullptr;
   void* out1 = nullptr;                                     // optional
   const int32_t* rows = nullptr;                            // optional [num_tokens] gather of residual rows
+  /// Optional: out0's rows also as e4m3 with one scale per row, exactly as launch_quantize_fp8
+  /// (ActQuantMode::kPerToken, dynamic) would quantize out0 (max |value as stored| / 448), for
+  /// the W8A8 GEMM that reads them. out0_fp8 [num_tokens, hidden] (8-byte aligned rows), scales
+  /// [num_tokens]; hidden % 8 == 0.
+  uint8_t* out0_fp8 = nullptr;
+  float* out0_scales = nullptr;
   /// Tensor parallel: delta0 summed over the ranks (delta0 == peers.delta0[peers.rank]; no
   /// delta1).
   PeerSum peers;
