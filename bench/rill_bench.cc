@@ -546,7 +546,7 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-gemv-max-rows", "-1",
               "fp8 weights: the largest step (tokens) that runs the fp8 GEMV, not the W8A8 GEMM "
               "(0 .. 16; -1: the runner's default)");
-  args.option("fp8-norm-quant", "1",
+  args.option("fp8-norm-quant", "0",
               "fp8 weights: 1 the norms write the W8A8 GEMMs' input as e4m3 themselves, 0 a "
               "quantization kernel before each GEMM does");
   args.option("carveout", "-1",
