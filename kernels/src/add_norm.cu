@@ -57,27 +57,42 @@ __device__ __forceinline__ void store_chunk_f32(float* p, int base, int hidden,
     if (base + e < hidden) p[e] = f[e];
 }
 
-// out[base..] = n * weight (+ norm_bias) for the chunk; `stored` gets the values as stored (T
-// rounded back to float; 0 past the end). `stored` may alias `n`.
+// out[base..] = n * weight (+ norm_bias) for the chunk.
 template <typename T, bool VEC>
 __device__ __forceinline__ void store_norm(T* out, const T* weight, const T* norm_bias, int base,
-                                           int hidden, const float (&n)[kVec],
-                                           float (&stored)[kVec]) {
+                                           int hidden, const float (&n)[kVec]) {
   float w[kVec], b[kVec] = {};
   load_chunk<T, VEC>(weight + base, base, hidden, w);
   if (norm_bias) load_chunk<T, VEC>(norm_bias + base, base, hidden, b);
-  T h[kVec];
+  float y[kVec];
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) h[e] = from_float<T>(n[e] * w[e] + b[e]);
-#pragma unroll
-  for (int e = 0; e < kVec; ++e) stored[e] = base + e < hidden ? to_float<T>(h[e]) : 0.0f;
+  for (int e = 0; e < kVec; ++e) y[e] = n[e] * w[e] + b[e];
   if (VEC && base < hidden) {
-    *reinterpret_cast<uint4*>(out + base) = *reinterpret_cast<const uint4*>(h);
+    store8(out + base, y);
     return;
   }
 #pragma unroll
   for (int e = 0; e < kVec; ++e)
-    if (base + e < hidden) out[base + e] = h[e];
+    if (base + e < hidden) out[base + e] = from_float<T>(y[e]);
+}
+
+// The same (vector access only: AddNormParams::out0_fp8 needs hidden % 8 == 0), and `stored`
+// gets the chunk as stored (T rounded back to float).
+template <typename T>
+__device__ __forceinline__ void store_norm_kept(T* out, const T* weight, const T* norm_bias,
+                                                int base, int hidden, const float (&n)[kVec],
+                                                float (&stored)[kVec]) {
+  float w[kVec], b[kVec] = {};
+  load_chunk<T, true>(weight + base, base, hidden, w);
+  if (norm_bias) load_chunk<T, true>(norm_bias + base, base, hidden, b);
+  uint4 u;
+  T* h = reinterpret_cast<T*>(&u);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    h[e] = from_float<T>(n[e] * w[e] + b[e]);
+    stored[e] = to_float<T>(h[e]);
+  }
+  *reinterpret_cast<uint4*>(out + base) = u;
 }
 
 // r += delta[base..] (+ bias[base..]) for an optional delta.
@@ -202,21 +217,24 @@ __device__ __forceinline__ void add_norm_row(const AddNormParams& p, int64_t i, 
     float n[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) n[e] = (r[it][e] - mean) * inv;
-    float y[kVec];
-    store_norm<T, VEC>(out0, static_cast<const T*>(p.weight0), static_cast<const T*>(p.norm_bias0),
-                       base, hidden, n, y);
-    if (out1)
-      store_norm<T, VEC>(out1, static_cast<const T*>(p.weight1),
-                         static_cast<const T*>(p.norm_bias1), base, hidden, n, n);
-    if (p.out0_fp8) {  // keep out0's chunk (as stored) in r for the quantization below
+    if (VEC && p.out0_fp8) {  // out0's chunk as stored stays in r for the quantization below
+      float y[kVec];
+      store_norm_kept<T>(out0, static_cast<const T*>(p.weight0),
+                         static_cast<const T*>(p.norm_bias0), base, hidden, n, y);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         r[it][e] = y[e];
         amax = fmaxf(amax, fabsf(y[e]));
       }
+    } else {
+      store_norm<T, VEC>(out0, static_cast<const T*>(p.weight0),
+                         static_cast<const T*>(p.norm_bias0), base, hidden, n);
     }
+    if (out1)
+      store_norm<T, VEC>(out1, static_cast<const T*>(p.weight1),
+                         static_cast<const T*>(p.norm_bias1), base, hidden, n);
   }
-  if (!p.out0_fp8) return;
+  if (!VEC || !p.out0_fp8) return;
   const float scale = act_scale_fp8(block_reduce(amax, Max{}, 0.0f, scratch));
   if (threadIdx.x == 0) p.out0_scales[i] = scale;
 #pragma unroll
@@ -313,6 +331,8 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
                     : chunks <= 2 * kMaxThreads ? 2
                                                 : kMaxItems;  // 4096: 1 x 512
   const int threads = ((chunks + items - 1) / items + 31) / 32 * 32;
+  if (p.out0_fp8 && !vec)
+    return invalid_argument("add_norm: out0_fp8 needs 16-byte aligned rows and operands");
   if (p.peers.world != 0 && !vec)
     return invalid_argument("add_norm: peers need hidden % 8 == 0 and 16-byte aligned buffers");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
