@@ -95,6 +95,7 @@ Ceilings measure_ceilings(cudaStream_t stream) {
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
   c.device = prop.name;
+  c.l2_bytes = prop.l2CacheSize;
   // Copy: 1 GiB each way, far beyond L2.
   const size_t bytes = size_t(1) << 30;
   void *src, *dst;

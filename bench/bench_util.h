@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,7 +32,13 @@ struct Ceilings {
   double copy_gbps = 0;    // device-to-device copy, bytes read + written per second / 1e9
   double read_gbps = 0;    // read-only streaming with the GEMV's 16-byte loads, bytes read / 1e9
   double gemm_tflops = 0;  // cuBLAS fp16 8192^3 GEMM (random data)
+  int l2_bytes = 0;        // the device's L2
 };
+/// Copies of a `bytes` operand to rotate through so that each use reads memory, not the L2: at
+/// least 2, and together 4x the L2.
+inline int copies_beyond_l2(size_t bytes, int l2_bytes) {
+  return std::max<int>(2, int((4 * size_t(l2_bytes) + bytes - 1) / bytes));
+}
 /// Measures the ceilings once (about a second of GPU time).
 Ceilings measure_ceilings(cudaStream_t stream);
 

@@ -129,14 +129,10 @@ struct Operands {
   void *x8 = nullptr, *x_scale = nullptr, *x16 = nullptr, *y = nullptr;
 };
 
-int copies_for(size_t bytes, int l2_bytes) {
-  return std::max<int>(2, int((4 * size_t(l2_bytes) + bytes - 1) / bytes));
-}
-
 Operands allocate(const Shape& s, int max_m, bool bf16, int l2_bytes, cudaStream_t stream) {
   Operands o;
   const size_t nk = size_t(s.N) * s.K, mk = size_t(max_m) * s.K;
-  for (int c = 0; c < copies_for(nk, l2_bytes); ++c) {
+  for (int c = 0; c < rill::bench::copies_beyond_l2(nk, l2_bytes); ++c) {
     o.w8.push_back(alloc(nk));
     o.w_scale.push_back(alloc(size_t(s.N) * 4));
     fill_e4m3_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_fp8_e4m3*>(o.w8.back()), nk,
@@ -144,7 +140,7 @@ Operands allocate(const Shape& s, int max_m, bool bf16, int l2_bytes, cudaStream
     fill_scale_kernel<<<64, 256, 0, stream>>>(static_cast<float*>(o.w_scale.back()), s.N, 41 + c,
                                               1e-3f);
   }
-  for (int c = 0; bf16 && c < copies_for(2 * nk, l2_bytes); ++c) {
+  for (int c = 0; bf16 && c < rill::bench::copies_beyond_l2(2 * nk, l2_bytes); ++c) {
     o.w16.push_back(alloc(2 * nk));
     fill_bf16_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(o.w16.back()), nk,
                                                71 + c, 0.1f);
@@ -365,9 +361,7 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
-  int dev = 0, l2_bytes = 0;
-  BENCH_CUDA(cudaGetDevice(&dev));
-  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+  const int l2_bytes = ceil.l2_bytes;
   std::printf("device: %s, L2 %d MB, cuBLASLt %zu; fp16 cuBLAS 8192^3: %.0f TFLOP/s\n",
               ceil.device.c_str(), l2_bytes >> 20, cublasLtGetVersion(), ceil.gemm_tflops);
   std::printf("fp8: e4m3 x e4m3 -> bf16, per-token x per-row scales, %d warm-up + median of %d\n",

@@ -155,7 +155,7 @@ void bench_shape(const Shape& s, cublasHandle_t handle, cudaStream_t stream, int
   const size_t w_elems = size_t(s.N) * s.K;
   const size_t w_bytes = w_elems * sizeof(__half);
   // Enough copies that the working set is at least 4x the L2 (at least 2 copies).
-  const int copies = std::max<int>(2, int((4 * size_t(l2_bytes) + w_bytes - 1) / w_bytes));
+  const int copies = rill::bench::copies_beyond_l2(w_bytes, l2_bytes);
   std::vector<__half*> w(copies);
   for (int c = 0; c < copies; ++c) {
     BENCH_CUDA(cudaMalloc(&w[c], w_bytes));
@@ -229,9 +229,7 @@ int main() {
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
-  int dev = 0, l2_bytes = 0;
-  BENCH_CUDA(cudaGetDevice(&dev));
-  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+  const int l2_bytes = ceil.l2_bytes;
   std::printf("device: %s, copy bandwidth %.0f GB/s, read-only %.0f GB/s, L2 %d MB\n",
               ceil.device.c_str(), ceil.copy_gbps, ceil.read_gbps, l2_bytes >> 20);
   std::printf("GB/s counts the weights, x and y once; %% is of the copy bandwidth.\n\n");

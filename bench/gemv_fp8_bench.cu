@@ -42,7 +42,7 @@ struct Buffers {
 Buffers allocate(const Shape& s, int l2_bytes, cudaStream_t stream) {
   Buffers b;
   const size_t elems = size_t(s.N) * s.K;
-  b.copies = std::max<int>(2, int((4 * size_t(l2_bytes) + elems - 1) / elems));
+  b.copies = rill::bench::copies_beyond_l2(elems, l2_bytes);
   for (int c = 0; c < b.copies; ++c) {
     void *w8, *sc;
     BENCH_CUDA(cudaMalloc(&w8, elems));
@@ -217,9 +217,7 @@ int main() {
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
-  int dev = 0, l2_bytes = 0;
-  BENCH_CUDA(cudaGetDevice(&dev));
-  BENCH_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+  const int l2_bytes = ceil.l2_bytes;
   std::printf("device: %s, copy bandwidth %.0f GB/s, L2 %d MB; bf16 activations\n\n",
               ceil.device.c_str(), ceil.copy_gbps, l2_bytes >> 20);
   const Shape shapes[] = {{"qkv", 12288, 4096},    {"o", 4096, 4096},      {"gate_up", 22016, 4096},
