@@ -288,7 +288,7 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
                              cost_model_.prefill_spread());
   last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
-  if (overloaded(running, waiting, now)) {  // throughput first: the fixed budget's steps
+  if (config_.tpot_aware && overloaded(running, waiting, now)) {  // the fixed budget's steps
     urgent_ = nullptr;
     ++overloaded_steps_;
     StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
