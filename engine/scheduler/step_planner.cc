@@ -345,22 +345,33 @@ void StepPlanner::add_input(PlannedStep& step, const SequencePtr& s, std::span<c
 
 PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting,
                               Clock::time_point now) {
-  PlannedStep step;
   decode_tokens_.clear();
   decode_tokens_.reserve(static_cast<size_t>(config_.max_num_seqs));  // spans into it stay valid
-  const KvCacheManager& kv = host_.kv();
-  Budget b{config_.max_num_batched_tokens, config_.max_num_seqs};
   policy_.order_running(running);
   promised_ = 0;
   restores_ = 0;
   for (const SequencePtr& s : running) s->step_blocks = 0;
   budget_.reset(running);  // one walk per step; the planner's decisions keep it from here
-  std::vector<SequencePtr> scheduled;
-  StepComposition decodes;
   targets_.clear();
+  StepDraft d;
+  d.b = {config_.max_num_batched_tokens, config_.max_num_seqs};
+  const StepComposition decodes = place_decodes(running, waiting, now, d);
+  PrefillBudget budget =
+      prefill_budget(running, waiting, decodes, d.b.tokens, backlogged(waiting, now), now, d.step);
+  feed_prompts(running, waiting, budget, d);
+  admit_prompts(running, waiting, now, budget, d);
+  d.step.composition = budget.composition();
+  prefetch_restores(running, waiting, d.step.decisions);
+  return std::move(d.step);
+}
 
-  // 1. Decode: one token for every running sequence whose prompt is fed.
-  for (size_t i = 0; i < running.size() && b.tokens > 0 && b.seqs > 0;) {
+// 1. Decode: one token for every running sequence whose prompt is fed.
+StepComposition StepPlanner::place_decodes(std::vector<SequencePtr>& running,
+                                           std::vector<SequencePtr>& waiting,
+                                           Clock::time_point now, StepDraft& d) {
+  const KvCacheManager& kv = host_.kv();
+  StepComposition decodes;
+  for (size_t i = 0; i < running.size() && d.b.tokens > 0 && d.b.seqs > 0;) {
     const SequencePtr s = running[i];
     if (s->prefilling() || s->at_context_limit || s->samples_committed() >= s->request.max_tokens) {
       ++i;
@@ -369,87 +380,93 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
     if (!s->request.cache.is_streaming()) {
       if (kv.remaining_capacity(s->runner_id) < 1) { s->at_context_limit = true; ++i; continue; }
       const int need = kv.blocks_to_append(s->runner_id, 1);
-      if (need > 0 && !ensure_blocks(s, need, running, waiting, scheduled, step.decisions)) {
+      if (need > 0 && !ensure_blocks(s, need, running, waiting, d.scheduled, d.step.decisions)) {
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));  // nothing lower to preempt: itself
-        preempt(s, waiting, step.decisions);
+        preempt(s, waiting, d.step.decisions);
         continue;
       }
     }
     decode_tokens_.push_back(s->sampled_in_last_launch ? kLastSampled : s->generated.back());
-    add_input(step, s, std::span<const int32_t>(&decode_tokens_.back(), 1), true);
+    add_input(d.step, s, std::span<const int32_t>(&decode_tokens_.back(), 1), true);
     const KvSequence& ks = kv.sequence(s->runner_id);
     ++decodes.decode_rows;
     decodes.decode_keys += attended_keys(ks.geometry, ks.num_tokens, 1);
     targets_.push_back(pace(*s, now));
-    scheduled.push_back(s);
-    --b.tokens, --b.seqs, ++i;
+    d.scheduled.push_back(s);
+    --d.b.tokens, --d.b.seqs, ++i;
   }
-  step.decodes = static_cast<int>(step.inputs.size());
-  PrefillBudget budget =
-      prefill_budget(running, waiting, decodes, b.tokens, backlogged(waiting, now), now, step);
-  // 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first. A step for a
-  //    TTFT at stake feeds only that prompt.
-  auto feed = [&](const SequencePtr& s) {
+  d.step.decodes = static_cast<int>(d.step.inputs.size());
+  return decodes;
+}
+
+// A chunk of `n` tokens of s's prefix (n <= what budget.fit allowed), at stream position `start`.
+void StepPlanner::add_chunk(const SequencePtr& s, int64_t n, const KvGeometry& g, int64_t start,
+                            PrefillBudget& budget, StepDraft& d) {
+  const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
+  add_input(d.step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)),
+            last);
+  budget.take(n, g, start);
+  s->fed += n;
+  d.scheduled.push_back(s);
+  --d.b.seqs;
+}
+
+// 2. Prefill chunks of admitted sequences: priority, then tight TTFT targets, first. A step for a
+//    TTFT at stake feeds only that prompt.
+void StepPlanner::feed_prompts(std::vector<SequencePtr>& running,
+                               std::vector<SequencePtr>& waiting, PrefillBudget& budget,
+                               StepDraft& d) {
+  const KvCacheManager& kv = host_.kv();
+  for (size_t i = 0; i < running.size() && !budget.exhausted() && d.b.seqs > 0; ++i) {
+    const SequencePtr s = running[i];
+    if (!s->prefilling() || (urgent_ && s.get() != urgent_)) continue;
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
     const int64_t fits = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
-    if (fits == 0) return;
+    if (fits == 0) continue;
     int64_t n = fits;
     if (!s->request.cache.is_streaming()) {
       n = chunk_that_fits(*s, n, free_blocks_for_growth());
       if (n == 0) {
-        if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, scheduled,
-                           step.decisions))
-          return;
+        if (!ensure_blocks(s, kv.blocks_to_append(s->runner_id, 1), running, waiting, d.scheduled,
+                           d.step.decisions))
+          continue;
         n = chunk_that_fits(*s, fits, free_blocks_for_growth());
-        if (n == 0) return;
+        if (n == 0) continue;
       }
     }
-    const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
-    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)), last);
-    budget.take(n, g, start);
-    s->fed += n;
-    scheduled.push_back(s);
-    --b.seqs;
-  };
-  for (size_t i = 0; i < running.size() && !budget.exhausted() && b.seqs > 0; ++i) {
-    const SequencePtr s = running[i];
-    if (!s->prefilling() || (urgent_ && s.get() != urgent_)) continue;
-    feed(s);
+    add_chunk(s, n, g, start, budget, d);
   }
-  // 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
-  //    ahead: a large request is never starved by smaller ones behind it). A step for a TTFT at
-  //    stake admits up to that prompt and feeds only it.
-  while (!waiting.empty() && !budget.exhausted() && b.seqs > 0 &&
+}
+
+// 3. Admissions, in scheduling order; the first that does not fit stops the rest (no skipping
+//    ahead: a large request is never starved by smaller ones behind it). A step for a TTFT at
+//    stake admits up to that prompt and feeds only it.
+void StepPlanner::admit_prompts(std::vector<SequencePtr>& running,
+                                std::vector<SequencePtr>& waiting, Clock::time_point now,
+                                PrefillBudget& budget, StepDraft& d) {
+  const KvCacheManager& kv = host_.kv();
+  while (!waiting.empty() && !budget.exhausted() && d.b.seqs > 0 &&
          static_cast<int>(running.size()) < config_.max_num_seqs &&
          !(urgent_ && urgent_->phase == SeqPhase::kRunning)) {
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
     int shortfall = 0;
-    if (!admit(s, running, now, shortfall, step.decisions) &&
+    if (!admit(s, running, now, shortfall, d.step.decisions) &&
         (shortfall == 0 || !host_.reclaim(shortfall, s->session.get()) ||
-         !admit(s, running, now, shortfall, step.decisions)))
+         !admit(s, running, now, shortfall, d.step.decisions)))
       break;
     waiting.erase(waiting.begin());
     running.push_back(s);
     budget_.add(*s);
-    step.decisions.admitted.push_back(s);
+    d.step.decisions.admitted.push_back(s);
+    if (urgent_ && s.get() != urgent_) continue;  // admitted; fed from the next step on
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
-    if (urgent_ && s.get() != urgent_) continue;  // admitted; fed from the next step on
     const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
     if (n == 0) break;  // admitted; fed from the next step on
-    const bool last = s->fed + n == static_cast<int64_t>(s->prefix.size());
-    add_input(step, s, std::span<const int32_t>(s->prefix.data() + s->fed, static_cast<size_t>(n)),
-              last);
-    budget.take(n, g, start);
-    s->fed += n;
-    scheduled.push_back(s);
-    --b.seqs;
+    add_chunk(s, n, g, start, budget, d);
   }
-  step.composition = budget.composition();
-  prefetch_restores(running, waiting, step.decisions);
-  return step;
 }
 
 // Restores for offloaded sessions whose turns wait behind the head of the queue, started now so

@@ -143,6 +143,23 @@ class StepPlanner {
   void prefetch_restores(const std::vector<SequencePtr>& running,
                          const std::vector<SequencePtr>& waiting, StepDecisions& d);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
+  // The step being planned: its inputs and decisions, the sequences it carries, and what is left
+  // of the token and sequence budgets.
+  struct StepDraft {
+    PlannedStep step;
+    std::vector<SequencePtr> scheduled;
+    Budget b{0, 0};
+  };
+  // plan()'s three parts: the decodes (returns their composition), the chunks of prompts being
+  // fed, the admissions (each with its first chunk).
+  StepComposition place_decodes(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting,
+                                Clock::time_point now, StepDraft& d);
+  void feed_prompts(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting,
+                    PrefillBudget& budget, StepDraft& d);
+  void admit_prompts(std::vector<SequencePtr>& running, std::vector<SequencePtr>& waiting,
+                     Clock::time_point now, PrefillBudget& budget, StepDraft& d);
+  void add_chunk(const SequencePtr& s, int64_t n, const KvGeometry& g, int64_t start,
+                 PrefillBudget& budget, StepDraft& d);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
   // step.steady_s. `waiting`: requests queued; `backlogged`: see backlogged().
   PrefillBudget prefill_budget(const std::vector<SequencePtr>& running,
