@@ -270,34 +270,34 @@ PrefillBudget StepPlanner::prefill_budget(const std::vector<SequencePtr>& runnin
                                           const std::vector<SequencePtr>& waiting,
                                           const StepComposition& decodes, int token_cap,
                                           bool backlogged, Clock::time_point now,
-                                          PlannedStep& step) {
+                                          StepDraft& d) {
   // The steady step is that of the batch being built: the decoding streams, the prompts being
   // fed and those queued (up to max_num_seqs), as they will all decode.
   int64_t rows = decodes.decode_rows + static_cast<int64_t>(waiting.size());
   for (const SequencePtr& s : running)
     if (s->prefilling()) ++rows;
-  step.steady_s = steady_step_s(cost_model_, decodes,
+  d.step.steady_s = steady_step_s(cost_model_, decodes,
                                 static_cast<int>(std::min<int64_t>(rows, config_.max_num_seqs)));
-  if (step.steady_s > 0) last_steady_s_ = step.steady_s;
+  if (d.step.steady_s > 0) last_steady_s_ = d.step.steady_s;
   const std::span<const StreamPace> targets =
       config_.tpot_aware ? std::span<const StreamPace>(targets_) : std::span<const StreamPace>();
   // Auto targets exist once decode steps are measured (step_limits).
-  const double measured_steady_s = cost_model_.knows_decode() ? step.steady_s : 0;
+  const double measured_steady_s = cost_model_.knows_decode() ? d.step.steady_s : 0;
   last_limits_ = step_limits(targets, measured_steady_s, cost_model_.trusted(), token_cap,
                              config_.min_prefill_tokens, config_.warmup_prefill_tokens,
                              cost_model_.prefill_spread());
   last_limits_.granularity = host_.prefill_token_granularity();
   last_decodes_ = decodes;
   if (config_.tpot_aware && overloaded(running, waiting, now)) {  // the fixed budget's steps
-    urgent_ = nullptr;
+    d.urgent = nullptr;
     ++overloaded_steps_;
     StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
                                   config_.min_prefill_tokens, config_.warmup_prefill_tokens);
     full.granularity = last_limits_.granularity;
     return PrefillBudget(cost_model_, decodes, full);
   }
-  urgent_ = ttft_at_stake(running, waiting, decodes, now);
-  if (urgent_) {  // the prompt's TTFT over the streams' pace; only it is fed (plan)
+  d.urgent = ttft_at_stake(running, waiting, decodes, now);
+  if (d.urgent) {  // the prompt's TTFT over the streams' pace; only it is fed (plan)
     ++ttft_overrides_;
     StepLimits full = step_limits({}, 0, cost_model_.trusted(), token_cap,
                                   config_.min_prefill_tokens, config_.warmup_prefill_tokens);
@@ -357,7 +357,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   d.b = {config_.max_num_batched_tokens, config_.max_num_seqs};
   const StepComposition decodes = place_decodes(running, waiting, now, d);
   PrefillBudget budget =
-      prefill_budget(running, waiting, decodes, d.b.tokens, backlogged(waiting, now), now, d.step);
+      prefill_budget(running, waiting, decodes, d.b.tokens, backlogged(waiting, now), now, d);
   feed_prompts(running, waiting, budget, d);
   admit_prompts(running, waiting, now, budget, d);
   d.step.composition = budget.composition();
@@ -419,7 +419,7 @@ void StepPlanner::feed_prompts(std::vector<SequencePtr>& running,
   const KvCacheManager& kv = host_.kv();
   for (size_t i = 0; i < running.size() && !budget.exhausted() && d.b.seqs > 0; ++i) {
     const SequencePtr s = running[i];
-    if (!s->prefilling() || (urgent_ && s.get() != urgent_)) continue;
+    if (!s->prefilling() || (d.urgent && s.get() != d.urgent)) continue;
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
     const int64_t fits = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);
@@ -448,7 +448,7 @@ void StepPlanner::admit_prompts(std::vector<SequencePtr>& running,
   const KvCacheManager& kv = host_.kv();
   while (!waiting.empty() && !budget.exhausted() && d.b.seqs > 0 &&
          static_cast<int>(running.size()) < config_.max_num_seqs &&
-         !(urgent_ && urgent_->phase == SeqPhase::kRunning)) {
+         !(d.urgent && d.urgent->phase == SeqPhase::kRunning)) {
     const SequencePtr s = waiting.front();
     if (s->phase == SeqPhase::kFinished) { waiting.erase(waiting.begin()); continue; }
     int shortfall = 0;
@@ -460,7 +460,7 @@ void StepPlanner::admit_prompts(std::vector<SequencePtr>& running,
     running.push_back(s);
     budget_.add(*s);
     d.step.decisions.admitted.push_back(s);
-    if (urgent_ && s.get() != urgent_) continue;  // admitted; fed from the next step on
+    if (d.urgent && s.get() != d.urgent) continue;  // admitted; fed from the next step on
     const KvGeometry g = kv.sequence(s->runner_id).geometry;
     const int64_t start = kv.sequence(s->runner_id).num_tokens;
     const int64_t n = budget.fit(static_cast<int64_t>(s->prefix.size()) - s->fed, g, start);

@@ -149,6 +149,7 @@ class StepPlanner {
     PlannedStep step;
     std::vector<SequencePtr> scheduled;
     Budget b{0, 0};
+    const Sequence* urgent = nullptr;  // the prompt whose TTFT is at stake: fed alone
   };
   // plan()'s three parts: the decodes (returns their composition), the chunks of prompts being
   // fed, the admissions (each with its first chunk).
@@ -161,11 +162,11 @@ class StepPlanner {
   void add_chunk(const SequencePtr& s, int64_t n, const KvGeometry& g, int64_t start,
                  PrefillBudget& budget, StepDraft& d);
   // The budget of this step's prefill, once its decodes (`decodes`) are placed; sets
-  // step.steady_s. `waiting`: requests queued; `backlogged`: see backlogged().
+  // d.step.steady_s and d.urgent. `waiting`: requests queued; `backlogged`: see backlogged().
   PrefillBudget prefill_budget(const std::vector<SequencePtr>& running,
                                const std::vector<SequencePtr>& waiting,
                                const StepComposition& decodes, int token_cap, bool backlogged,
-                               Clock::time_point now, PlannedStep& step);
+                               Clock::time_point now, StepDraft& d);
   // The next prompt whose explicit TTFT target can be met only if this step feeds it at the
   // full token budget, not as the streams' TPOT targets (last_limits_) would; else nullptr.
   const Sequence* ttft_at_stake(const std::vector<SequencePtr>& running,
@@ -192,7 +193,6 @@ class StepPlanner {
   StepLimits last_limits_;
   int64_t ttft_overrides_ = 0;  // steps fed at the full budget for a TTFT at stake
   int64_t overloaded_steps_ = 0;  // steps planned while overloaded()
-  const Sequence* urgent_ = nullptr;  // this step's prompt whose TTFT is at stake: fed alone
 };
 
 }  // namespace rill
