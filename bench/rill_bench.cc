@@ -394,8 +394,8 @@ void prefill_table(Bench& b) {
   }
 }
 
-// Where one prefill step's time goes (eager launches, so kernels barely overlap): each kernel
-// name's summed duration over one traced prompt of the first --prefill length, largest first.
+// Where one prefill step's time goes: each kernel name's critical-path charge and summed resident
+// time over one traced prompt of the first --prefill length, largest charge first.
 void prefill_trace(Bench& b) {
   const std::vector<int> prefills = int_list(b.args.get("prefill"));
   if (prefills.empty() || prefills[0] <= 0 || !bench::kernel_trace_available()) return;
@@ -414,27 +414,34 @@ void prefill_trace(Bench& b) {
     b.r.remove_sequence(1000);
   }
   if (kernels.empty()) return;
-  std::map<std::string, std::pair<double, int>> by_name;  // summed ms, launches
-  uint64_t first = kernels.front().start, last = 0;
+  // Under PDL a kernel is resident while it waits for its predecessor, so resident times overlap;
+  // the critical-path charge (kernel_trace.h) is what each kernel adds to the step.
+  for (bench::KernelRecord& k : kernels) k.launch = 0;  // one step
+  const bench::StepAttribution a = bench::attribute_steps(kernels);
+  struct Sum {
+    double resident_ms = 0, marginal_ms = 0;
+    int launches = 0;
+  };
+  std::map<std::string, Sum> by_name;
   for (const bench::KernelRecord& k : kernels) {
-    auto& [ms, count] = by_name[k.name];
-    ms += static_cast<double>(k.end - k.start) / 1e6;
-    ++count;
-    first = std::min(first, k.start);
-    last = std::max(last, k.end);
+    Sum& s = by_name[k.name];
+    s.resident_ms += static_cast<double>(k.end - k.start) / 1e6;
+    ++s.launches;
   }
-  std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
-  const double span = static_cast<double>(last - first) / 1e6;
-  double sum = 0;
-  for (const auto& row : rows) sum += row.second.first;
-  std::printf("\nkernels of one %d-token prefill step: span %.3f ms, kernels %.3f ms, gaps %.3f ms\n",
-              n, span, sum, span - sum);
-  std::printf("  %-70s %8s %10s %7s\n", "kernel", "launches", "ms", "share");
+  for (const auto& row : a.rows)  // labels are "name [CTAs] after previous"
+    by_name[row.label.substr(0, row.label.find(" ["))].marginal_ms += row.marginal_ms;
+  std::vector<std::pair<std::string, Sum>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+    return x.second.marginal_ms > y.second.marginal_ms;
+  });
+  std::printf("\nkernels of one %d-token prefill step: span %.3f ms (critical-path charge: each "
+              "instant to the earliest-started resident kernel)\n",
+              n, a.span_ms);
+  std::printf("  %-64s %8s %11s %11s %7s\n", "kernel", "launches", "charged ms", "resident ms",
+              "share");
   for (const auto& [name, v] : rows)
-    std::printf("  %-70.70s %8d %10.3f %6.1f%%\n", name.c_str(), v.second, v.first,
-                100 * v.first / std::max(span, 1e-9));
+    std::printf("  %-64.64s %8d %11.3f %11.3f %6.1f%%\n", name.c_str(), v.launches,
+                v.marginal_ms, v.resident_ms, 100 * v.marginal_ms / std::max(a.span_ms, 1e-9));
 }
 
 // Per-category GPU time of eager decode steps at the first batch and context.
