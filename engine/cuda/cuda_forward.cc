@@ -137,6 +137,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
       p.inv_freq = weights_->inv_freq();
       p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
+      if (rope_table_this_step(plan)) p.table = rope_table_.as<float>();
       RILL_CUDA(kernels::launch_rope_kv(p, stream_));
     });
   timed(Profiler::kAttention, [&] {
@@ -221,7 +222,15 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
     p.bias = w.bup;
     p.out = act_.get();
     p.interleaved = c.gated_mlp && weights_->gate_up_interleaved();
+    if (tuning_.fp8_fused_quant && I <= kernels::kActivationFp8MaxWidth)
+      if (const auto q = gemm_->fp8_input(act_.get(), w.wdown, T,
+                                          gemm_rows(T, plan, act_.get(), w.wdown, I), H, I)) {
+        p.out_fp8 = q->x;  // the down GEMM reads only these
+        p.out_scales = q->scales;
+        p.out = nullptr;
+      }
     RILL_CUDA(kernels::launch_activation(p, stream_));
+    if (p.out_fp8) gemm_->prequantized(act_.get(), T);
   });
   timed(Profiler::kGemm, [&] {
     gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
@@ -279,14 +288,16 @@ void CudaRunner::enqueue_add_norm(kernels::AddNormParams p, const StepPlan& plan
   p.residual = x_.as<float>();
   p.rows = gather ? reinterpret_cast<const int32_t*>(dmeta() + plan.layout.rows) : nullptr;
   const int H = c.hidden_size, T = p.num_tokens;
-  if (consumer && !gather && tuning_.fp8_norm_quant)
-    if (const auto in = gemm_->fp8_input(p.out0, *consumer, T,
-                                         gemm_rows(T, plan, p.out0, *consumer, H), N, H)) {
+  void* const out0 = p.out0;
+  if (consumer && !gather && tuning_.fp8_fused_quant)
+    if (const auto in = gemm_->fp8_input(out0, *consumer, T,
+                                         gemm_rows(T, plan, out0, *consumer, H), N, H)) {
       p.out0_fp8 = in->x;
       p.out0_scales = in->scales;
+      p.out0 = nullptr;  // the GEMM reads only the e4m3 rows
     }
   timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_add_norm(p, stream_)); });
-  if (p.out0_fp8) gemm_->prequantized(p.out0, T);
+  if (p.out0_fp8) gemm_->prequantized(out0, T);
 }
 
 // One decoder layer over the step's token matrix. On entry h_ (and h2_) hold the normed input;
@@ -364,7 +375,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits, bool sa
     RILL_CUDA(kernels::launch_embedding(e, stream_));
   });
   enqueue_all_reduce(x_.get(), sh.tokens, true);  // other ranks' tokens: zero rows here
-  if (rope_in_attention(plan))
+  if (rope_in_attention(plan) || rope_table_this_step(plan))
     timed(Profiler::kNorm, [&] {  // the angles of every layer's RoPE
       kernels::RopeTableParams t;
       t.num_tokens = sh.tokens;

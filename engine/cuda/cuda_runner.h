@@ -196,7 +196,7 @@ class CudaRunner final : public ModelRunner {
   void enqueue_attention(int layer, const cuda::StepPlan& plan);
   void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan);
   // `consumer` (with its output width N): the linear layer that reads out0 next, whose W8A8 GEMM
-  // then takes out0 quantized by the norm (CudaTuning::fp8_norm_quant).
+  // then takes out0 quantized by the norm, in place of out0 (CudaTuning::fp8_fused_quant).
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
                         const cuda::DeviceLinear* consumer = nullptr, int N = 0);
   // Tensor parallelism: the sum over the ranks of buf [T, H] (activations in the model dtype, or
@@ -287,12 +287,19 @@ class CudaRunner final : public ModelRunner {
            attention_splits(plan.shape.decode, plan.max_decode_keys) > 1;
   }
 
+  // rope_kv reads the step's angles from rope_table_ (kernels::RopeKvParams::table): steps with
+  // prefill, where its CTAs would redo each token's angles in every layer (at 2,048 tokens that
+  // made rope_kv move 1.3 TB/s); decode steps compute them before the PDL wait, hidden.
+  bool rope_table_this_step(const cuda::StepPlan& plan) const {
+    return plan.shape.prefill > 0 && config_.rope.rotary_dim > 0;
+  }
+
   // Activations, sized for the largest step.
   cuda::DeviceMemory x_;        // [T, H] fp32 residual stream
   cuda::DeviceMemory h_, h2_;   // [T, H] normed inputs (h2: GPT-NeoX's MLP branch)
   cuda::DeviceMemory qkv_;      // [T, qkv_dim]
   cuda::DeviceMemory q_sink_;   // [T, q_dim]
-  cuda::DeviceMemory rope_table_;  // [T, 4, rotary_dim / 2] (decode steps, RoPE in attention)
+  cuda::DeviceMemory rope_table_;  // [T, 4, rotary_dim / 2] (rope_in_attention, rope_table_this_step)
   cuda::DeviceMemory attn_;     // [T, q_dim]
   cuda::DeviceMemory o_;        // [T, H]
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]

@@ -78,12 +78,12 @@ struct CudaTuning {
   /// The CTA shape of the fp8 GEMVs with a deep prologue (kernels::gemv_fp8_ring_config; -1:
   /// kernels::gemv_fp8_default_config), unless fp8_gemv_config forces one for all.
   int fp8_gemv_deep_config = -1;
-  /// fp8 weights: the norm before a W8A8 GEMM (qkv, gate|up) writes its output as e4m3 per token
-  /// too (kernels::AddNormParams::out0_fp8), and the GEMM runs without a quantization kernel of
-  /// its own; the bytes are those that kernel writes. Off by default until its tests
-  /// (AddNorm.Fp8OutputIsOut0QuantizedPerToken, CudaFp8.NormQuantizationChangesNothing) and its
-  /// timing have run on a GPU: no device time was left in the session that wrote it.
-  bool fp8_norm_quant = false;
+  /// fp8 weights: the kernel that produces a W8A8 GEMM's input writes it as e4m3 per token
+  /// itself, instead of in the model dtype: the norms before qkv and gate|up
+  /// (kernels::AddNormParams::out0_fp8) and the activation before down
+  /// (kernels::ActivationParams::out_fp8). The GEMM then runs without a quantization kernel of
+  /// its own; the bytes are those that kernel writes (CudaFp8.FusedQuantizationChangesNothing).
+  bool fp8_fused_quant = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

@@ -123,6 +123,10 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
                bool deep_prologue, int config, int pad_to) {
   // prequantized() holds for this call only.
   const int ready = std::exchange(prequant_x_, nullptr) == x ? prequant_rows_ : 0;
+  // A producer that wrote only the e4m3 rows (fp8_input) leaves x unwritten: nothing else may
+  // read it.
+  if (ready > 0 && (!w.fp8() || uses_gemv(x, w, M, K)))
+    throw Error(ErrorCode::kInternal, "gemm: prequantized input reached a 16-bit path");
   if (!w.fp8()) {
     run(x, w.w, y, std::max(M, pad_to), N, K, y_f32, deep_prologue, config);
     return;
@@ -193,6 +197,8 @@ void Gemm::run_fp8_gemm(const void* x, const DeviceLinear& w, void* y, int M, in
   const int gemm_rows = fp8_gemm_rows(x, w, padded, N, K, y_f32);
   const bool quantized = prequantized_rows >= std::min(M, gemm_rows) &&
                          w.scale_layout == kernels::Fp8ScaleLayout::kPerRow && !w.input_scale;
+  if (prequantized_rows > 0 && (!quantized || gemm_rows < M))
+    throw Error(ErrorCode::kInternal, "gemm: prequantized input the W8A8 GEMM does not take");
   if (gemm_rows > 0) fp8_gemm(x, w, y, gemm_rows, N, K, y_f32, quantized);
   // The other real rows through the GEMV, up to 16 rows of x and y at a time (weights read once
   // per tile); scratch rows past M are left alone.

@@ -4,9 +4,17 @@
 //   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 // kSiluMul reads gate and up from the two halves of each input row, or (interleaved) from
 // alternating tiles of 8: [g0..g7 u0..u7 g8..g15 u8..u15 ...], the CUDA runner's gate|up layout.
+//
+// With ActivationParams::out_fp8 (the W8A8 down projection's input) activation_fp8_kernel writes
+// the rows as e4m3 itself, one CTA per token holding its row in registers: the same T values,
+// then launch_quantize_fp8's per-token bytes and scale of them, with no T row written unless out
+// is given and no quantization kernel after.
 #include <algorithm>
+#include <string>
 
+#include "fp8.cuh"
 #include "launch.cuh"
+#include "reduce.cuh"
 #include "rill/kernels/elementwise.h"
 #include "vec.cuh"
 
@@ -75,8 +83,80 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int kFp8Threads = 256;
+constexpr int kFp8Batch = 2;  // vectors of 8 a thread loads before it computes them
+
+// grid (num_tokens), kFp8Threads, dynamic shared memory width * sizeof(T): one token's row. First
+// pass over the row's vectors of 8, kFp8Batch a thread at a time with their loads issued first:
+// activated and rounded to T into shared memory (and to out when given), the max |y| kept. Then
+// the row's scale (the block's max), and a second pass quantizes the T values from shared memory,
+// as quantize_fp8.cu's per-token kernel would quantize the T row. Shared memory rather than
+// registers keeps the CTA small, so several rows are in flight on an SM (one CTA of 256 or 688
+// threads holding the row in registers moved 1.2-1.6 TB/s at 2,048 x 11,008).
+template <typename T, ActKind KIND>
+__global__ void __launch_bounds__(kFp8Threads)
+    activation_fp8_kernel(const T* __restrict__ in,    // [T, 2I] (kSiluMul) or [T, I]
+                          const T* __restrict__ bias,  // optional [2I] or [I]
+                          T* __restrict__ out,         // optional [T, I]
+                          uint8_t* __restrict__ out_fp8, float* __restrict__ scales,  // [T, I], [T]
+                          int width, bool interleaved) {
+  extern __shared__ uint4 stored[];  // [width / 8] the T row
+  __shared__ float scratch[32];
+  pdl_launch_dependents();
+  pdl_wait();
+  constexpr bool kGated = KIND == ActKind::kSiluMul;
+  const int64_t t = blockIdx.x;
+  const int vecs = width / kVec;
+  const T* row = in + t * (kGated ? 2 : 1) * width;
+  const int up_off = interleaved ? kVec : width;
+  float amax = 0.0f;
+  for (int v0 = threadIdx.x; v0 < vecs; v0 += kFp8Batch * kFp8Threads) {
+    float x[kFp8Batch][kVec], u[kFp8Batch][kVec];
+#pragma unroll
+    for (int b = 0; b < kFp8Batch; ++b) {
+      const int v = v0 + b * kFp8Threads;
+      if (v >= vecs) continue;
+      const int gj = (kGated && interleaved ? 2 : 1) * v * kVec;  // the gate (or only) columns
+      load_biased<T, true>(row + gj, bias ? bias + gj : nullptr, x[b]);
+      if constexpr (kGated)
+        load_biased<T, true>(row + gj + up_off, bias ? bias + gj + up_off : nullptr, u[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kFp8Batch; ++b) {
+      const int v = v0 + b * kFp8Threads;
+      if (v >= vecs) continue;
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float a = kGated ? activate<KIND>(x[b][e]) * u[b][e] : activate<KIND>(x[b][e]);
+        y[e] = to_float<T>(from_float<T>(a));
+        amax = fmaxf(amax, fabsf(y[e]));
+      }
+      store8(reinterpret_cast<T*>(stored + v), y);
+      if (out) store8(out + t * width + v * kVec, y);
+    }
+  }
+  // block_reduce's barrier also publishes `stored`.
+  const float scale = act_scale_fp8(block_reduce(amax, Max{}, 0.0f, scratch));
+  if (threadIdx.x == 0) scales[t] = scale;
+  for (int v = threadIdx.x; v < vecs; v += kFp8Threads) {
+    float y[kVec];
+    load8(reinterpret_cast<const T*>(stored + v), y);
+    *reinterpret_cast<uint2*>(out_fp8 + t * width + v * kVec) = quantize8_fp8(y, scale);
+  }
+}
+
+template <typename T, ActKind KIND>
+cudaError_t launch_fp8(const ActivationParams& p, cudaStream_t stream) {
+  const size_t smem = size_t(p.width) * sizeof(T);  // <= 32 KB: kActivationFp8MaxWidth
+  return launch_kernel(activation_fp8_kernel<T, KIND>, dim3(p.num_tokens), dim3(kFp8Threads),
+                       smem, stream, static_cast<const T*>(p.in), static_cast<const T*>(p.bias),
+                       static_cast<T*>(p.out), p.out_fp8, p.out_scales, p.width, p.interleaved);
+}
+
 template <typename T, ActKind KIND>
 cudaError_t launch_kind(const ActivationParams& p, bool vec, cudaStream_t stream) {
+  if (p.out_fp8) return launch_fp8<T, KIND>(p, stream);
   const int64_t chunks = static_cast<int64_t>(p.num_tokens) * (vec ? p.width / kVec : p.width);
   const int blocks =
       static_cast<int>(std::min<int64_t>((chunks + kThreads - 1) / kThreads, 1 << 20));
@@ -98,11 +178,18 @@ cudaError_t launch_kind(const ActivationParams& p, bool vec, cudaStream_t stream
 cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.width < 0) return invalid_argument("activation: negative size");
   if (p.num_tokens == 0 || p.width == 0) return cudaSuccess;
-  if (!p.in || !p.out) return invalid_argument("activation: null pointer");
+  if (!p.in || (!p.out && !p.out_fp8)) return invalid_argument("activation: null pointer");
+  if (!p.out_fp8 != !p.out_scales)
+    return invalid_argument("activation: out_fp8 and out_scales go together");
   if (p.interleaved && (p.kind != ActKind::kSiluMul || p.width % kVec != 0))
     return invalid_argument("activation: interleaved gate|up needs kSiluMul and width % 8 == 0");
   const bool vec =
       p.width % kVec == 0 && is_aligned16(p.in) && is_aligned16(p.bias) && is_aligned16(p.out);
+  if (p.out_fp8 && (!vec || p.width > kActivationFp8MaxWidth ||
+                    (reinterpret_cast<uintptr_t>(p.out_fp8) & 7u)))
+    return invalid_argument("activation: out_fp8 needs width % 8 == 0, width <= " +
+                            std::to_string(kActivationFp8MaxWidth) +
+                            ", 16-byte aligned in, bias and out and an 8-byte aligned out_fp8");
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     switch (p.kind) {
       case ActKind::kSiluMul:

@@ -77,7 +77,7 @@ __device__ __forceinline__ void store_norm(T* out, const T* weight, const T* nor
 }
 
 // The same (vector access only: AddNormParams::out0_fp8 needs hidden % 8 == 0), and `stored`
-// gets the chunk as stored (T rounded back to float).
+// gets the chunk as stored (T rounded back to float); out null: nothing is stored.
 template <typename T>
 __device__ __forceinline__ void store_norm_kept(T* out, const T* weight, const T* norm_bias,
                                                 int base, int hidden, const float (&n)[kVec],
@@ -92,7 +92,7 @@ __device__ __forceinline__ void store_norm_kept(T* out, const T* weight, const T
     h[e] = from_float<T>(n[e] * w[e] + b[e]);
     stored[e] = to_float<T>(h[e]);
   }
-  *reinterpret_cast<uint4*>(out + base) = u;
+  if (out) *reinterpret_cast<uint4*>(out + base) = u;
 }
 
 // r += delta[base..] (+ bias[base..]) for an optional delta.
@@ -207,7 +207,7 @@ __device__ __forceinline__ void add_norm_row(const AddNormParams& p, int64_t i, 
   const float inv = 1.0f / sqrtf(block_sum(sq, scratch) / hidden + p.eps);
 
   const int64_t off = i * hidden;
-  T* out0 = static_cast<T*>(p.out0) + off;
+  T* out0 = p.out0 ? static_cast<T*>(p.out0) + off : nullptr;  // null: e4m3 only (out0_fp8)
   T* out1 = p.out1 ? static_cast<T*>(p.out1) + off : nullptr;
   float amax = 0.0f;  // of out0's row as stored (p.out0_fp8)
 #pragma unroll
@@ -301,8 +301,8 @@ cudaError_t launch_add_norm(const AddNormParams& p, cudaStream_t stream) {
     return invalid_argument("add_norm: unsupported hidden=" + std::to_string(p.hidden));
   if (p.type != NormType::kRms && p.type != NormType::kLayer)
     return invalid_argument("add_norm: unknown norm type");
-  if (!p.residual || !p.weight0 || !p.out0)
-    return invalid_argument("add_norm: residual, weight0 and out0 are required");
+  if (!p.residual || !p.weight0 || (!p.out0 && !p.out0_fp8))
+    return invalid_argument("add_norm: residual, weight0 and out0 (or out0_fp8) are required");
   if ((p.bias0 && !p.delta0) || (p.bias1 && !p.delta1))
     return invalid_argument("add_norm: a bias without its delta");
   if (p.out1 && !p.weight1) return invalid_argument("add_norm: out1 without weight1");

@@ -83,18 +83,24 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
   // See launch.cuh. Positions (step metadata, uploaded before the step's kernels) and inv_freq
   // (weights) are no kernel's output: the angle table is built before pdl_wait(), overlapping
   // the previous kernel.
+  // With p.table the angles are read from it after the wait (a kernel of this step wrote it).
   pdl_launch_dependents();
-  __shared__ float cos_pos[kMaxHeadDim / 2], sin_pos[kMaxHeadDim / 2];
-  __shared__ float cos_sink[kMaxHeadDim / 2], sin_sink[kMaxHeadDim / 2];
+  __shared__ float angles[4][kMaxHeadDim / 2];  // cos, sin of the position; cos, sin of the sink's
   const int64_t t = blockIdx.x;
   const int head_dim = p.head_dim, half = p.rotary_dim / 2;
   const bool want_sink = p.q_sink != nullptr;
-  for (int i = threadIdx.x; i < half; i += kThreads) {
-    angle_sincos(p.positions[t], p.inv_freq[i], &sin_pos[i], &cos_pos[i]);
-    if (want_sink) angle_sincos(p.sink_positions[t], p.inv_freq[i], &sin_sink[i], &cos_sink[i]);
-  }
+  if (!p.table)
+    for (int i = threadIdx.x; i < half; i += kThreads) {
+      angle_sincos(p.positions[t], p.inv_freq[i], &angles[1][i], &angles[0][i]);
+      if (want_sink)
+        angle_sincos(p.sink_positions[t], p.inv_freq[i], &angles[3][i], &angles[2][i]);
+    }
   pdl_wait();  // before qkv (the GEMV's output) and any global write
-  __syncthreads();
+  const float* ang = p.table ? p.table + t * 4 * half : nullptr;  // [4][half], angles' layout
+  if (!p.table) __syncthreads();
+  auto angle = [&](int which) { return ang ? ang + which * half : &angles[which][0]; };
+  const float *cos_pos = angle(0), *sin_pos = angle(1), *cos_sink = angle(2),
+              *sin_sink = angle(3);
 
   T* row = static_cast<T*>(p.qkv) + t * p.qkv_stride;  // [q heads | k heads | v heads] x head_dim
   const T* bias = static_cast<const T*>(p.qkv_bias);   // same layout, or null
@@ -105,7 +111,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(RopeKvParams p) {
   const int pair_units = half / S, tail_units = (head_dim - 2 * half) / S;
   const int qk_units = pair_units + tail_units, v_units = head_dim / S;
   const int qk_heads = p.num_heads + p.num_kv_heads;
-  const int total = qk_heads * qk_units + p.num_kv_heads * v_units;
+  // v units only add the bias and store to the cache: without either they have nothing to do
+  // (prefill rows, whose K/V the kv_write kernel stores after attention).
+  const int total = qk_heads * qk_units + (bias || cache ? p.num_kv_heads * v_units : 0);
   for (int u = blockIdx.y * kThreads + threadIdx.x; u < total; u += gridDim.y * kThreads) {
     float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
     if (u < qk_heads * qk_units) {

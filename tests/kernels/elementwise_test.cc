@@ -14,6 +14,7 @@
 
 #include "engine/model/fp8.h"
 #include "rill/kernels/elementwise.h"
+#include "rill/kernels/quantize_fp8.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace rill::testing {
@@ -218,6 +219,26 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
   EXPECT_TRUE(d_out1.check_guards());
   EXPECT_TRUE(d_q.check_guards());
   EXPECT_TRUE(d_scales.check_guards());
+  // The same launch with out0 null writes the same e4m3 rows and scales (and no 16-bit rows).
+  std::vector<uint8_t> fp8_only(c.fp8 ? size_t(T) * H : 0);
+  std::vector<float> fp8_only_scales(c.fp8 ? T : 0);
+  if (c.fp8) {
+    DeviceBuffer d_res2(residual.size(), 4), d_q2(size_t(T) * H, 1), d_s2(T, 4);
+    d_res2.upload_floats(residual, dt);
+    d_q2.poison();
+    d_s2.poison();
+    kernels::AddNormParams q = p;
+    q.residual = d_res2.as<float>();
+    q.out0 = nullptr;
+    q.out0_fp8 = d_q2.as<uint8_t>();
+    q.out0_scales = d_s2.as<float>();
+    CUDA_OK(kernels::launch_add_norm(q, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_q2.check_guards());
+    EXPECT_TRUE(d_s2.check_guards());
+    d_q2.download(fp8_only.data());
+    d_s2.download(fp8_only_scales.data());
+  }
   for (DeviceBuffer* b : owned) delete b;
   if (c.fp8) {  // exactly what launch_quantize_fp8 (per token) makes of out0 as stored
     const std::vector<float> out0 = d_out0.download_floats(dt);
@@ -236,6 +257,8 @@ void run_add_norm(const AddNormCase& c, DType dt, std::mt19937& rng) {
     size_t bad = 0;
     for (size_t k = 0; k < got.size(); ++k) bad += got[k] != want[k];
     EXPECT_EQ(bad, 0u) << "e4m3 bytes differ from the host encoder's of out0";
+    EXPECT_TRUE(fp8_only == got) << "out0 null: other e4m3 bytes";
+    EXPECT_EQ(fp8_only_scales, got_scales) << "out0 null";
   }
 
   const std::vector<float> got_res = d_res.download_floats(dt);
@@ -389,6 +412,92 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
       }
     }
   }
+}
+
+// The W8A8 down projection's input written by the activation itself (ActivationParams::out_fp8):
+// the T rows of the plain launch, and the bytes and scales launch_quantize_fp8 (per token) makes
+// of them, with and without the T rows, over kinds, widths up to the limit, layouts and biases.
+TEST(Activation, Fp8OutputIsTheOutputQuantizedPerToken) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  const kernels::ActKind kinds[] = {kernels::ActKind::kSiluMul, kernels::ActKind::kGeluTanh};
+  for (DType dt : kDTypes)
+    for (auto kind : kinds)
+      for (int width : {64, 1000, 11008, 14336, kernels::kActivationFp8MaxWidth})
+        for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 bias, 2 interleaved gate|up
+          const bool gated = kind == kernels::ActKind::kSiluMul;
+          if (mode == 2 && !gated) continue;
+          const int T = width > 8192 ? 3 : 9, in_w = gated ? 2 * width : width;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " kind=" + std::to_string(int(kind)) +
+                       " width=" + std::to_string(width) + " mode=" + std::to_string(mode));
+          const std::vector<float> in = rounded_random(size_t(T) * in_w, rng, dt, 3.0f);
+          const std::vector<float> bias =
+              mode == 1 ? rounded_random(in_w, rng, dt, 0.5f) : std::vector<float>();
+          DeviceBuffer d_in(in.size(), 2), d_bias(std::max<size_t>(bias.size(), 1), 2),
+              d_want(size_t(T) * width, 2), d_out(size_t(T) * width, 2),
+              d_want_q(size_t(T) * width, 1), d_q(size_t(T) * width, 1), d_want_s(T, 4),
+              d_s(T, 4);
+          d_in.upload_floats(in, dt);
+          if (!bias.empty()) d_bias.upload_floats(bias, dt);
+          kernels::ActivationParams p;
+          p.dtype = dt;
+          p.kind = kind;
+          p.num_tokens = T;
+          p.width = width;
+          p.in = d_in.get();
+          p.bias = bias.empty() ? nullptr : d_bias.get();
+          p.out = d_want.get();
+          p.interleaved = mode == 2;
+          CUDA_OK(kernels::launch_activation(p, nullptr));
+          kernels::QuantizeFp8Params q;
+          q.dtype = dt;
+          q.num_tokens = T;
+          q.width = width;
+          q.x = d_want.get();
+          q.out = d_want_q.as<uint8_t>();
+          q.scales = d_want_s.as<float>();
+          CUDA_OK(kernels::launch_quantize_fp8(q, nullptr));
+          auto bytes = [](const DeviceBuffer& b) {
+            std::vector<uint8_t> v(b.bytes());
+            b.download(v.data());
+            return v;
+          };
+          for (bool with_out : {true, false}) {
+            d_out.poison();
+            d_q.poison();
+            d_s.poison();
+            kernels::ActivationParams f = p;
+            f.out = with_out ? d_out.get() : nullptr;
+            f.out_fp8 = d_q.as<uint8_t>();
+            f.out_scales = d_s.as<float>();
+            CUDA_OK(kernels::launch_activation(f, nullptr));
+            CUDA_OK(cudaDeviceSynchronize());
+            EXPECT_TRUE(d_out.check_guards());
+            EXPECT_TRUE(d_q.check_guards());
+            EXPECT_TRUE(d_s.check_guards());
+            if (with_out) {
+              EXPECT_TRUE(bytes(d_out) == bytes(d_want)) << "the T rows";
+            }
+            EXPECT_TRUE(bytes(d_q) == bytes(d_want_q)) << "e4m3 bytes, out " << with_out;
+            EXPECT_TRUE(bytes(d_s) == bytes(d_want_s)) << "scales, out " << with_out;
+          }
+        }
+}
+
+TEST(Activation, Fp8OutputRejectsWhatItCannotTake) {
+  alignas(16) static uint16_t buf[64];
+  float scales[1];
+  kernels::ActivationParams p;
+  p.num_tokens = 1;
+  p.width = 16;
+  p.in = buf;
+  p.out_fp8 = reinterpret_cast<uint8_t*>(buf);
+  EXPECT_EQ(kernels::launch_activation(p, nullptr), cudaErrorInvalidValue);  // no scales
+  p.out_scales = scales;
+  p.width = 12;  // not a multiple of 8
+  EXPECT_EQ(kernels::launch_activation(p, nullptr), cudaErrorInvalidValue);
+  p.width = kernels::kActivationFp8MaxWidth + 8;
+  EXPECT_EQ(kernels::launch_activation(p, nullptr), cudaErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------------------------------------

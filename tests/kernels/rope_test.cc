@@ -150,6 +150,39 @@ void run_rope(const RopeCase& c, DType dt, std::mt19937& rng, const CacheType& c
   EXPECT_TRUE(d_sink.check_guards());
   EXPECT_TRUE(d_cache.check_guards());
   const std::vector<float> got_qkv = d_qkv.download_floats(dt);
+  {  // the angles from launch_rope_table (RopeKvParams::table) give the same bytes
+    SCOPED_TRACE("angles from the table");
+    auto bytes = [](const DeviceBuffer& b) {
+      std::vector<uint8_t> v(b.bytes());
+      b.download(v.data());
+      return v;
+    };
+    const std::vector<uint8_t> qkv_out = bytes(d_qkv), sink_out = bytes(d_sink),
+                               cache_out = bytes(d_cache);
+    d_qkv.upload_floats(qkv, dt);
+    d_sink.poison();
+    if (fp8) {
+      d_cache.upload(cache_fp8.data());
+    } else {
+      d_cache.upload_floats(cache, dt);
+    }
+    DeviceBuffer d_table(size_t(T) * 2 * std::max(c.rotary_dim, 1), 4);
+    kernels::RopeTableParams tp;
+    tp.num_tokens = T;
+    tp.rotary_dim = c.rotary_dim;
+    tp.positions = p.positions;
+    tp.sink_positions = p.sink_positions;
+    tp.inv_freq = p.inv_freq;
+    tp.table = d_table.as<float>();
+    CUDA_OK(kernels::launch_rope_table(tp, nullptr));
+    kernels::RopeKvParams pt = p;
+    pt.table = d_table.as<float>();
+    CUDA_OK(kernels::launch_rope_kv(pt, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(bytes(d_qkv) == qkv_out);
+    EXPECT_TRUE(bytes(d_sink) == sink_out);
+    EXPECT_TRUE(bytes(d_cache) == cache_out);
+  }
   expect_close(got_qkv, want_qkv, dt, "qkv");
   if (c.q_sink) expect_close(d_sink.download_floats(dt), want_sink, dt, "q_sink");
   if (!fp8) {

@@ -75,7 +75,8 @@ struct AddNormParams {
   /// Optional: out0's rows also as e4m3 with one scale per row, exactly as launch_quantize_fp8
   /// (ActQuantMode::kPerToken, dynamic) would quantize out0 (max |value as stored| / 448), for
   /// the W8A8 GEMM that reads them. out0_fp8 [num_tokens, hidden] (8-byte aligned rows), scales
-  /// [num_tokens]; hidden % 8 == 0.
+  /// [num_tokens]; hidden % 8 == 0. With out0_fp8, out0 may be null: only the e4m3 rows are
+  /// written (the GEMM reads nothing else).
   uint8_t* out0_fp8 = nullptr;
   float* out0_scales = nullptr;
   /// Tensor parallel: delta0 summed over the ranks (delta0 == peers.delta0[peers.rank]; no
@@ -98,7 +99,16 @@ struct ActivationParams {
   /// kSiluMul: gate and up alternate in tiles of 8 along the row (and the bias), as
   /// GemvEpilogue::kSiluMul's weight rows, instead of the row's halves. Needs width % 8 == 0.
   bool interleaved = false;
+  /// Optional: the output rows as e4m3 with one dynamic scale per row, the bytes and scales
+  /// launch_quantize_fp8 (ActQuantMode::kPerToken) makes of the T rows, for the W8A8 GEMM that
+  /// reads them; out may then be null (only the e4m3 rows are written). out_fp8 [num_tokens,
+  /// width] (8-byte aligned), out_scales [num_tokens]; width % 8 == 0 and at most
+  /// kActivationFp8MaxWidth, in / bias / out 16-byte aligned.
+  uint8_t* out_fp8 = nullptr;
+  float* out_scales = nullptr;
 };
+/// The widest row ActivationParams::out_fp8 takes (one CTA holds a row in shared memory).
+inline constexpr int kActivationFp8MaxWidth = 16384;
 cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream);
 
 /// Copies the K and V of each token (from the qkv rows, already rotated) into the paged cache at

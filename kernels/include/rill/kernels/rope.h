@@ -29,6 +29,12 @@ struct RopeKvParams {
   const int32_t* cache_slot = nullptr;   // [num_tokens]; null or < 0: do not store
   void* cache = nullptr;                 // this layer's cache
   KvCacheLayout layout;
+  /// Optional: the step's angles from launch_rope_table (same positions, sink_positions and
+  /// inv_freq; its sink half filled wherever q_sink is given), read after the kernel waits for its
+  /// predecessor instead of computed by every CTA before it. The same bits either way. For large
+  /// steps (prefill), where each token's CTAs would otherwise redo the double-precision angle
+  /// reduction in every layer; a decode step hides that work behind the QKV GEMV.
+  const float* table = nullptr;  // [num_tokens][4][rotary_dim / 2]
 };
 cudaError_t launch_rope_kv(const RopeKvParams& p, cudaStream_t stream);
 
