@@ -83,18 +83,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kFp8Threads = 256;
 constexpr int kFp8Batch = 2;  // vectors of 8 a thread loads before it computes them
 
-// grid (num_tokens), kFp8Threads, dynamic shared memory width * sizeof(T): one token's row. First
+// grid (num_tokens), N threads, dynamic shared memory width * sizeof(T): one token's row. First
 // pass over the row's vectors of 8, kFp8Batch a thread at a time with their loads issued first:
 // activated and rounded to T into shared memory (and to out when given), the max |y| kept. Then
 // the row's scale (the block's max), and a second pass quantizes the T values from shared memory,
 // as quantize_fp8.cu's per-token kernel would quantize the T row. Shared memory rather than
 // registers keeps the CTA small, so several rows are in flight on an SM (one CTA of 256 or 688
-// threads holding the row in registers moved 1.2-1.6 TB/s at 2,048 x 11,008).
-template <typename T, ActKind KIND>
-__global__ void __launch_bounds__(kFp8Threads)
+// threads holding the row in registers moved 1.2-1.6 TB/s at 2,048 x 11,008). Few rows (decode
+// batches) take 1,024 threads a row, so that their loads still fill the GPU (launch_fp8).
+template <typename T, ActKind KIND, int N>
+__global__ void __launch_bounds__(N)
     activation_fp8_kernel(const T* __restrict__ in,    // [T, 2I] (kSiluMul) or [T, I]
                           const T* __restrict__ bias,  // optional [2I] or [I]
                           T* __restrict__ out,         // optional [T, I]
@@ -110,11 +110,11 @@ __global__ void __launch_bounds__(kFp8Threads)
   const T* row = in + t * (kGated ? 2 : 1) * width;
   const int up_off = interleaved ? kVec : width;
   float amax = 0.0f;
-  for (int v0 = threadIdx.x; v0 < vecs; v0 += kFp8Batch * kFp8Threads) {
+  for (int v0 = threadIdx.x; v0 < vecs; v0 += kFp8Batch * N) {
     float x[kFp8Batch][kVec], u[kFp8Batch][kVec];
 #pragma unroll
     for (int b = 0; b < kFp8Batch; ++b) {
-      const int v = v0 + b * kFp8Threads;
+      const int v = v0 + b * N;
       if (v >= vecs) continue;
       const int gj = (kGated && interleaved ? 2 : 1) * v * kVec;  // the gate (or only) columns
       load_biased<T, true>(row + gj, bias ? bias + gj : nullptr, x[b]);
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kFp8Threads)
     }
 #pragma unroll
     for (int b = 0; b < kFp8Batch; ++b) {
-      const int v = v0 + b * kFp8Threads;
+      const int v = v0 + b * N;
       if (v >= vecs) continue;
       float y[kVec];
 #pragma unroll
@@ -139,19 +139,27 @@ __global__ void __launch_bounds__(kFp8Threads)
   // block_reduce's barrier also publishes `stored`.
   const float scale = act_scale_fp8(block_reduce(amax, Max{}, 0.0f, scratch));
   if (threadIdx.x == 0) scales[t] = scale;
-  for (int v = threadIdx.x; v < vecs; v += kFp8Threads) {
+  for (int v = threadIdx.x; v < vecs; v += N) {
     float y[kVec];
     load8(reinterpret_cast<const T*>(stored + v), y);
     *reinterpret_cast<uint2*>(out_fp8 + t * width + v * kVec) = quantize8_fp8(y, scale);
   }
 }
 
+// Rows a launch must have for the 256-thread CTAs (kFp8RowsFor256 and up): H100, 2,048 x
+// 11,008 (Llama-2-7B prefill) took 55 us a layer with 256 threads, 72 with 688.
+constexpr int kFp8RowsFor256 = 1024;
+
 template <typename T, ActKind KIND>
 cudaError_t launch_fp8(const ActivationParams& p, cudaStream_t stream) {
   const size_t smem = size_t(p.width) * sizeof(T);  // <= 32 KB: kActivationFp8MaxWidth
-  return launch_kernel(activation_fp8_kernel<T, KIND>, dim3(p.num_tokens), dim3(kFp8Threads),
-                       smem, stream, static_cast<const T*>(p.in), static_cast<const T*>(p.bias),
-                       static_cast<T*>(p.out), p.out_fp8, p.out_scales, p.width, p.interleaved);
+  auto go = [&](auto kernel, int threads) {
+    return launch_kernel(kernel, dim3(p.num_tokens), dim3(threads), smem, stream,
+                         static_cast<const T*>(p.in), static_cast<const T*>(p.bias),
+                         static_cast<T*>(p.out), p.out_fp8, p.out_scales, p.width, p.interleaved);
+  };
+  if (p.num_tokens >= kFp8RowsFor256) return go(activation_fp8_kernel<T, KIND, 256>, 256);
+  return go(activation_fp8_kernel<T, KIND, 1024>, 1024);
 }
 
 template <typename T, ActKind KIND>
@@ -185,8 +193,8 @@ cudaError_t launch_activation(const ActivationParams& p, cudaStream_t stream) {
     return invalid_argument("activation: interleaved gate|up needs kSiluMul and width % 8 == 0");
   const bool vec =
       p.width % kVec == 0 && is_aligned16(p.in) && is_aligned16(p.bias) && is_aligned16(p.out);
-  if (p.out_fp8 && (!vec || p.width > kActivationFp8MaxWidth ||
-                    (reinterpret_cast<uintptr_t>(p.out_fp8) & 7u)))
+  if (p.out_fp8 &&
+      (!vec || p.width > kActivationFp8MaxWidth || (reinterpret_cast<uintptr_t>(p.out_fp8) & 7u)))
     return invalid_argument("activation: out_fp8 needs width % 8 == 0, width <= " +
                             std::to_string(kActivationFp8MaxWidth) +
                             ", 16-byte aligned in, bias and out and an 8-byte aligned out_fp8");

@@ -22,13 +22,9 @@ namespace {
 
 using kernels::DType;
 
-
 const char* dtype_name(DType t) {
   return t == DType::kF16 ? "f16" : "bf16";
 }
-
-
-
 
 // ---------------------------------------------------------------------------------------------
 // Embedding
@@ -96,7 +92,9 @@ TEST(Embedding, GathersRowsAndZeroesOutOfRangeIds) {
             std::copy_n(table.begin() + size_t(id) * hidden, hidden, want.begin() + t * hidden);
         }
         EXPECT_EQ(from_previous, use_previous ? 4 : 0);
-        if (variant == 3) EXPECT_GT(std::count(want.begin(), want.end(), 0.0f), hidden);  // tokens 2 and 5 (-1), 6 (-2), 9 (-5)
+        if (variant == 3)
+          EXPECT_GT(std::count(want.begin(), want.end(), 0.0f),
+                    hidden);  // tokens 2 and 5 (-1), 6 (-2), 9 (-5)
         const std::vector<float> got = d_out.download_floats(dt);
         ASSERT_FALSE(has_nonfinite(got));
         EXPECT_EQ(max_abs_error(got, want), 0.0);
@@ -381,8 +379,7 @@ TEST(Activation, SiluMulAndGeluMatchTorchFormulas) {
                   const int ui = interleaved ? gi + 8 : width + i;
                   const float x = in[size_t(t) * in_w + gi] + (with_bias ? bias[gi] : 0.0f);
                   double y = ref_activation(kind, x);
-                  if (gated)
-                    y *= double(in[size_t(t) * in_w + ui] + (with_bias ? bias[ui] : 0.0f));
+                  if (gated) y *= double(in[size_t(t) * in_w + ui] + (with_bias ? bias[ui] : 0.0f));
                   want[size_t(t) * width + i] = float(y);
                 }
               }
@@ -424,64 +421,67 @@ TEST(Activation, Fp8OutputIsTheOutputQuantizedPerToken) {
   for (DType dt : kDTypes)
     for (auto kind : kinds)
       for (int width : {64, 1000, 11008, 14336, kernels::kActivationFp8MaxWidth})
-        for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 bias, 2 interleaved gate|up
-          const bool gated = kind == kernels::ActKind::kSiluMul;
-          if (mode == 2 && !gated) continue;
-          const int T = width > 8192 ? 3 : 9, in_w = gated ? 2 * width : width;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " kind=" + std::to_string(int(kind)) +
-                       " width=" + std::to_string(width) + " mode=" + std::to_string(mode));
-          const std::vector<float> in = rounded_random(size_t(T) * in_w, rng, dt, 3.0f);
-          const std::vector<float> bias =
-              mode == 1 ? rounded_random(in_w, rng, dt, 0.5f) : std::vector<float>();
-          DeviceBuffer d_in(in.size(), 2), d_bias(std::max<size_t>(bias.size(), 1), 2),
-              d_want(size_t(T) * width, 2), d_out(size_t(T) * width, 2),
-              d_want_q(size_t(T) * width, 1), d_q(size_t(T) * width, 1), d_want_s(T, 4),
-              d_s(T, 4);
-          d_in.upload_floats(in, dt);
-          if (!bias.empty()) d_bias.upload_floats(bias, dt);
-          kernels::ActivationParams p;
-          p.dtype = dt;
-          p.kind = kind;
-          p.num_tokens = T;
-          p.width = width;
-          p.in = d_in.get();
-          p.bias = bias.empty() ? nullptr : d_bias.get();
-          p.out = d_want.get();
-          p.interleaved = mode == 2;
-          CUDA_OK(kernels::launch_activation(p, nullptr));
-          kernels::QuantizeFp8Params q;
-          q.dtype = dt;
-          q.num_tokens = T;
-          q.width = width;
-          q.x = d_want.get();
-          q.out = d_want_q.as<uint8_t>();
-          q.scales = d_want_s.as<float>();
-          CUDA_OK(kernels::launch_quantize_fp8(q, nullptr));
-          auto bytes = [](const DeviceBuffer& b) {
-            std::vector<uint8_t> v(b.bytes());
-            b.download(v.data());
-            return v;
-          };
-          for (bool with_out : {true, false}) {
-            d_out.poison();
-            d_q.poison();
-            d_s.poison();
-            kernels::ActivationParams f = p;
-            f.out = with_out ? d_out.get() : nullptr;
-            f.out_fp8 = d_q.as<uint8_t>();
-            f.out_scales = d_s.as<float>();
-            CUDA_OK(kernels::launch_activation(f, nullptr));
-            CUDA_OK(cudaDeviceSynchronize());
-            EXPECT_TRUE(d_out.check_guards());
-            EXPECT_TRUE(d_q.check_guards());
-            EXPECT_TRUE(d_s.check_guards());
-            if (with_out) {
-              EXPECT_TRUE(bytes(d_out) == bytes(d_want)) << "the T rows";
+        for (int mode = 0; mode < 3; ++mode)  // 0 plain, 1 bias, 2 interleaved gate|up
+          // few rows (1,024 threads a row) and many (256 threads a row)
+          for (int T : {width > 8192 ? 3 : 9, width == 1000 ? 1100 : 0}) {
+            const bool gated = kind == kernels::ActKind::kSiluMul;
+            if ((mode == 2 && !gated) || T == 0) continue;
+            const int in_w = gated ? 2 * width : width;
+            SCOPED_TRACE(std::string(dtype_name(dt)) + " kind=" + std::to_string(int(kind)) +
+                         " width=" + std::to_string(width) + " mode=" + std::to_string(mode) +
+                         " T=" + std::to_string(T));
+            const std::vector<float> in = rounded_random(size_t(T) * in_w, rng, dt, 3.0f);
+            const std::vector<float> bias =
+                mode == 1 ? rounded_random(in_w, rng, dt, 0.5f) : std::vector<float>();
+            DeviceBuffer d_in(in.size(), 2), d_bias(std::max<size_t>(bias.size(), 1), 2),
+                d_want(size_t(T) * width, 2), d_out(size_t(T) * width, 2),
+                d_want_q(size_t(T) * width, 1), d_q(size_t(T) * width, 1), d_want_s(T, 4),
+                d_s(T, 4);
+            d_in.upload_floats(in, dt);
+            if (!bias.empty()) d_bias.upload_floats(bias, dt);
+            kernels::ActivationParams p;
+            p.dtype = dt;
+            p.kind = kind;
+            p.num_tokens = T;
+            p.width = width;
+            p.in = d_in.get();
+            p.bias = bias.empty() ? nullptr : d_bias.get();
+            p.out = d_want.get();
+            p.interleaved = mode == 2;
+            CUDA_OK(kernels::launch_activation(p, nullptr));
+            kernels::QuantizeFp8Params q;
+            q.dtype = dt;
+            q.num_tokens = T;
+            q.width = width;
+            q.x = d_want.get();
+            q.out = d_want_q.as<uint8_t>();
+            q.scales = d_want_s.as<float>();
+            CUDA_OK(kernels::launch_quantize_fp8(q, nullptr));
+            auto bytes = [](const DeviceBuffer& b) {
+              std::vector<uint8_t> v(b.bytes());
+              b.download(v.data());
+              return v;
+            };
+            for (bool with_out : {true, false}) {
+              d_out.poison();
+              d_q.poison();
+              d_s.poison();
+              kernels::ActivationParams f = p;
+              f.out = with_out ? d_out.get() : nullptr;
+              f.out_fp8 = d_q.as<uint8_t>();
+              f.out_scales = d_s.as<float>();
+              CUDA_OK(kernels::launch_activation(f, nullptr));
+              CUDA_OK(cudaDeviceSynchronize());
+              EXPECT_TRUE(d_out.check_guards());
+              EXPECT_TRUE(d_q.check_guards());
+              EXPECT_TRUE(d_s.check_guards());
+              if (with_out) {
+                EXPECT_TRUE(bytes(d_out) == bytes(d_want)) << "the T rows";
+              }
+              EXPECT_TRUE(bytes(d_q) == bytes(d_want_q)) << "e4m3 bytes, out " << with_out;
+              EXPECT_TRUE(bytes(d_s) == bytes(d_want_s)) << "scales, out " << with_out;
             }
-            EXPECT_TRUE(bytes(d_q) == bytes(d_want_q)) << "e4m3 bytes, out " << with_out;
-            EXPECT_TRUE(bytes(d_s) == bytes(d_want_s)) << "scales, out " << with_out;
           }
-        }
 }
 
 TEST(Activation, Fp8OutputRejectsWhatItCannotTake) {
