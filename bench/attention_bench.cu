@@ -3,7 +3,8 @@
 //
 // Decode shapes are timed over enough layers (separate caches, one launch each, as in a decode
 // step) that the K/V read per timed run exceeds 3x the L2 cache: the figures are DRAM figures.
-// Decode runs with a 16-bit cache and with an fp8 (e4m3) cache, whose bytes are half.
+// Decode runs with a 16-bit cache and with an fp8 (e4m3) cache, whose bytes are half; the first
+// rows compare the tensor-core and CUDA-core decode kernels (--decode-kernels: only those).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/bench_random.cuh"
@@ -78,8 +80,13 @@ struct DecodeShape {
   int batch, keys, heads, kv_heads, head_dim;
 };
 
+/// Which decode kernel a row times (DecodeAttentionParams::use_mma).
+const char* kernel_name(int use_mma) {
+  return use_mma < 0 ? "auto" : use_mma == 0 ? "cores" : "mma";
+}
+
 void bench_decode(const DecodeShape& s, KvDType kv, int splits, const rill::bench::Ceilings& ceil,
-                  size_t l2, cudaStream_t stream) {
+                  size_t l2, cudaStream_t stream, DType dtype = DType::kF16, int use_mma = -1) {
   std::mt19937 rng(7);
   const int blocks_per_seq = (s.keys + kBlock - 1) / kBlock;
   KvCacheLayout layout;
@@ -113,7 +120,8 @@ void bench_decode(const DecodeShape& s, KvDType kv, int splits, const rill::benc
   if (ws_bytes) BENCH_CUDA(cudaMemset(ws, 0, ws_bytes));  // split counters start at zero
 
   DecodeAttentionParams p;
-  p.dtype = DType::kF16;
+  p.dtype = dtype;
+  p.use_mma = use_mma;
   p.num_seqs = s.batch;
   p.num_heads = s.heads;
   p.num_kv_heads = s.kv_heads;
@@ -138,11 +146,12 @@ void bench_decode(const DecodeShape& s, KvDType kv, int splits, const rill::benc
   };
   const double ms = rill::bench::median_ms(run, stream, 3, 20) / layers;
   const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
+  const char* elems = kv == KvDType::kFp8E4M3 ? "fp8" : dtype == DType::kF16 ? "f16" : "bf16";
   std::printf(
-      "decode %s batch %4d x %5d keys  heads %2d/%2d x %3d  splits %3d  %8.4f ms  %7.1f GB/s  "
-      "%5.1f%% of copy\n",
-      kv == KvDType::kSame ? "f16" : "fp8", s.batch, s.keys, s.heads, s.kv_heads, s.head_dim,
-      splits, ms, gbps, 100.0 * gbps / ceil.copy_gbps);
+      "decode %-4s %-5s batch %4d x %5d keys  heads %2d/%2d x %3d  splits %3d  %8.4f ms  "
+      "%7.1f GB/s  %5.1f%% of copy\n",
+      elems, kernel_name(use_mma), s.batch, s.keys, s.heads, s.kv_heads, s.head_dim, splits, ms,
+      gbps, 100.0 * gbps / ceil.copy_gbps);
   BENCH_CUDA(cudaFree(cache));
   BENCH_CUDA(cudaFree(q));
   BENCH_CUDA(cudaFree(out));
@@ -219,7 +228,26 @@ void bench_prefill(const PrefillShape& s, DType dtype, const rill::bench::Ceilin
 
 }  // namespace
 
-int main() {
+/// The tensor-core decode kernel against the CUDA-core one for Llama-3-8B's attention (32 query
+/// heads, 8 kv heads, head_dim 128) with bf16 and fp8 caches: the serving shape (256 sequences of
+/// 387 keys) and smaller batches (splits as pick_splits chooses them).
+void bench_decode_kernels(const rill::bench::Ceilings& ceil, const cudaDeviceProp& prop,
+                          cudaStream_t stream) {
+  const DecodeShape shapes[] = {{256, 387, 32, 8, 128}, {1, 387, 32, 8, 128},
+                                {4, 387, 32, 8, 128},   {16, 387, 32, 8, 128},
+                                {64, 387, 32, 8, 128},  {64, 1024, 32, 8, 128},
+                                {1, 4096, 32, 8, 128},  {256, 387, 32, 4, 128}};
+  for (const DecodeShape& s : shapes)
+    for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+      for (int use_mma : {0, 1}) {
+        const int splits = pick_splits(s.batch, s.kv_heads, s.keys, prop.multiProcessorCount);
+        bench_decode(s, kv, splits, ceil, prop.l2CacheSize, stream, DType::kBF16, use_mma);
+      }
+}
+
+int main(int argc, char** argv) {
+  // --decode-kernels: only the tensor-core / CUDA-core decode comparison.
+  const bool kernels_only = argc > 1 && std::string(argv[1]) == "--decode-kernels";
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
@@ -231,6 +259,11 @@ int main() {
               ceil.device.c_str(), prop.multiProcessorCount, prop.l2CacheSize / 1e6, ceil.copy_gbps,
               ceil.gemm_tflops);
 
+  bench_decode_kernels(ceil, prop, stream);
+  if (kernels_only) {
+    BENCH_CUDA(cudaStreamDestroy(stream));
+    return 0;
+  }
   const DecodeShape decode_shapes[] = {
       {1, 4096, 32, 32, 128}, {1, 4096, 32, 8, 128},   {64, 1024, 32, 32, 128},
       {64, 1024, 32, 8, 128}, {128, 128, 32, 32, 128}, {128, 128, 32, 8, 128},

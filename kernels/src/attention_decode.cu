@@ -51,6 +51,10 @@
 // always taken from registers (never through the ring, which another CTA's write would race) and
 // written to the cache by the CTAs of head chunk 0.
 //
+// GQA groups of 4 to 8 heads (head_dim 64 or 128, RoPE not fused) go to the tensor-core kernel of
+// attention_decode_mma.cu instead (DecodeAttentionParams::use_mma forces either), which shares
+// the key order, the split ranges and both split merges with this one.
+//
 // fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
 // keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
@@ -66,6 +70,7 @@
 #include <string>
 
 #include "attention_decode_merge.cuh"
+#include "attention_decode_mma.cuh"
 #include "attention_decode_rope.cuh"
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
@@ -125,20 +130,6 @@ struct DecodeSmem {
   static constexpr int kVecs = kRingVecs > kUsedVecs ? kRingVecs : kUsedVecs;
   static_assert(kVecs * 16 <= 48 * 1024, "static shared memory limit");
 };
-
-struct KeyRange {
-  int lo, hi;
-};
-
-/// Key range of split `split` (empty when lo >= hi).
-__device__ __forceinline__ KeyRange split_range(int n_keys, int split, int num_splits, int min_keys,
-                                                int block_size) {
-  int per = max(min_keys, (n_keys + num_splits - 1) / num_splits);
-  per = (per + block_size - 1) / block_size * block_size;
-  const int64_t lo = min(static_cast<int64_t>(split) * per, static_cast<int64_t>(n_keys));
-  const int64_t hi = min(lo + per, static_cast<int64_t>(n_keys));
-  return {static_cast<int>(lo), static_cast<int>(hi)};
-}
 
 /// q[h][e] = query element (h0 + h, lane * E + e) * scale_log2; heads past nh repeat the last one
 /// (computed, never written) and idle lanes hold zeros. Scalar loads: no alignment assumed.
@@ -591,6 +582,12 @@ bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype) {
          (rotary_dim / 2) % lane_dims == 0;
 }
 
+bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fused_rope) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
+  const int group = num_heads / num_kv_heads;
+  return group >= 4 && group <= 8 && (head_dim == 64 || head_dim == 128) && !fused_rope;
+}
+
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
   if (num_splits <= 1 || num_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
   // Sized by num_splits * num_seqs records per head; smaller launches use a prefix of it.
@@ -608,6 +605,12 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
     return invalid_argument("decode attention: num_splits=" + std::to_string(p.num_splits));
   if (p.num_splits > 1 && (p.workspace == nullptr || !attn::aligned16(p.workspace)))
     return invalid_argument("decode attention: num_splits > 1 needs a 16-byte aligned workspace");
+  const bool mma_fits =
+      decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim, p.rope.table != nullptr);
+  if (p.use_mma == 1 && !mma_fits)
+    return invalid_argument(
+        "decode attention: use_mma=1 needs groups of 4 to 8 heads, head_dim 64 or 128 and no "
+        "fused RoPE");
   if (p.num_seqs == 0) return cudaSuccess;
   if (p.q == nullptr || p.seqs == nullptr || p.cache == nullptr || p.out == nullptr)
     return invalid_argument("decode attention: null q, seqs, cache or out");
@@ -661,6 +664,11 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.k_scale = p.layout.k_scale;
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
+  if (p.use_mma == 1 || (p.use_mma < 0 && mma_fits)) {  // the group in one CTA, on tensor cores
+    args.head_chunks = 1;
+    return launch_decode_attention_mma(args, p.dtype, p.layout.cache_dtype, p.head_dim, p.num_seqs,
+                                       p.num_kv_heads, stream);
+  }
   return dispatch_dtype(p.dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
       return dispatch_head_dim(DecodeHeadDims{}, p.head_dim, [&]<int D>() {

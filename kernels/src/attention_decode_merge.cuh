@@ -1,7 +1,8 @@
-// Decode attention's launch arguments, the layout of its split-K workspace, and the two ways the
-// partial results of several splits are combined (through the workspace by the last CTA, or
-// through distributed shared memory in a cluster). Private to attention_decode.cu (see the top of
-// that file for the algorithm).
+// Decode attention's launch arguments, the key range of a split, the layout of its split-K
+// workspace, and the two ways the partial results of several splits are combined (through the
+// workspace by the last CTA, or through distributed shared memory in a cluster). Private to the
+// two decode kernels, attention_decode.cu and attention_decode_mma.cu (see the top of the first
+// for the algorithm).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -62,6 +63,20 @@ struct DecodeArgs {
   int kv_heads;             // v heads start at (num_heads + kv_heads) * D in a QKV row
   float k_scale;            // fp8: the newest key is stored as e4m3(k / k_scale)
 };
+
+struct KeyRange {
+  int lo, hi;
+};
+
+/// Key range of split `split` (empty when lo >= hi).
+__device__ __forceinline__ KeyRange split_range(int n_keys, int split, int num_splits, int min_keys,
+                                                int block_size) {
+  int per = max(min_keys, (n_keys + num_splits - 1) / num_splits);
+  per = (per + block_size - 1) / block_size * block_size;
+  const int64_t lo = min(static_cast<int64_t>(split) * per, static_cast<int64_t>(n_keys));
+  const int64_t hi = min(lo + per, static_cast<int64_t>(n_keys));
+  return {static_cast<int>(lo), static_cast<int>(hi)};
+}
 
 /// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
 template <int D>

@@ -1,6 +1,7 @@
 // Warp-level tensor-core and async-copy primitives of the attention kernels (sm_80+ PTX):
 // cp.async 16-byte copies with zero fill (decode and prefill) and 8-byte copies (fp8 cache rows
-// in prefill), ldmatrix and mma.sync m16n8k16 with fp32 accumulators (prefill).
+// in prefill), ldmatrix, movmatrix and mma.sync m16n8k16 with fp32 accumulators (prefill, and
+// decode for GQA groups).
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4):
 //   A (16 x 16, row major), 4 regs of 2 elements: a0 (row g, cols 2t, 2t+1), a1 (row g+8, same),
@@ -52,6 +53,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
+}
+
+/// The transpose of an 8x8 matrix of 16-bit elements held one row pair per lane (lane l: row l/4,
+/// cols 2(l%4), +1): lane l then holds rows 2(l%4), +1 of column l/4 (decode turns the C fragment
+/// of S^T into the B fragment of P^T with it).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 /// d += a * b for one m16n8k16 tile (fp32 accumulators).

@@ -75,14 +75,15 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
                                    std::forward<Args>(args)...);
 }
 
-/// True when `kernel` can run clusters of `size` <= 8 (portable) CTAs of `threads` threads
-/// (static shared memory only) on this device.
+/// True when `kernel` can run clusters of `size` <= 8 (portable) CTAs of `threads` threads with
+/// `smem` bytes of dynamic shared memory (allowed to the kernel beforehand) on this device.
 template <typename... Params>
-bool cluster_size_fits(void (*kernel)(Params...), int size, int threads) {
+bool cluster_size_fits(void (*kernel)(Params...), int size, int threads, size_t smem = 0) {
   if (size > 8) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(size);
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
   cudaLaunchAttribute attr = {};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = size;

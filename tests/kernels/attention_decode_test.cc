@@ -40,6 +40,7 @@ struct DecodeCase {
   KvDType kv = KvDType::kSame;
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 cache
   bool cluster_merge = true, early_kv_loads = true;
+  int use_mma = -1;  // DecodeAttentionParams::use_mma
   std::vector<SeqSpec> seqs;
 };
 
@@ -49,7 +50,8 @@ std::string describe(const DecodeCase& c) {
                   " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
                   " block=" + std::to_string(c.block_size) +
                   " splits=" + std::to_string(c.num_splits) +
-                  " min_keys=" + std::to_string(c.min_keys_per_split) + " seqs:";
+                  " min_keys=" + std::to_string(c.min_keys_per_split) +
+                  " use_mma=" + std::to_string(c.use_mma) + " seqs:";
   for (const SeqSpec& q : c.seqs)
     s += " (sink " + std::to_string(q.num_sink) + " ring " +
          (q.ring_size == kLinear ? std::string("linear") : std::to_string(q.ring_size)) + " head " +
@@ -266,6 +268,7 @@ std::vector<uint16_t> run_case(const DecodeCase& c, bool through_graph = false,
   p.workspace = d_ws.get();
   p.cluster_merge = c.cluster_merge;
   p.early_kv_loads = c.early_kv_loads;
+  p.use_mma = c.use_mma;
   launch(p, d_out, through_graph);
 
   const std::vector<float> got = d_out.download_floats(c.dtype);
@@ -552,6 +555,183 @@ TEST(DecodeAttentionFp8, ScalesAndCudaGraphReplay) {
   c.min_keys_per_split = 16;
   c.seqs = streaming_seqs();
   run_case(c, /*through_graph=*/true);
+}
+
+// The tensor-core kernel (use_mma = 1): GQA groups of 4 to 8 heads in one CTA, keys in 16-key
+// warp tiles. Groups 4, 6 (two idle columns) and 8; linear and streaming caches of lengths that
+// are not multiples of a tile; one to many tiles per warp.
+TEST(DecodeAttentionMma, LinearAndStreamingCaches) {
+  RILL_REQUIRE_GPU();
+  const int shapes[][2] = {{32, 8}, {24, 4}, {16, 2}};  // groups 4, 6, 8
+  for (const auto& hs : shapes)
+    for (int d : {64, 128})
+      for (DType t : kDTypes) {
+        DecodeCase c;
+        c.dtype = t;
+        c.head_dim = d;
+        c.num_heads = hs[0];
+        c.num_kv_heads = hs[1];
+        c.use_mma = 1;
+        c.seqs = linear_seqs();
+        for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+        run_case(c);
+      }
+}
+
+// fp8 caches: raw rows staged and converted (exactly) to the activation type; k_scale folded into
+// the logit scale, v_scale into the output.
+TEST(DecodeAttentionMma, Fp8Scales) {
+  RILL_REQUIRE_GPU();
+  for (DType t : kDTypes)
+    for (const auto& hs : {std::pair{32, 8}, std::pair{16, 2}})
+      for (const auto& sc :
+           {std::pair{1.0f, 1.0f}, std::pair{0.37f, 1.7f}, std::pair{2.0f, 0.25f}}) {
+        DecodeCase c = fp8_case(t, sc.first, sc.second);
+        c.num_heads = hs.first;
+        c.num_kv_heads = hs.second;
+        c.use_mma = 1;
+        c.seqs = linear_seqs();
+        for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+        run_case(c);
+      }
+}
+
+TEST(DecodeAttentionMma, EdgeSequencesAndBlockSizes) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
+    for (int splits : {1, 3}) {
+      DecodeCase c;
+      c.kv = kv;
+      c.num_heads = 16;
+      c.num_kv_heads = 4;
+      c.num_splits = splits;
+      c.min_keys_per_split = 16;
+      c.use_mma = 1;
+      c.seqs = {{0, kLinear, -1, 0}, {4, 64, -1, 0}, {5, 16, 3, 4},
+                {0, kLinear, 0, 1},  {3, 1, 77, 1},  {17, 40, 90, 33}};
+      run_case(c);
+    }
+    for (int bs : {8, 32, 64})
+      for (int splits : {1, 8}) {
+        DecodeCase c;
+        c.kv = kv;
+        c.dtype = DType::kBF16;
+        c.num_heads = 32;
+        c.num_kv_heads = 4;  // group 8
+        c.block_size = bs;
+        c.num_splits = splits;
+        c.min_keys_per_split = 1;
+        c.use_mma = 1;
+        c.seqs = streaming_seqs();
+        c.seqs.push_back({0, kLinear, 1000, 1001});
+        run_case(c);
+      }
+  }
+}
+
+// Many sequences of different lengths in one launch (many CTAs per SM, warps with 0 to many
+// tiles), the serving shape's heads.
+TEST(DecodeAttentionMma, ManySequences) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> len(1, 700);
+  std::vector<SeqSpec> seqs;
+  for (int s = 0; s < 40; ++s) {
+    const int n = len(rng);
+    seqs.push_back(s % 3 ? SeqSpec{0, kLinear, n - 1, n}
+                         : SeqSpec{4, 256, n + 1000, std::min(n, 256)});
+  }
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (DType t : kDTypes) {
+      DecodeCase c;
+      c.dtype = t;
+      c.kv = kv;
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+      c.use_mma = 1;
+      c.seqs = seqs;
+      run_case(c);
+    }
+}
+
+// Splits: cluster merge and workspace merge give the same bits, as does waiting before the first
+// K/V load; more splits than a cluster holds, and a split count past a warp's lanes.
+TEST(DecodeAttentionMma, Splits) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (int splits : {2, 5, 8, 16, 40}) {
+      DecodeCase c;
+      c.kv = kv;
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+      c.num_splits = splits;
+      c.min_keys_per_split = 16;
+      c.use_mma = 1;
+      c.seqs = {{4, 48, 1000, 48},
+                {0, kLinear, 999, 1000},
+                {0, kLinear, 16, 17},
+                {4, 64, -1, 0},
+                {4, 300, 100000, 300}};
+      const auto cluster = run_case(c);
+      c.cluster_merge = false;
+      EXPECT_EQ(run_case(c), cluster) << "workspace merge, " << splits << " splits";
+      c.early_kv_loads = false;
+      EXPECT_EQ(run_case(c), cluster) << "late K/V loads, " << splits << " splits";
+    }
+}
+
+TEST(DecodeAttentionMma, CudaGraphReplay) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3})
+    for (int splits : {1, 8}) {
+      DecodeCase c = fp8_case(DType::kBF16, 0.5f, 3.0f);
+      c.kv = kv;
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+      c.num_splits = splits;
+      c.min_keys_per_split = 16;
+      c.use_mma = 1;
+      c.seqs = streaming_seqs();
+      run_case(c, /*through_graph=*/true);
+    }
+}
+
+// The CUDA-core kernel stays reachable for the shapes the tensor-core kernel takes by default.
+TEST(DecodeAttentionMma, CudaCoresForced) {
+  RILL_REQUIRE_GPU();
+  for (KvDType kv : {KvDType::kSame, KvDType::kFp8E4M3}) {
+    DecodeCase c;
+    c.kv = kv;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.use_mma = 0;
+    c.seqs = streaming_seqs();
+    run_case(c);
+  }
+}
+
+TEST(DecodeAttentionMma, RejectsUnsupportedShapes) {
+  // Argument checks happen before any CUDA call: no GPU needed.
+  DecodeAttentionParams p;
+  p.num_seqs = 0;
+  p.num_heads = 8;
+  p.num_kv_heads = 4;  // group 2
+  p.head_dim = 128;
+  p.layout.num_kv_heads = 4;
+  p.layout.head_dim = 128;
+  p.use_mma = 1;
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("use_mma=1"), std::string::npos);
+  p.num_kv_heads = p.layout.num_kv_heads = 1;  // group 8, head_dim 96
+  p.head_dim = p.layout.head_dim = 96;
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
+  p.head_dim = p.layout.head_dim = 128;
+  EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaSuccess);  // nothing to do
+  EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128, false));
+  EXPECT_TRUE(kernels::decode_mma_supported(32, 4, 64, false));
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 8, 128, true));    // RoPE fused in
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 2, 128, false));   // group 16
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 16, 128, false));  // group 2
 }
 
 TEST(DecodeAttention, RejectsUnsupportedArguments) {

@@ -156,6 +156,9 @@ void run_path(const FusedCase& c, const Inputs& in, const SharedInputs& d, bool 
   p.num_splits = c.num_splits;
   p.min_keys_per_split = 16;
   p.workspace = d_ws.get();
+  // RoPE is fused only into the CUDA-core kernel: compare it with itself (GQA groups of 4 to 8
+  // would otherwise go to the tensor-core kernel, whose bits differ).
+  p.use_mma = 0;
   if (fused) {
     kernels::RopeTableParams t;
     t.num_tokens = n;

@@ -72,6 +72,9 @@ struct DecodeAttentionParams {
   /// head_dim, num_splits) bytes or more; zeroed once after allocation (cudaMemset), see below.
   void* workspace = nullptr;
   DecodeRope rope;  // see DecodeRope; off by default
+  /// Which kernel runs: -1 chooses (tensor cores where decode_mma_supported() holds), 0 the
+  /// CUDA-core kernel, 1 the tensor-core kernel (cudaErrorInvalidValue where it does not apply).
+  int use_mma = -1;
 };
 /// Bytes of the split-K workspace (0 when num_splits <= 1). Layout: records of
 /// (roundup(head_dim, 4) + 4) floats, 16-byte aligned, indexed [num_splits][num_seqs][num_heads]:
@@ -90,6 +93,11 @@ size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_di
 /// 16 bytes of a head row lie on one side of the rotary halves (rotary_dim / 2 a multiple of 8
 /// dims, or of 16 with an fp8 cache).
 bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype);
+/// True when the tensor-core decode kernel serves these shapes: GQA groups of 4 to 8 query heads
+/// (the 8 columns of one mma.sync tile), head_dim 64 or 128, RoPE not fused in. It runs the same
+/// math (fp32 softmax, 16-bit P) as prefill attention, one mma per 16 keys and 16 dims instead
+/// of 2 * group FMAs per K/V element, so large-batch GQA decode is no longer issue-bound.
+bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fused_rope);
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
 
 /// One prefill chunk of T tokens at stream positions c0 .. c0 + T - 1. The cache holds the
