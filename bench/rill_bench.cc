@@ -228,6 +228,7 @@ struct Variant {
   int fp8_deep = -1;     // the same for fp8 GEMVs (-1: the run's)
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
+  int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
 };
@@ -280,6 +281,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     v.cluster = false;
     variants.push_back(v);
   }
+  if (args.on("decode-mma-off-too")) {
+    Variant v{"off: tensor-core decode attention"};
+    v.decode_mma = 0;
+    variants.push_back(v);
+  }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
   for (int on : {0, 1}) {
@@ -314,6 +320,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
   }
   if (v.rope_in_attention >= 0)
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
+  if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
   return t;
 }
 
@@ -562,6 +569,9 @@ void declare_flags(cli::Args& args) {
             "also time decode with attention waiting for the previous kernel before any K/V load");
   args.flag("cluster-off-too",
             "also time decode with attention splits merged through global memory, not a cluster");
+  args.flag("decode-mma-off-too",
+            "also time decode with attention on CUDA cores where it would run on tensor cores "
+            "(GQA groups of 4 to 8)");
   args.flag("trace",
             "print each kernel's share of a decode step's critical path (CUPTI trace of the "
             "graph replays) for every batch and context");

@@ -378,9 +378,10 @@ TEST(CudaRunner, RopeInAttentionChangesNoBit) {
     for (const char* kv : {"auto", "fp8"}) {
       SCOPED_TRACE(path + " kv " + kv);
       auto run = [&](bool fused) {
-        auto r = cuda_runner(
-            m, true, kv,
-            {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff});
+        auto r =
+            cuda_runner(m, true, kv,
+                        {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff,
+                         .decode_mma = 0});  // RoPE is fused only into the CUDA-core kernel
         std::vector<std::vector<float>> rows;
         std::vector<int32_t> next(batch);
         for (int k = 0; k < batch; ++k) {
