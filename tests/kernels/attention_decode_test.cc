@@ -40,7 +40,8 @@ struct DecodeCase {
   KvDType kv = KvDType::kSame;
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 cache
   bool cluster_merge = true, early_kv_loads = true;
-  int use_mma = -1;  // DecodeAttentionParams::use_mma
+  int use_mma = -1;      // DecodeAttentionParams::use_mma
+  float q_scale = 1.0f;  // queries ~ N(0, 1.5 * q_scale)
   std::vector<SeqSpec> seqs;
 };
 
@@ -114,8 +115,8 @@ DecodeInputs make_inputs(const DecodeCase& c, std::mt19937& rng) {
   std::normal_distribution<float> qnormal(0.0f, 1.5f);
   for (int s = 0; s < n; ++s)
     for (int i = 0; i < H * D; ++i) {
-      in.q[s * in.q_stride + i] = qnormal(rng);
-      in.q_sink[s * in.q_sink_stride + i] = qnormal(rng);
+      in.q[s * in.q_stride + i] = qnormal(rng) * c.q_scale;
+      in.q_sink[s * in.q_sink_stride + i] = qnormal(rng) * c.q_scale;
     }
   in.q = round_to(in.q, c.dtype);
   in.q_sink = round_to(in.q_sink, c.dtype);
@@ -594,6 +595,21 @@ TEST(DecodeAttentionMma, Fp8Scales) {
         for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
         run_case(c);
       }
+}
+
+// bf16 queries beyond fp16's range with an fp8 cache (whose MMAs run in fp16): scaled into it by
+// a power of two folded into the logit scale. Logits this large make the softmax one-hot.
+TEST(DecodeAttentionMma, LargeBf16QueriesWithFp8Cache) {
+  RILL_REQUIRE_GPU();
+  for (float q_scale : {3e4f, 1e6f}) {
+    DecodeCase c = fp8_case(DType::kBF16, 0.5f, 2.0f);
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.use_mma = 1;
+    c.q_scale = q_scale;
+    c.seqs = {{4, 48, 1000, 48}, {0, kLinear, 99, 100}, {0, kLinear, 0, 1}};
+    run_case(c);
+  }
 }
 
 TEST(DecodeAttentionMma, EdgeSequencesAndBlockSizes) {
