@@ -373,33 +373,8 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
     for (int h = 0; h < GH; ++h) s_m[grp * GH + h] = st.m[h], s_l[grp * GH + h] = st.l[h];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
-    const int h = i / D, d = i % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < kG; ++g) mx = fmaxf(mx, s_m[g * GH + h]);
-    float sum = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const float w = ex2(s_m[g * GH + h] - mx);  // 0 for a group that saw no key (m = -inf)
-        sum = fmaf(s_l[g * GH + h], w, sum);
-        o = fmaf(s_acc[(g * GH + h) * D + d], w, o);
-      }
-    }
-    if constexpr (kIsFp8<C>) o *= a.v_scale;
-    if (a.num_splits == 1) {
-      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-    } else if (a.cluster) {
-      float* part = sm + DecodeSmem<D, C, GH>::kPartOffset;
-      part[h * D + d] = o;
-      if (d == 0) part[GH * D + 2 * h] = mx, part[GH * D + 2 * h + 1] = sum;
-    } else {
-      float* rec = ws_record<D>(a, split, ws_row + h);
-      rec[d] = o;
-      if (d == 0) *reinterpret_cast<float2*>(rec + ws_ml_offset(D)) = make_float2(mx, sum);
-    }
-  }
+  combine_parts<T, C, D, GH, kG>(a, s_acc, s_m, s_l, nh, split, ws_row,
+                                 sm + DecodeSmem<D, C, GH>::kPartOffset, out);
 }
 
 /// Attends split `split`'s key range `range` (not empty) of sequence `seq` for the CTA's nh heads

@@ -11,6 +11,7 @@
 
 #include "attention_util.cuh"
 #include "dispatch.cuh"
+#include "fp8.cuh"
 #include "rill/kernels/attention.h"
 
 namespace rill::kernels::decode_attn {
@@ -83,6 +84,43 @@ template <int D>
 __device__ __forceinline__ float* ws_record(const DecodeArgs& a, int split, int64_t row) {
   const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_heads;
   return a.ws + (split * rows + row) * ws_record_floats(D);
+}
+
+/// The CTA's kParts partial states of its nh heads (in shared memory, visible to every thread:
+/// s_acc [kParts][H][D] unnormalized sums, s_m and s_l [kParts][H] base-2 maxima and sums; a part
+/// that saw no key has m = -inf) combined in part order, then written: the output (one split), the
+/// split's partial for the cluster merge (`part`: [H][D] sums, then [H] (m, l)), or its workspace
+/// records (rows ws_row + h). Both decode kernels end with it, so their merges round alike.
+template <typename T, typename C, int D, int H, int kParts>
+__device__ __forceinline__ void combine_parts(const DecodeArgs& a, const float* s_acc,
+                                              const float* s_m, const float* s_l, int nh,
+                                              int split, int64_t ws_row, float* part, T* out) {
+  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < kParts; ++p) mx = fmaxf(mx, s_m[p * H + h]);
+    float sum = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) {
+        const float w = ex2(s_m[p * H + h] - mx);  // 0 for a part that saw no key
+        sum = fmaf(s_l[p * H + h], w, sum);
+        o = fmaf(s_acc[(p * H + h) * D + d], w, o);
+      }
+    }
+    if constexpr (kIsFp8<C>) o *= a.v_scale;
+    if (a.num_splits == 1) {
+      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else if (a.cluster) {
+      part[h * D + d] = o;
+      if (d == 0) part[H * D + 2 * h] = mx, part[H * D + 2 * h + 1] = sum;
+    } else {
+      float* rec = ws_record<D>(a, split, ws_row + h);
+      rec[d] = o;
+      if (d == 0) *reinterpret_cast<float2*>(rec + ws_ml_offset(D)) = make_float2(mx, sum);
+    }
+  }
 }
 
 /// Several splits, run by every thread of every CTA once its partial results are written: counts

@@ -342,33 +342,8 @@ __device__ __forceinline__ void merge_warps(const DecodeArgs& a, WarpState<D>& s
     if (g == 0) s_m[warp * kMaxGroup + h] = st.m[hh], s_l[warp * kMaxGroup + h] = l;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
-    const int h = i / D, d = i % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w * kMaxGroup + h]);
-    float sum = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float wt = ex2(s_m[w * kMaxGroup + h] - mx);  // 0 for a warp without keys
-        sum = fmaf(s_l[w * kMaxGroup + h], wt, sum);
-        o = fmaf(s_acc[(w * kMaxGroup + h) * D + d], wt, o);
-      }
-    }
-    if constexpr (kIsFp8<C>) o *= a.v_scale;
-    if (a.num_splits == 1) {
-      out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
-    } else if (a.cluster) {
-      float* part = sm + Sh::kPartOffset;
-      part[h * D + d] = o;
-      if (d == 0) part[kMaxGroup * D + 2 * h] = mx, part[kMaxGroup * D + 2 * h + 1] = sum;
-    } else {
-      float* rec = ws_record<D>(a, split, row0 + h);
-      rec[d] = o;
-      if (d == 0) *reinterpret_cast<float2*>(rec + ws_ml_offset(D)) = make_float2(mx, sum);
-    }
-  }
+  combine_parts<T, C, D, kMaxGroup, kWarps>(a, s_acc, s_m, s_l, nh, split, row0,
+                                            sm + Sh::kPartOffset, out);
 }
 
 /// Attends split `split`'s key range (not empty) of sequence `seq` for the group of kv head kvh
