@@ -21,7 +21,11 @@ for exe in "${exes[@]}"; do
   cp "$exe" "$stage/bin/"
 done
 strip "$stage"/bin/*
-bash ../shared/device/bundle-libs.sh "$stage/lib" "$stage"/bin/* >/dev/null
+# ../shared beside the checkout (a git worktree under ../wt/ has it two levels up).
+bundle=../shared/device/bundle-libs.sh
+[ -f "$bundle" ] || bundle=../../shared/device/bundle-libs.sh
+[ -f "$bundle" ] || { echo "pack_carry.sh: no shared/device/bundle-libs.sh beside the checkout" >&2; exit 1; }
+bash "$bundle" "$stage/lib" "$stage"/bin/* >/dev/null
 [ -f "$stage/lib/librill_kernels.so" ] && strip --strip-unneeded "$stage/lib/librill_kernels.so"
 XZ_OPT=-9e tar -cJf .carry/c.tar.xz -C "$stage" bin lib
 ls -l .carry/c.tar.xz
