@@ -390,12 +390,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   const bool active = lane * E < D;
   const int num_sink = max(sq.num_sink, 0);
   const int n_keys = num_sink + max(sq.window_count, 0);
-  const PagedKv<C> kv{static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
-                      sq.geo.block_table,
-                      a.block_stride,
-                      a.kv_stride,
-                      a.block_shift,
-                      D};
+  const PagedKv<C> kv = head_kv<C, D>(a, sq, kvh);
   const WindowGeo geo{sq.geo.ring_base, sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff,
                       sq.head_rel, n_keys};
 

@@ -79,6 +79,19 @@ __device__ __forceinline__ KeyRange split_range(int n_keys, int split, int num_s
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
+/// The cache rows of kv head kvh of sequence `sq` in this layer's cache.
+template <typename C, int D>
+__device__ __forceinline__ attn::PagedKv<C> head_kv(const DecodeArgs& a, const DecodeSeq& sq,
+                                                    int kvh) {
+  return attn::PagedKv<C>{
+      static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
+      sq.geo.block_table,
+      a.block_stride,
+      a.kv_stride,
+      a.block_shift,
+      D};
+}
+
 /// Workspace record of split `split` for (sequence, head) row `row` = seq * num_heads + head.
 template <int D>
 __device__ __forceinline__ float* ws_record(const DecodeArgs& a, int split, int64_t row) {

@@ -346,47 +346,23 @@ __device__ __forceinline__ void merge_warps(const DecodeArgs& a, WarpState<D>& s
                                             sm + Sh::kPartOffset, out);
 }
 
-/// Attends split `split`'s key range (not empty) of sequence `seq` for the group of kv head kvh
-/// and writes the output or the split's partial. `smem`: the warps' pipelines, then the merge.
-template <typename T, typename C, int D>
-__device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const DecodeSeq& sq,
-                                                 KeyRange range, int split, int seq, int kvh,
-                                                 T* out, unsigned char* smem) {
+/// One warp's pipeline of 16-key tiles through its shared-memory stages (`mine`, S stages of
+/// Sh::kStageBytes): local tile `it` is tile warp + it * kWarps of the split's range (KeyTiles).
+/// This lane copies chunk c of rows row0 + p * kRowsPerPass of each tile (p < kPasses).
+template <typename C, int D>
+struct TilePipe {
   using Sh = MmaShape<D, C>;
-  constexpr int S = Sh::kStages;
-  constexpr int kPasses = Sh::kPasses, kRowsPerPass = Sh::kRowsPerPass;
-  constexpr bool kFp8 = kIsFp8<C>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // This lane copies chunk c of rows row0 + p * kRowsPerPass of each tile (p < kPasses).
-  const int c = lane % Sh::kChunks, row0 = lane / Sh::kChunks;
-  const int h0 = kvh * a.group, nh = a.group;
-  const int num_sink = max(sq.num_sink, 0);
-  const int n_keys = num_sink + max(sq.window_count, 0);
-  const int ring = sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff;
-  const PagedKv<C> kv{static_cast<const C*>(a.cache) + static_cast<int64_t>(kvh) * a.block_size * D,
-                      sq.geo.block_table,
-                      a.block_stride,
-                      a.kv_stride,
-                      a.block_shift,
-                      D};
-  KeyTiles kt;
-  kt.lo = range.lo;
-  kt.sink_end = min(range.hi, num_sink);
-  kt.n_sink = kt.lo < kt.sink_end ? (kt.sink_end - kt.lo + kTileKeys - 1) / kTileKeys : 0;
-  kt.win_begin = max(range.lo, num_sink);
-  kt.hi = range.hi;
-  kt.n_tiles =
-      kt.n_sink + (kt.win_begin < kt.hi ? (kt.hi - kt.win_begin + kTileKeys - 1) / kTileKeys : 0);
-  const int n_local = warp < kt.n_tiles ? (kt.n_tiles - warp + kWarps - 1) / kWarps : 0;
-  const int j_new = n_keys - 1;  // written by the previous kernel: read only after pdl_wait()
-  const bool early = a.early_kv_loads;
+  static constexpr int S = Sh::kStages, kPasses = Sh::kPasses, kRowsPerPass = Sh::kRowsPerPass;
+  const DecodeSeq& sq;
+  const PagedKv<C>& kv;
+  const KeyTiles& kt;
+  int warp, c, row0, n_keys, ring, n_local;
+  unsigned char* mine;
 
-  unsigned char* mine = smem + warp * Sh::kWarpBytes;  // stage s at mine + s * kStageBytes
-
-  // Physical slots of this lane's rows of local tile `it`; -1: past the range, or the newest key
-  // when `skip_new` (it is then read directly after pdl_wait()). Window keys of a tile are
-  // consecutive in the ring: one division per tile, then wrap-around adds.
-  const auto rows_phys = [&](int it, bool skip_new, int(&ps)[kPasses]) {
+  /// Physical slots of this lane's rows of local tile `it`; -1: past the range, or the newest key
+  /// when `skip_new` (it is then read directly after pdl_wait()). Window keys of a tile are
+  /// consecutive in the ring: one division per tile, then wrap-around adds.
+  __device__ __forceinline__ void rows(int it, bool skip_new, int (&ps)[kPasses]) const {
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) ps[p] = -1;
     if (it >= n_local) return;
@@ -397,25 +373,29 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
       const int j = jb + p * kRowsPerPass;
-      if (j < je && !(skip_new && j == j_new))
+      if (j < je && !(skip_new && j == n_keys - 1))
         ps[p] = kv.phys_slot(sink ? j : sq.geo.ring_base + static_cast<int>(off));
       if (!sink) {
         off += kRowsPerPass;
         while (off >= static_cast<unsigned>(ring)) off -= static_cast<unsigned>(ring);
       }
     }
-  };
-  // Local tile `it`'s copies (rows `ps`, or zeros), one commit group per tile (empty past the
-  // last, so that group counting stays uniform).
-  const auto copy_tile = [&](int it, const int(&ps)[kPasses]) {
+  }
+
+  __device__ __forceinline__ unsigned char* stage(int it) const {
+    return mine + (it % S) * Sh::kStageBytes;
+  }
+
+  /// Local tile `it`'s copies (rows `ps`, or zeros), one commit group per tile (empty past the
+  /// last, so that group counting stays uniform).
+  __device__ __forceinline__ void copy(int it, const int (&ps)[kPasses]) const {
     if (it < n_local) {
-      unsigned char* stage = mine + (it % S) * Sh::kStageBytes;
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
         const bool valid = ps[p] >= 0;
         const C* k = valid ? kv.k_row_phys(ps[p]) : kv.cache;
         const C* v = valid ? k + kv.kv_stride : kv.cache;
-        unsigned char* dst = stage + (row0 + p * kRowsPerPass) * Sh::kRowPitch + c * 16;
+        unsigned char* dst = stage(it) + (row0 + p * kRowsPerPass) * Sh::kRowPitch + c * 16;
         attn::cp_async16(attn::smem_addr(dst), reinterpret_cast<const unsigned char*>(k) + c * 16,
                          valid);
         attn::cp_async16(attn::smem_addr(dst + Sh::kVOffset),
@@ -423,23 +403,106 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
       }
     }
     attn::cp_async_commit();
-  };
+  }
+
+  /// Local tile `it` (one of the S - 1 copied early) without the newest key's row, which the
+  /// previous kernel wrote: this lane's chunk of it, read now that the wait has returned.
+  __device__ __forceinline__ void place_newest(int it, int jb, int je, bool sink) const {
+    const int j_new = n_keys - 1;
+    if (j_new < jb || j_new >= min(je, jb + kTileKeys) || (j_new - jb) % kRowsPerPass != row0)
+      return;
+    const C* k_new =
+        kv.k_row(sink ? j_new : sq.geo.ring_base + attn::ring_offset(sq.head_rel, ring));
+    unsigned char* dst = stage(it) + (j_new - jb) * Sh::kRowPitch + c * 16;
+    *reinterpret_cast<uint4*>(dst) =
+        *reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(k_new) + c * 16);
+    *reinterpret_cast<uint4*>(dst + Sh::kVOffset) = *reinterpret_cast<const uint4*>(
+        reinterpret_cast<const unsigned char*>(k_new + kv.kv_stride) + c * 16);
+  }
+};
+
+/// One landed tile of `keys` keys (sk, sv): scores with the sink or the window queries, online
+/// softmax, O^T += V^T P^T. (Two calls, not a selected array: the fragments stay in registers.)
+template <typename T, typename C, int D>
+__device__ __forceinline__ void attend_tile(const unsigned char* sk, const unsigned char* sv,
+                                            bool sink, int keys, const uint32_t (&qw)[D / 16][2],
+                                            const uint32_t (&qs)[D / 16][2], float scale_log2,
+                                            WarpState<D>& st) {
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  uint32_t p0, p1;
+  if constexpr (kIsFp8<C>) {
+    if (sink) {
+      scores_fp8<D>(sk, qs, s);
+    } else {
+      scores_fp8<D>(sk, qw, s);
+    }
+    softmax_p<__half, D>(s, keys, scale_log2, st, p0, p1);
+    pv_fp8<D>(sv, p0, p1, st);
+  } else {
+    if (sink) {
+      scores_16bit<T, D>(sk, qs, s);
+    } else {
+      scores_16bit<T, D>(sk, qw, s);
+    }
+    softmax_p<T, D>(s, keys, scale_log2, st, p0, p1);
+    pv_16bit<T, D>(sv, p0, p1, st);
+  }
+}
+
+/// The split's tiles among the CTA's warps (KeyTiles).
+__device__ __forceinline__ KeyTiles key_tiles(KeyRange range, int num_sink) {
+  KeyTiles kt;
+  kt.lo = range.lo;
+  kt.sink_end = min(range.hi, num_sink);
+  kt.n_sink = kt.lo < kt.sink_end ? (kt.sink_end - kt.lo + kTileKeys - 1) / kTileKeys : 0;
+  kt.win_begin = max(range.lo, num_sink);
+  kt.hi = range.hi;
+  kt.n_tiles =
+      kt.n_sink + (kt.win_begin < kt.hi ? (kt.hi - kt.win_begin + kTileKeys - 1) / kTileKeys : 0);
+  return kt;
+}
+
+/// Attends split `split`'s key range (not empty) of sequence `seq` for the group of kv head kvh
+/// and writes the output or the split's partial. `smem`: the warps' pipelines, then the merge.
+template <typename T, typename C, int D>
+__device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const DecodeSeq& sq,
+                                                 KeyRange range, int split, int seq, int kvh,
+                                                 T* out, unsigned char* smem) {
+  using Sh = MmaShape<D, C>;
+  using Pipe = TilePipe<C, D>;
+  constexpr int S = Sh::kStages, kPasses = Sh::kPasses;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h0 = kvh * a.group, nh = a.group;
+  const int num_sink = max(sq.num_sink, 0);
+  const PagedKv<C> kv = head_kv<C, D>(a, sq, kvh);
+  const KeyTiles kt = key_tiles(range, num_sink);
+  const Pipe pipe{sq,
+                  kv,
+                  kt,
+                  warp,
+                  lane % Sh::kChunks,
+                  lane / Sh::kChunks,
+                  num_sink + max(sq.window_count, 0),
+                  sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff,
+                  warp < kt.n_tiles ? (kt.n_tiles - warp + kWarps - 1) / kWarps : 0,
+                  smem + warp * Sh::kWarpBytes};
+  const bool early = a.early_kv_loads;  // the newest key (the previous kernel's) is read later
 
   // Prologue: the first S - 1 tiles (their block-table lookups first, in one round trip).
   int first[S - 1][kPasses], ps[kPasses];
 #pragma unroll
-  for (int it = 0; it < S - 1; ++it) rows_phys(it, early, first[it]);
-  rows_phys(S - 1, false, ps);
+  for (int it = 0; it < S - 1; ++it) pipe.rows(it, early, first[it]);
+  pipe.rows(S - 1, false, ps);
 #pragma unroll
-  for (int it = 0; it < S - 1; ++it) copy_tile(it, first[it]);
+  for (int it = 0; it < S - 1; ++it) pipe.copy(it, first[it]);
 
   pdl_wait();  // q, the newest K/V row and every global write come after it
   uint32_t qw[D / 16][2], qs[D / 16][2];
   const T* q_sink_row =
       kt.n_sink > 0 ? static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride : nullptr;
   const float scale_log2 =
-      a.scale_log2 * load_q_frags<T, D, kFp8>(qw, qs, static_cast<const T*>(a.q) + seq * a.q_stride,
-                                              q_sink_row, h0, nh);
+      a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(
+                         qw, qs, static_cast<const T*>(a.q) + seq * a.q_stride, q_sink_row, h0, nh);
 
   WarpState<D> st;
 #pragma unroll
@@ -447,47 +510,16 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.0f;
 
-  for (int it = 0; it < n_local; ++it) {
-    copy_tile(it + S - 1, ps);  // into the stage tile it - 1 used (freed by its __syncwarp)
-    rows_phys(it + S, false, ps);
+  for (int it = 0; it < pipe.n_local; ++it) {
+    pipe.copy(it + S - 1, ps);  // into the stage tile it - 1 used (freed by its __syncwarp)
+    pipe.rows(it + S, false, ps);
     attn::cp_async_wait<S - 1>();  // tile it has landed (this lane's copies)
     const int tau = warp + it * kWarps;
     const int jb = kt.begin(tau), je = kt.end(tau);
-    const bool sink = kt.sink(tau);
-    const unsigned char* sk = mine + (it % S) * Sh::kStageBytes;
-    const unsigned char* sv = sk + Sh::kVOffset;
-    if (early && it < S - 1 && j_new >= jb && j_new < min(je, jb + kTileKeys) &&
-        (j_new - jb) % kRowsPerPass == row0) {
-      // The newest row, skipped by an early copy: read now (the wait has returned).
-      const C* k_new =
-          kv.k_row(sink ? j_new : sq.geo.ring_base + attn::ring_offset(sq.head_rel, ring));
-      unsigned char* dst = mine + (it % S) * Sh::kStageBytes + (j_new - jb) * Sh::kRowPitch + c * 16;
-      *reinterpret_cast<uint4*>(dst) =
-          *reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(k_new) + c * 16);
-      *reinterpret_cast<uint4*>(dst + Sh::kVOffset) = *reinterpret_cast<const uint4*>(
-          reinterpret_cast<const unsigned char*>(k_new + kv.kv_stride) + c * 16);
-    }
+    if (early && it < S - 1) pipe.place_newest(it, jb, je, kt.sink(tau));
     __syncwarp();  // the tile is complete for every lane
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint32_t p0, p1;
-    // (Two calls, not a selected array: the fragments stay in registers.)
-    if constexpr (kFp8) {
-      if (sink) {
-        scores_fp8<D>(sk, qs, s);
-      } else {
-        scores_fp8<D>(sk, qw, s);
-      }
-      softmax_p<__half, D>(s, je - jb, scale_log2, st, p0, p1);
-      pv_fp8<D>(sv, p0, p1, st);
-    } else {
-      if (sink) {
-        scores_16bit<T, D>(sk, qs, s);
-      } else {
-        scores_16bit<T, D>(sk, qw, s);
-      }
-      softmax_p<T, D>(s, je - jb, scale_log2, st, p0, p1);
-      pv_16bit<T, D>(sv, p0, p1, st);
-    }
+    const unsigned char* sk = pipe.stage(it);
+    attend_tile<T, C, D>(sk, sk + Sh::kVOffset, kt.sink(tau), je - jb, qw, qs, scale_log2, st);
     __syncwarp();  // every lane is done with the stage before it is refilled
   }
   attn::cp_async_wait<0>();
