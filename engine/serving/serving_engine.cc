@@ -73,8 +73,8 @@ class ServingEngine::Impl {
     stop_warm_up_.store(true);
     if (warm_up_.joinable()) warm_up_.join();
     loop_->stop("server shutting down");  // final events of everything left go to the output thread
-    loop_.reset();
-    output_.reset();  // delivers them, then stops
+    output_.reset();  // delivers them, then stops; it tells the loop of stop strings until then
+    loop_.reset();    // so the loop (its thread already joined) goes last
   }
 
   RequestHandle submit(Request r, EventNotifier notify) {

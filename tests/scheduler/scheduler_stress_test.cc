@@ -1,6 +1,7 @@
 // Random submits, cancels, dropped handles, deadlines and queue timeouts from several threads
 // for a bounded time: every submitted request gets exactly one final event, nothing deadlocks,
-// and no KV block is leaked. Also built with ThreadSanitizer in CI (scripts/test.sh).
+// and no KV block is leaked; an engine destroyed the moment a stop string's final event arrives
+// shuts down cleanly. Also built with ThreadSanitizer in CI (scripts/test.sh).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -79,6 +80,36 @@ TEST(ServingEngineStress, RandomSubmitCancelTimeoutKeepsInvariants) {
   EXPECT_EQ(s.waiting, 0);
   EXPECT_EQ(s.kv_blocks_used, 0) << "leaked KV blocks";
   EXPECT_FALSE(s.stalled);
+}
+
+// The output thread tells the loop about a matched stop string after it has delivered the final
+// event; a client may destroy the engine in between. The loop must outlive the output thread
+// (CI once crashed here: the loop was destroyed first and the output thread called into it).
+TEST(ServingEngineStress, EngineDestroyedAsAStopStringsFinalArrives) {
+  const auto& tok = *testing::default_model().tokenizer;
+  Request r;
+  r.prompt = tok.encode("KING HENRY:\n");
+  r.sampling.temperature = 0;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  std::string first_text;
+  {
+    testing::EngineFixture f;
+    RequestHandle h = f.engine->submit(r);
+    first_text = testing::collect(h).text;
+  }
+  ASSERT_FALSE(first_text.empty());
+  r.stop = {first_text.substr(0, 1)};  // matched by the first token
+  int stopped = 0;
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  for (int i = 0; i < 100 && Clock::now() < until; ++i) {
+    testing::EngineFixture f;
+    RequestHandle h = f.engine->submit(r);
+    const testing::Collected c = testing::collect(h);
+    ASSERT_EQ(c.finals, 1);
+    stopped += c.final.reason == FinishReason::kStop;
+  }  // the engine goes while its output thread may still be inside the stop string's handling
+  EXPECT_GT(stopped, 0);
 }
 
 }  // namespace
