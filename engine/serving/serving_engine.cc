@@ -82,14 +82,22 @@ class ServingEngine::Impl {
       metrics_.requests_rejected("draining").add();
       throw Error(ErrorCode::kUnavailable, "server is draining: not accepting new requests");
     }
+    if (r.id.empty()) {
+      r.id = random_id("req-");
+      r.id_scope.clear();
+    }
     auto seq = std::make_shared<Sequence>();
+    // The channel exists before a turn is published on its session: close_session cancels the
+    // session's turn through it from any thread, even before the turn is queued.
+    seq->channel =
+        std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
     std::shared_ptr<Sequence> previous_turn;
     if (!r.session_id.empty()) {
       seq->session = sessions_.begin_turn(r.session_id, r.session_incarnation, seq, previous_turn);
       r.cache = seq->session->options.cache;
     }
     try {
-      return queue(std::move(r), seq, std::move(notify));
+      return queue(std::move(r), seq);
     } catch (...) {
       if (seq && seq->session) sessions_.abandon_turn(seq->session, seq, previous_turn);
       throw;
@@ -185,10 +193,11 @@ class ServingEngine::Impl {
   }
 
  private:
-  // Validates and queues a request (`seq` is fresh, its session set for a turn).
-  RequestHandle queue(Request r, SequencePtr seq, EventNotifier notify) {
+  // Validates and queues a request (`seq` is fresh, its channel made and its session set for a
+  // turn).
+  RequestHandle queue(Request r, SequencePtr seq) {
     try {
-      if (!r.id.empty()) check_id_length(r.id, "request id");
+      check_id_length(r.id, "request id");
       validate_request(r, runner_->config(), runner_->kv(), kv_blocks_total_, config_);
     } catch (const Error&) {
       metrics_.requests_rejected("invalid").add();
@@ -215,18 +224,12 @@ class ServingEngine::Impl {
                                 std::to_string(config_.max_queued_requests) + ")",
                             retry);
     }
-    if (r.id.empty()) {
-      r.id = random_id("req-");
-      r.id_scope.clear();
-    }
     const auto now = Clock::now();
     {
       std::lock_guard lock(mu_);
       const std::string key = live_key(r.id_scope, r.id);
       if (live_.count(key))
         throw Error(ErrorCode::kInvalidArgument, "request id " + r.id + " is already in use");
-      seq->channel =
-          std::make_shared<RequestChannel>(r.id, std::move(notify), config_.max_buffered_chunks);
       live_.emplace(key, seq->channel);
       seq->order = next_order_++;
     }
