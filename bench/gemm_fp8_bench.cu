@@ -9,13 +9,16 @@
 // configuration (tile, stages, cluster: cublasLt.h's enum names, generated from the toolkit's
 // header at configure time), then Fp8Gemm::run itself and the 16-bit GEMM the runner takes for
 // bf16 weights (Gemm::run, cublasGemmEx); "x #1" is a candidate's speed-up on the first (> 1:
-// faster). A summary gives, per problem, the first and the best rate, whether the best's output
-// is bit-identical to the first's, and per model the time of --layers layers of the four
-// projections at M = --sum-m, first against best.
+// faster). Then the plan with cuBLASLt's fast accumulation (Fp8Gemm::Problem::fast_accum, the
+// runner's CudaTuning::fp8_fast_accum): its rate and how far its output is from the plan's
+// (largest |difference| over the largest |y|). A summary gives, per problem, the first, the best
+// and the fast-accumulation rate, whether the best's output is bit-identical to the first's, and
+// per model the time of --layers layers of the four projections at M = --sum-m.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -172,6 +175,7 @@ struct Result {
   int M = 0;
   int candidates = 0, failed = 0, best_rank = 0;
   double first_ms = -1, best_ms = -1, plan_ms = -1, bf16_ms = -1;
+  double fast_ms = -1, fast_diff = -1;  // the plan with fast accumulation; its relative difference
   bool identical = false;
 };
 
@@ -222,6 +226,22 @@ std::vector<uint8_t> output(Fp8Gemm& gemm, const Fp8Gemm::Problem& p,
   return y;
 }
 
+// Largest |a - b| over the largest |a|, a and b bf16 outputs (bytes, little-endian).
+double relative_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  auto value = [](const std::vector<uint8_t>& y, size_t i) {
+    const uint32_t bits = uint32_t(y[2 * i] | (y[2 * i + 1] << 8)) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return double(f);
+  };
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < a.size() / 2; ++i) {
+    diff = std::max(diff, std::abs(value(a, i) - value(b, i)));
+    top = std::max(top, std::abs(value(a, i)));
+  }
+  return top > 0 ? diff / top : diff;
+}
+
 Result bench_problem(const Shape& s, int M, Fp8Gemm& gemm, rill::cuda::Gemm& gemm16,
                      const Operands& o, const Options& opt, cudaStream_t stream) {
   Result r;
@@ -259,6 +279,17 @@ Result bench_problem(const Shape& s, int M, Fp8Gemm& gemm, rill::cuda::Gemm& gem
   const bool plan_same = output(gemm, p, nullptr, o, stream) == first;
   std::printf("  Fp8Gemm::run (plan)   %9.1f us %7.1f TFLOP/s  output bit-identical to #1: %s\n",
               r.plan_ms * 1e3, tflops(M, s, r.plan_ms), plan_same ? "yes" : "no");
+  Fp8Gemm::Problem fast = p;
+  fast.fast_accum = true;
+  r.fast_ms = time_fp8(gemm, fast, nullptr, o, opt, stream);
+  if (r.fast_ms > 0) {
+    r.fast_diff = relative_difference(output(gemm, p, nullptr, o, stream),
+                                      output(gemm, fast, nullptr, o, stream));
+    std::printf(
+        "  plan, fast accumulate %9.1f us %7.1f TFLOP/s  %.3fx plan; max |diff| / max |y| "
+        "%.2e\n",
+        r.fast_ms * 1e3, tflops(M, s, r.fast_ms), r.plan_ms / r.fast_ms, r.fast_diff);
+  }
   if (r.best_rank > 0) {
     r.identical = output(gemm, p, &cands[r.best_rank - 1].algo, o, stream) == first;
     std::printf("  best: #%d, %.3fx #1; output bit-identical to #1: %s\n", r.best_rank,
@@ -278,22 +309,22 @@ Result bench_problem(const Shape& s, int M, Fp8Gemm& gemm, rill::cuda::Gemm& gem
 
 void summary(const std::vector<Result>& results, const Options& opt) {
   std::printf("\nSummary (TFLOP/s; best: the fastest candidate, its rank, its speed-up on #1)\n");
-  std::printf("%-10s %-8s %5s %5s  %8s %8s %5s %7s  %9s  %8s\n", "model", "proj", "M", "tried",
-              "#1", "best", "rank", "best/#1", "identical", "bf16");
+  std::printf("%-10s %-8s %5s %5s  %8s %8s %5s %7s  %9s  %8s  %8s %8s\n", "model", "proj", "M",
+              "tried", "#1", "best", "rank", "best/#1", "identical", "bf16", "fast", "diff");
   for (const Result& r : results) {
-    std::printf("%-10s %-8s %5d %2d/%-2d  %8.1f %8.1f %5d %7.3f  %9s  %8.1f\n", r.shape->model,
-                r.shape->name, r.M, r.candidates - r.failed, r.candidates,
+    std::printf("%-10s %-8s %5d %2d/%-2d  %8.1f %8.1f %5d %7.3f  %9s  %8.1f  %8.1f %8.1e\n",
+                r.shape->model, r.shape->name, r.M, r.candidates - r.failed, r.candidates,
                 tflops(r.M, *r.shape, r.first_ms), tflops(r.M, *r.shape, r.best_ms), r.best_rank,
                 r.first_ms > 0 && r.best_ms > 0 ? r.first_ms / r.best_ms : 0.0,
                 r.best_rank == 0 ? "-"
                 : r.identical    ? "yes"
                                  : "no",
-                tflops(r.M, *r.shape, r.bf16_ms));
+                tflops(r.M, *r.shape, r.bf16_ms), tflops(r.M, *r.shape, r.fast_ms), r.fast_diff);
   }
   std::printf("\n%d layers of the four projections at M = %d (ms)\n", opt.layers, opt.sum_m);
-  std::printf("%-10s %9s %9s %9s %9s\n", "model", "#1", "best", "plan", "bf16");
+  std::printf("%-10s %9s %9s %9s %9s %9s\n", "model", "#1", "best", "plan", "bf16", "fast");
   for (const std::string& model : opt.models) {
-    double first = 0, best = 0, plan = 0, bf16 = 0;
+    double first = 0, best = 0, plan = 0, bf16 = 0, fast = 0;
     int n = 0;
     for (const Result& r : results) {
       if (r.shape->model != model || r.M != opt.sum_m) continue;
@@ -301,11 +332,13 @@ void summary(const std::vector<Result>& results, const Options& opt) {
       best += r.best_ms;
       plan += r.plan_ms;
       bf16 += r.bf16_ms;
+      fast += r.fast_ms;
       ++n;
     }
     if (n == 4 && first > 0 && best > 0 && plan > 0)
-      std::printf("%-10s %9.2f %9.2f %9.2f %9.2f\n", model.c_str(), first * opt.layers,
-                  best * opt.layers, plan * opt.layers, opt.bf16 ? bf16 * opt.layers : 0.0);
+      std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f\n", model.c_str(), first * opt.layers,
+                  best * opt.layers, plan * opt.layers, opt.bf16 ? bf16 * opt.layers : 0.0,
+                  fast * opt.layers);
     else
       std::printf("%-10s (not every projection measured at M = %d)\n", model.c_str(), opt.sum_m);
   }

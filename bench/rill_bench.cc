@@ -563,6 +563,9 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-fused-quant", "-1",
               "fp8 weights: 1 the norms and the activation write the W8A8 GEMMs' input as e4m3 "
               "themselves, 0 a quantization kernel before each GEMM does; -1: the runner's default");
+  args.option("fp8-fast-accum", "-1",
+              "fp8 weights: 1 the W8A8 GEMMs use cuBLASLt's fast accumulation, 0 they promote "
+              "partial sums to fp32; -1: the runner's default");
   args.option("carveout", "-1",
               "shared-memory carveout (percent) every kernel asks for; -1: the driver's choice");
   args.flag("early-kv-off-too",
@@ -600,6 +603,7 @@ int main(int argc, char** argv) {
     eo.cuda_tuning.fp8_gemv_deep_mask = args.get_int("fp8-gemv-deep-mask");
     eo.cuda_tuning.fp8_gemv_deep_config = args.get_int("fp8-gemv-deep-config");
     if (const int q = args.get_int("fp8-fused-quant"); q >= 0) eo.cuda_tuning.fp8_fused_quant = q != 0;
+    if (const int f = args.get_int("fp8-fast-accum"); f >= 0) eo.cuda_tuning.fp8_fast_accum = f != 0;
     if (args.get_int("fp8-gemv-max-rows") >= 0)
       eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();

@@ -105,10 +105,14 @@ int main(int argc, char** argv) {
   args.option("cpu-fp8-activations", "emulate",
               "--device cpu: emulate (the CUDA runner's e4m3 activations in prefill steps) | "
               "fp32 (weight-only fp8)");
+  args.option("fp8-fast-accum", "-1",
+              "CUDA: 1 the W8A8 GEMMs use cuBLASLt's fast accumulation, 0 they do not; -1: the "
+              "runner's default");
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
     if (!args.given("max-batch")) o.max_batch = 8;
+    if (const int f = args.get_int("fp8-fast-accum"); f >= 0) o.cuda_tuning.fp8_fast_accum = f != 0;
     const Model m = load_model(args.get("model"));
     const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
     if (positions < 2 || decode < 1 || decode >= positions)

@@ -197,6 +197,7 @@ void CudaRunner::apply_tuning() {
   gemm_->set_gemv_config(tuning_.gemv_config);
   gemm_->set_deep_config(tuning_.gemv_deep_config);
   gemm_->set_fp8_gemv_max_rows(tuning_.fp8_gemv_max_rows);
+  gemm_->set_fp8_fast_accum(tuning_.fp8_fast_accum);
   gemm_->set_fp8_gemv_config(tuning_.fp8_gemv_config);
   gemm_->set_fp8_deep_config(tuning_.fp8_gemv_deep_config);
   kernels::set_programmatic_launch(tuning_.programmatic_launch);

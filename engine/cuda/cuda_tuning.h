@@ -88,6 +88,11 @@ struct CudaTuning {
   /// (kernels::ActivationParams::out_fp8). The GEMM then runs without a quantization kernel of
   /// its own; the bytes are those that kernel writes (CudaFp8.FusedQuantizationChangesNothing).
   bool fp8_fused_quant = true;
+  /// fp8 weights with per-row scales: the W8A8 GEMMs (prefill, decode batches past
+  /// fp8_gemv_max_rows) accumulate with cuBLASLt's fast accumulation (Fp8Gemm::Problem::
+  /// fast_accum) instead of promoting partial sums to fp32 periodically. Off until measured on a
+  /// GPU (docs/quantization.md).
+  bool fp8_fast_accum = false;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

@@ -80,6 +80,9 @@ class Gemm {
   /// fp8 weights: the GEMV takes up to this many rows (1 .. kernels::kFp8GemvMaxRows), the
   /// W8A8 GEMM more; 0: always the GEMM where cuBLASLt has one.
   void set_fp8_gemv_max_rows(int rows) { fp8_gemv_max_rows_ = rows; }
+  /// The W8A8 GEMMs over per-row-scaled weights with cuBLASLt's fast accumulation
+  /// (Fp8Gemm::Problem::fast_accum); block-scaled ones rescale every 128 columns anyway.
+  void set_fp8_fast_accum(bool on) { fp8_fast_accum_ = on; }
   /// The fp8 GEMV's CTA shape (kernels::gemv_fp8_config_info; -1: the default rule).
   void set_fp8_gemv_config(int config) { fp8_gemv_config_ = config; }
   /// The fp8 GEMV's CTA shape with deep_prologue (-1: the default rule).
@@ -110,7 +113,8 @@ class Gemm {
   }
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
   Fp8Gemm::Problem fp8_problem(const DeviceLinear& w, int M, int N, int K, bool y_f32) const {
-    return {M, N, K, w.scale_layout == kernels::Fp8ScaleLayout::kBlock128, dtype_, y_f32};
+    const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
+    return {M, N, K, block, dtype_, y_f32, fp8_fast_accum_ && !block};
   }
   // fp8 weights: the W8A8 GEMM on the leading rows of `padded` (>= M) cuBLASLt takes, the GEMV in
   // tiles of 16 rows on the real rows (< M) past those.
@@ -131,6 +135,7 @@ class Gemm {
   int gemv_config_ = -1;
   int deep_config_ = -1;
   int fp8_gemv_max_rows_ = kernels::kFp8GemvMaxRows;
+  bool fp8_fast_accum_ = false;
   int fp8_gemv_config_ = -1;
   int fp8_deep_config_ = -1;
   std::unique_ptr<Fp8Gemm> fp8_gemm_;

@@ -48,6 +48,7 @@ Fp8Gemm::Plan& Fp8Gemm::plan(const Problem& p) {
                                : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
   set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+  set(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(p.fast_accum ? 1 : 0));
   // Real pointers are set per call (run); some libraries want non-null ones for the heuristic.
   set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, workspace_);
   set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, workspace_);

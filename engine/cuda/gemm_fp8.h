@@ -1,9 +1,12 @@
 // W8A8 fp8 GEMMs on the tensor cores through cuBLASLt (Hopper): y[M, N] = sum_k xq[m, k] sx(m, k)
-// w[n, k] sw(n, k), e4m3 x e4m3 with fp32 accumulation (no fast accumulation), y in the
-// activation dtype or fp32. Scales: per token x per row (OUTER_VEC_32F on both operands), or per
-// 128 columns of each token x per 128 columns of each row (VEC128_32F on both), the layouts of
-// kernels::Fp8ScaleLayout and kernels::ActQuantMode. Plans (descriptors and the heuristic's
-// algorithm) are cached per problem, so steps captured in CUDA graphs make no new ones.
+// w[n, k] sw(n, k), e4m3 x e4m3 with fp32 accumulation, y in the activation dtype or fp32.
+// Accumulation: with Problem::fast_accum, cuBLASLt's fast accumulation (the tensor cores'
+// accumulator throughout, as vLLM's Hopper fp8 kernels run); without it, partial sums promoted
+// to fp32 periodically (slower, more exact). Scales: per token x per row
+// (OUTER_VEC_32F on both operands), or per 128 columns of each token x per 128 columns of each row
+// (VEC128_32F on both), the layouts of kernels::Fp8ScaleLayout and kernels::ActQuantMode. Plans
+// (descriptors and the heuristic's algorithm) are cached per problem, so steps captured in CUDA
+// graphs make no new ones.
 #pragma once
 
 #include <cublasLt.h>
@@ -32,8 +35,9 @@ class Fp8Gemm {
     bool block = false;
     kernels::DType dtype = kernels::DType::kBF16;
     bool y_f32 = false;
-    std::tuple<int, int, int, bool, int, bool> key() const {
-      return {M, N, K, block, static_cast<int>(dtype), y_f32};
+    bool fast_accum = false;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM
+    std::tuple<int, int, int, bool, int, bool, bool> key() const {
+      return {M, N, K, block, static_cast<int>(dtype), y_f32, fast_accum};
     }
   };
   /// True when cuBLASLt has an algorithm for `p` (K % 16 == 0; block: K % 128 == 0).
@@ -83,7 +87,7 @@ class Fp8Gemm {
   cublasLtHandle_t handle_ = nullptr;
   // Problems seen; prefill chunks of every length up to the step budget make at most a few
   // thousand (a few KB each), dropped when the runner goes.
-  std::map<std::tuple<int, int, int, bool, int, bool>, Plan> plans_;
+  std::map<std::tuple<int, int, int, bool, int, bool, bool>, Plan> plans_;
 };
 
 }  // namespace rill::cuda

@@ -13,7 +13,10 @@
 # fp8 weights (issue 28): fp8-tests (kernel and CUDA engine tests of the fp8 paths), fp8-micro
 # (rill-gemv-fp8-bench), fp8-7b / fp8-8b (decode, prefill, GEMV/GEMM switch, logit cosine against
 # 16-bit, and on the 8B shape 1,000 requests of 256 + 256), fp8-ppl (default model, --quantization
-# fp8 against none); `fp8` runs them all and ends with a short summary.
+# fp8 against none); `fp8` runs them all and ends with a short summary. fp8-fast-accum compares
+# the W8A8 GEMMs with and without cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum): its
+# tests, the GEMMs alone (rill-gemm-fp8-bench), the 7B's 2,048-token prefill against bf16 in the
+# same session, the 7B / 8B logit cosine, and the 8B's 1,000 x 256/256 in process.
 # Logs go to $OUT/gpu_<section>.txt.
 set -u
 bin=$1 lib=$2
@@ -70,6 +73,21 @@ for section in "${sections[@]}"; do
       TAIL=4 run fp8_8b 200 "$bin/rill-quant-check" --model /tmp/llama3-8b --device cuda --positions 256
       TAIL=12 run fp8_8b 400 "$bin/rill-serve-bench" --model /tmp/llama3-8b --quantization fp8 --num-requests 1000 \
         --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
+    fp8-fast-accum)
+      TAIL=20 run fp8_fast 300 "$bin/cuda_engine_tests" \
+        --gtest_filter='CudaFp8Gemm.*:CudaFp8.FastAccumulation*:CudaFp8.DefaultModel*'
+      TAIL=24 run fp8_fast 240 "$bin/rill-gemm-fp8-bench" --m 256,2048 --algos 1 --iters 10
+      make7b
+      for f in 0 1; do
+        TAIL=4 run fp8_fast 200 "$bin/rill-bench" --model /tmp/llama2-7b --quantization fp8 --fp8-fast-accum $f \
+          --batch 1 --context 512 --prefill 2048 --steps 16
+      done
+      TAIL=4 run fp8_fast 200 "$bin/rill-bench" --model /tmp/llama2-7b --quantization none --batch 1 \
+        --context 512 --prefill 2048 --steps 16
+      for f in 0 1; do
+        TAIL=4 run fp8_fast 200 "$bin/rill-quant-check" --model /tmp/llama2-7b --device cuda --positions 256 \
+          --fp8-fast-accum $f
+      done ;;
     fp8-summary)
       fp8_summary ;;
     tests)

@@ -117,7 +117,9 @@ TEST(CudaConstraints, PipelinedConstrainedBatchIsValidAndMatchesTheCpuRunner) {
     strict += testing::expect_greedy_agrees(
         cpu, reqs[i].prompt, c.ids,
         [&](size_t k) {
-          if (k > 0) EXPECT_NE(state.advance(c.ids[k - 1]), ConstraintState::Next::kRejected);
+          if (k > 0) {
+            EXPECT_NE(state.advance(c.ids[k - 1]), ConstraintState::Next::kRejected);
+          }
           return state.mask();
         },
         0.25);

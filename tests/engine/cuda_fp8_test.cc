@@ -115,8 +115,9 @@ std::vector<float> quantized_x(const std::vector<float>& x, int M, int K, bool g
 struct GemmCase {
   int M, N, K;
   bool block;
-  float static_scale = 0;  // > 0: the layer's input_scale
-  bool y_f32 = false;      // fp32 output (an fp8 LM head) instead of bf16
+  float static_scale = 0;   // > 0: the layer's input_scale
+  bool y_f32 = false;       // fp32 output (an fp8 LM head) instead of bf16
+  bool fast_accum = false;  // cuBLASLt's fast accumulation (Gemm::set_fp8_fast_accum)
 };
 
 // kGemm: every row through the W8A8 GEMM; kLeadingRows: the leading rows cuBLASLt takes (all, or
@@ -128,7 +129,8 @@ enum class Path { kGemm, kLeadingRows, kGemv, kEither };
 void check_gemm(const GemmCase& c, Path path, std::mt19937& rng) {
   SCOPED_TRACE("M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
                " K=" + std::to_string(c.K) + (c.block ? " block128" : " per-row") +
-               (c.static_scale > 0 ? " static" : "") + (c.y_f32 ? " y_f32" : ""));
+               (c.static_scale > 0 ? " static" : "") + (c.y_f32 ? " y_f32" : "") +
+               (c.fast_accum ? " fast_accum" : ""));
   const HostFp8 w = random_fp8(c.N, c.K, c.block, rng);
   std::vector<float> x(size_t(c.M) * c.K);
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -138,6 +140,7 @@ void check_gemm(const GemmCase& c, Path path, std::mt19937& rng) {
   {
     cuda::Gemm gemm(kernels::DType::kBF16, stream);
     gemm.reserve_fp8(std::max(c.M, 1), c.K);
+    gemm.set_fp8_fast_accum(c.fast_accum);
     cuda::DeviceMemory d_w(w.bytes.size()), d_s(w.scale.size() * 4), d_x(x.size() * 2),
         d_y(size_t(c.M) * c.N * 4), d_in(4);
     std::vector<uint16_t> xb(x.size());
@@ -189,11 +192,14 @@ void check_gemm(const GemmCase& c, Path path, std::mt19937& rng) {
         }
         // Accumulation error in units of the sum of |products|: fp32 in the GEMV; in Hopper's
         // fp8 MMA about 14 bits between cuBLASLt's promotions to fp32 (DeepSeek-V3, section
-        // 3.3.2). Plus the bf16 rounding of y. A wrong scale layout misses by O(1).
-        const double acc = gemm_path ? 1e-4 : 1e-5;
+        // 3.3.2); with fast accumulation, no promotions: those bits over the whole of K. Plus
+        // the bf16 rounding of y. A wrong scale layout misses by O(1).
+        const double acc = !gemm_path ? 1e-5 : c.fast_accum ? 2e-3 : 1e-4;
         const double allowed = acc * sum_abs + (c.y_f32 ? 0.0 : std::abs(want) * 0x1p-8);
         worst = std::max(worst, std::abs(got[size_t(m) * c.N + n] - want) / (allowed + 1e-30));
       }
+    std::printf("    worst error %.3f of the allowed %s\n", worst,
+                c.fast_accum ? "(fast accumulation)" : "");
     EXPECT_LE(worst, 1.0) << "worst error in units of the allowed error";
   }
   cudaStreamDestroy(stream);
@@ -215,6 +221,11 @@ TEST(CudaFp8Gemm, W8A8GemmMatchesTheQuantizedReference) {
   // fp32 output (LM heads the checkpoint quantized): the GEMM where cuBLASLt has one, else tiles.
   check_gemm({48, 512, 1024, false, 0, true}, Path::kEither, rng);
   check_gemm({48, 512, 1024, true, 0, true}, Path::kEither, rng);
+  // Fast accumulation (CudaTuning::fp8_fast_accum; per-row scales only, block-scaled weights keep
+  // the default): K up to Llama-3-8B's 14,336.
+  for (const GemmCase& c :
+       {GemmCase{64, 384, 4096, false, 0, false, true}, {256, 256, 14336, false, 0, false, true}})
+    check_gemm(c, Path::kGemm, rng);
 }
 
 TEST(CudaFp8Gemm, GemvAndFallbackMatchTheWeightOnlyReference) {
@@ -350,6 +361,22 @@ TEST(CudaFp8, DefaultModelQuantizedAtLoadMatchesTheCpuEngine) {
   RunSetup all_gemm;
   all_gemm.tuning.fp8_gemv_max_rows = 0;  // every step through the W8A8 GEMM
   compare(m, "fp8", 4, 64, 4, all_gemm);
+}
+
+// The W8A8 GEMMs with cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum) within the same
+// tolerance of the CPU engine: every step through the GEMM; per-row scales (block-scaled weights
+// keep the default accumulation: fp8_block checks that the switch leaves them alone).
+TEST(CudaFp8, FastAccumulationMatchesTheCpuEngine) {
+  REQUIRE_CUDA();
+  RunSetup fast;
+  fast.tuning.fp8_fast_accum = true;
+  fast.tuning.fp8_gemv_max_rows = 0;
+  compare(load_model(source_path("models/rill-shakespeare")), "fp8", 4, 64, 4, fast);
+  for (const char* name : {"fp8_ct_channel", "fp8_block"}) {
+    SCOPED_TRACE(name);
+    compare(load_model(source_path(std::string("tests/fixtures/") + name)), "auto", 20, 24, 4,
+            fast);
+  }
 }
 
 // fp8 weights with the fp8 KV cache and StreamingLLM caches (sinks + a window the decode steps

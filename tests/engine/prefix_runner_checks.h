@@ -217,7 +217,9 @@ inline std::optional<float> top_logprob(const SampleLogprobs& lp, int32_t id) {
 // unlikely. A cached KV that is wrong moves logprobs by far more than `tol`.
 inline void expect_same_stream(const Streamed& on, const Streamed& off, bool greedy, bool exact,
                                const std::string& what) {
-  if (exact) EXPECT_EQ(on.ids, off.ids) << what;  // and close, as follows
+  if (exact) {
+    EXPECT_EQ(on.ids, off.ids) << what;  // and close, as follows
+  }
   constexpr float tol = 0.15f;
   ASSERT_EQ(on.ids.size(), off.ids.size()) << what;
   ASSERT_EQ(on.logprobs.size(), on.ids.size()) << what;
