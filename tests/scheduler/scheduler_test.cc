@@ -305,7 +305,8 @@ TEST(ServingEngine, MinTokensMaxTokensZeroDeadlineAndQueueTimeout) {
 
   Request slow = greedy(random_prompt(5, 3), 100000);
   slow.ignore_eos = true;
-  slow.deadline = Clock::now() + std::chrono::milliseconds(300);
+  // Long enough for a first token on a loaded or sanitized build (300 ms was not under TSan).
+  slow.deadline = Clock::now() + std::chrono::milliseconds(1000);
   RequestHandle hs = f.engine->submit(slow);
   Request queued = greedy(random_prompt(5, 4), 5);
   queued.queue_timeout = std::chrono::milliseconds(50);
