@@ -303,6 +303,13 @@ std::vector<SeqSpec> streaming_seqs() {
   };
 }
 
+// Both of the above in one launch.
+std::vector<SeqSpec> linear_and_streaming_seqs() {
+  std::vector<SeqSpec> seqs = linear_seqs();
+  for (const SeqSpec& q : streaming_seqs()) seqs.push_back(q);
+  return seqs;
+}
+
 TEST(DecodeAttention, LinearCaches) {
   RILL_REQUIRE_GPU();
   for (DType t : {DType::kF16, DType::kBF16}) {
@@ -434,11 +441,12 @@ TEST(DecodeAttention, GqaGroups) {
         }
 }
 
-TEST(DecodeAttention, BlockSizes) {
-  RILL_REQUIRE_GPU();
+// `base` at block sizes 8, 32 and 64, in 1 and 8 splits, over the streaming sequences and one
+// 1,001-key linear sequence.
+void run_block_sizes(const DecodeCase& base) {
   for (int bs : {8, 32, 64})
     for (int splits : {1, 8}) {
-      DecodeCase c;
+      DecodeCase c = base;
       c.block_size = bs;
       c.num_splits = splits;
       c.min_keys_per_split = 1;
@@ -446,6 +454,11 @@ TEST(DecodeAttention, BlockSizes) {
       c.seqs.push_back({0, kLinear, 1000, 1001});
       run_case(c);
     }
+}
+
+TEST(DecodeAttention, BlockSizes) {
+  RILL_REQUIRE_GPU();
+  run_block_sizes(DecodeCase{});
 }
 
 TEST(DecodeAttention, CudaGraphReplay) {
@@ -513,8 +526,7 @@ TEST(DecodeAttentionFp8, LinearAndStreamingCaches) {
       DecodeCase c = fp8_case(t);
       c.num_splits = splits;
       c.min_keys_per_split = splits == 8 ? 1 : 16;
-      c.seqs = linear_seqs();
-      for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+      c.seqs = linear_and_streaming_seqs();
       run_case(c);
     }
 }
@@ -573,8 +585,7 @@ TEST(DecodeAttentionMma, LinearAndStreamingCaches) {
         c.num_heads = hs[0];
         c.num_kv_heads = hs[1];
         c.use_mma = 1;
-        c.seqs = linear_seqs();
-        for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+        c.seqs = linear_and_streaming_seqs();
         run_case(c);
       }
 }
@@ -591,8 +602,7 @@ TEST(DecodeAttentionMma, Fp8Scales) {
         c.num_heads = hs.first;
         c.num_kv_heads = hs.second;
         c.use_mma = 1;
-        c.seqs = linear_seqs();
-        for (const SeqSpec& q : streaming_seqs()) c.seqs.push_back(q);
+        c.seqs = linear_and_streaming_seqs();
         run_case(c);
       }
 }
@@ -627,21 +637,13 @@ TEST(DecodeAttentionMma, EdgeSequencesAndBlockSizes) {
                 {0, kLinear, 0, 1},  {3, 1, 77, 1},  {17, 40, 90, 33}};
       run_case(c);
     }
-    for (int bs : {8, 32, 64})
-      for (int splits : {1, 8}) {
-        DecodeCase c;
-        c.kv = kv;
-        c.dtype = DType::kBF16;
-        c.num_heads = 32;
-        c.num_kv_heads = 4;  // group 8
-        c.block_size = bs;
-        c.num_splits = splits;
-        c.min_keys_per_split = 1;
-        c.use_mma = 1;
-        c.seqs = streaming_seqs();
-        c.seqs.push_back({0, kLinear, 1000, 1001});
-        run_case(c);
-      }
+    DecodeCase base;
+    base.kv = kv;
+    base.dtype = DType::kBF16;
+    base.num_heads = 32;
+    base.num_kv_heads = 4;  // group 8
+    base.use_mma = 1;
+    run_block_sizes(base);
   }
 }
 
