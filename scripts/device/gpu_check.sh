@@ -16,7 +16,8 @@
 # fp8 against none); `fp8` runs them all and ends with a short summary. fp8-fast-accum compares
 # the W8A8 GEMMs with and without cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum): its
 # tests, the GEMMs alone (rill-gemm-fp8-bench), the 7B's 2,048-token prefill against bf16 in the
-# same session, the 7B / 8B logit cosine, and the 8B's 1,000 x 256/256 in process.
+# same session, and the 7B logit cosine both ways. fp8-prefill: the 7B's 2,048-token prefill, fp8
+# against bf16, three rounds.
 # Logs go to $OUT/gpu_<section>.txt.
 set -u
 bin=$1 lib=$2
@@ -75,7 +76,7 @@ for section in "${sections[@]}"; do
         --input-len 256 --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --measure-decode ;;
     fp8-fast-accum)
       TAIL=20 run fp8_fast 300 "$bin/cuda_engine_tests" \
-        --gtest_filter='CudaFp8Gemm.*:CudaFp8.FastAccumulation*:CudaFp8.DefaultModel*'
+        --gtest_filter='CudaFp8Gemm.*:CudaFp8.BothAccumulationModes*:CudaFp8.DefaultModel*'
       TAIL=24 run fp8_fast 240 "$bin/rill-gemm-fp8-bench" --m 256,2048 --algos 1 --iters 10
       make7b
       for f in 0 1; do
@@ -88,6 +89,20 @@ for section in "${sections[@]}"; do
         TAIL=4 run fp8_fast 200 "$bin/rill-quant-check" --model /tmp/llama2-7b --device cuda --positions 256 \
           --fp8-fast-accum $f
       done ;;
+    fp8-prefill)  # the 7B's 2,048-token prefill, fp8 (the default: fast accumulation), bf16 and fp8
+      # with promoted accumulation, three rounds alternating; each round's ratio bf16 / fp8
+      make7b
+      for i in 1 2 3; do
+        for q in "fp8" "none" "fp8 --fp8-fast-accum 0"; do
+          # shellcheck disable=SC2086  # $q is a flag list
+          ms=$("$bin/rill-bench" --model /tmp/llama2-7b --quantization $q --batch 1 --context 512 \
+            --prefill 2048 --steps 8 2>&1 | awk '$1 == 2048 {print $2}')
+          echo "round $i --quantization $q: ${ms:-?} ms" | tee -a "$OUT/gpu_fp8_prefill.txt"
+        done
+      done
+      awk '/quantization fp8:/ {f = $(NF - 1)} /quantization none:/ {b = $(NF - 1)}
+           /fast-accum 0:/ {printf "round %s: bf16 / fp8 %.3fx (promoted accumulation %.3fx)\n", $2, b / f, b / $(NF - 1)}' \
+        "$OUT/gpu_fp8_prefill.txt" | tee -a "$OUT/gpu_fp8_prefill.txt" ;;
     fp8-summary)
       fp8_summary ;;
     tests)

@@ -363,19 +363,22 @@ TEST(CudaFp8, DefaultModelQuantizedAtLoadMatchesTheCpuEngine) {
   compare(m, "fp8", 4, 64, 4, all_gemm);
 }
 
-// The W8A8 GEMMs with cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum) within the same
-// tolerance of the CPU engine: every step through the GEMM; per-row scales (block-scaled weights
-// keep the default accumulation: fp8_block checks that the switch leaves them alone).
-TEST(CudaFp8, FastAccumulationMatchesTheCpuEngine) {
+// The W8A8 GEMMs with and without cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum, on
+// by default) within the same tolerance of the CPU engine: every step through the GEMM; per-row
+// scales (block-scaled weights keep the promoting accumulation: fp8_block checks that the switch
+// leaves them alone).
+TEST(CudaFp8, BothAccumulationModesMatchTheCpuEngine) {
   REQUIRE_CUDA();
-  RunSetup fast;
-  fast.tuning.fp8_fast_accum = true;
-  fast.tuning.fp8_gemv_max_rows = 0;
-  compare(load_model(source_path("models/rill-shakespeare")), "fp8", 4, 64, 4, fast);
-  for (const char* name : {"fp8_ct_channel", "fp8_block"}) {
-    SCOPED_TRACE(name);
-    compare(load_model(source_path(std::string("tests/fixtures/") + name)), "auto", 20, 24, 4,
-            fast);
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast accumulation" : "promoted accumulation");
+    RunSetup s;
+    s.tuning.fp8_fast_accum = fast;
+    s.tuning.fp8_gemv_max_rows = 0;
+    compare(load_model(source_path("models/rill-shakespeare")), "fp8", 4, 64, 4, s);
+    for (const char* name : {"fp8_ct_channel", "fp8_block"}) {
+      SCOPED_TRACE(name);
+      compare(load_model(source_path(std::string("tests/fixtures/") + name)), "auto", 20, 24, 4, s);
+    }
   }
 }
 
