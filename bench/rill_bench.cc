@@ -229,6 +229,7 @@ struct Variant {
   bool early_kv = true, cluster = true;
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
+  bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
 };
@@ -286,6 +287,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     v.decode_mma = 0;
     variants.push_back(v);
   }
+  if (args.on("fp8-norm-off-too")) {
+    Variant v{"off: norms in the fp8 GEMVs"};
+    v.fp8_norm_in_gemv = false;
+    variants.push_back(v);
+  }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
   for (int on : {0, 1}) {
@@ -321,6 +327,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
   if (v.rope_in_attention >= 0)
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
+  t.fp8_norm_in_gemv = v.fp8_norm_in_gemv && base.fp8_norm_in_gemv;
   return t;
 }
 
@@ -566,6 +573,11 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-fast-accum", "-1",
               "fp8 weights: 1 the W8A8 GEMMs use cuBLASLt's fast accumulation, 0 they promote "
               "partial sums to fp32; -1: the runner's default");
+  args.option("fp8-norm-in-gemv", "-1",
+              "fp8 weights: 1 decode steps run the residual adds and norms inside the GEMVs "
+              "around them, 0 as add_norm kernels; -1: the runner's default");
+  args.flag("fp8-norm-off-too",
+            "also time decode with the fp8 GEMVs' residual adds and norms as add_norm kernels");
   args.option("carveout", "-1",
               "shared-memory carveout (percent) every kernel asks for; -1: the driver's choice");
   args.flag("early-kv-off-too",
@@ -604,6 +616,8 @@ int main(int argc, char** argv) {
     eo.cuda_tuning.fp8_gemv_deep_config = args.get_int("fp8-gemv-deep-config");
     if (const int q = args.get_int("fp8-fused-quant"); q >= 0) eo.cuda_tuning.fp8_fused_quant = q != 0;
     if (const int f = args.get_int("fp8-fast-accum"); f >= 0) eo.cuda_tuning.fp8_fast_accum = f != 0;
+    if (const int f = args.get_int("fp8-norm-in-gemv"); f >= 0)
+      eo.cuda_tuning.fp8_norm_in_gemv = f != 0;
     if (args.get_int("fp8-gemv-max-rows") >= 0)
       eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();

@@ -108,11 +108,16 @@ int main(int argc, char** argv) {
   args.option("fp8-fast-accum", "-1",
               "CUDA: 1 the W8A8 GEMMs use cuBLASLt's fast accumulation, 0 they do not; -1: the "
               "runner's default");
+  args.option("fp8-norm-in-gemv", "-1",
+              "CUDA: 1 decode steps run the residual adds and norms inside the fp8 GEMVs, 0 as "
+              "add_norm kernels; -1: the runner's default");
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
     if (!args.given("max-batch")) o.max_batch = 8;
     if (const int f = args.get_int("fp8-fast-accum"); f >= 0) o.cuda_tuning.fp8_fast_accum = f != 0;
+    if (const int f = args.get_int("fp8-norm-in-gemv"); f >= 0)
+      o.cuda_tuning.fp8_norm_in_gemv = f != 0;
     const Model m = load_model(args.get("model"));
     const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
     if (positions < 2 || decode < 1 || decode >= positions)

@@ -65,6 +65,45 @@ int CudaRunner::projection_config(int projection, int N, int K, int T) const {
   return kernels::gemv_ring_config(u.warps, kShallowRing);  // same warps: same sums
 }
 
+// Steps of up to this many tokens take the norms into their fp8 GEMVs. H100, 515 cached, piped ms
+// with and without (docs/performance.md F18): 7B 3.031 / 3.137 at 1 token, 3.299 / 3.394 at 2,
+// 3.610 / 3.659 at 4, 4.089 / 4.028 at 8; 8B 3.501 / 3.583, 3.630 / 3.675, 3.993 / 3.975,
+// 4.459 / 4.317. Past 2 tokens the copies of the sums (M x H / 16 floats per CTA) and warp 0's
+// longer epilogue cost what the boundary saved.
+constexpr int kNormInGemvMaxTokens = 2;
+
+bool CudaRunner::norm_in_gemv(int li, int T) const {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size;
+  if (!tuning_.fp8_norm_in_gemv || c.norm != NormKind::kRmsNorm || c.parallel_residual ||
+      tp_.comm || !norm_sumsq_.get() || H % 16 != 0 || T > kNormInGemvMaxTokens ||
+      T * (H / 16) > kernels::kFp8NormInMaxSums ||
+      !tuning_.fused_decode || !c.gated_mlp || !weights_->gate_up_interleaved())
+    return false;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  return !w.bo && !w.bdown && !w.attn_norm_bias && !w.mlp_norm_bias && w.wqkv.fp8() &&
+         w.wo.fp8() && w.wup.fp8() && w.wdown.fp8() && gemm_->uses_gemv(h_.get(), w.wqkv, T, H) &&
+         gemm_->uses_gemv(attn_.get(), w.wo, T, c.q_dim()) &&
+         gemm_->uses_gemv(h_.get(), w.wup, T, H) && gemm_->uses_gemv(act_.get(), w.wdown, T, I);
+}
+
+void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T,
+                                     int N, int K, int projection, bool norm_in,
+                                     const void* norm_weight) {
+  kernels::Fp8GemvParams p = gemm_->fp8_gemv_params(x, w, y, T, N, K, false);
+  p.deep_prologue = fp8_deep_gemv(projection, T);
+  if (norm_in) {
+    p.norm_in.sumsq = norm_sumsq_.as<float>();
+    p.norm_in.eps = config_.norm_eps;
+  }
+  if (norm_weight) {
+    p.norm_out.residual = x_.as<float>();
+    p.norm_out.weight = norm_weight;
+    p.norm_out.sumsq = norm_sumsq_.as<float>();
+  }
+  gemm_->gemv_fp8(p);
+}
+
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
 void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache,
@@ -116,7 +155,7 @@ void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cac
 
 // QKV projection, RoPE + KV write, attention over the cache (and the fresh chunk), prefill K/V
 // write, output projection: h_ (normed input) -> o_.
-void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
+void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorms& norms) {
   const ModelConfig& c = config_;
   const cuda::DeviceLayer& w = weights_->layers()[li];
   const cuda::StepShape& sh = plan.shape;
@@ -127,6 +166,10 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
   timed(Profiler::kGemm, [&] {
+    if (norms.qkv_in) {
+      gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true, nullptr);
+      return;
+    }
     gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv, w.wqkv, T),
                projection_config(kQkv, c.qkv_dim(), H, T), gemm_rows(T, plan, h_.get(), w.wqkv, H));
   });
@@ -161,6 +204,10 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
     });
   }
   timed(Profiler::kGemm, [&] {
+    if (norms.mid) {  // the residual add and the MLP norm's input: h_
+      gemv_fp8_with_norms(attn_.get(), w.wo, h_.get(), T, H, c.q_dim(), kO, false, w.mlp_norm);
+      return;
+    }
     gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
                projection_config(kO, H, c.q_dim(), T),
                gemm_rows(T, plan, attn_.get(), w.wo, c.q_dim()));
@@ -170,7 +217,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan) {
 }
 
 // Up (or gate | up) projection, activation, down projection: in -> m_.
-void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
+void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan,
+                             const LayerNorms& norms) {
   const ModelConfig& c = config_;
   const int T = plan.shape.tokens;
   const cuda::DeviceLayer& w = weights_->layers()[li];
@@ -198,6 +246,10 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
       p.epilogue = kernels::GemvEpilogue::kSiluMul;
       p.bias = w.bup;
       p.deep_prologue = fp8_deep_gemv(kUp, T);
+      if (norms.mid) {
+        p.norm_in.sumsq = norm_sumsq_.as<float>();
+        p.norm_in.eps = c.norm_eps;
+      }
       gemm_->gemv_fp8(p);
       return;
     }
@@ -239,6 +291,11 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan) {
     if (p.out_fp8) gemm_->prequantized(act_.get(), T);
   });
   timed(Profiler::kGemm, [&] {
+    if (norms.down_out) {  // the residual add and the next layer's attention norm's input: h_
+      gemv_fp8_with_norms(act_.get(), w.wdown, h_.get(), T, H, I, kDown, false,
+                          weights_->layers()[li + 1].attn_norm);
+      return;
+    }
     gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
                projection_config(kDown, H, I, T), gemm_rows(T, plan, act_.get(), w.wdown, I));
   });
@@ -333,9 +390,14 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
     }
   }
 
-  enqueue_attention(li, plan);
+  // The norms inside the fp8 GEMVs around them where both take it (CudaTuning::fp8_norm_in_gemv).
+  LayerNorms norms;
+  norms.mid = norm_in_gemv(li, T);
+  norms.qkv_in = norms.mid && li > 0 && norm_in_gemv(li - 1, T);
+  norms.down_out = norms.mid && !last && norm_in_gemv(li + 1, T);
+  enqueue_attention(li, plan, norms);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
-    enqueue_mlp(li, h2_.get(), plan);
+    enqueue_mlp(li, h2_.get(), plan, norms);
     after.delta0 = o_.get();
     after.bias0 = w.bo;
     after.delta1 = m_.get();
@@ -350,9 +412,11 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   mid.norm_bias0 = w.mlp_norm_bias;
   mid.out0 = h_.get();
   if (peer_sum(T)) mid.peers = peer_o_;  // the o all-reduce happens here
-  enqueue_add_norm(mid, plan, false, &w.wup, c.gated_mlp ? 2 * c.intermediate_size
-                                                         : c.intermediate_size);
-  enqueue_mlp(li, h_.get(), plan);
+  if (!norms.mid)
+    enqueue_add_norm(mid, plan, false, &w.wup, c.gated_mlp ? 2 * c.intermediate_size
+                                                           : c.intermediate_size);
+  enqueue_mlp(li, h_.get(), plan, norms);
+  if (norms.down_out) return;
   after.delta0 = m_.get();
   after.bias0 = w.bdown;
   if (peer_sum(T)) after.peers = peer_m_;  // and down's

@@ -193,8 +193,21 @@ class CudaRunner final : public ModelRunner {
   // Parts of a layer: QKV projection, RoPE + KV write, attention and output projection (into o_);
   // the MLP of `in` (into m_); a residual add + norm whose operands `p` names (the rest is filled
   // in here; `gather` keeps only the logit rows).
-  void enqueue_attention(int layer, const cuda::StepPlan& plan);
-  void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan);
+  // `norms` says which of the layer's norms run inside its fp8 GEMVs (norm_in_gemv).
+  struct LayerNorms {
+    bool qkv_in = false;        // qkv reads the previous layer's down output as Fp8NormIn
+    bool mid = false;           // o writes the MLP norm's input (Fp8NormOut), gate|up reads it
+    bool down_out = false;      // down writes the next layer's attention norm's input
+  };
+  void enqueue_attention(int layer, const cuda::StepPlan& plan, const LayerNorms& norms);
+  void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan, const LayerNorms& norms);
+  // CudaTuning::fp8_norm_in_gemv for layer `layer` at T tokens: RMSNorm, sequential residual, one
+  // GPU, no o / down bias, every projection through the fp8 GEMV and gate|up with SiLU-and-mul.
+  bool norm_in_gemv(int layer, int T) const;
+  // An fp8 decode GEMV of projection `projection` with the norm split around it: `norm_in` (x is
+  // an Fp8NormOut's y), `norm_weight` (non-null: Fp8NormOut into y with that weight).
+  void gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T, int N,
+                           int K, int projection, bool norm_in, const void* norm_weight);
   // `consumer` (with its output width N): the linear layer that reads out0 next, whose W8A8 GEMM
   // then takes out0 quantized by the norm, in place of out0 (CudaTuning::fp8_fused_quant).
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
@@ -305,6 +318,7 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
+  cuda::DeviceMemory norm_sumsq_;  // [kFp8GemvMaxRows, H / 16] fp32: Fp8NormOut's sums of squares
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory gather_;   // tensor parallelism: [world][R][vocab_.padded] fp32

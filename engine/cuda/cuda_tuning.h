@@ -93,6 +93,12 @@ struct CudaTuning {
   /// fast_accum) instead of promoting partial sums to fp32 periodically: the 7B's 2,048-token
   /// prefill 1.61-1.63x bf16 against 1.54-1.56x without (docs/performance.md F17).
   bool fp8_fast_accum = true;
+  /// fp8 decode steps of 1 or 2 tokens (the GEMV path) of RMSNorm models: the residual add and
+  /// the norm after attention's o and the MLP's down run inside those GEMVs and the GEMV that
+  /// reads the norm (kernels::Fp8NormOut / Fp8NormIn) instead of as an add_norm kernel between
+  /// them: two kernels fewer per layer (H100 batch 1: 7B 3.03 against 3.14 ms, 8B 3.50 against
+  /// 3.58). Off: add_norm (the norm's output is rounded at another place: docs/quantization.md).
+  bool fp8_norm_in_gemv = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

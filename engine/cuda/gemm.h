@@ -75,6 +75,9 @@ class Gemm {
   /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
   /// set_fp8_gemv_config's, else set_fp8_deep_config's when p.deep_prologue).
   void gemv_fp8(kernels::Fp8GemvParams p);
+  /// The fp8 GEMV's parameters for weight w (dtype, shapes, scales; kStore).
+  kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
+                                         int N, int K, bool y_f32) const;
   /// Room for activations quantized to e4m3: up to `max_rows` x `max_k` (the W8A8 GEMMs).
   void reserve_fp8(int max_rows, int max_k);
   /// fp8 weights: the GEMV takes up to this many rows (1 .. kernels::kFp8GemvMaxRows), the
@@ -125,8 +128,6 @@ class Gemm {
   // `quantized`: x's real rows are in fp8_x_ already (prequantized).
   void fp8_gemm(const void* x, const DeviceLinear& w, void* y, int rows, int N, int K, bool y_f32,
                 bool quantized);
-  kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
-                                         int N, int K, bool y_f32) const;
   kernels::DType dtype_;
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;

@@ -17,6 +17,14 @@
 // before adding it to the running sums. The W warps' partial sums are added in warp order
 // through shared memory, so results depend on W only.
 //
+// Norms across kernels (Fp8NormOut / Fp8NormIn): a producing GEMV's warp 0 adds its rows to the
+// residual stream, stores them times the norm's weight and leaves each row's sum of squares over
+// its 16 rows (a butterfly over the lanes holding them); a consuming GEMV's warp m % W adds those
+// sums for row m, and warp 0 multiplies the row's sums by 1 / rms before the epilogue. What they
+// read of the previous kernel's output (the residual rows, the sums) is copied to shared memory
+// by cp.async right after the PDL wait, so neither the CTA's start nor its epilogue waits a round
+// trip for it. Fixed orders throughout: the same bits each run.
+//
 // Two kernels share that tile: gemv_fp8_kernel double-buffers the weights in registers;
 // gemv_fp8_ring_kernel stages them through a cp.async ring in shared memory and issues several
 // iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does.
@@ -27,6 +35,7 @@
 #include "dispatch.cuh"
 #include "gemv_mma.cuh"
 #include "launch.cuh"
+#include "reduce.cuh"
 #include "rill/kernels/gemv_fp8.h"
 #include "vec.cuh"
 
@@ -117,13 +126,119 @@ __device__ __forceinline__ void mma_chunk(float (&c)[MT][4], const uint4& lo, co
   }
 }
 
+/// Fp8NormOut and Fp8NormIn as the kernels take them (null pointers: off).
+template <typename T>
+struct NormArgs {
+  float* residual;
+  const T* weight;
+  float* out_sumsq;  // [M, gridDim.x]
+  const float* in_sumsq;  // [M, K / kRows]
+  float eps;
+};
+
+/// Where a CTA keeps the norms' inputs (shared memory): Fp8NormOut's residual rows [M][16] and
+/// norm weight [16] of its 16 rows; Fp8NormIn's sums [M][K / 16] and the rows' 1 / rms.
+template <typename T>
+struct NormStage {
+  float* res;    // static [kFp8GemvMaxRows * kRows]
+  T* gamma;      // static [kRows], 16-byte aligned
+  float* parts;  // dynamic [M * K / kRows]
+  float* rs;     // static [kFp8GemvMaxRows]
+};
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+/// Issues the copies of the norms' inputs into `st`, right after pdl_wait() (the previous kernel
+/// wrote them). Uncommitted: they join the thread's next cp.async group; the kernels commit and
+/// wait for everything before their final barrier.
+template <typename T>
+__device__ __forceinline__ void stage_norm_inputs(const NormArgs<T>& nrm, const NormStage<T>& st,
+                                                  int M, int N, int K, int n0) {
+  const int tid = threadIdx.x;
+  if (nrm.residual) {
+    if (tid < 4 * M) {  // 4 x 16 bytes of each residual row
+      const int m = tid >> 2, q = tid & 3;
+      attn::cp_async16(attn::smem_addr(st.res + m * kRows + 4 * q),
+                       nrm.residual + static_cast<int64_t>(m) * N + n0 + 4 * q, true);
+    } else if (tid < 4 * M + 2) {  // 2 x 16 bytes of the weight
+      const int q = tid - 4 * M;
+      attn::cp_async16(attn::smem_addr(st.gamma + 8 * q), nrm.weight + n0 + 8 * q, true);
+    }
+  }
+  if (nrm.in_sumsq) {
+    const int count = M * (K / kRows);
+    if (count % 4 == 0 && (reinterpret_cast<uintptr_t>(nrm.in_sumsq) & 15) == 0) {
+      for (int i = 4 * tid; i < count; i += 4 * blockDim.x)  // 16 bytes a copy
+        attn::cp_async16(attn::smem_addr(st.parts + i), nrm.in_sumsq + i, true);
+    } else {
+      for (int i = tid; i < count; i += blockDim.x)
+        cp_async4(attn::smem_addr(st.parts + i), nrm.in_sumsq + i);
+    }
+  }
+}
+
+/// Fp8NormIn: rs[m] = 1 / rms of x row m (m < M) from the staged sums, by warp m % W: lane l
+/// adds sums l, l + 32, ... in order, then a butterfly. After the barrier that follows the
+/// copies; warp 0 reads rs after the next one.
+template <typename T, int W>
+__device__ __forceinline__ void norm_in_factors(const NormArgs<T>& nrm, const NormStage<T>& st,
+                                                int M, int K) {
+  if (!nrm.in_sumsq) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, parts = K / kRows;
+  for (int m = warp; m < M; m += W) {
+    float ss = 0.0f;
+    for (int i = lane; i < parts; i += 32) ss += st.parts[m * parts + i];
+    ss = warp_reduce(ss, Sum{});
+    if (lane == 0) st.rs[m] = rsqrtf(ss / static_cast<float>(K) + nrm.eps);
+  }
+}
+
+/// Fp8NormOut's epilogue, warp 0, lane (g, t), x tile mt (s as store_tile's): the residual add,
+/// y = dtype(residual * weight), and the rows' sums of squares over the CTA's 16 rows.
+template <typename T>
+__device__ __forceinline__ void store_norm_out(const float (&s)[4], T* __restrict__ y,
+                                               const NormArgs<T>& nrm, const NormStage<T>& st,
+                                               int M, int N, int n0, int g, int t, int mt) {
+  float ss[2] = {0.0f, 0.0f};  // x rows 8 mt + 2t and + 1
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = 8 * mt + 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+    if (m < M && n < N) {
+      const int64_t at = static_cast<int64_t>(m) * N + n;
+      const float r = st.res[m * kRows + n - n0] + to_float<T>(from_float<T>(s[i]));
+      nrm.residual[at] = r;
+      y[at] = from_float<T>(r * to_float<T>(st.gamma[n - n0]));
+      ss[i & 1] += r * r;
+    }
+  }
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {  // over g: the lanes of the other 14 rows
+    ss[0] += shfl_xor(ss[0], o);
+    ss[1] += shfl_xor(ss[1], o);
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int m = 8 * mt + 2 * t + j;
+      if (m < M) nrm.out_sumsq[static_cast<int64_t>(m) * gridDim.x + blockIdx.x] = ss[j];
+    }
+  }
+}
+
 /// Warp 0, lane (g, t), x tile mt: s[i] is the sum of x row m = 8 mt + 2t + (i & 1) and w row
 /// n0 + g (+ 8 for i >= 2), already scaled. Writes y (kStore) or silu(gate) * up (kSiluMul).
 template <typename T, GemvEpilogue EPI>
 __device__ __forceinline__ void store_tile(const float (&s)[4], void* __restrict__ y,
-                                           const T* __restrict__ bias, int M, int N, bool y_f32,
-                                           int n0, int g, int t, int mt) {
+                                           const T* __restrict__ bias, const NormArgs<T>& nrm,
+                                           const NormStage<T>& st, int M, int N, bool y_f32, int n0,
+                                           int g, int t, int mt) {
   if constexpr (EPI == GemvEpilogue::kStore) {
+    if (nrm.residual) {
+      store_norm_out<T>(s, static_cast<T*>(y), nrm, st, M, N, n0, g, t, mt);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int m = 8 * mt + 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
@@ -219,17 +334,19 @@ __device__ __forceinline__ void add_step(float (&acc)[MT][4], const uint4& lo, c
 }
 
 /// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
-/// memory), the row scales (kPerRow), then the epilogue by warp 0. Every thread calls it.
+/// memory), the row scales (kPerRow) and Fp8NormIn's 1 / rms, then the epilogue by warp 0. Every
+/// thread calls it, after a barrier that follows the norms' staged copies.
 template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
 __device__ __forceinline__ void sum_warps_and_store(
     const LaneTile<T, MT>& L, const float (&acc)[MT][4], float (*partial)[MT][4][32],
-    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias, int M, int N,
-    bool y_f32) {
+    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias,
+    const NormArgs<T>& nrm, const NormStage<T>& st, int M, int N, int K, bool y_f32) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[L.warp][mt][i][lane] = acc[mt][i];
+  norm_in_factors<T, W>(nrm, st, M, K);
   __syncthreads();
   if (L.warp != 0) return;
   const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + L.r_lo),
@@ -243,8 +360,10 @@ __device__ __forceinline__ void sum_warps_and_store(
 #pragma unroll
       for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
       sum[i] *= row_scale[i >> 1];
+      const int m = 8 * mt + 2 * L.t + (i & 1);
+      if (nrm.in_sumsq && m < M) sum[i] *= st.rs[m];
     }
-    store_tile<T, EPI>(sum, y, bias, M, N, y_f32, L.n0, L.g, L.t, mt);
+    store_tile<T, EPI>(sum, y, bias, nrm, st, M, N, y_f32, L.n0, L.g, L.t, mt);
   }
 }
 
@@ -257,9 +376,13 @@ __global__ void __launch_bounds__(W * 32)
     gemv_fp8_kernel(const T* __restrict__ x,          // [M, K]
                     const uint8_t* __restrict__ w,    // [N, K] e4m3
                     const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                    void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
-                    bool y_f32) {
+                    void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M,
+                    int N, int K, bool y_f32) {
   __shared__ float partial[W][MT][4][32];
+  __shared__ float res[kFp8GemvMaxRows * kRows], rs[kFp8GemvMaxRows];
+  __shared__ __align__(16) T gamma[kRows];
+  extern __shared__ __align__(16) float norm_parts[];  // Fp8NormIn's sums: M * K / 16 floats
+  const NormStage<T> st{res, gamma, norm_parts, rs};
   const LaneTile<T, MT> L(x, w, M, N, K);
   constexpr int kStride = W * U;
 
@@ -267,6 +390,7 @@ __global__ void __launch_bounds__(W * 32)
   uint4 lo[U], hi[U];
   load_w<W, U>(L.w_lo, L.w_hi, L.warp, L.t, L.chunks, lo, hi);
   pdl_wait();
+  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0);
 
   float acc[MT][4] = {};
   for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
@@ -284,7 +408,13 @@ __global__ void __launch_bounds__(W * 32)
     }
   }
 
-  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, M, N, y_f32);
+  if (nrm.residual || nrm.in_sumsq) {
+    attn::cp_async_commit();
+    attn::cp_async_wait<0>();
+    __syncthreads();
+  }
+  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, nrm, st, M, N, K,
+                                            y_f32);
 }
 
 template <int W, int U, int S>
@@ -307,11 +437,14 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
                          const uint8_t* __restrict__ w,    // [N, K] e4m3
                          const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                         void* __restrict__ y, const T* __restrict__ bias, int M, int N, int K,
-                         bool y_f32) {
+                         void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
+                         int M, int N, int K, bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * MT * 4 * 32 * int(sizeof(float)),
                 "the ring holds the partials");
-  extern __shared__ uint4 ring[];
+  extern __shared__ uint4 ring[];  // then Fp8NormIn's sums: M * K / 16 floats
+  __shared__ float res[kFp8GemvMaxRows * kRows], rs[kFp8GemvMaxRows];
+  __shared__ __align__(16) T gamma[kRows];
+  const NormStage<T> st{res, gamma, reinterpret_cast<float*>(ring + S * U * 2 * W * 32), rs};
   const LaneTile<T, MT> L(x, w, M, N, K);
   constexpr int kStride = W * U;
   constexpr int kSlot = U * 2 * W * 32;  // uint4 per ring slot
@@ -324,6 +457,7 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     attn::cp_async_commit();
   }
   pdl_wait();
+  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0);
 
   float acc[MT][4] = {};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
@@ -343,10 +477,12 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     slot = slot == S - 1 ? 0 : slot + 1;
   }
 
-  attn::cp_async_wait<0>();  // the zero-filled copies past the end
+  attn::cp_async_commit();   // the norms' copies where no iteration ran
+  attn::cp_async_wait<0>();  // the zero-filled copies past the end, the norms' inputs
   __syncthreads();           // every warp is done with the ring: it becomes the partials
   auto partial = reinterpret_cast<float(*)[MT][4][32]>(ring);  // [W][MT][4][32]
-  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, M, N, y_f32);
+  sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, nrm, st, M, N, K,
+                                            y_f32);
 }
 
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
@@ -356,19 +492,29 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   const uint8_t* w = static_cast<const uint8_t*>(p.w);
   const T* bias = static_cast<const T*>(p.bias);
   const bool y_f32 = EPI == GemvEpilogue::kStore && p.y_f32;
+  const NormArgs<T> nrm{p.norm_out.residual, static_cast<const T*>(p.norm_out.weight),
+                        p.norm_out.sumsq, p.norm_in.sumsq, p.norm_in.eps};
+  // Fp8NormIn's sums in dynamic shared memory (after the ring); the kernels may take up to
+  // kFp8NormInMaxSums of them (one attribute value per kernel).
+  const int norm_bytes = p.norm_in.sumsq ? p.M * (p.K / kRows) * 4 : 0;
+  constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
   if constexpr (C.stages == 0) {
-    return launch_kernel(gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>, dim3(blocks),
-                         dim3(C.warps * 32), 0, stream, x, w, p.scale, p.y, bias, p.M, p.N, p.K,
-                         y_f32);
+    const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), norm_bytes, stream, x, w,
+                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   } else {
     const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kBytes);
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                             kBytes + kNormMaxBytes);
         err != cudaSuccess)
       return err;
-    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes, stream, x, w, p.scale,
-                         p.y, bias, p.M, p.N, p.K, y_f32);
+    return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes + norm_bytes, stream, x,
+                         w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   }
 }
 
@@ -418,6 +564,22 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
     return invalid_argument("gemv_fp8: unknown epilogue");
   } else if (p.bias) {
     return invalid_argument("gemv_fp8: kStore takes no bias");
+  }
+  if (p.norm_out.residual) {
+    if (p.epilogue != GemvEpilogue::kStore || p.y_f32)
+      return invalid_argument("gemv_fp8: norm_out needs kStore into the dtype");
+    if (!p.norm_out.weight || !p.norm_out.sumsq)
+      return invalid_argument("gemv_fp8: norm_out needs the norm's weight and sumsq");
+    if (p.N % kRows != 0)
+      return invalid_argument("gemv_fp8: norm_out needs N % 16 == 0, N=" + std::to_string(p.N));
+    if (!is_aligned16(p.norm_out.residual) || !is_aligned16(p.norm_out.weight))
+      return invalid_argument("gemv_fp8: norm_out's residual and weight must be 16-byte aligned");
+  }
+  if (p.norm_in.sumsq) {
+    if (!(p.norm_in.eps >= 0.0f)) return invalid_argument("gemv_fp8: norm_in.eps must be >= 0");
+    if (p.M * (p.K / kRows) > kFp8NormInMaxSums)
+      return invalid_argument("gemv_fp8: norm_in takes M * K / 16 <= " +
+                              std::to_string(kFp8NormInMaxSums));
   }
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");

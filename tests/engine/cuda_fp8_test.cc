@@ -578,6 +578,47 @@ TEST(CudaFp8, FusedQuantizationChangesNothing) {
   }
 }
 
+// The residual adds and norms inside the fp8 decode GEMVs (CudaTuning::fp8_norm_in_gemv, on by
+// default) round the norm's output at another place than add_norm does (dtype(r * weight), 1 / rms
+// applied to the next GEMV's sums, against dtype(r / rms * weight)). Both ways the runner stays
+// within the CPU engine's tolerance; on the trained default model the two differ by less than
+// that tolerance, and prefill steps (through the GEMMs, untouched) not at all.
+TEST(CudaFp8, NormInGemvMatchesTheCpuEngineAndAddNorm) {
+  REQUIRE_CUDA();
+  RunSetup off;
+  off.tuning.fp8_norm_in_gemv = false;
+  // Two sequences: the norms run in the GEMVs at decode steps of up to two tokens.
+  const Model m = load_model(source_path("models/rill-shakespeare"));
+  compare(m, "fp8", 2, 64, 8);
+  compare(m, "fp8", 2, 64, 8, off);
+  for (const char* name : {"fp8_ct_channel", "fp8_block"}) {
+    SCOPED_TRACE(name);
+    const Model f = load_model(source_path(std::string("tests/fixtures/") + name));
+    compare(f, "auto", 2, 20, 4);
+    compare(f, "auto", 2, 20, 4, off);
+  }
+  for (int batch : {1, 2}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto prompts = testing::fp8_prompts(m, batch, 40);
+    std::vector<std::vector<int32_t>> tokens(6, std::vector<int32_t>(batch));  // [step][seq]
+    for (int step = 0; step < 6; ++step)
+      for (int i = 0; i < batch; ++i) tokens[step][i] = 5 + step + 3 * i;
+    auto rows = [&](bool in_gemv) {
+      CudaTuning t;
+      t.fp8_norm_in_gemv = in_gemv;
+      auto r = testing::cuda_runner(m, true, "auto", t, "fp8");
+      return testing::run_fp8_rows(*r, prompts, tokens);
+    };
+    const Fp8Rows on = rows(true), plain = rows(false);
+    EXPECT_EQ(on.prefill, plain.prefill);
+    const Fp8Distance d = testing::fp8_distance(on, plain, m.config.vocab_size);
+    std::printf("  norm in the GEMVs against add_norm, batch %d: decode logits %.4f apart\n", batch,
+                d.decode);
+    EXPECT_GT(d.decode, 0.0);  // the switch reached the decode steps
+    EXPECT_LT(d.decode, kDecodeTol);
+  }
+}
+
 // --quantization none on an fp8 checkpoint runs the dequantized weights in bf16: it matches the
 // CPU like any bf16 model.
 TEST(CudaFp8, NoneDequantizesAtLoad) {

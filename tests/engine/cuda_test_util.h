@@ -22,8 +22,10 @@ namespace rill::testing {
 /// A CUDA runner for tests: 16 sequences, 2,048 tokens a step, 30% of the GPU's memory.
 inline std::unique_ptr<CudaRunner> cuda_runner(const Model& m, bool graphs = true,
                                                const std::string& kv_cache_dtype = "auto",
-                                               CudaTuning tuning = {}) {
+                                               CudaTuning tuning = {},
+                                               const std::string& quantization = "auto") {
   EngineOptions o;
+  o.quantization = quantization;
   o.device = "cuda";
   o.max_batch = 16;
   o.max_step_tokens = 2048;

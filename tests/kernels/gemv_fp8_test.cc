@@ -2,8 +2,9 @@
 // dequantized weights: every e4m3 code converted exactly (subnormals and signs included), M 1..16,
 // K with partial steps and partial scale blocks, odd N, per-row and 128-column block scales, both
 // output types, the kSiluMul epilogue with and without bias, every CTA shape (registers and
-// shared-memory rings; a ring equals the register shape of its warps bit for bit), and the
-// rejections that send callers to a GEMM.
+// shared-memory rings; a ring equals the register shape of its warps bit for bit), a residual add
+// and RMSNorm split over two GEMVs (Fp8NormOut / Fp8NormIn), and the rejections that send callers
+// to a GEMM.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -373,6 +374,95 @@ TEST(GemvFp8, SiluMulEpilogue) {
         }
 }
 
+// A residual add and RMSNorm split over two GEMVs: the producer (N = H) adds dtype(s) to the
+// fp32 residual, stores dtype(r * weight) and each CTA's sums of r^2; the consumer (K = H) scales
+// its sums by 1 / sqrt(sum(r^2) / H + eps). Checked against fp64 on the producer's own outputs
+// (its y exactly: one fp32 multiply and a rounding), and the sums of squares per CTA.
+void check_norm_split(DType dt, int M, int K1, int H, int N2, Fp8ScaleLayout layout, int config,
+                      std::mt19937& rng) {
+  SCOPED_TRACE(label(dt, M, H, K1, layout, config) + " -> N2=" + std::to_string(N2));
+  const float eps = 1e-5f;
+  const Fp8Weight w1 = random_weight(H, K1, layout, rng), w2 = random_weight(N2, H, layout, rng);
+  const std::vector<float> x = rounded_random(size_t(M) * K1, rng, dt, 1.0f / std::sqrt(float(K1)));
+  const std::vector<float> r0 = random_vector(size_t(M) * H, rng, 2.0f);
+  const std::vector<float> gamma = rounded_random(H, rng, dt, 1.0f);
+  const DeviceWeight dw1(w1), dw2(w2);
+  DeviceBuffer d_x(x.size(), 2), d_r(r0.size(), 4), d_gamma(H, 2), d_h(size_t(M) * H, 2),
+      d_ss(size_t(M) * (H / 16), 4), d_y(size_t(M) * N2, 2);
+  d_x.upload_floats(x, dt);
+  d_r.upload_floats(r0, dt);
+  d_gamma.upload_floats(gamma, dt);
+  d_h.poison();
+  d_ss.poison();
+  d_y.poison();
+  kernels::Fp8GemvParams p1 = params(dt, M, w1, dw1, d_x.get(), d_h.get(), config);
+  p1.norm_out.residual = d_r.as<float>();
+  p1.norm_out.weight = d_gamma.get();
+  p1.norm_out.sumsq = d_ss.as<float>();
+  kernels::Fp8GemvParams p2 = params(dt, M, w2, dw2, d_h.get(), d_y.get(), config);
+  p2.norm_in.sumsq = d_ss.as<float>();
+  p2.norm_in.eps = eps;
+  CUDA_OK(kernels::launch_gemv_fp8(p1, nullptr));
+  CUDA_OK(kernels::launch_gemv_fp8(p2, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss, &d_y}) EXPECT_TRUE(b->check_guards());
+  const std::vector<float> r = d_r.download_floats(dt), h = d_h.download_floats(dt);
+  const std::vector<float> ss = d_ss.download_floats(dt), y = d_y.download_floats(dt);
+  ASSERT_FALSE(has_nonfinite(r) || has_nonfinite(h) || has_nonfinite(ss) || has_nonfinite(y));
+  // The residual: r0 + dtype(x W1^T), within the rounding of the delta.
+  double sum_abs = 0;
+  const std::vector<double> s1 = reference(x, w1, M, &sum_abs);
+  std::vector<float> r_want(r0.size());
+  for (size_t i = 0; i < r0.size(); ++i) r_want[i] = r0[i] + round_to({float(s1[i])}, dt)[0];
+  double d_max = 1e-6;
+  for (double v : s1) d_max = std::max(d_max, std::abs(v));
+  EXPECT_LE(max_abs_error(r, r_want), 1.01 * ulp1(dt) * d_max + 1e-5 * sum_abs + 1e-6);
+  // y of the producer: dtype(r * weight) of its own r, bit for bit.
+  std::vector<float> h_want(h.size());
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < H; ++n) h_want[size_t(m) * H + n] = r[size_t(m) * H + n] * gamma[n];
+  EXPECT_EQ(max_abs_error(h, round_to(h_want, dt)), 0.0);
+  // Sums of squares per 16 rows, and the consumer against fp64 on the producer's h and r.
+  std::vector<double> rs(M);
+  for (int m = 0; m < M; ++m) {
+    double total = 0;
+    for (int b = 0; b < H / 16; ++b) {
+      double part = 0;
+      for (int n = 16 * b; n < 16 * b + 16; ++n) part += double(r[size_t(m) * H + n]) * r[size_t(m) * H + n];
+      EXPECT_NEAR(ss[size_t(m) * (H / 16) + b], part, 2e-6 * part + 1e-30) << "m " << m << " b " << b;
+      total += part;
+    }
+    rs[m] = 1.0 / std::sqrt(total / H + eps);
+  }
+  double sum_abs2 = 0;
+  const std::vector<double> s2 = reference(h, w2, M, &sum_abs2);
+  std::vector<float> want(s2.size());
+  double y_max = 1e-6, rs_max = 0;
+  for (int m = 0; m < M; ++m) rs_max = std::max(rs_max, rs[m]);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N2; ++n) {
+      want[size_t(m) * N2 + n] = float(s2[size_t(m) * N2 + n] * rs[m]);
+      y_max = std::max(y_max, double(std::abs(want[size_t(m) * N2 + n])));
+    }
+  want = round_to(want, dt);
+  EXPECT_LE(max_abs_error(y, want), 1.01 * ulp1(dt) * y_max + 1e-5 * sum_abs2 * rs_max);
+  EXPECT_LE(normalized_error(y, want), tol_for(dt));
+}
+
+TEST(GemvFp8, NormSplitOverTwoGemvs) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(71);
+  std::vector<int> configs = {-1};
+  for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c) configs.push_back(c);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
+      for (int config : configs) {
+        check_norm_split(dt, 1, 1024, 4096, 768, layout, config, rng);  // 7B's hidden size
+        check_norm_split(dt, 16, 208, 320, 48, layout, config, rng);   // two x tiles
+        check_norm_split(dt, 5, 64, 16, 40, layout, config, rng);      // one CTA of rows
+      }
+}
+
 TEST(GemvFp8, RejectsWhatItCannotDo) {
   kernels::Fp8GemvParams p;
   p.M = 17;  // more rows than two mma tiles
@@ -403,6 +493,21 @@ TEST(GemvFp8, RejectsWhatItCannotDo) {
   EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);  // null operands
   EXPECT_NE(std::string(kernels::last_kernel_error_detail()).find("null pointer"),
             std::string::npos);
+  float f = 0;
+  p.norm_out.residual = &f;  // without the norm's weight and sums
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.norm_out.weight = &f;
+  p.norm_out.sumsq = &f;
+  p.N = 40;  // not whole CTAs of 16 rows
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.N = 32;
+  p.y_f32 = true;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
+  p.y_f32 = false;
+  p.norm_out = {};
+  p.norm_in.sumsq = &f;
+  p.norm_in.eps = -1.0f;
+  EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

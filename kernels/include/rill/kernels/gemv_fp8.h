@@ -24,6 +24,32 @@ enum class Fp8ScaleLayout : int {
 /// Columns of x / w per scale of kBlock128.
 constexpr int kFp8ScaleBlock = 128;
 
+/// A residual add and the RMSNorm after it, split over two GEMVs of a decode step instead of an
+/// add + norm kernel between them (CudaTuning::fp8_norm_in_gemv): the GEMV whose output joins
+/// the residual stream (attention's o, the MLP's down) adds it and writes the norm's input
+/// without its 1 / rms (Fp8NormOut); the GEMV that reads that input (the next qkv, gate|up)
+/// applies each row's 1 / rms to its sums (Fp8NormIn), from per-CTA sums of squares the first
+/// one left. One kernel boundary fewer per norm.
+struct Fp8NormOut {
+  /// [M, N] fp32: residual[m, n] += dtype(s[m, n]), the value a kStore GEMV would have stored
+  /// (add_norm adds that stored delta). y then holds dtype(residual[m, n] * weight[n]) instead
+  /// of s. Null: a plain kStore. N % 16 == 0; residual and weight 16-byte aligned.
+  float* residual = nullptr;
+  const void* weight = nullptr;  // [N] dtype: the RMSNorm's weight
+  /// [M, ceil(N / 16)]: sumsq[m, b] = the sum over the 16 rows of CTA b of residual[m, n]^2 (the
+  /// new values), added in a fixed order.
+  float* sumsq = nullptr;
+};
+/// Most sums Fp8NormIn takes (M * K / 16: each CTA stages them in shared memory).
+constexpr int kFp8NormInMaxSums = 16384;
+struct Fp8NormIn {
+  /// [M, K / 16]: Fp8NormOut::sumsq of the GEMV that wrote x (its N is this one's K). Every sum
+  /// s[m, n] is multiplied by 1 / sqrt(sum_b sumsq[m, b] / K + eps) before the epilogue. Null:
+  /// x is used as it is. M * K / 16 <= kFp8NormInMaxSums.
+  const float* sumsq = nullptr;
+  float eps = 1e-5f;
+};
+
 struct Fp8GemvParams {
   DType dtype = DType::kBF16;    // of x, y and bias
   int M = 0, N = 0, K = 0;       // M <= 16, K % 16 == 0
@@ -45,6 +71,11 @@ struct Fp8GemvParams {
   /// weights through a shared-memory ring, which lets several iterations stream before the wait
   /// (the same sums as without).
   bool deep_prologue = false;
+  /// kStore only, with y in the dtype: the residual add and the next norm's input (see
+  /// Fp8NormOut).
+  Fp8NormOut norm_out;
+  /// x is an Fp8NormOut's y: its rows' 1 / rms applied to the sums.
+  Fp8NormIn norm_in;
 };
 
 /// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration; the weights
