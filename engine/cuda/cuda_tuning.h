@@ -91,7 +91,7 @@ struct CudaTuning {
   /// fp8 weights with per-row scales: the W8A8 GEMMs (prefill, decode batches past
   /// fp8_gemv_max_rows) accumulate with cuBLASLt's fast accumulation (Fp8Gemm::Problem::
   /// fast_accum) instead of promoting partial sums to fp32 periodically: the 7B's 2,048-token
-  /// prefill 1.61-1.63x bf16 against 1.54-1.56x without (docs/performance.md F17).
+  /// prefill 1.60-1.63x bf16 against 1.51-1.56x without (docs/performance.md F17).
   bool fp8_fast_accum = true;
   /// fp8 decode steps of 1 or 2 tokens (the GEMV path) of RMSNorm models: the residual add and
   /// the norm after attention's o and the MLP's down run inside those GEMVs and the GEMV that
