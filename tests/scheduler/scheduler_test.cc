@@ -64,9 +64,12 @@ TEST(ServingEngine, SixtyFourMixedRequestsEqualTheirRunsAlone) {
     EXPECT_EQ(c.ids, reference_tokens(reqs[i])) << "request " << i << " " << reqs[i].cache.to_string();
     EXPECT_EQ(c.final.usage.completion_tokens, static_cast<int>(c.ids.size()));
     EXPECT_EQ(c.final.usage.prompt_tokens, static_cast<int>(reqs[i].prompt.size()));
-    if (c.final.reason == FinishReason::kLength) EXPECT_EQ(static_cast<int>(c.ids.size()), reqs[i].max_tokens);
-    if (reqs[i].cache.is_streaming() && reqs[i].prompt.size() + c.ids.size() > 4 + 64 + 1)
+    if (c.final.reason == FinishReason::kLength) {
+      EXPECT_EQ(static_cast<int>(c.ids.size()), reqs[i].max_tokens);
+    }
+    if (reqs[i].cache.is_streaming() && reqs[i].prompt.size() + c.ids.size() > 4 + 64 + 1) {
       EXPECT_GT(c.final.usage.evicted_tokens, 0) << "request " << i;
+    }
   }
   ASSERT_TRUE(wait_for(*f.engine, [](const EngineStats& s) { return s.running == 0 && s.waiting == 0; }));
   EXPECT_EQ(f.engine->stats().kv_blocks_used, 0);
