@@ -22,6 +22,7 @@
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/gemv_fp8.h"
 #include "tools/common/engine_flags.h"
 
 using namespace rill;
@@ -232,6 +233,7 @@ struct Variant {
   bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
+  std::vector<std::pair<int, int>> fp8_projection_configs;  // the same for fp8 GEMVs
 };
 
 // The default, then each configuration the flags ask for at this batch size.
@@ -248,15 +250,19 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
       v.gemv_config = config;
       variants.push_back(v);
     }
-    std::stringstream list(args.get("projection-gemv-configs"));
-    for (std::string item; std::getline(list, item, ',');) {
-      if (item.empty()) continue;
-      std::replace(item.begin(), item.end(), '+', ',');
-      Variant v{"GEMV shapes"};
-      v.projection_configs = int_pairs(item);
-      for (const auto& [projection, config] : v.projection_configs)
-        v.off += " " + std::to_string(projection) + ":" + kernels::gemv_config_name(config);
-      variants.push_back(v);
+    for (const bool fp8 : {false, true}) {
+      std::stringstream list(args.get(fp8 ? "fp8-projection-gemv-configs" : "projection-gemv-configs"));
+      for (std::string item; std::getline(list, item, ',');) {
+        if (item.empty()) continue;
+        std::replace(item.begin(), item.end(), '+', ',');
+        Variant v{fp8 ? "fp8 GEMV shapes" : "GEMV shapes"};
+        auto& pairs = fp8 ? v.fp8_projection_configs : v.projection_configs;
+        pairs = int_pairs(item);
+        for (const auto& [projection, config] : pairs)
+          v.off += " " + std::to_string(projection) + ":" +
+                   (fp8 ? kernels::gemv_fp8_config_name(config) : kernels::gemv_config_name(config));
+        variants.push_back(v);
+      }
     }
     for (int mask : int_list(args.get("gemv-deep-masks"))) {
       Variant v{"GEMV deep-prologue mask " + std::to_string(mask)};
@@ -317,13 +323,15 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
   if (v.fp8_deep >= 0) t.fp8_gemv_deep_mask = v.fp8_deep;
   t.early_kv_loads = v.early_kv;
   t.cluster_merge = v.cluster;
-  for (const auto& [projection, config] : v.projection_configs) {
-    if (projection <= 0 || projection > CudaTuning::kHead ||
-        !std::has_single_bit(unsigned(projection)))
-      throw Error(ErrorCode::kInvalidArgument, "GEMV projection: 1, 2, 4, 8 or 16, got " +
-                                                   std::to_string(projection));
-    t.projection_config(projection) = config;
-  }
+  for (const bool fp8 : {false, true})
+    for (const auto& [projection, config] : fp8 ? v.fp8_projection_configs : v.projection_configs) {
+      if (projection <= 0 || projection > CudaTuning::kHead ||
+          !std::has_single_bit(unsigned(projection)))
+        throw Error(ErrorCode::kInvalidArgument, "GEMV projection: 1, 2, 4, 8 or 16, got " +
+                                                     std::to_string(projection));
+      (fp8 ? t.fp8_projection_gemv_config[CudaTuning::projection_index(projection)]
+           : t.projection_config(projection)) = config;
+    }
   if (v.rope_in_attention >= 0)
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
@@ -542,6 +550,9 @@ void declare_flags(cli::Args& args) {
   args.option("gemv-configs", "",
               "also time batch <= 8 decode with every GEMV forced to each of these CTA shapes "
               "(indices of rill-gemv-bench's shapes)");
+  args.option("fp8-projection-gemv-configs", "",
+              "also time batch <= 8 decode with single fp8 GEMVs forced to CTA shapes: as "
+              "--projection-gemv-configs, shapes indices of rill-gemv-fp8-bench's");
   args.option("gemv-deep-masks", "",
               "also time batch <= 8 decode with each of these masks of GEMVs staging weights "
               "through shared memory (1 qkv, 2 o, 4 gate|up, 8 down, 16 LM head)");

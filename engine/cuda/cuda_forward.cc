@@ -92,6 +92,7 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
                                      const void* norm_weight) {
   kernels::Fp8GemvParams p = gemm_->fp8_gemv_params(x, w, y, T, N, K, false);
   p.deep_prologue = fp8_deep_gemv(projection, T);
+  p.config = projection_config(projection, w, N, K, T);
   if (norm_in) {
     p.norm_in.sumsq = norm_sumsq_.as<float>();
     p.norm_in.eps = config_.norm_eps;
@@ -171,7 +172,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       return;
     }
     gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv, w.wqkv, T),
-               projection_config(kQkv, c.qkv_dim(), H, T), gemm_rows(T, plan, h_.get(), w.wqkv, H));
+               projection_config(kQkv, w.wqkv, c.qkv_dim(), H, T), gemm_rows(T, plan, h_.get(), w.wqkv, H));
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
@@ -209,7 +210,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       return;
     }
     gemm_->run(attn_.get(), w.wo, o_.get(), T, H, c.q_dim(), false, deep_gemv(kO, w.wo, T),
-               projection_config(kO, H, c.q_dim(), T),
+               projection_config(kO, w.wo, H, c.q_dim(), T),
                gemm_rows(T, plan, attn_.get(), w.wo, c.q_dim()));
   });
   if (!peer_sum(T))  // row-parallel o: partial sums (its bias comes after)
@@ -230,7 +231,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan,
     if (!silu_in_gemv) {
       const int N = c.gated_mlp ? 2 * I : I;
       gemm_->run(in, w.wup, up_.get(), T, N, H, false, deep_gemv(kUp, w.wup, T),
-                 projection_config(kUp, N, H, T), gemm_rows(T, plan, in, w.wup, H));
+                 projection_config(kUp, w.wup, N, H, T), gemm_rows(T, plan, in, w.wup, H));
       return;
     }
     if (w.wup.fp8()) {
@@ -246,6 +247,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan,
       p.epilogue = kernels::GemvEpilogue::kSiluMul;
       p.bias = w.bup;
       p.deep_prologue = fp8_deep_gemv(kUp, T);
+      p.config = projection_config(kUp, w.wup, p.N, p.K, T);
       if (norms.mid) {
         p.norm_in.sumsq = norm_sumsq_.as<float>();
         p.norm_in.eps = c.norm_eps;
@@ -297,7 +299,7 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan,
       return;
     }
     gemm_->run(act_.get(), w.wdown, m_.get(), T, H, I, false, deep_gemv(kDown, w.wdown, T),
-               projection_config(kDown, H, I, T), gemm_rows(T, plan, act_.get(), w.wdown, I));
+               projection_config(kDown, w.wdown, H, I, T), gemm_rows(T, plan, act_.get(), w.wdown, I));
   });
   if (!peer_sum(T)) enqueue_all_reduce(m_.get(), T, false);  // row-parallel down, as o
 }
@@ -317,7 +319,7 @@ void CudaRunner::enqueue_lm_head(int rows) {
     timed(Profiler::kGemm, [&] {
       gemm_->run(normed_.get(), weights_->lm_head(), logits_.get(), rows, c.vocab_size, H, true,
                  deep_gemv(kHead, weights_->lm_head(), rows),
-                 projection_config(kHead, c.vocab_size, H, rows));
+                 projection_config(kHead, weights_->lm_head(), c.vocab_size, H, rows));
     });
     return;
   }
@@ -329,7 +331,7 @@ void CudaRunner::enqueue_lm_head(int rows) {
   timed(Profiler::kGemm, [&] {
     gemm_->run(normed_.get(), weights_->lm_head(), all + tp_.comm->rank() * part, rows, N, H, true,
                deep_gemv(kHead, weights_->lm_head(), rows),
-               projection_config(kHead, N, H, rows));
+               projection_config(kHead, weights_->lm_head(), N, H, rows));
   });
   tp_.comm->all_gather_f32(all, part, stream_);
   for (int r = 0; r < world; ++r) {

@@ -187,6 +187,11 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8 GEMV deep-prologue config: -1 (default) .. " +
                     std::to_string(kernels::gemv_fp8_num_configs() - 1));
+  for (int c : t.fp8_projection_gemv_config)
+    if (c < -1 || c >= kernels::gemv_fp8_num_configs())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "fp8 GEMV projection config: -1 (default) .. " +
+                      std::to_string(kernels::gemv_fp8_num_configs() - 1));
   if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));

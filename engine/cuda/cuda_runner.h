@@ -273,6 +273,11 @@ class CudaRunner final : public ModelRunner {
   // The CTA shape of a decode projection's GEMV over [N, K] weights at T tokens: the one
   // CudaTuning::projection_gemv_config forces, else the measured ring depth (-1: Gemm's choice).
   int projection_config(int projection, int N, int K, int T) const;
+  // The same for weight w: fp8 weights take CudaTuning::fp8_projection_gemv_config.
+  int projection_config(int projection, const cuda::DeviceLinear& w, int N, int K, int T) const {
+    return w.fp8() ? tuning_.fp8_projection_gemv_config[CudaTuning::projection_index(projection)]
+                   : projection_config(projection, N, K, T);
+  }
   bool deep_gemv(int projection) const { return (tuning_.gemv_deep_mask & projection) != 0; }
   // The same for fp8 weights at T tokens (CudaTuning::fp8_gemv_deep_mask).
   bool fp8_deep_gemv(int projection, int T) const {

@@ -111,6 +111,10 @@ struct CudaTuning {
   /// its predecessor drains. Process-wide: the last runner constructed or re-tuned sets it.
   bool programmatic_launch = true;
 
+  /// The same for fp8 weights' GEMV (kernels::gemv_fp8_config_info indices; -1: the deep
+  /// prologue's or the default shape, as the other fp8 GEMVs).
+  std::array<int, kNumProjections> fp8_projection_gemv_config = {-1, -1, -1, -1, -1};
+
   int& projection_config(int projection) {
     return projection_gemv_config[projection_index(projection)];
   }

@@ -135,6 +135,7 @@ void Gemm::run(const void* x, const DeviceLinear& w, void* y, int M, int N, int 
   if (uses_gemv(x, w, M, K)) {
     kernels::Fp8GemvParams p = fp8_gemv_params(x, w, y, M, N, K, y_f32);
     p.deep_prologue = deep_prologue;
+    p.config = config;  // fp8 weights: a kernels::gemv_fp8_config_info index, or -1
     gemv_fp8(p);
     return;
   }

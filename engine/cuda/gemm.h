@@ -33,8 +33,9 @@ class Gemm {
   /// `config`: the GEMV's CTA shape (-1: the forced or default one).
   void run(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32 = false,
            bool deep_prologue = false, int config = -1);
-  /// The same for a weight that may be fp8 (`config`: the 16-bit GEMV's shape; fp8 GEMVs take
-  /// set_fp8_gemv_config's; deep_prologue: kernels::Fp8GemvParams's for them). `pad_to` > M
+  /// The same for a weight that may be fp8 (`config`: the GEMV's shape, a kernels::gemv_fp8 one
+  /// for fp8 weights, where -1 takes set_fp8_gemv_config's or set_fp8_deep_config's;
+  /// deep_prologue: kernels::Fp8GemvParams's for them). `pad_to` > M
   /// (padded_rows): the GEMM runs at pad_to rows, whose rows past M are scratch (x and y have
   /// room for them; their inputs may hold anything, non-finite values too, and their outputs are
   /// garbage): the 16-bit GEMM at pad_to rows, the W8A8 GEMM at the leading rows of pad_to that

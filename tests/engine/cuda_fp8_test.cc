@@ -510,8 +510,8 @@ TEST(CudaFp8, GraphsChangeNothing) {
 }
 
 // Where the fp8 GEMVs keep their weights (registers, or a shared-memory ring of any depth, per
-// projection) changes speed only: decode and prefill logits stay bit-identical, at one token
-// (the default rule leaves qkv in registers there) and at three (qkv in the ring too).
+// projection: fp8_gemv_deep_mask and fp8_projection_gemv_config) changes speed only: decode and
+// prefill logits stay bit-identical, at one token and at three.
 TEST(CudaFp8, GemvStagingChangesNothing) {
   REQUIRE_CUDA();
   for (const char* name : {"fp8_block", "fp8_ct_channel"}) {
@@ -522,14 +522,23 @@ TEST(CudaFp8, GemvStagingChangesNothing) {
       std::vector<std::vector<int32_t>> tokens(4, std::vector<int32_t>(batch));  // [step][seq]
       for (int step = 0; step < 4; ++step)
         for (int i = 0; i < batch; ++i) tokens[step][i] = 5 + step + 3 * i;
-      auto rows = [&](int deep_mask, int deep_stages) {
+      auto rows = [&](int deep_mask, int deep_stages, int o_stages = 0) {
         CudaTuning t;
         t.fp8_gemv_deep_mask = deep_mask;
         t.fp8_gemv_deep_config = deep_stages ? kernels::gemv_fp8_ring_config(16, deep_stages) : -1;
+        if (o_stages)  // the o projection alone in another ring
+          t.fp8_projection_gemv_config[CudaTuning::projection_index(CudaTuning::kO)] =
+              kernels::gemv_fp8_ring_config(16, o_stages);
         auto r = testing::cuda_runner(m, true, "auto", t);
         return testing::run_fp8_rows(*r, prompts, tokens);
       };
       const Fp8Rows base = rows(-1, 0);
+      {
+        SCOPED_TRACE("batch " + std::to_string(batch) + " o in a ring of 6");
+        const Fp8Rows r = rows(-1, 0, 6);
+        EXPECT_EQ(r.decode, base.decode);
+        EXPECT_EQ(r.prefill, base.prefill);
+      }
       const std::vector<std::pair<int, int>> variants = {// (mask, ring depth; 0: default)
                                                          {0, 0},
                                                          {CudaTuning::kAllProjections, 0},
