@@ -224,6 +224,7 @@ struct Variant {
   std::string off;  // "" for the default, else what differs from it
   bool graphs = true, gemv = true, pdl = true, fused = true;
   int splits = 0;        // decode attention's split count (0: automatic)
+  int split_cap = 0;     // the automatic policy's CTAs an SM (0: the run's)
   int gemv_config = -1;  // the GEMV's CTA shape (-1: the default rule)
   int gemv_deep = -1;    // mask of GEMVs with a deep prologue (-1: the run's)
   int fp8_deep = -1;     // the same for fp8 GEMVs (-1: the run's)
@@ -239,6 +240,11 @@ struct Variant {
 // The default, then each configuration the flags ask for at this batch size.
 std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
   std::vector<Variant> variants{{""}};
+  for (int cap : int_list(args.get("split-cap-sweep"))) {
+    Variant v{"attention split policy at " + std::to_string(cap) + " CTAs an SM"};
+    v.split_cap = cap;
+    variants.push_back(v);
+  }
   for (int splits : int_list(args.get("splits-sweep"))) {
     Variant v{"attention in " + std::to_string(splits) + " splits"};
     v.splits = splits;
@@ -318,6 +324,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
   t.programmatic_launch = v.pdl;
   t.fused_decode = v.fused && base.fused_decode;
   t.decode_splits = v.splits;
+  if (v.split_cap > 0) t.decode_split_ctas_per_sm = v.split_cap;
   t.gemv_config = v.gemv_config;
   if (v.gemv_deep >= 0) t.gemv_deep_mask = v.gemv_deep;
   if (v.fp8_deep >= 0) t.fp8_gemv_deep_mask = v.fp8_deep;
@@ -545,6 +552,9 @@ void declare_flags(cli::Args& args) {
   args.flag("rope-fusion-on-too",
             "also time every decode configuration with RoPE forced into decode attention (by "
             "default only models without GQA run it there)");
+  args.option("split-cap-sweep", "",
+              "also time decode with the automatic split policy capped at each of these CTAs an "
+              "SM (CudaTuning::decode_split_ctas_per_sm; the default is 4)");
   args.option("splits-sweep", "",
               "also time decode with decode attention forced to each of these split counts");
   args.option("gemv-configs", "",

@@ -192,6 +192,8 @@ void CudaRunner::check_tuning(const CudaTuning& t) {
       throw Error(ErrorCode::kInvalidArgument,
                   "fp8 GEMV projection config: -1 (default) .. " +
                       std::to_string(kernels::gemv_fp8_num_configs() - 1));
+  if (t.decode_split_ctas_per_sm < 1 || t.decode_split_ctas_per_sm > 8)
+    throw Error(ErrorCode::kInvalidArgument, "decode split cap: 1 .. 8 CTAs an SM");
   if (t.decode_splits < 0 || t.decode_splits > kMaxSplits)
     throw Error(ErrorCode::kInvalidArgument,
                 "decode splits: 0 (automatic) .. " + std::to_string(kMaxSplits));
@@ -373,12 +375,14 @@ int CudaRunner::attention_splits(int decode_seqs, int max_keys) const {
   if (tuning_.decode_splits > 0) return tuning_.decode_splits;
   // Measured on H100 at batch 1 (docs/performance-history.md): up to ~256 keys one CTA per kv
   // head beats any split (the merge costs more than it saves); beyond, about one split per 64
-  // keys, as many CTAs as fit four per SM, rounded down to a power of two so that a sequence
-  // growing from 256 to 65k keys needs at most 5 graphs per batch bucket.
+  // keys, as many CTAs as fit four per SM (CudaTuning::decode_split_ctas_per_sm), rounded down
+  // to a power of two so that a sequence growing from 256 to 65k keys needs at most 5 graphs per
+  // batch bucket.
   if (max_keys <= kOneSplitKeys) return 1;
   const int ctas = std::max(1, decode_seqs * config_.num_kv_heads);
   const int want = std::min(
-      {(max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 4 * num_sms_ / ctas, kMaxSplits});
+      {(max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit,
+       tuning_.decode_split_ctas_per_sm * num_sms_ / ctas, kMaxSplits});
   int splits = 1;
   while (splits * 2 <= want) splits *= 2;
   return splits;

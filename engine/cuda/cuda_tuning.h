@@ -56,6 +56,10 @@ struct CudaTuning {
   /// Decode attention's split count (0: the automatic policy, one split up to 256 keys and
   /// about one per 64 keys beyond, measured best at batch 1); 1 .. 16 forces one.
   int decode_splits = 0;
+  /// The automatic policy's cap: splits x sequences x KV heads <= this many CTAs an SM (1 .. 8).
+  /// 4 was measured best at batch 1; at fp8 batch 2 on the 7B shape 2 would pick 4 splits, which
+  /// ran 0.1 ms faster than the cap's 8 (docs/performance.md F18), unmeasured elsewhere.
+  int decode_split_ctas_per_sm = 4;
   /// Decode attention issues its first K/V loads before waiting for the previous kernel
   /// (kernels::DecodeAttentionParams::early_kv_loads): overlaps them with its predecessor.
   bool early_kv_loads = true;
