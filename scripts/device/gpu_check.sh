@@ -100,8 +100,10 @@ for section in "${sections[@]}"; do
           echo "round $i --quantization $q: ${ms:-?} ms" | tee -a "$OUT/gpu_fp8_prefill.txt"
         done
       done
-      awk '/quantization fp8:/ {f = $(NF - 1)} /quantization none:/ {b = $(NF - 1)}
-           /fast-accum 0:/ {printf "round %s: bf16 / fp8 %.3fx (promoted accumulation %.3fx)\n", $2, b / f, b / $(NF - 1)}' \
+      awk '/quantization fp8:/ {f = $(NF - 1) + 0} /quantization none:/ {b = $(NF - 1) + 0}
+           /fast-accum 0:/ {p = $(NF - 1) + 0
+             if (f > 0 && b > 0 && p > 0) printf "round %s: bf16 / fp8 %.3fx (promoted accumulation %.3fx)\n", $2, b / f, b / p
+             else printf "round %s: a run printed no time\n", $2}' \
         "$OUT/gpu_fp8_prefill.txt" | tee -a "$OUT/gpu_fp8_prefill.txt" ;;
     fp8-summary)
       fp8_summary ;;
