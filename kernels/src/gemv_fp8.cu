@@ -52,12 +52,21 @@ static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale bl
 // ring of that many iterations (gemv_fp8_ring_kernel). The sums depend on `warps` only.
 struct Config {
   int warps, unroll, stages;
+  int persistent = 0;    // > 0: gemv_fp8_persistent_kernel with this many CTAs an SM
+  bool x_ahead = false;  // rings: x loaded one iteration ahead (persistent ones always are)
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM.
-constexpr Config kConfigs[] = {{16, 2, 0}, {8, 2, 0},  {8, 4, 0},  {16, 1, 0}, {32, 1, 0},
-                               {4, 4, 0},  {16, 1, 4}, {16, 1, 3}, {16, 1, 5}, {16, 1, 6}};
+// Then the persistent twins of the rings of 4 to 6 (one CTA an SM looping over tiles; two for
+// the ring of 4) and rings of 4 and 5 that load x one iteration ahead.
+constexpr Config kConfigs[] = {
+    {16, 2, 0},       {8, 2, 0},         {8, 4, 0},        {16, 1, 0},       {32, 1, 0},
+    {4, 4, 0},        {16, 1, 4},        {16, 1, 3},       {16, 1, 5},       {16, 1, 6},
+    {16, 1, 4, 1},    {16, 1, 5, 1},     {16, 1, 6, 1},    {16, 1, 4, 2},    {16, 1, 4, 0, true},
+    {16, 1, 5, 0, true}};
+// Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
+constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 // Fp8GemvParams::deep_prologue's shape: 16 warps x 1 with a ring of 4, the depth the 16-bit
 // GEMV measured best before a short kernel (o, gate|up: docs/performance-history.md).
@@ -222,7 +231,7 @@ __device__ __forceinline__ void store_norm_out(const float (&s)[4], T* __restric
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int m = 8 * mt + 2 * t + j;
-      if (m < M) nrm.out_sumsq[static_cast<int64_t>(m) * gridDim.x + blockIdx.x] = ss[j];
+      if (m < M) nrm.out_sumsq[static_cast<int64_t>(m) * (N / kRows) + n0 / kRows] = ss[j];
     }
   }
 }
@@ -276,10 +285,12 @@ struct LaneTile {
   const uint4 *w_lo, *w_hi, *x_row[MT];
   bool x_live[MT];
   __device__ __forceinline__ LaneTile(const T* x, const uint8_t* w, int M, int N, int K)
+      : LaneTile(x, w, M, N, K, blockIdx.x * kRows) {}
+  __device__ __forceinline__ LaneTile(const T* x, const uint8_t* w, int M, int N, int K, int row0)
       : warp(threadIdx.x >> 5),
         g((threadIdx.x & 31) >> 2),
         t(threadIdx.x & 3),
-        n0(blockIdx.x * kRows),
+        n0(row0),
         chunks(K / kChunk),
         steps((K / kChunk + 3) / 4),
         r_lo(min(n0 + g, N - 1)),
@@ -333,6 +344,14 @@ __device__ __forceinline__ void add_step(float (&acc)[MT][4], const uint4& lo, c
   }
 }
 
+template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
+__device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
+                                                 const float (*partial)[MT][4][32],
+                                                 const float* __restrict__ scale,
+                                                 void* __restrict__ y, const T* __restrict__ bias,
+                                                 const NormArgs<T>& nrm, const NormStage<T>& st,
+                                                 int M, int N, bool y_f32);
+
 /// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
 /// memory), the row scales (kPerRow) and Fp8NormIn's 1 / rms, then the epilogue by warp 0. Every
 /// thread calls it, after a barrier that follows the norms' staged copies.
@@ -348,7 +367,20 @@ __device__ __forceinline__ void sum_warps_and_store(
     for (int i = 0; i < 4; ++i) partial[L.warp][mt][i][lane] = acc[mt][i];
   norm_in_factors<T, W>(nrm, st, M, K);
   __syncthreads();
-  if (L.warp != 0) return;
+  if (L.warp == 0)
+    reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+}
+
+/// Warp 0's part of sum_warps_and_store: the partials of the W warps in warp order, the row
+/// scales and 1 / rms, then the epilogue.
+template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
+__device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
+                                                 const float (*partial)[MT][4][32],
+                                                 const float* __restrict__ scale,
+                                                 void* __restrict__ y, const T* __restrict__ bias,
+                                                 const NormArgs<T>& nrm, const NormStage<T>& st,
+                                                 int M, int N, bool y_f32) {
+  const int lane = threadIdx.x & 31;
   const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + L.r_lo),
                               BLOCK ? 1.0f : __ldg(scale + L.r_hi)};
 #pragma unroll
@@ -432,7 +464,7 @@ constexpr int ring_bytes() {
 //
 // Two CTAs per SM for up to 16 warps, as gemv_ring_kernel (a ring of 4 x 16 KB plus the other
 // CTA's fits the 228 KB of an H100 SM).
-template <typename T, int W, int U, int S, int MT, bool BLOCK, GemvEpilogue EPI>
+template <typename T, int W, int U, int S, int MT, bool BLOCK, GemvEpilogue EPI, bool XA>
 __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
                          const uint8_t* __restrict__ w,    // [N, K] e4m3
@@ -461,20 +493,33 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
 
   float acc[MT][4] = {};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
+  uint4 xv[U][MT][2];  // XA: the x chunks (and block scales) of the iteration about to run
+  float sc[U][2];
+  static_assert(!XA || U == 1, "x ahead: one step an iteration");
+  if constexpr (XA) load_step<T, MT, BLOCK>(L, scale, N, L.warp, xv[0], sc[0]);
   for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
     const int refill = slot == 0 ? S - 1 : slot - 1;
     copy_w<W, U>(mine + refill * kSlot * 16, L.w_lo, L.w_hi, s0 + (S - 1) * kStride, L.t, L.chunks);
     attn::cp_async_commit();
-    uint4 xv[U][MT][2];
-    float sc[U][2];
+    uint4 xn[U][MT][2];  // XA: the next iteration's, loaded while this one waits and computes
+    float sn[U][2];
+    if constexpr (XA) {
+      load_step<T, MT, BLOCK>(L, scale, N, s0 + kStride, xn[0], sn[0]);
+    } else {
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
+      for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
+    }
     attn::cp_async_wait<S - 1>();
     const uint4* own = ring + slot * kSlot + threadIdx.x;
 #pragma unroll
     for (int u = 0; u < U; ++u)
       add_step<T, MT, BLOCK>(acc, own[(2 * u) * W * 32], own[(2 * u + 1) * W * 32], xv[u], sc[u]);
     slot = slot == S - 1 ? 0 : slot + 1;
+    if constexpr (XA) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) xv[0][mt][0] = xn[0][mt][0], xv[0][mt][1] = xn[0][mt][1];
+      sc[0][0] = sn[0][0], sc[0][1] = sn[0][1];
+    }
   }
 
   attn::cp_async_commit();   // the norms' copies where no iteration ran
@@ -483,6 +528,160 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
   auto partial = reinterpret_cast<float(*)[MT][4][32]>(ring);  // [W][MT][4][32]
   sum_warps_and_store<T, W, MT, BLOCK, EPI>(L, acc, partial, scale, y, bias, nrm, st, M, N, K,
                                             y_f32);
+}
+
+// Fp8NormOut's inputs for the `tiles` tiles a persistent CTA owns (tile i of them at w row
+// 16 (blockIdx.x + i G)): residual rows [i][M][16] in st.res, weights [i][16] in st.gamma; and
+// Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
+template <typename T>
+__device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
+                                                        const NormStage<T>& st, int M, int N,
+                                                        int K, int tiles) {
+  if (nrm.residual) {
+    const int per_tile = 4 * M + 2;  // 16-byte copies: 4 a residual row, 2 of the weight
+    for (int i = threadIdx.x; i < tiles * per_tile; i += blockDim.x) {
+      const int ti = i / per_tile, c = i % per_tile;
+      const int n0 = (blockIdx.x + ti * gridDim.x) * kRows;
+      if (c < 4 * M) {
+        const int m = c >> 2, q = c & 3;
+        attn::cp_async16(attn::smem_addr(st.res + (ti * M + m) * kRows + 4 * q),
+                         nrm.residual + static_cast<int64_t>(m) * N + n0 + 4 * q, true);
+      } else {
+        const int q = c - 4 * M;
+        attn::cp_async16(attn::smem_addr(st.gamma + ti * kRows + 8 * q), nrm.weight + n0 + 8 * q,
+                         true);
+      }
+    }
+  }
+  NormArgs<T> in_only = nrm;
+  in_only.residual = nullptr;
+  stage_norm_inputs<T>(in_only, st, M, N, K, 0);
+}
+
+// gemv_fp8_ring_kernel made persistent: grid (G) of at most one CTA an SM, CTA b computing the
+// 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring streams on
+// across the tiles, so an SM's weight stream never stops for a CTA to end and the next to start,
+// and the kernel after it (launched early under PDL) keeps a CTA resident beside this one on
+// every SM, with its first S - 1 iterations in flight before its wait. Warp w takes steps
+// w, w + W, ... of every tile in that order (n_w iterations a tile): the sums of the register
+// kernel with W warps, bit for bit. The warps' partial sums go through a second, double-buffered
+// area (the ring keeps streaming meanwhile): one barrier a tile, after which warp 0 writes the
+// tile while the others start the next.
+//
+// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, then the
+// norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
+// [tiles][16]).
+template <typename T, int W, int S, int MT, bool BLOCK, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32, 2)
+    gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
+                               const uint8_t* __restrict__ w,    // [N, K] e4m3
+                               const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
+                               void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
+                               int M, int N, int K, bool y_f32) {
+  extern __shared__ uint4 ring[];
+  constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
+  constexpr int kPartialFloats = W * MT * 4 * 32;
+  float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
+  float* const norm_smem = partials + 2 * kPartialFloats;
+  __shared__ float rs[kFp8GemvMaxRows];
+  const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
+  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;  // this CTA's
+  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+  const int chunks = K / kChunk, steps = (chunks + 3) / 4;
+  const int per_tile = warp < steps ? (steps - warp + W - 1) / W : 0;  // this warp's iterations
+  // Fp8NormIn's sums, then Fp8NormOut's rows and weights (16-byte aligned: M K / 16 floats with
+  // K % 16 == 0... a multiple of 4 when M K / 16 is; rounded up).
+  const int parts = nrm.in_sumsq ? (M * (K / kRows) + 3) / 4 * 4 : 0;
+  float* const res = norm_smem + parts;
+  const NormStage<T> st_all{res, reinterpret_cast<T*>(res + (nrm.residual ? tiles * M * kRows : 0)),
+                            norm_smem, rs};
+  const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
+
+  // The copy iterator: this warp's iteration `f_it` of tile `f_tile`, S - 1 ahead of the use.
+  int f_tile = 0, f_it = 0;
+  const auto fetch = [&](int slot) {
+    if (per_tile > 0 && f_tile < tiles) {
+      const int n0 = (blockIdx.x + f_tile * G) * kRows;
+      const uint4* w_lo = reinterpret_cast<const uint4*>(
+          w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+      const uint4* w_hi = reinterpret_cast<const uint4*>(
+          w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+      copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
+      if (++f_it == per_tile) f_it = 0, ++f_tile;
+    }
+    attn::cp_async_commit();  // empty past the end: the group count stays in step
+  };
+
+  pdl_launch_dependents();
+#pragma unroll
+  for (int p = 0; p < S - 1; ++p) fetch(p);
+  pdl_wait();
+  const bool norms = nrm.residual || nrm.in_sumsq;
+  if (norms) {  // a group of its own, complete once S - 1 iterations have been waited for
+    stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
+    attn::cp_async_commit();
+  }
+
+  int slot = 0;
+  // The x chunks (and block scales) of the iteration about to run: loaded one iteration ahead,
+  // across tiles too, so no iteration waits for them.
+  uint4 xv[MT][2];
+  float sc[2];
+  if (per_tile > 0 && tiles > 0)
+    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
+                            xv, sc);
+  for (int ti = 0; ti < tiles; ++ti) {
+    const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
+    float acc[MT][4] = {};
+    for (int it = 0; it < per_tile; ++it) {
+      fetch(slot == 0 ? S - 1 : slot - 1);
+      uint4 xn[MT][2];
+      float sn[2];
+      if (it + 1 < per_tile) {
+        load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn);
+      } else if (ti + 1 < tiles) {
+        load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
+                                scale, N, warp, xn, sn);
+      }
+      attn::cp_async_wait<S - 1>();
+      const uint4* own = ring + slot * kSlot + threadIdx.x;
+      add_step<T, MT, BLOCK>(acc, own[0], own[W * 32], xv, sc);
+      slot = slot == S - 1 ? 0 : slot + 1;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) xv[mt][0] = xn[mt][0], xv[mt][1] = xn[mt][1];
+      sc[0] = sn[0], sc[1] = sn[1];
+    }
+    float(*partial)[MT][4][32] =
+        reinterpret_cast<float(*)[MT][4][32]>(partials + (ti & 1) * kPartialFloats);
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
+    if (ti == 0 && norms) {
+      // The norms' group is done once S - 1 iterations were waited for; else wait for it here.
+      if (per_tile < S - 1) attn::cp_async_wait<0>();
+      __syncthreads();  // every thread's staged copies are visible
+      norm_in_factors<T, W>(nrm, st_all, M, K);
+    }
+    __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
+    if (warp == 0) {
+      NormStage<T> st = st_all;
+      st.res += ti * M * kRows;
+      st.gamma += ti * kRows;
+      reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+    }
+  }
+  attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit
+}
+
+/// Tiles (16 rows each) per CTA and the grid of the persistent kernel for N rows on `sms` SMs:
+/// the fewest tiles a CTA that fit the SMs, then the fewest CTAs for that (so the CTAs end
+/// together).
+inline int persistent_grid(int N, int sms) {
+  const int tiles = (N + kRows - 1) / kRows;
+  const int per = (tiles + sms - 1) / sms;
+  return (tiles + per - 1) / per;
 }
 
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
@@ -498,7 +697,31 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   // kFp8NormInMaxSums of them (one attribute value per kernel).
   const int norm_bytes = p.norm_in.sumsq ? p.M * (p.K / kRows) * 4 : 0;
   constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
-  if constexpr (C.stages == 0) {
+  if constexpr (C.persistent) {
+    static_assert(C.unroll == 1 && C.stages > 1);
+    int device = 0, sms = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        err != cudaSuccess)
+      return err;
+    const int grid = persistent_grid(p.N, sms * C.persistent);
+    const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
+    const int out_bytes = p.norm_out.residual
+                              ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
+                              : 0;
+    if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
+      return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
+    const auto kernel = gemv_fp8_persistent_kernel<T, C.warps, C.stages, MT, BLOCK, EPI>;
+    constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                             kBytes + kNormMaxBytes + 16 +
+                                                 kPersistentNormOutMaxBytes);
+        err != cudaSuccess)
+      return err;
+    const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32), kBytes + parts_bytes + out_bytes,
+                         stream, x, w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+  } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);
         err != cudaSuccess)
@@ -506,7 +729,8 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), norm_bytes, stream, x, w,
                          p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   } else {
-    const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
+    const auto kernel =
+        gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI, C.x_ahead>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
@@ -599,7 +823,8 @@ int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {
 
 int gemv_fp8_ring_config(int warps, int stages) {
   for (int i = 0; i < kNumConfigs; ++i)
-    if (kConfigs[i].warps == warps && kConfigs[i].unroll == 1 && kConfigs[i].stages == stages)
+    if (kConfigs[i].warps == warps && kConfigs[i].unroll == 1 && kConfigs[i].stages == stages &&
+        !kConfigs[i].persistent && !kConfigs[i].x_ahead)
       return i;
   return -1;
 }
@@ -618,7 +843,8 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" + std::to_string(c.persistent) : "") +
+         (c.x_ahead ? " x-ahead" : "");
 }
 
 }  // namespace rill::kernels

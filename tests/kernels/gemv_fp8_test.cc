@@ -229,8 +229,10 @@ TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
   struct Shape {
     int M, N, K;
   };
-  // K: partial steps, fewer steps than the ring is deep, a Llama down projection's K.
-  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80}, {3, 261, 4112}};
+  // K: partial steps, fewer steps than the ring is deep, a Llama down projection's K; N: a
+  // persistent CTA taking 2 tiles, and 4 tiles of one step a warp (up to 132 SMs).
+  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80},
+                          {3, 261, 4112},  {2, 4500, 4096},   {12, 8200, 272}};
   int pairs = 0;
   for (DType dt : kDTypes)
     for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
@@ -461,6 +463,57 @@ TEST(GemvFp8, NormSplitOverTwoGemvs) {
         check_norm_split(dt, 16, 208, 320, 48, layout, config, rng);   // two x tiles
         check_norm_split(dt, 5, 64, 16, 40, layout, config, rng);      // one CTA of rows
       }
+}
+
+// A persistent CTA stages Fp8NormOut's rows for all its tiles; past kPersistentNormOutMaxBytes
+// (16 rows of x, 17 tiles a CTA on up to 132 SMs) its ring twin runs instead: the same bits.
+TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(73);
+  const int M = 16, K = 64, N = 17 * 132 * 16;
+  const int ring = kernels::gemv_fp8_ring_config(16, 4);
+  std::vector<int> persistent;
+  for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c)
+    if (kernels::gemv_fp8_config_name(c).find("persistent") != std::string::npos)
+      persistent.push_back(c);
+  ASSERT_GE(ring, 0);
+  ASSERT_FALSE(persistent.empty());
+  for (DType dt : kDTypes) {
+    const Fp8Weight w = random_weight(N, K, Fp8ScaleLayout::kPerRow, rng);
+    const std::vector<float> x = rounded_random(size_t(M) * K, rng, dt, 0.125f);
+    const std::vector<float> r0 = random_vector(size_t(M) * N, rng, 2.0f);
+    const std::vector<float> gamma = rounded_random(N, rng, dt, 1.0f);
+    const DeviceWeight dw(w);
+    DeviceBuffer d_x(x.size(), 2), d_gamma(N, 2);
+    d_x.upload_floats(x, dt);
+    d_gamma.upload_floats(gamma, dt);
+    std::vector<std::vector<float>> outs;  // r, h, ss of each config
+    std::vector<int> configs = persistent;
+    configs.push_back(ring);
+    for (int config : configs) {
+      SCOPED_TRACE(kernels::gemv_fp8_config_name(config));
+      DeviceBuffer d_r(r0.size(), 4), d_h(size_t(M) * N, 2), d_ss(size_t(M) * (N / 16), 4);
+      d_r.upload_floats(r0, dt);
+      d_h.poison();
+      d_ss.poison();
+      kernels::Fp8GemvParams p = params(dt, M, w, dw, d_x.get(), d_h.get(), config);
+      p.norm_out.residual = d_r.as<float>();
+      p.norm_out.weight = d_gamma.get();
+      p.norm_out.sumsq = d_ss.as<float>();
+      CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss}) EXPECT_TRUE(b->check_guards());
+      std::vector<float> all = d_r.download_floats(dt);
+      for (const DeviceBuffer* b : {&d_h, &d_ss}) {
+        const std::vector<float> v = b->download_floats(dt);
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      ASSERT_FALSE(has_nonfinite(all));
+      outs.push_back(std::move(all));
+    }
+    for (size_t i = 0; i + 1 < outs.size(); ++i)
+      EXPECT_TRUE(outs[i] == outs.back()) << kernels::gemv_fp8_config_name(configs[i]);
+  }
 }
 
 TEST(GemvFp8, RejectsWhatItCannotDo) {
