@@ -25,9 +25,11 @@
 // by cp.async right after the PDL wait, so neither the CTA's start nor its epilogue waits a round
 // trip for it. Fixed orders throughout: the same bits each run.
 //
-// Two kernels share that tile: gemv_fp8_kernel double-buffers the weights in registers;
+// Three kernels share that tile: gemv_fp8_kernel double-buffers the weights in registers;
 // gemv_fp8_ring_kernel stages them through a cp.async ring in shared memory and issues several
-// iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does.
+// iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does;
+// gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's shape
+// up to 8 rows of x).
 #include <string>
 #include <type_traits>
 
@@ -52,26 +54,28 @@ static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale bl
 // ring of that many iterations (gemv_fp8_ring_kernel). The sums depend on `warps` only.
 struct Config {
   int warps, unroll, stages;
-  int persistent = 0;    // > 0: gemv_fp8_persistent_kernel with this many CTAs an SM
-  bool x_ahead = false;  // rings: x loaded one iteration ahead (persistent ones always are)
+  int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
-// two CTAs an SM.
-// Then the persistent twins of the rings of 4 to 6 (one CTA an SM looping over tiles; two for
-// the ring of 4) and rings of 4 and 5 that load x one iteration ahead.
-constexpr Config kConfigs[] = {
-    {16, 2, 0},       {8, 2, 0},         {8, 4, 0},        {16, 1, 0},       {32, 1, 0},
-    {4, 4, 0},        {16, 1, 4},        {16, 1, 3},       {16, 1, 5},       {16, 1, 6},
-    {16, 1, 4, 1},    {16, 1, 5, 1},     {16, 1, 6, 1},    {16, 1, 4, 2},    {16, 1, 4, 0, true},
-    {16, 1, 5, 0, true}};
+// two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
+constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
+                               {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
-// Fp8GemvParams::deep_prologue's shape: 16 warps x 1 with a ring of 4, the depth the 16-bit
-// GEMV measured best before a short kernel (o, gate|up: docs/performance-history.md).
-constexpr int kDeepConfig = 6;
-static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].stages > 0);
+// Fp8GemvParams::deep_prologue's shapes: up to 8 rows of x the persistent ring of 3 (H100, 515
+// cached, every decode projection: 7B 2.856 against 3.037 ms at batch 1, 3.719 against 4.047
+// at 8; docs/performance.md F19); past 8 rows 16 warps x 1 with a ring of 4 (not measured with
+// the persistent kernel there). 16 warps in each: the sums of the default shape.
+constexpr int kDeepConfig = 10;
+constexpr int kDeepConfigWide = 6;
+constexpr int kDeepPersistentMaxRows = 8;
+static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].stages > 0 &&
+              kConfigs[kDeepConfig].persistent > 0);
+static_assert(kConfigs[kDeepConfigWide].warps == kConfigs[0].warps &&
+              kConfigs[kDeepConfigWide].stages > 0);
 
 /// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
 /// exponent+mantissa bits are shifted into T's places, which gives the value times 2^-8 (fp16) or
@@ -464,7 +468,7 @@ constexpr int ring_bytes() {
 //
 // Two CTAs per SM for up to 16 warps, as gemv_ring_kernel (a ring of 4 x 16 KB plus the other
 // CTA's fits the 228 KB of an H100 SM).
-template <typename T, int W, int U, int S, int MT, bool BLOCK, GemvEpilogue EPI, bool XA>
+template <typename T, int W, int U, int S, int MT, bool BLOCK, GemvEpilogue EPI>
 __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
                          const uint8_t* __restrict__ w,    // [N, K] e4m3
@@ -493,33 +497,20 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
 
   float acc[MT][4] = {};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
-  uint4 xv[U][MT][2];  // XA: the x chunks (and block scales) of the iteration about to run
-  float sc[U][2];
-  static_assert(!XA || U == 1, "x ahead: one step an iteration");
-  if constexpr (XA) load_step<T, MT, BLOCK>(L, scale, N, L.warp, xv[0], sc[0]);
   for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
     const int refill = slot == 0 ? S - 1 : slot - 1;
     copy_w<W, U>(mine + refill * kSlot * 16, L.w_lo, L.w_hi, s0 + (S - 1) * kStride, L.t, L.chunks);
     attn::cp_async_commit();
-    uint4 xn[U][MT][2];  // XA: the next iteration's, loaded while this one waits and computes
-    float sn[U][2];
-    if constexpr (XA) {
-      load_step<T, MT, BLOCK>(L, scale, N, s0 + kStride, xn[0], sn[0]);
-    } else {
+    uint4 xv[U][MT][2];
+    float sc[U][2];
 #pragma unroll
-      for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
-    }
+    for (int u = 0; u < U; ++u) load_step<T, MT, BLOCK>(L, scale, N, s0 + u * W, xv[u], sc[u]);
     attn::cp_async_wait<S - 1>();
     const uint4* own = ring + slot * kSlot + threadIdx.x;
 #pragma unroll
     for (int u = 0; u < U; ++u)
       add_step<T, MT, BLOCK>(acc, own[(2 * u) * W * 32], own[(2 * u + 1) * W * 32], xv[u], sc[u]);
     slot = slot == S - 1 ? 0 : slot + 1;
-    if constexpr (XA) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xv[0][mt][0] = xn[0][mt][0], xv[0][mt][1] = xn[0][mt][1];
-      sc[0][0] = sn[0][0], sc[0][1] = sn[0][1];
-    }
   }
 
   attn::cp_async_commit();   // the norms' copies where no iteration ran
@@ -558,21 +549,23 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   stage_norm_inputs<T>(in_only, st, M, N, K, 0);
 }
 
-// gemv_fp8_ring_kernel made persistent: grid (G) of at most one CTA an SM, CTA b computing the
-// 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring streams on
-// across the tiles, so an SM's weight stream never stops for a CTA to end and the next to start,
-// and the kernel after it (launched early under PDL) keeps a CTA resident beside this one on
-// every SM, with its first S - 1 iterations in flight before its wait. Warp w takes steps
-// w, w + W, ... of every tile in that order (n_w iterations a tile): the sums of the register
-// kernel with W warps, bit for bit. The warps' partial sums go through a second, double-buffered
-// area (the ring keeps streaming meanwhile): one barrier a tile, after which warp 0 writes the
-// tile while the others start the next.
+// gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
+// computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
+// streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
+// next to start (the ring kernel runs 3 to 5 such waves of short CTAs on the 7B's qkv and
+// gate|up), and every CTA ends at about the same time. The x chunks (and block scales) are loaded
+// one iteration ahead, across tiles too, so no iteration waits an L2 round trip for them. Warp w
+// takes steps w, w + W, ... of every tile in that order (n_w iterations a tile): the sums of the
+// register kernel with W warps, bit for bit.
+// The warps' partial sums go through a second, double-buffered area (the ring keeps streaming
+// meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
+// One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
 //
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, then the
 // norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
 // [tiles][16]).
-template <typename T, int W, int S, int MT, bool BLOCK, GemvEpilogue EPI>
-__global__ void __launch_bounds__(W * 32, 2)
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI>
+__global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
@@ -589,8 +582,7 @@ __global__ void __launch_bounds__(W * 32, 2)
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
   const int chunks = K / kChunk, steps = (chunks + 3) / 4;
   const int per_tile = warp < steps ? (steps - warp + W - 1) / W : 0;  // this warp's iterations
-  // Fp8NormIn's sums, then Fp8NormOut's rows and weights (16-byte aligned: M K / 16 floats with
-  // K % 16 == 0... a multiple of 4 when M K / 16 is; rounded up).
+  // Fp8NormIn's sums (rounded up to 16 bytes), then Fp8NormOut's rows and weights.
   const int parts = nrm.in_sumsq ? (M * (K / kRows) + 3) / 4 * 4 : 0;
   float* const res = norm_smem + parts;
   const NormStage<T> st_all{res, reinterpret_cast<T*>(res + (nrm.residual ? tiles * M * kRows : 0)),
@@ -711,7 +703,8 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
                               : 0;
     if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
       return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
-    const auto kernel = gemv_fp8_persistent_kernel<T, C.warps, C.stages, MT, BLOCK, EPI>;
+    const auto kernel =
+        gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                                              kBytes + kNormMaxBytes + 16 +
@@ -729,8 +722,7 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), norm_bytes, stream, x, w,
                          p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   } else {
-    const auto kernel =
-        gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI, C.x_ahead>;
+    const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
@@ -810,21 +802,22 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
   Fp8GemvParams q = p;
-  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
+  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue, p.M);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
-int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {
+int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue, int M) {
   // 16 warps x 2 steps: the bytes per step and CTA of the 16-bit GEMV's default shape, its best
   // on every Llama shape. A fixed rule (no start-up timing), so every run computes the same sums;
-  // deep_prologue takes its ring twin (16 warps: the same sums).
-  return deep_prologue ? kDeepConfig : 0;
+  // deep_prologue takes a ring twin (16 warps: the same sums).
+  if (!deep_prologue) return 0;
+  return M <= kDeepPersistentMaxRows ? kDeepConfig : kDeepConfigWide;
 }
 
 int gemv_fp8_ring_config(int warps, int stages) {
   for (int i = 0; i < kNumConfigs; ++i)
     if (kConfigs[i].warps == warps && kConfigs[i].unroll == 1 && kConfigs[i].stages == stages &&
-        !kConfigs[i].persistent && !kConfigs[i].x_ahead)
+        !kConfigs[i].persistent)
       return i;
   return -1;
 }
@@ -843,8 +836,7 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" + std::to_string(c.persistent) : "") +
-         (c.x_ahead ? " x-ahead" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
 }
 
 }  // namespace rill::kernels

@@ -229,10 +229,10 @@ TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
   struct Shape {
     int M, N, K;
   };
-  // K: partial steps, fewer steps than the ring is deep, a Llama down projection's K; N: a
-  // persistent CTA taking 2 tiles, and 4 tiles of one step a warp (up to 132 SMs).
-  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80},
-                          {3, 261, 4112},  {2, 4500, 4096},   {12, 8200, 272}};
+  // K: partial steps, fewer steps than the ring is deep, a Llama down projection's K; N: 1, 2
+  // and 6 tiles a persistent CTA (two an SM, 132 SMs), and 2 tiles of one step a warp.
+  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80},     {3, 261, 4112},
+                          {2, 4500, 4096}, {12, 8200, 272},   {1, 22016, 1024}};
   int pairs = 0;
   for (DType dt : kDTypes)
     for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
@@ -462,15 +462,19 @@ TEST(GemvFp8, NormSplitOverTwoGemvs) {
         check_norm_split(dt, 1, 1024, 4096, 768, layout, config, rng);  // 7B's hidden size
         check_norm_split(dt, 16, 208, 320, 48, layout, config, rng);   // two x tiles
         check_norm_split(dt, 5, 64, 16, 40, layout, config, rng);      // one CTA of rows
+        check_norm_split(dt, 2, 256, 16384, 64, layout, config, rng);  // 4 tiles a persistent CTA
       }
 }
 
 // A persistent CTA stages Fp8NormOut's rows for all its tiles; past kPersistentNormOutMaxBytes
-// (16 rows of x, 17 tiles a CTA on up to 132 SMs) its ring twin runs instead: the same bits.
+// (16 KB: 16 tiles a CTA at 16 rows of x) its ring twin runs instead: the same bits.
 TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
   RILL_REQUIRE_GPU();
   std::mt19937 rng(73);
-  const int M = 16, K = 64, N = 17 * 132 * 16;
+  int device = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int M = 16, K = 64, N = 16 * 2 * sms * 16;  // 16 tiles for each of two CTAs an SM
   const int ring = kernels::gemv_fp8_ring_config(16, 4);
   std::vector<int> persistent;
   for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c)
