@@ -28,8 +28,8 @@
 // Three kernels share that tile: gemv_fp8_kernel double-buffers the weights in registers;
 // gemv_fp8_ring_kernel stages them through a cp.async ring in shared memory and issues several
 // iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does;
-// gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's shape
-// up to 8 rows of x).
+// gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's
+// shape).
 #include <string>
 #include <type_traits>
 
@@ -65,17 +65,13 @@ constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0}
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
-// Fp8GemvParams::deep_prologue's shapes: up to 8 rows of x the persistent ring of 3 (H100, 515
-// cached, every decode projection: 7B 2.856 against 3.037 ms at batch 1, 3.719 against 4.047
-// at 8; docs/performance.md F19); past 8 rows 16 warps x 1 with a ring of 4 (not measured with
-// the persistent kernel there). 16 warps in each: the sums of the default shape.
+// Fp8GemvParams::deep_prologue's shape: the persistent ring of 3, 16 warps (the sums of the
+// default shape). H100, 515 cached, every decode projection, against the ring of 4 it replaced:
+// 7B 2.852 / 3.028 ms at 1 token, 3.712 / 4.072 at 8, 5.228 / 5.336 at 16 (docs/performance.md
+// F19).
 constexpr int kDeepConfig = 10;
-constexpr int kDeepConfigWide = 6;
-constexpr int kDeepPersistentMaxRows = 8;
 static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeepConfig].stages > 0 &&
               kConfigs[kDeepConfig].persistent > 0);
-static_assert(kConfigs[kDeepConfigWide].warps == kConfigs[0].warps &&
-              kConfigs[kDeepConfigWide].stages > 0);
 
 /// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
 /// exponent+mantissa bits are shifted into T's places, which gives the value times 2^-8 (fp16) or
@@ -802,16 +798,15 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
   Fp8GemvParams q = p;
-  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue, p.M);
+  if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
 }
 
-int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue, int M) {
+int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {
   // 16 warps x 2 steps: the bytes per step and CTA of the 16-bit GEMV's default shape, its best
   // on every Llama shape. A fixed rule (no start-up timing), so every run computes the same sums;
   // deep_prologue takes a ring twin (16 warps: the same sums).
-  if (!deep_prologue) return 0;
-  return M <= kDeepPersistentMaxRows ? kDeepConfig : kDeepConfigWide;
+  return deep_prologue ? kDeepConfig : 0;
 }
 
 int gemv_fp8_ring_config(int warps, int stages) {

@@ -69,8 +69,8 @@ struct Fp8GemvParams {
   /// For the default shape: the kernel launched before this one is short (attention, add + norm),
   /// so its CTAs sit resident under PDL for a while before their inputs are ready: stage the
   /// weights through a shared-memory ring, which lets several iterations stream before the wait
-  /// (the same sums as without). Up to 8 rows of x the ring's CTAs are persistent (two an SM,
-  /// each looping over row tiles with its ring streaming on across them).
+  /// (the same sums as without), in persistent CTAs (two an SM, each looping over row tiles with
+  /// its ring streaming on across them).
   bool deep_prologue = false;
   /// kStore only, with y in the dtype: the residual add and the next norm's input (see
   /// Fp8NormOut).
@@ -85,9 +85,8 @@ struct Fp8GemvParams {
 int gemv_fp8_num_configs();
 GemvConfigInfo gemv_fp8_config_info(int config);  // .silu is always true
 std::string gemv_fp8_config_name(int config);
-/// The shape launch_gemv_fp8 uses for weights [N, K] and M rows of x when config is -1 (see
-/// deep_prologue).
-int gemv_fp8_default_config(int N, int K, bool deep_prologue = false, int M = 1);
+/// The shape launch_gemv_fp8 uses for weights [N, K] when config is -1 (see deep_prologue).
+int gemv_fp8_default_config(int N, int K, bool deep_prologue = false);
 /// The shape of `warps` warps x 1 step with a ring of `stages` iterations (the same sums as the
 /// register shapes with those warps), or -1 when none exists.
 int gemv_fp8_ring_config(int warps, int stages);
