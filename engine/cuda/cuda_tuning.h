@@ -83,8 +83,9 @@ struct CudaTuning {
   /// Fp8GemvParams::deep_prologue; 0 .. kAllProjections, a bit applies at every step size); -1:
   /// qkv, o, gate|up (or up) and down, the fastest set measured at batch 1 on the H100.
   int fp8_gemv_deep_mask = -1;
-  /// The CTA shape of the fp8 GEMVs with a deep prologue (kernels::gemv_fp8_ring_config; -1:
-  /// kernels::gemv_fp8_default_config), unless fp8_gemv_config forces one for all.
+  /// The CTA shape of the fp8 GEMVs with a deep prologue (a kernels::gemv_fp8_config_info index;
+  /// -1: kernels::gemv_fp8_default_config's, the persistent ring of 3), unless fp8_gemv_config
+  /// forces one for all.
   int fp8_gemv_deep_config = -1;
   /// fp8 weights: the kernel that produces a W8A8 GEMM's input writes it as e4m3 per token
   /// itself, instead of in the model dtype: the norms before qkv and gate|up

@@ -17,7 +17,8 @@
 # the W8A8 GEMMs with and without cuBLASLt's fast accumulation (CudaTuning::fp8_fast_accum): its
 # tests, the GEMMs alone (rill-gemm-fp8-bench), the 7B's 2,048-token prefill against bf16 in the
 # same session, and the 7B logit cosine both ways. fp8-prefill: the 7B's 2,048-token prefill, fp8
-# against bf16, three rounds.
+# against bf16, three rounds. fp8-persistent: decode at 1-16 tokens with the fp8 GEMVs' persistent
+# ring (the default) against the ring of 4 it replaced.
 # Logs go to $OUT/gpu_<section>.txt.
 set -u
 bin=$1 lib=$2
@@ -105,6 +106,21 @@ for section in "${sections[@]}"; do
              if (f > 0 && b > 0 && p > 0) printf "round %s: bf16 / fp8 %.3fx (promoted accumulation %.3fx)\n", $2, b / f, b / p
              else printf "round %s: a run printed no time\n", $2}' \
         "$OUT/gpu_fp8_prefill.txt" | tee -a "$OUT/gpu_fp8_prefill.txt" ;;
+    fp8-persistent)  # the fp8 decode GEMVs' persistent ring of 3 (the default) against the
+      # ring of 4 it replaced (config 6) at 1-8 tokens in the same process, at 16 tokens in two,
+      # then the 7B's batch-1 timeline
+      make7b
+      make8b
+      for m in llama2-7b llama3-8b; do
+        TAIL=12 run fp8_persistent 200 "$bin/rill-bench" --model /tmp/$m --quantization fp8 --batch 1,2,4,8 \
+          --context 512 --prefill 0 --max-batch 16 --fp8-projection-gemv-configs "1:6+2:6+4:6+8:6"
+        for c in -1 6; do
+          TAIL=3 run fp8_persistent 120 "$bin/rill-bench" --model /tmp/$m --quantization fp8 --batch 16 \
+            --context 512 --prefill 0 --max-batch 16 --fp8-gemv-deep-config $c
+        done
+      done
+      TAIL=16 run fp8_persistent 120 "$bin/rill-bench" --model /tmp/llama2-7b --quantization fp8 --batch 1 \
+        --context 512 --prefill 0 --trace ;;
     fp8-summary)
       fp8_summary ;;
     tests)
