@@ -344,31 +344,15 @@ __device__ __forceinline__ void add_step(float (&acc)[MT][4], const uint4& lo, c
   }
 }
 
-template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
-__device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
-                                                 const float (*partial)[MT][4][32],
-                                                 const float* __restrict__ scale,
-                                                 void* __restrict__ y, const T* __restrict__ bias,
-                                                 const NormArgs<T>& nrm, const NormStage<T>& st,
-                                                 int M, int N, bool y_f32);
-
-/// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
-/// memory), the row scales (kPerRow) and Fp8NormIn's 1 / rms, then the epilogue by warp 0. Every
-/// thread calls it, after a barrier that follows the norms' staged copies.
-template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
-__device__ __forceinline__ void sum_warps_and_store(
-    const LaneTile<T, MT>& L, const float (&acc)[MT][4], float (*partial)[MT][4][32],
-    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias,
-    const NormArgs<T>& nrm, const NormStage<T>& st, int M, int N, int K, bool y_f32) {
+/// This warp's sums into its row of the partials ([W][MT][4][32] floats of shared memory).
+template <int MT>
+__device__ __forceinline__ void store_partials(float (*partial)[MT][4][32], int warp,
+                                               const float (&acc)[MT][4]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[L.warp][mt][i][lane] = acc[mt][i];
-  norm_in_factors<T, W>(nrm, st, M, K);
-  __syncthreads();
-  if (L.warp == 0)
-    reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+    for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
 }
 
 /// Warp 0's part of sum_warps_and_store: the partials of the W warps in warp order, the row
@@ -398,6 +382,22 @@ __device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
     store_tile<T, EPI>(sum, y, bias, nrm, st, M, N, y_f32, L.n0, L.g, L.t, mt);
   }
 }
+
+/// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared
+/// memory), the row scales (kPerRow) and Fp8NormIn's 1 / rms, then the epilogue by warp 0. Every
+/// thread calls it, after a barrier that follows the norms' staged copies.
+template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
+__device__ __forceinline__ void sum_warps_and_store(
+    const LaneTile<T, MT>& L, const float (&acc)[MT][4], float (*partial)[MT][4][32],
+    const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias,
+    const NormArgs<T>& nrm, const NormStage<T>& st, int M, int N, int K, bool y_f32) {
+  store_partials<MT>(partial, L.warp, acc);
+  norm_in_factors<T, W>(nrm, st, M, K);
+  __syncthreads();
+  if (L.warp == 0)
+    reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+}
+
 
 // grid (ceil(N / 16)), block W * 32. K % 16 == 0, x and w 16-byte aligned. MT x tiles of 8 rows.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
@@ -641,11 +641,7 @@ __global__ void __launch_bounds__(W * 32, P)
     }
     float(*partial)[MT][4][32] =
         reinterpret_cast<float(*)[MT][4][32]>(partials + (ti & 1) * kPartialFloats);
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
+    store_partials<MT>(partial, warp, acc);
     if (ti == 0 && norms) {
       // The norms' group is done once S - 1 iterations were waited for; else wait for it here.
       if (per_tile < S - 1) attn::cp_async_wait<0>();

@@ -376,6 +376,14 @@ TEST(GemvFp8, SiluMulEpilogue) {
         }
 }
 
+/// p as an Fp8NormOut producer: residual r (fp32), the norm's weight, the sums of squares.
+void set_norm_out(kernels::Fp8GemvParams& p, DeviceBuffer& r, const DeviceBuffer& gamma,
+                  DeviceBuffer& ss) {
+  p.norm_out.residual = r.as<float>();
+  p.norm_out.weight = gamma.get();
+  p.norm_out.sumsq = ss.as<float>();
+}
+
 // A residual add and RMSNorm split over two GEMVs: the producer (N = H) adds dtype(s) to the
 // fp32 residual, stores dtype(r * weight) and each CTA's sums of r^2; the consumer (K = H) scales
 // its sums by 1 / sqrt(sum(r^2) / H + eps). Checked against fp64 on the producer's own outputs
@@ -398,9 +406,7 @@ void check_norm_split(DType dt, int M, int K1, int H, int N2, Fp8ScaleLayout lay
   d_ss.poison();
   d_y.poison();
   kernels::Fp8GemvParams p1 = params(dt, M, w1, dw1, d_x.get(), d_h.get(), config);
-  p1.norm_out.residual = d_r.as<float>();
-  p1.norm_out.weight = d_gamma.get();
-  p1.norm_out.sumsq = d_ss.as<float>();
+  set_norm_out(p1, d_r, d_gamma, d_ss);
   kernels::Fp8GemvParams p2 = params(dt, M, w2, dw2, d_h.get(), d_y.get(), config);
   p2.norm_in.sumsq = d_ss.as<float>();
   p2.norm_in.eps = eps;
@@ -501,9 +507,7 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
       d_h.poison();
       d_ss.poison();
       kernels::Fp8GemvParams p = params(dt, M, w, dw, d_x.get(), d_h.get(), config);
-      p.norm_out.residual = d_r.as<float>();
-      p.norm_out.weight = d_gamma.get();
-      p.norm_out.sumsq = d_ss.as<float>();
+      set_norm_out(p, d_r, d_gamma, d_ss);
       CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
       CUDA_OK(cudaDeviceSynchronize());
       for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss}) EXPECT_TRUE(b->check_guards());
