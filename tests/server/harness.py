@@ -17,6 +17,10 @@ SOURCE_DIR = os.environ.get("RILL_SOURCE_DIR", os.path.abspath(os.path.join(os.p
 # Loopback only: never through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SERVER = os.environ.get("RILL_SERVER", os.path.join(SOURCE_DIR, "build/server/rill-server"))
+# Seconds a request may take: the sanitized server (scripts/test_asan.sh) runs several times
+# slower, and a structured-output request with a fresh schema under 8 concurrent clients took over
+# 60 s there on a 2-core machine.
+REQUEST_TIMEOUT = 240 if os.environ.get("RILL_SANITIZED") == "1" else 60
 
 
 class Server:
@@ -64,7 +68,7 @@ class Server:
                 raise RuntimeError(f"rill-server not healthy in time (last /health: {status})")
             time.sleep(0.1)
 
-    def request(self, method, path, body=None, headers=None, timeout=60):
+    def request(self, method, path, body=None, headers=None, timeout=REQUEST_TIMEOUT):
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers or {})
         if data is not None and "Content-Type" not in (headers or {}):
