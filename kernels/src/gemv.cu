@@ -53,21 +53,6 @@ static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps && kConfigs[kDeep
 static_assert(kConfigs[kDeepWideConfig].warps == kConfigs[1].warps &&
               kConfigs[kDeepWideConfig].silu && kConfigs[kDeepWideConfig].stages > 0);
 
-// Loads the w chunks of the U steps starting at step s0 (zeros past the end of K).
-template <int W, int U>
-__device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
-                                       int chunks, uint4 (&lo)[U], uint4 (&hi)[U]) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int c = (s0 + u * W) * 4 + t;
-    lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
-    if (c < chunks) {
-      lo[u] = load_stream(w_lo + c);
-      hi[u] = load_stream(w_hi + c);
-    }
-  }
-}
-
 /// Warp 0, lane (g, t): s[i] is the sum of x row m = 2t + (i & 1) and w row n0 + g (+ 8 for
 /// i >= 2). Writes y (kStore) or silu(gate) * up (kSiluMul, see gemv.h).
 template <typename T, GemvEpilogue EPI>

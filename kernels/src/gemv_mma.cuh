@@ -1,5 +1,6 @@
 // Pieces shared by the decode GEMVs (gemv.cu for 16-bit weights, gemv_fp8.cu for e4m3): the
-// streaming weight load, the m16n8k16 tensor-core product and the SiLU of the fused epilogue.
+// streaming weight loads (into registers or a shared-memory ring), the m16n8k16 tensor-core
+// product and the SiLU of the fused epilogue.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,6 +54,22 @@ __device__ __forceinline__ void cp_async_stream(uint32_t dst, const uint4* src, 
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0)
                : "memory");
+}
+
+// Loads this thread's w chunks (rows g and g + 8 of its CTA's 16) of the U steps starting at
+// step s0 (W warps apart; zeros past the end of K) into registers.
+template <int W, int U>
+__device__ __forceinline__ void load_w(const uint4* w_lo, const uint4* w_hi, int s0, int t,
+                                       int chunks, uint4 (&lo)[U], uint4 (&hi)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = (s0 + u * W) * 4 + t;
+    lo[u] = hi[u] = make_uint4(0, 0, 0, 0);
+    if (c < chunks) {
+      lo[u] = load_stream(w_lo + c);
+      hi[u] = load_stream(w_hi + c);
+    }
+  }
 }
 
 // Issues this thread's copies of the U steps starting at s0 into the ring slot at `slot`
