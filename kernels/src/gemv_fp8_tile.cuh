@@ -179,30 +179,8 @@ __device__ __forceinline__ void store_tile(const float (&s)[4], void* __restrict
       store_norm_out<T>(s, static_cast<T*>(y), nrm, st, M, N, n0, g, t, mt);
       return;
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int m = 8 * mt + 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
-      if (m < M && n < N) {
-        const int64_t at = static_cast<int64_t>(m) * N + n;
-        if (y_f32) {
-          static_cast<float*>(y)[at] = s[i];
-        } else {
-          static_cast<T*>(y)[at] = from_float<T>(s[i]);
-        }
-      }
-    }
-  } else {  // rows n0 + g (gate) and n0 + 8 + g (up) -> output n0 / 2 + g
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int m = 8 * mt + 2 * t + j;
-      if (m < M) {
-        float gate = to_float<T>(from_float<T>(s[j])), up = to_float<T>(from_float<T>(s[j + 2]));
-        if (bias) gate += to_float<T>(bias[n0 + g]), up += to_float<T>(bias[n0 + 8 + g]);
-        static_cast<T*>(y)[static_cast<int64_t>(m) * (N / 2) + n0 / 2 + g] =
-            from_float<T>(silu(gate) * up);
-      }
-    }
   }
+  store_lane_sums<T, EPI>(s, y, bias, M, N, y_f32, n0, 8 * mt, g, t);
 }
 
 /// This thread's place in its CTA's tile, as both kernels lay it out: warp `warp`, lane

@@ -1,6 +1,6 @@
 // Pieces shared by the decode GEMVs (gemv.cu for 16-bit weights, gemv_fp8.cu for e4m3): the
 // streaming weight loads (into registers or a shared-memory ring), the m16n8k16 tensor-core
-// product and the SiLU of the fused epilogue.
+// product and the epilogue's stores (SiLU-and-mul fused).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "dispatch.cuh"
+#include "rill/kernels/gemv.h"
 
 namespace rill::kernels {
 
@@ -45,6 +48,41 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
 
 __device__ __forceinline__ float silu(float x) {
   return x / (1.0f + expf(-x));  // the activation kernel's formula
+}
+
+/// Warp 0, lane (g, t) of the CTA owning w rows n0 .. n0 + 15: s[i] is the finished sum of x row
+/// m0 + 2t + (i & 1) and w row n0 + g (+ 8 for i >= 2). Writes y (kStore: [M, N] in T, or fp32
+/// when y_f32) or silu(gate) * up (kSiluMul: the tile's rows n0 + g and n0 + 8 + g are a gate row
+/// and its up row, written to y [M, N / 2] at column n0 / 2 + g, after bias when given).
+template <typename T, GemvEpilogue EPI>
+__device__ __forceinline__ void store_lane_sums(const float (&s)[4], void* __restrict__ y,
+                                                const T* __restrict__ bias, int M, int N,
+                                                bool y_f32, int n0, int m0, int g, int t) {
+  if constexpr (EPI == GemvEpilogue::kStore) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = m0 + 2 * t + (i & 1), n = n0 + g + (i >= 2 ? 8 : 0);
+      if (m < M && n < N) {
+        const int64_t at = static_cast<int64_t>(m) * N + n;
+        if (y_f32) {
+          static_cast<float*>(y)[at] = s[i];
+        } else {
+          static_cast<T*>(y)[at] = from_float<T>(s[i]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int m = m0 + 2 * t + j;
+      if (m < M) {
+        float gate = to_float<T>(from_float<T>(s[j])), up = to_float<T>(from_float<T>(s[j + 2]));
+        if (bias) gate += to_float<T>(bias[n0 + g]), up += to_float<T>(bias[n0 + 8 + g]);
+        static_cast<T*>(y)[static_cast<int64_t>(m) * (N / 2) + n0 / 2 + g] =
+            from_float<T>(silu(gate) * up);
+      }
+    }
+  }
 }
 
 // The weight rings of both GEMVs (gemv.cu's gemv_ring_kernel, gemv_fp8.cu's ring kernel).
