@@ -361,7 +361,7 @@ PlannedStep StepPlanner::plan(std::vector<SequencePtr>& running, std::vector<Seq
   feed_prompts(running, waiting, budget, d);
   admit_prompts(running, waiting, now, budget, d);
   d.step.composition = budget.composition();
-  prefetch_restores(running, waiting, d.step.decisions);
+  prefetch_restores(waiting, d.step.decisions);
   return std::move(d.step);
 }
 
@@ -472,8 +472,7 @@ void StepPlanner::admit_prompts(std::vector<SequencePtr>& running,
 // Restores for offloaded sessions whose turns wait behind the head of the queue, started now so
 // that their copies run beside this step and the turns are admitted without waiting for them.
 // Only turns ahead of any other request: their blocks never delay a request queued before them.
-void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& running,
-                                    const std::vector<SequencePtr>& waiting, StepDecisions& d) {
+void StepPlanner::prefetch_restores(const std::vector<SequencePtr>& waiting, StepDecisions& d) {
   const KvCacheManager& kv = host_.kv();
   for (const SequencePtr& s : waiting) {
     if (restores_ >= config_.max_restores_per_step || !s->session) return;

@@ -140,8 +140,7 @@ class StepPlanner {
                const std::optional<PrefixMatch>& match = std::nullopt, int64_t queried = 0);
   // The cached blocks `s` can start from (nullopt: prefix caching is off for it).
   std::optional<PrefixMatch> lookup(Sequence& s, std::span<const int32_t> tokens);
-  void prefetch_restores(const std::vector<SequencePtr>& running,
-                         const std::vector<SequencePtr>& waiting, StepDecisions& d);
+  void prefetch_restores(const std::vector<SequencePtr>& waiting, StepDecisions& d);
   void add_input(PlannedStep& step, const SequencePtr& s, std::span<const int32_t> tokens, bool sample);
   // The step being planned: its inputs and decisions, the sequences it carries, and what is left
   // of the token and sequence budgets.

@@ -149,9 +149,12 @@ TEST(StepCostModel, SlopesStayNonNegativeSoPredictionsGrowWithTheStep) {
   for (int i = 0; i < 20; ++i)
     m.observe(mixed_step(8, 100, 64 + 64 * (i % 4), 0), (9.0 - 0.5 * (i % 4)) * 1e-3);
   ASSERT_TRUE(m.trusted());
-  for (int j = 1; j < StepCostModel::kFeatures; ++j)
-    if (j != 3)
-      EXPECT_GE(m.coefficients()[j], 0.0) << j;  // c3, the prefill steps' offset, has either sign
+  // c3, the prefill steps' offset, has either sign.
+  for (int j = 1; j < StepCostModel::kFeatures; ++j) {
+    if (j != 3) {
+      EXPECT_GE(m.coefficients()[j], 0.0) << j;
+    }
+  }
   double last = 0;
   for (int64_t n = 1; n <= 4096; n += 128) {
     const double t = m.predict(mixed_step(8, 100, n, 0));
