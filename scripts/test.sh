@@ -17,6 +17,6 @@ stage tsan scripts/test_tsan.sh
 stage build scripts/build.sh
 stage ctest ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1200
 # The parsers fuzzed for a bounded time each, then the server's end-to-end tests against a
-# rill-server built with ASan + UBSan (docs/fuzzing.md; one clang build in build-fuzz/ serves both).
+# rill-server built with ASan + UBSan (docs/fuzzing.md; clang builds in build-fuzz/, build-asan/).
 stage fuzz scripts/test_fuzz.sh
 stage asan scripts/test_asan.sh

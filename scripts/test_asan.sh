@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The server's end-to-end tests (ctest label `server`: tests/server, real clients on real
 # sockets) against a rill-server built with clang's AddressSanitizer and UndefinedBehaviorSanitizer
-# in build-fuzz/ (CPU engine only; scripts/sanitized_build.sh: the fuzzers' tree, so the engine
-# and server objects are shared with scripts/test_fuzz.sh, and the server carries libFuzzer's
-# coverage counters too). Every sanitizer report fails the run: memory errors,
+# into build-asan/ (CPU engine only). Every sanitizer report fails the run: memory errors,
 # undefined behaviour and LeakSanitizer's leak report when a server exits. Reports go to
-# build-fuzz/sanitizer/ (the tests' servers are many processes), which is printed and checked
+# build-asan/sanitizer/ (the tests' servers are many processes), which is printed and checked
 # after the tests. tests/fuzz/lsan.supp suppresses only leaks inside gRPC's and protobuf's own
 # libraries (docs/fuzzing.md says which and why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/sanitized_build.sh rill-server rill_sampling_fields_dump
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DRILL_ENABLE_CUDA=OFF -DRILL_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=$flags" \
+  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" "${launcher[@]}" >/dev/null
+cmake --build build-asan -j "$(nproc)" --target rill-server rill_sampling_fields_dump
 
-reports="$PWD/build-fuzz/sanitizer"
+reports="$PWD/build-asan/sanitizer"
 rm -rf "$reports"
 mkdir -p "$reports"
 # The tests' servers inherit these; the clients (python3, node) are not instrumented and ignore
@@ -33,7 +37,7 @@ export RILL_SANITIZED=1
 status=0
 # The tests of rill-server (tests/server); those of the clients (label client: rill-client,
 # rill-loadtest, not built here) are left to the main suite.
-ctest --test-dir build-fuzz -L server -LE client --output-on-failure --timeout 900 || status=$?
+ctest --test-dir build-asan -L server -LE client --output-on-failure --timeout 900 || status=$?
 if compgen -G "$reports/*" >/dev/null; then
   for f in "$reports"/*; do
     echo "rill: sanitizer report $f:"

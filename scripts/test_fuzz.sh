@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzing (docs/fuzzing.md): the libFuzzer harnesses of tests/fuzz, built with clang, ASan and
-# UBSan into build-fuzz/ (CPU engine only; scripts/sanitized_build.sh), each run for a bounded time
-# from its seed corpus.
+# UBSan into build-fuzz/ (CPU engine only), each run for a bounded time from its seed corpus.
 # Any crash, leak, sanitizer report, timeout or out-of-memory fails the run; the input that
 # caused it is kept under build-fuzz/fuzz/<harness>/ and its report is printed.
 #
@@ -21,7 +20,12 @@ for h in "${harnesses[@]}"; do
   [[ " ${all[*]} " == *" $h "* ]] || { echo "rill: unknown harness '$h' (one of: ${all[*]})" >&2; exit 2; }
 done
 
-scripts/sanitized_build.sh fuzzers
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DRILL_ENABLE_CUDA=OFF -DRILL_BUILD_BENCH=OFF -DRILL_BUILD_TESTS=OFF -DRILL_BUILD_FUZZERS=ON \
+  "${launcher[@]}" >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target fuzzers
 
 # Every sanitizer report is fatal (halt_on_error; UBSan is built without recovery too).
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1"
