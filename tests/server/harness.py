@@ -5,6 +5,7 @@ on stdout; the harness reads it, waits for /health to answer 200 and stops the s
 SIGTERM at the end (checking that it exits 0)."""
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -131,6 +132,14 @@ def golden_case():
     """The default model's greedy continuation of "ROMEO:" from transformers (tests/golden)."""
     with open(os.path.join(SOURCE_DIR, "tests/golden/default_model.json")) as f:
         return json.load(f)["cases"][0]
+
+
+def still_held(s):
+    """True while the server holds `s`, a connection that sent half a request and waits. Anything
+    readable on it means the server let it go: a 503 refusal (over the connection cap), end of
+    file or a reset. A read that returns bytes is not "still open": a refused holder has its 503
+    waiting unread."""
+    return not select.select([s], [], [], 0)[0]
 
 
 def wait_until(predicate, timeout=30, interval=0.1):

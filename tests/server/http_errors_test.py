@@ -11,7 +11,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import SOURCE_DIR, Server, metric_value, wait_until  # noqa: E402
+from harness import SOURCE_DIR, Server, metric_value, still_held, wait_until  # noqa: E402
 
 MAX_BODY = 1 << 20
 # The server under test runs with these (docs/api.md's @over_connections, @over_body_budget).
@@ -31,19 +31,6 @@ def table_rows():
         assert m, f"bad request cell: {request}"
         rows.append((case, m.group(1), m.group(2), m.group(3), int(status), typ, param or None))
     return rows
-
-
-def still_open(s):
-    """False once the server has closed `s` (a read returns end of file)."""
-    s.setblocking(False)
-    try:
-        return s.recv(1) != b""
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        s.setblocking(True)
 
 
 def body_bytes(spec):
@@ -132,8 +119,9 @@ class HttpErrorsTest(unittest.TestCase):
                 got, body, _ = self.send(method, path, None)
                 if got == 503:
                     return got, body
-                # A holder the server had not read yet was idle and made room: replace it.
-                held = [s for s in held if still_open(s) or s.close()]
+                # A holder the server had not read yet was idle and made room, or one came while the
+                # cap was still full of earlier connections and got a 503: replace it.
+                held = [s for s in held if still_held(s) or s.close()]
             return got, body
         finally:
             for s in held:
