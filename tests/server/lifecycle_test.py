@@ -184,6 +184,7 @@ class OverloadTest(unittest.TestCase):
 class DrainTest(unittest.TestCase):
     def test_in_flight_stream_finishes(self):
         server = Server("--drain-timeout", "60")
+        self.addCleanup(server.kill)  # a failure before the server's own exit leaves none running
         conn, resp = open_stream(server.http_port, {"prompt": "ROMEO:", "max_tokens": 300, "ignore_eos": True,
                                                     "temperature": 0})
         first = resp.readline()
@@ -209,6 +210,7 @@ class DrainTest(unittest.TestCase):
 
     def test_drain_timeout_cancels(self):
         server = Server("--drain-timeout", "1")
+        self.addCleanup(server.kill)
         conn, resp = open_stream(server.http_port, {"prompt": "ROMEO:", "max_tokens": 10 ** 6, "ignore_eos": True,
                                                     "cache": STREAMING})
         self.assertTrue(resp.readline())
