@@ -33,6 +33,7 @@
 #include <string>
 
 #include "dispatch.cuh"
+#include "gemv_fp8_bulk.cuh"
 #include "gemv_fp8_persistent.cuh"
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
@@ -49,15 +50,22 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  bool bulk = false;   // gemv_fp8_bulk_kernel: `warps` consumers, a ring of `stages` 16 KB stages
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
 constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
                                {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {16, 1, 4, 2, true}, {16, 1, 5, 2, true}, {8, 1, 5, 2, true},
+                               {8, 1, 6, 2, true}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
+// The bulk kernel's staged x at most, and its dynamic shared memory with it at most (two CTAs an
+// SM of an H100, 228 KB, 1 KB of each reserved, and the static rs).
+constexpr int kBulkXMaxBytes = 32 * 1024;
+constexpr int kBulkCtaMaxBytes = 113 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 // Fp8GemvParams::deep_prologue's shape: the persistent ring of 3, 16 warps (the sums of the
 // default shape). H100, 515 cached, every decode projection, against the ring of 4 it replaced:
@@ -90,7 +98,7 @@ __global__ void __launch_bounds__(W * 32)
   uint4 lo[U], hi[U];
   load_w<W, U>(L.w_lo, L.w_hi, L.warp, L.t, L.chunks, lo, hi);
   pdl_wait();
-  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0);
+  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0, threadIdx.x, W * 32);
 
   float acc[MT][4] = {};
   for (int s0 = L.warp; s0 < L.steps; s0 += kStride) {
@@ -157,7 +165,7 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     attn::cp_async_commit();
   }
   pdl_wait();
-  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0);
+  stage_norm_inputs<T>(nrm, st, M, N, K, L.n0, threadIdx.x, W * 32);
 
   float acc[MT][4] = {};
   int slot = 0;  // the slot of iteration s0; the slot before it is refilled
@@ -199,7 +207,37 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   // kFp8NormInMaxSums of them (one attribute value per kernel).
   const int norm_bytes = p.norm_in.sumsq ? p.M * (p.K / kRows) * 4 : 0;
   constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
-  if constexpr (C.persistent) {
+  if constexpr (C.bulk) {
+    static_assert(C.unroll == 1 && C.stages > 1 && C.persistent == 2);
+    int device = 0, sms = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        err != cudaSuccess)
+      return err;
+    const int grid = persistent_grid(p.N, sms * C.persistent);
+    const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
+    const int out_bytes = p.norm_out.residual
+                              ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
+                              : 0;
+    if (out_bytes > kPersistentNormOutMaxBytes)  // the register kernel, the same sums
+      return launch_shape<T, Config{C.warps, 2, 0}, MT, BLOCK, EPI>(p, stream);
+    const auto kernel = gemv_fp8_bulk_kernel<T, C.warps, C.stages, MT, BLOCK, EPI>;
+    constexpr int kBytes = bulk_fixed_bytes<C.warps, C.stages, MT>();
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                             kBytes + kNormMaxBytes + 16 +
+                                                 kPersistentNormOutMaxBytes + kBulkXMaxBytes);
+        err != cudaSuccess)
+      return err;
+    const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+    // x in shared memory when it fits beside everything else at two CTAs an SM.
+    const int x_pitch = p.K / 8 + 1;
+    const bool stage_x = p.M * x_pitch * 16 <= kBulkXMaxBytes &&
+                         kBytes + parts_bytes + out_bytes + p.M * x_pitch * 16 <= kBulkCtaMaxBytes;
+    return launch_kernel(kernel, dim3(grid), dim3((C.warps + 2) * 32),
+                         kBytes + parts_bytes + out_bytes + (stage_x ? p.M * x_pitch * 16 : 0),
+                         stream, x, w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32,
+                         stage_x ? x_pitch : 0);
+  } else if constexpr (C.persistent) {
     static_assert(C.unroll == 1 && C.stages > 1);
     int device = 0, sms = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
@@ -345,7 +383,8 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") +
+         (c.bulk ? " bulk" : c.persistent ? " persistent" : "");
 }
 
 }  // namespace rill::kernels

@@ -8,14 +8,15 @@ namespace rill::kernels::fp8_gemv {
 
 // Fp8NormOut's inputs for the `tiles` tiles a persistent CTA owns (tile i of them at w row
 // 16 (blockIdx.x + i G)): residual rows [i][M][16] in st.res, weights [i][16] in st.gamma; and
-// Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
+// Fp8NormIn's sums as stage_norm_inputs. By the `threads` threads numbered `tid`, right after
+// pdl_wait(); uncommitted, as there.
 template <typename T>
 __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
                                                         const NormStage<T>& st, int M, int N,
-                                                        int K, int tiles) {
+                                                        int K, int tiles, int tid, int threads) {
   if (nrm.residual) {
     const int per_tile = 4 * M + 2;  // 16-byte copies: 4 a residual row, 2 of the weight
-    for (int i = threadIdx.x; i < tiles * per_tile; i += blockDim.x) {
+    for (int i = tid; i < tiles * per_tile; i += threads) {
       const int ti = i / per_tile, c = i % per_tile;
       const int n0 = (blockIdx.x + ti * gridDim.x) * kRows;
       if (c < 4 * M) {
@@ -31,7 +32,7 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   }
   NormArgs<T> in_only = nrm;
   in_only.residual = nullptr;
-  stage_norm_inputs<T>(in_only, st, M, N, K, 0);
+  stage_norm_inputs<T>(in_only, st, M, N, K, 0, tid, threads);
 }
 
 // gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(W * 32, P)
   pdl_wait();
   const bool norms = nrm.residual || nrm.in_sumsq;
   if (norms) {  // a group of its own, complete once S - 1 iterations have been waited for
-    stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
+    stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles, threadIdx.x, W * 32);
     attn::cp_async_commit();
   }
 
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(W * 32, P)
       // The norms' group is done once S - 1 iterations were waited for; else wait for it here.
       if (per_tile < S - 1) attn::cp_async_wait<0>();
       __syncthreads();  // every thread's staged copies are visible
-      norm_in_factors<T, W>(nrm, st_all, M, K);
+      norm_in_factors<T>(nrm, st_all, M, K, warp, W);
     }
     __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
     if (warp == 0) {

@@ -91,12 +91,12 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const float* src) {
 }
 
 /// Issues the copies of the norms' inputs into `st`, right after pdl_wait() (the previous kernel
-/// wrote them). Uncommitted: they join the thread's next cp.async group; the kernels commit and
-/// wait for everything before their final barrier.
+/// wrote them), by the `threads` threads numbered `tid`. Uncommitted: they join the thread's next
+/// cp.async group; the kernels commit and wait for everything before their final barrier.
 template <typename T>
 __device__ __forceinline__ void stage_norm_inputs(const NormArgs<T>& nrm, const NormStage<T>& st,
-                                                  int M, int N, int K, int n0) {
-  const int tid = threadIdx.x;
+                                                  int M, int N, int K, int n0, int tid,
+                                                  int threads) {
   if (nrm.residual) {
     if (tid < 4 * M) {  // 4 x 16 bytes of each residual row
       const int m = tid >> 2, q = tid & 3;
@@ -110,24 +110,24 @@ __device__ __forceinline__ void stage_norm_inputs(const NormArgs<T>& nrm, const 
   if (nrm.in_sumsq) {
     const int count = M * (K / kRows);
     if (count % 4 == 0 && (reinterpret_cast<uintptr_t>(nrm.in_sumsq) & 15) == 0) {
-      for (int i = 4 * tid; i < count; i += 4 * blockDim.x)  // 16 bytes a copy
+      for (int i = 4 * tid; i < count; i += 4 * threads)  // 16 bytes a copy
         attn::cp_async16(attn::smem_addr(st.parts + i), nrm.in_sumsq + i, true);
     } else {
-      for (int i = tid; i < count; i += blockDim.x)
+      for (int i = tid; i < count; i += threads)
         cp_async4(attn::smem_addr(st.parts + i), nrm.in_sumsq + i);
     }
   }
 }
 
-/// Fp8NormIn: rs[m] = 1 / rms of x row m (m < M) from the staged sums, by warp m % W: lane l
-/// adds sums l, l + 32, ... in order, then a butterfly. After the barrier that follows the
-/// copies; warp 0 reads rs after the next one.
-template <typename T, int W>
+/// Fp8NormIn: rs[m] = 1 / rms of x row m (m < M) from the staged sums, by warp m % warps of the
+/// `warps` that call it (this one `warp`): lane l adds sums l, l + 32, ... in order, then a
+/// butterfly. After the barrier that follows the copies; warp 0 reads rs after the next one.
+template <typename T>
 __device__ __forceinline__ void norm_in_factors(const NormArgs<T>& nrm, const NormStage<T>& st,
-                                                int M, int K) {
+                                                int M, int K, int warp, int warps) {
   if (!nrm.in_sumsq) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, parts = K / kRows;
-  for (int m = warp; m < M; m += W) {
+  const int lane = threadIdx.x & 31, parts = K / kRows;
+  for (int m = warp; m < M; m += warps) {
     float ss = 0.0f;
     for (int i = lane; i < parts; i += 32) ss += st.parts[m * parts + i];
     ss = warp_reduce(ss, Sum{});
@@ -301,7 +301,7 @@ __device__ __forceinline__ void sum_warps_and_store(
     const float* __restrict__ scale, void* __restrict__ y, const T* __restrict__ bias,
     const NormArgs<T>& nrm, const NormStage<T>& st, int M, int N, int K, bool y_f32) {
   store_partials<MT>(partial, L.warp, acc);
-  norm_in_factors<T, W>(nrm, st, M, K);
+  norm_in_factors<T>(nrm, st, M, K, L.warp, W);
   __syncthreads();
   if (L.warp == 0)
     reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);

@@ -472,8 +472,9 @@ TEST(GemvFp8, NormSplitOverTwoGemvs) {
       }
 }
 
-// A persistent CTA stages Fp8NormOut's rows for all its tiles; past kPersistentNormOutMaxBytes
-// (16 KB: 16 tiles a CTA at 16 rows of x) its ring twin runs instead: the same bits.
+// A persistent or bulk CTA stages Fp8NormOut's rows for all its tiles; past
+// kPersistentNormOutMaxBytes (16 KB: 16 tiles a CTA at 16 rows of x) a twin with the same warps
+// runs instead (the ring, or the register kernel): the same bits as that twin.
 TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
   RILL_REQUIRE_GPU();
   std::mt19937 rng(73);
@@ -481,13 +482,21 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
   CUDA_OK(cudaGetDevice(&device));
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int M = 16, K = 64, N = 16 * 2 * sms * 16;  // 16 tiles for each of two CTAs an SM
-  const int ring = kernels::gemv_fp8_ring_config(16, 4);
-  std::vector<int> persistent;
-  for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c)
-    if (kernels::gemv_fp8_config_name(c).find("persistent") != std::string::npos)
-      persistent.push_back(c);
-  ASSERT_GE(ring, 0);
-  ASSERT_FALSE(persistent.empty());
+  std::vector<int> looping;  // the shapes whose CTAs loop over tiles
+  for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c) {
+    const std::string name = kernels::gemv_fp8_config_name(c);
+    if (name.find("persistent") != std::string::npos || name.find("bulk") != std::string::npos)
+      looping.push_back(c);
+  }
+  ASSERT_FALSE(looping.empty());
+  // The register shape with each looping shape's warps (the same sums).
+  const auto twin = [](int config) {
+    for (int c = 0; c < kernels::gemv_fp8_num_configs(); ++c)
+      if (kernels::gemv_fp8_config_info(c).stages == 0 &&
+          kernels::gemv_fp8_config_info(c).warps == kernels::gemv_fp8_config_info(config).warps)
+        return c;
+    return -1;
+  };
   for (DType dt : kDTypes) {
     const Fp8Weight w = random_weight(N, K, Fp8ScaleLayout::kPerRow, rng);
     const std::vector<float> x = rounded_random(size_t(M) * K, rng, dt, 0.125f);
@@ -497,10 +506,7 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
     DeviceBuffer d_x(x.size(), 2), d_gamma(N, 2);
     d_x.upload_floats(x, dt);
     d_gamma.upload_floats(gamma, dt);
-    std::vector<std::vector<float>> outs;  // r, h, ss of each config
-    std::vector<int> configs = persistent;
-    configs.push_back(ring);
-    for (int config : configs) {
+    const auto run = [&](int config) -> std::vector<float> {  // r, h, ss
       SCOPED_TRACE(kernels::gemv_fp8_config_name(config));
       DeviceBuffer d_r(r0.size(), 4), d_h(size_t(M) * N, 2), d_ss(size_t(M) * (N / 16), 4);
       d_r.upload_floats(r0, dt);
@@ -508,19 +514,24 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
       d_ss.poison();
       kernels::Fp8GemvParams p = params(dt, M, w, dw, d_x.get(), d_h.get(), config);
       set_norm_out(p, d_r, d_gamma, d_ss);
-      CUDA_OK(kernels::launch_gemv_fp8(p, nullptr));
-      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(kernels::launch_gemv_fp8(p, nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss}) EXPECT_TRUE(b->check_guards());
       std::vector<float> all = d_r.download_floats(dt);
       for (const DeviceBuffer* b : {&d_h, &d_ss}) {
         const std::vector<float> v = b->download_floats(dt);
         all.insert(all.end(), v.begin(), v.end());
       }
-      ASSERT_FALSE(has_nonfinite(all));
-      outs.push_back(std::move(all));
+      EXPECT_FALSE(has_nonfinite(all));
+      return all;
+    };
+    for (int config : looping) {
+      const int reference = twin(config);
+      ASSERT_GE(reference, 0) << kernels::gemv_fp8_config_name(config);
+      EXPECT_TRUE(run(config) == run(reference))
+          << kernels::gemv_fp8_config_name(config) << " against "
+          << kernels::gemv_fp8_config_name(reference);
     }
-    for (size_t i = 0; i + 1 < outs.size(); ++i)
-      EXPECT_TRUE(outs[i] == outs.back()) << kernels::gemv_fp8_config_name(configs[i]);
   }
 }
 
