@@ -12,8 +12,9 @@
 //   bulk      one producer warp issuing cp.async.bulk copies (a 1 KB piece of each of the 16
 //             rows a stage, into padded rows) completing on mbarriers, C consumer warps reading
 //             the same chunks the cp.async lanes would; a ring of S stages of 16 KB and P CTAs an
-//             SM, so with P = 1 an SM keeps room for the next kernel's CTA, which streams its
-//             first S stages while this one ends.
+//             SM (with P = 1 and a small ring an SM has room for the next kernel's CTA to start
+//             streaming while this one ends; on the H100 that was no faster than two CTAs an SM
+//             with deeper rings, docs/performance.md F21).
 // Also one kernel over all the bytes (the bulk shape), for the ceiling of a single long grid.
 #include <cuda_runtime.h>
 
@@ -48,6 +49,7 @@ __device__ __forceinline__ uint32_t read_input(const uint4* x, int tid, int thre
   return s;
 }
 
+// Each CTA's sum for the next kernel to read (the first 8 threads store the same slot).
 __device__ __forceinline__ void write_output(uint4* y, uint32_t s) {
   if (threadIdx.x < kXBytes / 16 / 64) y[blockIdx.x % (kXBytes / 16)] = make_uint4(s, 0, 0, 0);
 }
