@@ -150,7 +150,7 @@ void bench_shape(const Shape& s, int l2_bytes, double copy_gbps, cudaStream_t st
 // shape forced on all four. Here a GEMV's predecessor is another GEMV, not the short attention or
 // add + norm kernel the engine puts before o and gate|up, so the ring's early loads have less
 // to overlap than in a decode step (rill-bench --trace shows that).
-void layer_chain(cudaStream_t stream, double copy_gbps) {
+void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
   constexpr int kLayers = 32, H = 4096, I = 11008;
   const int shapes[4][2] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
   std::vector<void*> w(kLayers * 4), sc(kLayers * 4);
@@ -159,7 +159,11 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
     const size_t n = size_t(shapes[i % 4][0]) * shapes[i % 4][1];
     BENCH_CUDA(cudaMalloc(&w[i], n));
     BENCH_CUDA(cudaMalloc(&sc[i], size_t(shapes[i % 4][0]) * 4));
-    rill::bench::fill_uniform_half(w[i], n / 2, 100 + i, 0.05f, stream);
+    if (ones) {
+      BENCH_CUDA(cudaMemsetAsync(w[i], 1, n, stream));
+    } else {
+      rill::bench::fill_uniform_half(w[i], n / 2, 100 + i, 0.05f, stream);
+    }
     rill::bench::fill_uniform_float(static_cast<float*>(sc[i]), shapes[i % 4][0], 7 + i, 0.01f,
                                     stream);
     bytes += n + shapes[i % 4][0] * 4.0;
@@ -169,8 +173,10 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
   BENCH_CUDA(cudaMalloc(&y, size_t(2 * I) * 2));
   rill::bench::fill_uniform_half(x, I, 1, 1.0f, stream);
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  std::printf("\n32 Llama-2-7B layers of fp8 GEMVs at M = 1 in one CUDA graph (%.2f GB)\n",
-              bytes / 1e9);
+  std::printf(
+      "\n32 Llama-2-7B layers of fp8 GEMVs at M = 1 in one CUDA graph (%.2f GB, %s weight "
+      "bytes)\n",
+      bytes / 1e9, ones ? "0x01" : "random");
   constexpr int kEngine = -2;  // a row, not a config: the engine's choice per projection
   std::vector<int> rows = {-1, kEngine};
   for (int c = 0; c < rill::kernels::gemv_fp8_num_configs(); ++c) rows.push_back(c);
@@ -213,7 +219,23 @@ void layer_chain(cudaStream_t stream, double copy_gbps) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool chain_only = false, ones = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--chain-only") {
+      chain_only = true;
+    } else if (a == "--weights" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "ones" || std::string(argv[i + 1]) == "random")) {
+      ones = std::string(argv[++i]) == "ones";
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--chain-only] [--weights ones|random]\n"
+                   "  --weights: the layer chain's weight bytes (default random; ones: all 0x01)\n",
+                   argv[0]);
+      return 2;
+    }
+  }
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreate(&stream));
   const rill::bench::Ceilings ceil = rill::bench::measure_ceilings(stream);
@@ -223,8 +245,9 @@ int main() {
   const Shape shapes[] = {{"qkv", 12288, 4096},    {"o", 4096, 4096},      {"gate_up", 22016, 4096},
                           {"down", 4096, 11008},   {"l3_qkv", 6144, 4096}, {"l3_up", 28672, 4096},
                           {"l3_down", 4096, 14336}};
-  for (const Shape& s : shapes) bench_shape(s, l2_bytes, ceil.copy_gbps, stream);
-  layer_chain(stream, ceil.copy_gbps);
+  if (!chain_only)
+    for (const Shape& s : shapes) bench_shape(s, l2_bytes, ceil.copy_gbps, stream);
+  layer_chain(stream, ceil.copy_gbps, ones);
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;
 }

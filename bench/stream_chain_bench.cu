@@ -30,17 +30,19 @@
 
 namespace {
 
-constexpr int kRows = 16;        // rows a tile
-constexpr int kPiece = 1024;     // bytes of a row a bulk stage
-constexpr int kPitch = 1088;     // a row's pitch in a bulk stage (conflict-free 16-byte reads)
-constexpr int kXBytes = 8192;    // the input each kernel reads after its wait
+constexpr int kRows = 16;      // rows a tile
+constexpr int kPiece = 1024;   // bytes of a row a bulk stage
+constexpr int kPitch = 1088;   // a row's pitch in a bulk stage (conflict-free 16-byte reads)
+constexpr int kXBytes = 8192;  // the input each kernel reads after its wait
 
 using rill::kernels::pdl_launch_dependents;
 using rill::kernels::pdl_wait;
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ uint32_t add_bytes(uint4 v) { return v.x + v.y + v.z + v.w; }
+__device__ __forceinline__ uint32_t add_bytes(uint4 v) {
+  return v.x + v.y + v.z + v.w;
+}
 
 // After the wait: the previous kernel's output, read as the GEMV reads x (L2).
 __device__ __forceinline__ uint32_t read_input(const uint4* x, int tid, int threads) {
@@ -57,7 +59,7 @@ __device__ __forceinline__ void write_output(uint4* y, uint32_t s) {
 struct Job {
   const uint8_t* w;  // [N, K]
   int N, K;
-  const uint4* x;    // [kXBytes]
+  const uint4* x;  // [kXBytes]
   uint4* y;
   uint32_t* sink;
 };
@@ -79,9 +81,11 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
       const uint8_t* lo = j.w + static_cast<int64_t>(n0 + g) * j.K + 16 * min(c, chunks - 1);
       const uint32_t dst = smem_u32(ring + slot * 2 * W * 32 + threadIdx.x);
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(lo),
-                   "r"(ok ? 16 : 0) : "memory");
+                   "r"(ok ? 16 : 0)
+                   : "memory");
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + W * 32 * 16),
-                   "l"(lo + 8 * j.K), "r"(ok ? 16 : 0) : "memory");
+                   "l"(lo + 8 * j.K), "r"(ok ? 16 : 0)
+                   : "memory");
       if (++f_it == per_tile) f_it = 0, ++f_tile;
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -111,7 +115,8 @@ __device__ __forceinline__ void mbar_init(uint64_t* b, int count) {
 }
 __device__ __forceinline__ void mbar_expect(uint64_t* b, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
-               "r"(bytes) : "memory");
+               "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
@@ -120,12 +125,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
   asm volatile(
       "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
       " @!p bra W;\n}" ::"r"(smem_u32(b)),
-      "r"(parity) : "memory");
+      "r"(parity)
+      : "memory");
 }
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* b) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(b)) : "memory");
+          "r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(b))
+      : "memory");
 }
 
 template <int C, int S>  // C consumer warps, a ring of S stages
@@ -214,8 +222,8 @@ void run_cp_async(int sms, const Job& j, cudaStream_t s, bool pdl) {
 template <int C, int S>
 void run_bulk(int sms, int per_sm, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = S * kRows * kPitch + 2 * S * 8;
-  BENCH_CUDA(cudaFuncSetAttribute(bulk_kernel<C, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  smem));
+  BENCH_CUDA(
+      cudaFuncSetAttribute(bulk_kernel<C, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch(bulk_kernel<C, S>, grid_for(j.N, per_sm * sms), (C + 1) * 32, smem, s, j, pdl);
 }
 
@@ -223,15 +231,25 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
   if (!v.bulk) return run_cp_async<16, 3>(sms, j, s, pdl);
   const int key = v.warps * 100 + v.stages;
   switch (key) {
-    case 804: return run_bulk<8, 4>(sms, v.per_sm, j, s, pdl);
-    case 806: return run_bulk<8, 6>(sms, v.per_sm, j, s, pdl);
-    case 1604: return run_bulk<16, 4>(sms, v.per_sm, j, s, pdl);
-    case 1606: return run_bulk<16, 6>(sms, v.per_sm, j, s, pdl);
-    case 1603: return run_bulk<16, 3>(sms, v.per_sm, j, s, pdl);
-    case 403: return run_bulk<4, 3>(sms, v.per_sm, j, s, pdl);
-    case 406: return run_bulk<4, 6>(sms, v.per_sm, j, s, pdl);
-    case 808: return run_bulk<8, 8>(sms, v.per_sm, j, s, pdl);
-    default: std::fprintf(stderr, "no bulk shape %d\n", key); std::exit(2);
+    case 804:
+      return run_bulk<8, 4>(sms, v.per_sm, j, s, pdl);
+    case 806:
+      return run_bulk<8, 6>(sms, v.per_sm, j, s, pdl);
+    case 1604:
+      return run_bulk<16, 4>(sms, v.per_sm, j, s, pdl);
+    case 1606:
+      return run_bulk<16, 6>(sms, v.per_sm, j, s, pdl);
+    case 1603:
+      return run_bulk<16, 3>(sms, v.per_sm, j, s, pdl);
+    case 403:
+      return run_bulk<4, 3>(sms, v.per_sm, j, s, pdl);
+    case 406:
+      return run_bulk<4, 6>(sms, v.per_sm, j, s, pdl);
+    case 808:
+      return run_bulk<8, 8>(sms, v.per_sm, j, s, pdl);
+    default:
+      std::fprintf(stderr, "no bulk shape %d\n", key);
+      std::exit(2);
   }
 }
 
@@ -239,10 +257,15 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
 
 int main(int argc, char** argv) {
   int layers = 32;
+  bool random = false;  // weight bytes: all 0x01 (the default) or random
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "--layers") layers = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: %s [--layers N]\n", argv[0]);
+    if (std::string(argv[i]) == "--layers") {
+      layers = std::atoi(argv[i + 1]);
+    } else if (std::string(argv[i]) == "--weights" &&
+               (std::string(argv[i + 1]) == "ones" || std::string(argv[i + 1]) == "random")) {
+      random = std::string(argv[i + 1]) == "random";
+    } else {
+      std::fprintf(stderr, "usage: %s [--layers N] [--weights ones|random]\n", argv[0]);
       return 2;
     }
   }
@@ -258,10 +281,14 @@ int main(int argc, char** argv) {
   for (const auto& sh : shapes) layer_bytes += size_t(sh[0]) * sh[1];
   const size_t total = layer_bytes * layers;
   uint8_t* w = nullptr;
-  uint4 *xy = nullptr;
+  uint4* xy = nullptr;
   uint32_t* sink = nullptr;
   BENCH_CUDA(cudaMalloc(&w, total));
-  BENCH_CUDA(cudaMemset(w, 1, total));
+  if (random) {
+    rill::bench::fill_uniform_half(w, total / 2, 17, 1.0f, s);
+  } else {
+    BENCH_CUDA(cudaMemset(w, 1, total));
+  }
   BENCH_CUDA(cudaMalloc(&xy, 2 * kXBytes));
   BENCH_CUDA(cudaMemset(xy, 0, 2 * kXBytes));
   BENCH_CUDA(cudaMalloc(&sink, 4));
@@ -285,9 +312,11 @@ int main(int argc, char** argv) {
       {"bulk 4+1w ring 6, 1/SM", true, 4, 6, 1},      {"bulk 8+1w ring 6, 2/SM", true, 8, 6, 2},
       {"bulk 4+1w ring 3, 3/SM", true, 4, 3, 3},
   };
-  std::printf("stream chain: %d layers of the Llama-2-7B fp8 GEMVs (%.2f GB), %d SMs; copy %.0f "
-              "GB/s, read %.0f GB/s (%s)\n",
-              layers, total / 1e9, sms, ceil.copy_gbps, ceil.read_gbps, ceil.device.c_str());
+  std::printf(
+      "stream chain: %d layers of the Llama-2-7B fp8 GEMVs (%.2f GB, %s bytes), %d SMs; "
+      "copy %.0f GB/s, read %.0f GB/s (%s)\n",
+      layers, total / 1e9, random ? "random" : "0x01", sms, ceil.copy_gbps, ceil.read_gbps,
+      ceil.device.c_str());
   std::printf("%-28s %5s %10s %10s %8s %8s\n", "staging", "PDL", "chain ms", "GB/s", "% copy",
               "% read");
   for (const Variant& v : variants)
@@ -299,7 +328,8 @@ int main(int argc, char** argv) {
       for (const Job& j : jobs) run(v, sms, j, s, pdl);
       BENCH_CUDA(cudaStreamEndCapture(s, &g));
       BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
-      const double ms = rill::bench::median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); }, s, 3, 15);
+      const double ms =
+          rill::bench::median_ms([&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); }, s, 3, 15);
       BENCH_CUDA(cudaGraphExecDestroy(exec));
       BENCH_CUDA(cudaGraphDestroy(g));
       const double gbps = total / ms / 1e6;
