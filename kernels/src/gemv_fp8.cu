@@ -49,17 +49,13 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
-  bool x8 = false;     // persistent: x as e4m3 terms (gemv_fp8_x8.cuh) up to kX8MaxRows rows
-  int probe = 0;
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {
-    {16, 2, 0},    {8, 2, 0},     {8, 4, 0},           {16, 1, 0},         {32, 1, 0},
-    {4, 4, 0},     {16, 1, 4},    {16, 1, 3},          {16, 1, 5},         {16, 1, 6},
-    {16, 1, 3, 2}, {16, 1, 4, 2}, {16, 1, 3, 2, true}, {16, 1, 4, 2, true}, {16, 1, 3, 2, false, 1},
-                               {16, 1, 3, 2, false, 3}, {16, 1, 3, 2, false, 4}, {16, 1, 3, 2, false, 5}, {16, 1, 3, 2, false, 6}, {16, 1, 3, 2}, {16, 1, 3, 2, false, 20}, {16, 1, 3, 2, false, 21}, {16, 1, 3, 2, false, 22}};
+constexpr Config kConfigs[] = {{16, 2, 0}, {8, 2, 0},  {8, 4, 0},     {16, 1, 0},
+                               {32, 1, 0}, {4, 4, 0},  {16, 1, 4},    {16, 1, 3},
+                               {16, 1, 5}, {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -204,14 +200,6 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
   if constexpr (C.persistent) {
     static_assert(C.unroll == 1 && C.stages > 1);
-    // x8 takes up to kX8MaxRows rows whose terms fit beside the ring; else the same shape
-    // without it.
-    const int term_bytes = C.x8 ? x8_term_bytes<T>(p.M, p.K) : 0;
-    if constexpr (C.x8) {
-      if (MT != 1 || p.M > kX8MaxRows<T> || term_bytes > kX8MaxTermBytes)
-        return launch_shape<T, Config{C.warps, 1, C.stages, C.persistent}, MT, BLOCK, EPI>(p,
-                                                                                           stream);
-    }
     int device = 0, sms = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -223,27 +211,19 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
         p.norm_out.residual ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T))) : 0;
     if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
       return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
-    constexpr bool kX8 = C.x8 && MT == 1;
-    constexpr int kProbe = C.probe >= 20 ? 4 : C.probe;
     const auto kernel =
-        gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, kX8, kProbe>;
+        gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
-    if constexpr (C.probe >= 20) {
-      constexpr int ring = ring_bytes<C.warps, 1, C.stages>();
-      constexpr int attr = C.probe == 20 ? ring : C.probe == 21 ? kBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes : kBytes;
-      constexpr int dyn = C.probe == 22 ? kBytes : ring;
-      if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), attr); err != cudaSuccess) return err;
-      return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32), dyn, stream, x, w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
-    }
-    if (cudaError_t err =
-            allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                               kBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes +
-                                   (C.x8 ? kX8MaxTermBytes : 0));
+    if (cudaError_t err = allow_dynamic_smem(
+            reinterpret_cast<const void*>(kernel),
+            kBytes + kXSmemMaxBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes);
         err != cudaSuccess)
       return err;
+    const int x_bytes =
+        MT == 1 && x_in_smem<T>(p.M, p.K) ? p.M * p.K * static_cast<int>(sizeof(T)) : 0;
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
-                         kBytes + term_bytes + parts_bytes + out_bytes, stream, x, w, p.scale, p.y,
+                         kBytes + x_bytes + parts_bytes + out_bytes, stream, x, w, p.scale, p.y,
                          bias, nrm, p.M, p.N, p.K, y_f32);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
@@ -359,15 +339,14 @@ int gemv_fp8_num_configs() {
 GemvConfigInfo gemv_fp8_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
   const Config& c = kConfigs[config];
-  return {c.warps, c.unroll, c.stages, true, c.x8};
+  return {c.warps, c.unroll, c.stages, true};
 }
 
 std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") +
-         (c.persistent ? " persistent" : "") + (c.x8 ? " x8" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
 }
 
 }  // namespace rill::kernels

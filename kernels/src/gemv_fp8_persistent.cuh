@@ -2,7 +2,6 @@
 #pragma once
 
 #include "gemv_fp8_tile.cuh"
-#include "gemv_fp8_x8.cuh"
 #include "launch.cuh"
 
 namespace rill::kernels::fp8_gemv {
@@ -35,6 +34,35 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   stage_norm_inputs<T>(in_only, st, M, N, K, 0);
 }
 
+/// Most bytes of x a persistent CTA copies into shared memory (x_in_smem).
+constexpr int kXSmemMaxBytes = 32 * 1024;
+/// Whether the persistent kernel reads x from its own copy in shared memory: M x K of T within
+/// kXSmemMaxBytes (one x tile).
+template <typename T>
+__host__ __device__ constexpr bool x_in_smem(int M, int K) {
+  return M <= 8 && static_cast<int64_t>(M) * K * static_cast<int64_t>(sizeof(T)) <= kXSmemMaxBytes;
+}
+
+/// x_in_smem: copies the x chunks lane (g, t) of warp `warp` reads (row g, chunks 4 (warp + it W)
+/// + t of its iterations it) from x [M, K] to the same places of xs [M, K] in shared memory; each
+/// chunk has one reader, its copier, so the lane's cp.async wait is the only synchronization.
+/// Uncommitted.
+template <typename T, int W>
+__device__ __forceinline__ void stage_x(const T* __restrict__ x, T* xs, int M, int K, int warp,
+                                        int g, int t, int per_tile) {
+  if (g >= M) return;
+  const int chunks = K / kChunk;
+  const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(g) * K);
+  uint4* dst = reinterpret_cast<uint4*>(xs + static_cast<int64_t>(g) * K);
+  for (int it = 0; it < per_tile; ++it) {
+    const int c = 4 * (warp + it * W) + t;
+    if (c < chunks) {
+      attn::cp_async16(attn::smem_addr(dst + 2 * c), src + 2 * c, true);
+      attn::cp_async16(attn::smem_addr(dst + 2 * c + 1), src + 2 * c + 1, true);
+    }
+  }
+}
+
 // gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
 // computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
 // streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
@@ -46,14 +74,14 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // The warps' partial sums go through a second, double-buffered area (the ring keeps streaming
 // meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
+// Where x fits (x_in_smem) each lane copies the x chunks it reads into shared memory once, right
+// after the PDL wait, and reads them there: global loads of x in the loop cost the 32 7B layers
+// about 0.13 ms (docs/performance.md F22).
 //
-// X8: x enters the mmas as e4m3 terms built in shared memory right after the PDL wait
-// (gemv_fp8_x8.cuh; M <= kX8MaxRows, MT 1); the weights go into the mmas unconverted.
-//
-// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, X8's
-// terms (x8_term_bytes), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
+// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x [M][K]
+// (x_in_smem), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool X8 = false, int PROBE = 0>
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
@@ -64,11 +92,12 @@ __global__ void __launch_bounds__(W * 32, P)
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
   float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
-  uint8_t* const terms = reinterpret_cast<uint8_t*>(partials + 2 * kPartialFloats);
-  float* const norm_smem = reinterpret_cast<float*>(terms + (X8 ? x8_term_bytes<T>(M, K) : 0));
+  const bool x_shared = MT == 1 && x_in_smem<T>(M, K);
+  T* const xs = reinterpret_cast<T*>(partials + 2 * kPartialFloats);
+  float* const norm_smem =
+      partials + 2 * kPartialFloats + (x_shared ? M * K * static_cast<int>(sizeof(T)) / 4 : 0);
+  const T* const x_read = x_shared ? xs : x;  // where load_step finds x
   __shared__ float rs[kFp8GemvMaxRows];
-  __shared__ float x8_inv[X8 ? kX8MaxRows<T> : 1], x8_red[X8 ? kX8MaxRows<T> * W : 1];
-  static_assert(!X8 || MT == 1, "X8 takes one x tile");
   const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
   const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;  // this CTA's
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
@@ -90,14 +119,7 @@ __global__ void __launch_bounds__(W * 32, P)
           reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
       const uint4* w_hi =
           reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
-      if constexpr (PROBE == 6) {
-        const int c = (warp + f_it * W) * 4 + t;
-        const bool valid = c < chunks;
-        attn::cp_async16(mine + slot * kSlot * 16, valid ? w_lo + c : w_lo, valid);
-        attn::cp_async16(mine + slot * kSlot * 16 + W * 32 * 16, valid ? w_hi + c : w_hi, valid);
-      } else {
-        copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
-      }
+      copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
       if (++f_it == per_tile) f_it = 0, ++f_tile;
     }
     attn::cp_async_commit();  // empty past the end: the group count stays in step
@@ -112,8 +134,11 @@ __global__ void __launch_bounds__(W * 32, P)
     stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
     attn::cp_async_commit();
   }
-  if constexpr (X8 && !PROBE) build_x8_terms<T, W>(x, terms, x8_inv, x8_red, M, K);
-  const int stride = x8_stride(K), live_cols = M * kX8Cols<T>;
+  if (x_shared) {  // the first x chunks are read next: wait for them (and the groups before)
+    if (tiles > 0) stage_x<T, W>(x, xs, M, K, warp, g, t, per_tile);
+    attn::cp_async_commit();
+    attn::cp_async_wait<0>();
+  }
 
   int slot = 0;
   // The x chunks (and block scales) of the iteration about to run: loaded one iteration ahead,
@@ -121,53 +146,33 @@ __global__ void __launch_bounds__(W * 32, P)
   uint4 xv[MT][2];
   float sc[2];
   if (per_tile > 0 && tiles > 0)
-    load_step<T, MT, BLOCK, (PROBE == 0 || PROBE == 1) && !(X8 && !PROBE)>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
-                                 xv, sc);
+    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x_read, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
+                            xv, sc, x_shared);
   for (int ti = 0; ti < tiles; ++ti) {
-    const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
+    const LaneTile<T, MT> L(x_read, w, M, N, K, (blockIdx.x + ti * G) * kRows);
     float acc[MT][4] = {};
     for (int it = 0; it < per_tile; ++it) {
       fetch(slot == 0 ? S - 1 : slot - 1);
       uint4 xn[MT][2];
       float sn[2];
       if (it + 1 < per_tile) {
-        load_step<T, MT, BLOCK, (PROBE == 0 || PROBE == 1) && !(X8 && !PROBE)>(L, scale, N, warp + (it + 1) * W, xn, sn);
+        load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn, x_shared);
       } else if (ti + 1 < tiles) {
-        load_step<T, MT, BLOCK, (PROBE == 0 || PROBE == 1) && !(X8 && !PROBE)>(
-            LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows), scale, N, warp, xn,
-            sn);
+        load_step<T, MT, BLOCK>(
+            LaneTile<T, MT>(x_read, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows), scale, N,
+            warp, xn, sn, x_shared);
       }
       attn::cp_async_wait<S - 1>();
       const uint4* own = ring + slot * kSlot + threadIdx.x;
-      if constexpr (PROBE) {
-        uint32_t v = own[0].x ^ own[0].y ^ own[0].z ^ own[0].w ^ own[W * 32].x ^ own[W * 32].y ^
-                     own[W * 32].z ^ own[W * 32].w;
-        if constexpr (PROBE == 1) v ^= xv[0][0].x ^ xv[0][0].w ^ xv[0][1].x ^ xv[0][1].w;
-        acc[0][0] += __uint_as_float(v & 0x3f00ffffu);
-      } else if constexpr (X8) {
-        add_step_x8<BLOCK>(acc[0], own[0], own[W * 32], terms, stride, live_cols, chunks,
-                           (warp + it * W) * 4 + t, g, sc);
-      } else {
-        add_step<T, MT, BLOCK>(acc, own[0], own[W * 32], xv, sc);
-      }
+      add_step<T, MT, BLOCK>(acc, own[0], own[W * 32], xv, sc);
       slot = slot == S - 1 ? 0 : slot + 1;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) xv[mt][0] = xn[mt][0], xv[mt][1] = xn[mt][1];
       sc[0] = sn[0], sc[1] = sn[1];
     }
-    if constexpr (PROBE == 4 || PROBE == 6) {
-      if (acc[0][0] == 1.2345f) static_cast<float*>(y)[blockIdx.x] = acc[0][0];
-      continue;
-    }
     float(*partial)[MT][4][32] =
         reinterpret_cast<float(*)[MT][4][32]>(partials + (ti & 1) * kPartialFloats);
-    if constexpr (X8 && !PROBE) {
-      float rows[1][4];
-      x8_sums_to_rows<T>(acc[0], x8_inv, M, rows);
-      store_partials<1>(reinterpret_cast<float(*)[1][4][32]>(partial), warp, rows);
-    } else {
-      store_partials<MT>(partial, warp, acc);
-    }
+    store_partials<MT>(partial, warp, acc);
     if (ti == 0 && norms) {
       // The norms' group is done once S - 1 iterations were waited for; else wait for it here.
       if (per_tile < S - 1) attn::cp_async_wait<0>();
@@ -175,7 +180,7 @@ __global__ void __launch_bounds__(W * 32, P)
       norm_in_factors<T, W>(nrm, st_all, M, K);
     }
     __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
-    if (warp == 0 && PROBE != 5) {
+    if (warp == 0) {
       NormStage<T> st = st_all;
       st.res += ti * M * kRows;
       st.gamma += ti * kRows;

@@ -215,19 +215,33 @@ struct LaneTile {
   }
 };
 
-/// Step s's x chunks (zeros past the end of K and for dead rows; all zeros unless X) and,
-/// kBlock128, the scales of rows r_lo and r_hi for its 128-column block (zeros past the last
-/// step).
-template <typename T, int MT, bool BLOCK, bool X = true>
+__device__ __forceinline__ uint4 ld_shared16(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(attn::smem_addr(p)));
+  return v;
+}
+
+/// Step s's x chunks (zeros past the end of K and for dead rows; from shared memory when
+/// x_shared, L's x rows then pointing there) and, kBlock128, the scales of rows r_lo and r_hi for
+/// its 128-column block (zeros past the last step).
+template <typename T, int MT, bool BLOCK>
 __device__ __forceinline__ void load_step(const LaneTile<T, MT>& L, const float* __restrict__ scale,
-                                          int N, int s, uint4 (&xv)[MT][2], float (&sc)[2]) {
+                                          int N, int s, uint4 (&xv)[MT][2], float (&sc)[2],
+                                          bool x_shared = false) {
   const int c = s * 4 + L.t;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
-    if (X && c < L.chunks && L.x_live[mt]) {
-      xv[mt][0] = __ldg(L.x_row[mt] + 2 * c);
-      xv[mt][1] = __ldg(L.x_row[mt] + 2 * c + 1);
+    if (c < L.chunks && L.x_live[mt]) {
+      if (x_shared) {
+        xv[mt][0] = ld_shared16(L.x_row[mt] + 2 * c);
+        xv[mt][1] = ld_shared16(L.x_row[mt] + 2 * c + 1);
+      } else {
+        xv[mt][0] = __ldg(L.x_row[mt] + 2 * c);
+        xv[mt][1] = __ldg(L.x_row[mt] + 2 * c + 1);
+      }
     }
   }
   if constexpr (BLOCK) {

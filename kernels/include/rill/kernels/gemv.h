@@ -56,8 +56,6 @@ inline GemvParams gemv_params(DType dtype, int M, int N, int K, const void* x, c
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
   bool silu = false;
-  /// fp8 only: x enters the tensor cores as exact e4m3 terms (not the 16-bit shapes' sums).
-  bool x8 = false;
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
