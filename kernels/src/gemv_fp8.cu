@@ -53,9 +53,9 @@ struct Config {
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
-                               {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+constexpr Config kConfigs[] = {{16, 2, 0}, {8, 2, 0},  {8, 4, 0},     {16, 1, 0},
+                               {32, 1, 0}, {4, 4, 0},  {16, 1, 4},    {16, 1, 3},
+                               {16, 1, 5}, {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(W * 32)
     gemv_fp8_kernel(const T* __restrict__ x,          // [M, K]
                     const uint8_t* __restrict__ w,    // [N, K] e4m3
                     const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                    void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M,
-                    int N, int K, bool y_f32) {
+                    void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M, int N,
+                    int K, bool y_f32) {
   __shared__ float partial[W][MT][4][32];
   __shared__ float res[kFp8GemvMaxRows * kRows], rs[kFp8GemvMaxRows];
   __shared__ __align__(16) T gamma[kRows];
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
                          const uint8_t* __restrict__ w,    // [N, K] e4m3
                          const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                         void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
-                         int M, int N, int K, bool y_f32) {
+                         void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M,
+                         int N, int K, bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * MT * 4 * 32 * int(sizeof(float)),
                 "the ring holds the partials");
   extern __shared__ uint4 ring[];  // then Fp8NormIn's sums: M * K / 16 floats
@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
                                             y_f32);
 }
 
-
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
 cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
@@ -208,22 +207,25 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
       return err;
     const int grid = persistent_grid(p.N, sms * C.persistent);
     const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
-    const int out_bytes = p.norm_out.residual
-                              ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
-                              : 0;
+    const int out_bytes =
+        p.norm_out.residual ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T))) : 0;
     if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
       return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
     const auto kernel =
         gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kNormMaxBytes + 16 +
-                                                 kPersistentNormOutMaxBytes);
+    if (cudaError_t err =
+            allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                               kBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes +
+                                   C.stages * x_slot_vecs(C.warps, kXRingMaxRows) * 16);
         err != cudaSuccess)
       return err;
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
-    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32), kBytes + parts_bytes + out_bytes,
-                         stream, x, w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+    const int x_bytes =
+        x_through_ring(p.M, MT) ? C.stages * x_slot_vecs(C.warps, p.M) * 16 : 0;  // ring's x part
+    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
+                         kBytes + x_bytes + parts_bytes + out_bytes, stream, x, w, p.scale, p.y,
+                         bias, nrm, p.M, p.N, p.K, y_f32);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);
@@ -235,8 +237,8 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kNormMaxBytes);
+    if (cudaError_t err =
+            allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kBytes + kNormMaxBytes);
         err != cudaSuccess)
       return err;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes + norm_bytes, stream, x,

@@ -11,8 +11,8 @@ namespace rill::kernels::fp8_gemv {
 // Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
 template <typename T>
 __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
-                                                        const NormStage<T>& st, int M, int N,
-                                                        int K, int tiles) {
+                                                        const NormStage<T>& st, int M, int N, int K,
+                                                        int tiles) {
   if (nrm.residual) {
     const int per_tile = 4 * M + 2;  // 16-byte copies: 4 a residual row, 2 of the weight
     for (int i = threadIdx.x; i < tiles * per_tile; i += blockDim.x) {
@@ -34,6 +34,32 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   stage_norm_inputs<T>(in_only, st, M, N, K, 0);
 }
 
+/// Most x rows the persistent kernel copies through its ring (x_through_ring).
+constexpr int kXRingMaxRows = 2;
+/// Whether the persistent kernel's x chunks travel through its ring: one x tile of at most
+/// kXRingMaxRows rows.
+__host__ __device__ constexpr bool x_through_ring(int M, int MT) {
+  return MT == 1 && M <= kXRingMaxRows;
+}
+/// uint4 of x in one ring slot: [W][M][4][2] (lane (g < M, t) of each warp, two chunks).
+__host__ __device__ constexpr int x_slot_vecs(int W, int M) {
+  return W * M * 8;
+}
+
+/// cp.async.wait_group min(n, N).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_at_most(int n) {
+  if constexpr (N == 0) {
+    attn::cp_async_wait<0>();
+  } else {
+    if (n >= N) {
+      attn::cp_async_wait<N>();
+    } else {
+      cp_async_wait_at_most<N - 1>(n);
+    }
+  }
+}
+
 // gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
 // computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
 // streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
@@ -46,9 +72,16 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
 //
-// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, then the
-// norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
-// [tiles][16]).
+// x through the ring (x_through_ring): the lanes that read x (g < M) copy their two x chunks of
+// an iteration into its ring slot beside its weights, S - 1 iterations ahead as the weights are,
+// instead of loading them from global memory one iteration ahead. The prologue's slots, filled
+// before the PDL wait, get their x chunks right after it as one group, so iteration i < S - 1
+// waits until only the i + 1 groups after that one may be in flight. The same x values: the same
+// sums.
+//
+// Shared memory: the ring [S][2][W * 32] uint4, its x part [S][W][M][4][2] uint4
+// (x_through_ring), the partials [2][W][MT][4][32] floats, then the norms' inputs (Fp8NormIn's
+// sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights [tiles][16]).
 template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
@@ -59,7 +92,11 @@ __global__ void __launch_bounds__(W * 32, P)
   extern __shared__ uint4 ring[];
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
-  float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
+  const bool x_ring = x_through_ring(M, MT);
+  const int x_slot = x_slot_vecs(W, M);
+  uint4* const xring = ring + S * kSlot;  // [S][x_slot] when x_ring
+  float* const partials =
+      reinterpret_cast<float*>(xring + (x_ring ? S * x_slot : 0));  // [2][kPartialFloats]
   float* const norm_smem = partials + 2 * kPartialFloats;
   __shared__ float rs[kFp8GemvMaxRows];
   const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
@@ -74,16 +111,32 @@ __global__ void __launch_bounds__(W * 32, P)
                             norm_smem, rs};
   const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
 
+  // x_ring: this lane's place in a slot's x part (g < M), and its x row.
+  const int x_at = ((warp * M + g) * 4 + t) * 2;
+  const uint4* const x_src =
+      reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(g, M - 1)) * K);
+  const auto copy_x = [&](int slot, int it) {  // iteration it's x chunks, zeros past K
+    if (x_ring && g < M) {
+      const int c = 4 * (warp + it * W) + t;
+      const bool valid = c < chunks;
+      const uint32_t dst = attn::smem_addr(xring + slot * x_slot + x_at);
+      attn::cp_async16(dst, valid ? x_src + 2 * c : x_src, valid);
+      attn::cp_async16(dst + 16, valid ? x_src + 2 * c + 1 : x_src, valid);
+    }
+  };
+  bool x_ready = false;  // past the PDL wait: x may be copied
+
   // The copy iterator: this warp's iteration `f_it` of tile `f_tile`, S - 1 ahead of the use.
   int f_tile = 0, f_it = 0;
   const auto fetch = [&](int slot) {
     if (per_tile > 0 && f_tile < tiles) {
       const int n0 = (blockIdx.x + f_tile * G) * kRows;
-      const uint4* w_lo = reinterpret_cast<const uint4*>(
-          w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
-      const uint4* w_hi = reinterpret_cast<const uint4*>(
-          w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+      const uint4* w_lo =
+          reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+      const uint4* w_hi =
+          reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
       copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
+      if (x_ready) copy_x(slot, f_it);
       if (++f_it == per_tile) f_it = 0, ++f_tile;
     }
     attn::cp_async_commit();  // empty past the end: the group count stays in step
@@ -98,6 +151,14 @@ __global__ void __launch_bounds__(W * 32, P)
     stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
     attn::cp_async_commit();
   }
+  if (x_ring) {  // the x chunks of the prologue's S - 1 iterations, one group
+    for (int p = 0, tile = 0, it = 0; p < S - 1 && per_tile > 0 && tile < tiles; ++p) {
+      copy_x(p, it);
+      if (++it == per_tile) it = 0, ++tile;
+    }
+    attn::cp_async_commit();
+    x_ready = true;
+  }
 
   int slot = 0;
   // The x chunks (and block scales) of the iteration about to run: loaded one iteration ahead,
@@ -105,8 +166,9 @@ __global__ void __launch_bounds__(W * 32, P)
   uint4 xv[MT][2];
   float sc[2];
   if (per_tile > 0 && tiles > 0)
-    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
-                            xv, sc);
+    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp, xv,
+                            sc, !x_ring);
+  int started = 0;  // iterations begun, over all tiles (x_ring's waits)
   for (int ti = 0; ti < tiles; ++ti) {
     const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
     float acc[MT][4] = {};
@@ -115,12 +177,20 @@ __global__ void __launch_bounds__(W * 32, P)
       uint4 xn[MT][2];
       float sn[2];
       if (it + 1 < per_tile) {
-        load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn);
+        load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn, !x_ring);
       } else if (ti + 1 < tiles) {
         load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
-                                scale, N, warp, xn, sn);
+                                scale, N, warp, xn, sn, !x_ring);
       }
-      attn::cp_async_wait<S - 1>();
+      if (x_ring) {
+        cp_async_wait_at_most<S - 1>(++started);  // iteration i < S - 1 also needs the x group
+        if (g < M) {
+          xv[0][0] = xring[slot * x_slot + x_at];
+          xv[0][1] = xring[slot * x_slot + x_at + 1];
+        }
+      } else {
+        attn::cp_async_wait<S - 1>();
+      }
       const uint4* own = ring + slot * kSlot + threadIdx.x;
       add_step<T, MT, BLOCK>(acc, own[0], own[W * 32], xv, sc);
       slot = slot == S - 1 ? 0 : slot + 1;

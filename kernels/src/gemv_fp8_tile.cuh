@@ -71,7 +71,7 @@ template <typename T>
 struct NormArgs {
   float* residual;
   const T* weight;
-  float* out_sumsq;  // [M, gridDim.x]
+  float* out_sumsq;       // [M, gridDim.x]
   const float* in_sumsq;  // [M, K / kRows]
   float eps;
 };
@@ -215,16 +215,18 @@ struct LaneTile {
   }
 };
 
-/// Step s's x chunks (zeros past the end of K and for dead rows) and, kBlock128, the scales of
-/// rows r_lo and r_hi for its 128-column block (zeros past the last step).
+/// Step s's x chunks (zeros past the end of K and for dead rows; all zeros unless load_x) and,
+/// kBlock128, the scales of rows r_lo and r_hi for its 128-column block (zeros past the last
+/// step).
 template <typename T, int MT, bool BLOCK>
 __device__ __forceinline__ void load_step(const LaneTile<T, MT>& L, const float* __restrict__ scale,
-                                          int N, int s, uint4 (&xv)[MT][2], float (&sc)[2]) {
+                                          int N, int s, uint4 (&xv)[MT][2], float (&sc)[2],
+                                          bool load_x = true) {
   const int c = s * 4 + L.t;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
-    if (c < L.chunks && L.x_live[mt]) {
+    if (load_x && c < L.chunks && L.x_live[mt]) {
       xv[mt][0] = __ldg(L.x_row[mt] + 2 * c);
       xv[mt][1] = __ldg(L.x_row[mt] + 2 * c + 1);
     }
