@@ -149,8 +149,10 @@ std::string TpRunner::wait_all(const char* call) {
     const auto grace = watchdog_.count() > 0
                            ? std::min<std::chrono::milliseconds>(kFailureGrace, watchdog_)
                            : std::chrono::milliseconds(kFailureGrace);
-    const bool diverged = failed_ > 0 && now - first_failure_at_ > grace;
     const bool late = watchdog_.count() > 0 && now - start > watchdog_;
+    // A rank that failed is the cause whenever the watchdog fires too: the grace after a failure
+    // is never longer than the watchdog, but started later, so both may come due in one poll.
+    const bool diverged = failed_ > 0 && (now - first_failure_at_ > grace || late);
     if (!diverged && !late) continue;
     std::string stages;
     for (int r = 0; r < world_; ++r) {
