@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/tp/host_collective.h"
@@ -18,7 +19,7 @@ namespace {
 
 // A rank whose launch does what the test says: return, throw, or wait in the host collective
 // (as a GPU rank waits in a collective for its peers).
-enum class Act { kReturn, kThrow, kWait };
+enum class Act { kReturn, kThrow, kWait, kThrowLate };
 
 class FakeRank final : public ModelRunner {
  public:
@@ -37,7 +38,9 @@ class FakeRank final : public ModelRunner {
   bool restore_done(SeqId) override { return true; }
   std::vector<KvTransfer> completed_transfers() override { return {}; }
   void launch(std::span<const StepInput>) override {
-    if (launch_ == Act::kThrow) throw Error(ErrorCode::kResourceExhausted, "rank out of memory");
+    if (launch_ == Act::kThrowLate) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    if (launch_ == Act::kThrow || launch_ == Act::kThrowLate)
+      throw Error(ErrorCode::kResourceExhausted, "rank out of memory");
     if (launch_ == Act::kWait) {
       tp::set_stage("the fake all-reduce");
       host_->min(rank_, 0);  // the other rank never comes
@@ -88,6 +91,18 @@ TEST(TpRunnerFailure, ARankThatThrowsReleasesTheRankWaitingForIt) {
   ErrorCode code{};
   const std::string what = launch_error(*g, &code);
   EXPECT_EQ(code, ErrorCode::kResourceExhausted);  // the failing rank's own error
+  EXPECT_NE(what.find("rank out of memory"), std::string::npos) << what;
+  EXPECT_NE(launch_error(*g).find("diverged"), std::string::npos);
+}
+
+// The failure's grace (here the watchdog's 300 ms) starts 150 ms after the call, so the watchdog
+// comes due first: the failing rank's error is still what the call reports.
+TEST(TpRunnerFailure, ARankFailingLateIsReportedWhenTheWatchdogComesDueFirst) {
+  auto g = group(Act::kWait, Act::kThrowLate);
+  g->set_watchdog(std::chrono::milliseconds(300));
+  ErrorCode code{};
+  const std::string what = launch_error(*g, &code);
+  EXPECT_EQ(code, ErrorCode::kResourceExhausted) << what;
   EXPECT_NE(what.find("rank out of memory"), std::string::npos) << what;
   EXPECT_NE(launch_error(*g).find("diverged"), std::string::npos);
 }
