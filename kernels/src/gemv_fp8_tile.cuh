@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_fp8.h>
+
 #include "attention_mma.cuh"
 #include "gemv_mma.cuh"
 #include "reduce.cuh"
@@ -19,24 +21,28 @@ constexpr int kChunk = 16;             // e4m3 per 16-byte load
 constexpr int kStepCols = 4 * kChunk;  // columns one warp covers per step
 static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale block");
 
-/// Two e4m3 values (bytes B0 and B1 of `v`) as a pair of T, exactly: the sign and the 7
-/// exponent+mantissa bits are shifted into T's places, which gives the value times 2^-8 (fp16) or
-/// 2^-120 (bf16), subnormal e4m3 landing on subnormal T; one T x2 multiply by 2^8 / 2^120 makes it
-/// the value (half-precision multiplies take subnormal inputs, so every code converts exactly and
-/// the mma sees normal numbers).
-template <typename T, int B0, int B1>
+/// Two e4m3 values (bytes B0 and B0 + 1 of `v`, B0 even) as a pair of T, exactly. fp16:
+/// cvt.rn.f16x2.e4m3x2. bf16 (no such instruction before Blackwell): the sign and the 7
+/// exponent+mantissa bits are moved into bf16's places, which gives the value times 2^-120
+/// (subnormal e4m3 landing on subnormal bf16), and one bf16 x2 multiply by 2^120 makes it the
+/// value (half-precision multiplies take subnormal inputs, so every code converts exactly and the
+/// mma sees normal numbers).
+template <typename T, int B0>
 __device__ __forceinline__ uint32_t e4m3x2(uint32_t v) {
-  // Byte B0 to bits 0..7 and byte B1 to bits 16..23 (selector 4: a zero byte of the second
-  // operand).
-  const uint32_t w = __byte_perm(v, 0u, B0 | (4 << 4) | (B1 << 8) | (4 << 12));
-  const uint32_t sign = (w & 0x00800080u) << 8;
+  static_assert(B0 == 0 || B0 == 2);
   if constexpr (std::is_same_v<T, __half>) {
-    const uint32_t scaled = sign | ((w & 0x007f007fu) << 7);  // the values times 2^-8
-    const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&scaled),
-                              __halves2half2(__ushort_as_half(0x5c00), __ushort_as_half(0x5c00)));
-    return *reinterpret_cast<const uint32_t*>(&p);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>((v >> (8 * B0)) & 0xffffu), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
   } else {
-    const uint32_t scaled = sign | ((w & 0x007f007fu) << 4);  // the values times 2^-120
+    // prmt puts byte B0 in bits 0..7 and its sign in bits 8..15 (selector bit 3 replicates the
+    // sign; __byte_perm ignores that bit), byte B0 + 1 likewise in the high half: each half is
+    // [s x 8][s e e e e m m m]. The shift puts e e e e m m m at bits 4..10 and a sign copy at
+    // bit 15; the mask clears the other copies (those shifted into the high half included).
+    constexpr uint32_t kSel = B0 | ((B0 | 8) << 4) | ((B0 + 1) << 8) | ((B0 + 9) << 12);
+    uint32_t h;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(h) : "r"(v), "n"(kSel));
+    const uint32_t scaled = (h << 4) & 0x87f087f0u;  // the values times 2^-120
     const __nv_bfloat162 p =
         __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&scaled),
                 __halves2bfloat162(__ushort_as_bfloat16(0x7b80), __ushort_as_bfloat16(0x7b80)));
@@ -55,8 +61,8 @@ __device__ __forceinline__ void mma_chunk(float (&c)[MT][4], const uint4& lo, co
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const uint32_t wl = word(lo, j), wh = word(hi, j);
-    const uint32_t a0 = e4m3x2<T, 0, 1>(wl), a1 = e4m3x2<T, 0, 1>(wh);
-    const uint32_t a2 = e4m3x2<T, 2, 3>(wl), a3 = e4m3x2<T, 2, 3>(wh);
+    const uint32_t a0 = e4m3x2<T, 0>(wl), a1 = e4m3x2<T, 0>(wh);
+    const uint32_t a2 = e4m3x2<T, 2>(wl), a3 = e4m3x2<T, 2>(wh);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const uint4& xs = xv[mt][j / 2];  // x elements 8 (j / 2) .. + 7 of the chunk
