@@ -215,17 +215,30 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
                               : 0;
     if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
       return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
-    const auto kernel =
-        gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI>;
-    constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kNormMaxBytes + 16 +
-                                                 kPersistentNormOutMaxBytes);
+    // x staged in shared memory when it is small enough and P CTAs an SM still fit (1 KB a CTA
+    // is the system's).
+    int smem_per_sm = 0;
+    if (cudaError_t err = cudaDeviceGetAttribute(
+            &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
         err != cudaSuccess)
       return err;
+    constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
-    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32), kBytes + parts_bytes + out_bytes,
-                         stream, x, w, p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+    const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+    const bool xs =
+        x_bytes <= kFp8GemvXStageMaxBytes &&
+        C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+    const auto kernel =
+        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
+           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                             kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
+                                                 16 + kPersistentNormOutMaxBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
+                         kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
+                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);

@@ -6,6 +6,10 @@
 
 namespace rill::kernels::fp8_gemv {
 
+// The most x bytes (M x K x 2) a persistent CTA stages in shared memory (XS, at most four 16-byte
+// pieces a thread); larger x is loaded from global memory one iteration ahead instead.
+constexpr int kFp8GemvXStageMaxBytes = 32 * 1024;
+
 // Fp8NormOut's inputs for the `tiles` tiles a persistent CTA owns (tile i of them at w row
 // 16 (blockIdx.x + i G)): residual rows [i][M][16] in st.res, weights [i][16] in st.gamma; and
 // Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
@@ -38,18 +42,23 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
 // streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
 // next to start (the ring kernel runs 3 to 5 such waves of short CTAs on the 7B's qkv and
-// gate|up), and every CTA ends at about the same time. The x chunks (and block scales) are loaded
-// one iteration ahead, across tiles too, so no iteration waits an L2 round trip for them. Warp w
+// gate|up), and every CTA ends at about the same time. XS (x of at most kFp8GemvXStageMaxBytes):
+// after the PDL wait every thread loads its share of x and stores it to shared memory (plain
+// loads and stores, not a cp.async group, which would wait for the weight ring too), one barrier,
+// and each iteration reads its x chunks from there. Otherwise the x chunks are loaded from global
+// memory one iteration ahead, across tiles too; ncu found 39% of the kernel's stall samples
+// waiting on those loads, which compete with the weight stream (docs/performance.md F23). The
+// block scales are loaded one iteration ahead either way. Warp w
 // takes steps w, w + W, ... of every tile in that order (n_w iterations a tile): the sums of the
 // register kernel with W warps, bit for bit.
 // The warps' partial sums go through a second, double-buffered area (the ring keeps streaming
 // meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
 //
-// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, then the
-// norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
+// Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
+// [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
 // [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI>
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
@@ -60,7 +69,10 @@ __global__ void __launch_bounds__(W * 32, P)
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
   float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
-  float* const norm_smem = partials + 2 * kPartialFloats;
+  // XS: x staged once, [M][K / 8] uint4 (at most 4 a thread).
+  uint4* const xs = reinterpret_cast<uint4*>(partials + 2 * kPartialFloats);
+  const int xs_vecs = XS ? M * K / 8 : 0;
+  float* const norm_smem = reinterpret_cast<float*>(xs + xs_vecs);
   __shared__ float rs[kFp8GemvMaxRows];
   const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
   const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;  // this CTA's
@@ -99,14 +111,37 @@ __global__ void __launch_bounds__(W * 32, P)
     attn::cp_async_commit();
   }
 
+  if constexpr (XS) {  // every thread loads its (at most 4) 16-byte pieces, then stores them
+    static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
+    const uint4* xg = reinterpret_cast<const uint4*>(x);
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = threadIdx.x + j * W * 32;
+      if (i < xs_vecs) v[j] = __ldg(xg + i);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = threadIdx.x + j * W * 32;
+      if (i < xs_vecs) xs[i] = v[j];
+    }
+    __syncthreads();
+  }
+  // XS: this lane's x rows in shared memory.
+  const uint4* xs_row[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) xs_row[mt] = xs + min(8 * mt + g, M - 1) * (K / 8);
+
   int slot = 0;
   // The x chunks (and block scales) of the iteration about to run: loaded one iteration ahead,
   // across tiles too, so no iteration waits for them.
   uint4 xv[MT][2];
   float sc[2];
-  if (per_tile > 0 && tiles > 0)
+  if (!XS && per_tile > 0 && tiles > 0)
     load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
                             xv, sc);
+  if (XS && BLOCK && per_tile > 0 && tiles > 0)
+    load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp, sc);
   for (int ti = 0; ti < tiles; ++ti) {
     const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
     float acc[MT][4] = {};
@@ -114,7 +149,25 @@ __global__ void __launch_bounds__(W * 32, P)
       fetch(slot == 0 ? S - 1 : slot - 1);
       uint4 xn[MT][2];
       float sn[2];
-      if (it + 1 < per_tile) {
+      if constexpr (XS) {
+        // x from shared memory for this iteration; only the block scales one iteration ahead.
+        const int c = (warp + it * W) * 4 + t;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
+          if (c < chunks && L.x_live[mt]) {
+            xv[mt][0] = xs_row[mt][2 * c];
+            xv[mt][1] = xs_row[mt][2 * c + 1];
+          }
+        }
+        if constexpr (BLOCK) {
+          if (it + 1 < per_tile)
+            load_scales<T, MT>(L, scale, N, warp + (it + 1) * W, sn);
+          else if (ti + 1 < tiles)
+            load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
+                               scale, N, warp, sn);
+        }
+      } else if (it + 1 < per_tile) {
         load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn);
       } else if (ti + 1 < tiles) {
         load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
@@ -124,9 +177,11 @@ __global__ void __launch_bounds__(W * 32, P)
       const uint4* own = ring + slot * kSlot + threadIdx.x;
       add_step<T, MT, BLOCK>(acc, own[0], own[W * 32], xv, sc);
       slot = slot == S - 1 ? 0 : slot + 1;
+      if constexpr (!XS) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xv[mt][0] = xn[mt][0], xv[mt][1] = xn[mt][1];
-      sc[0] = sn[0], sc[1] = sn[1];
+        for (int mt = 0; mt < MT; ++mt) xv[mt][0] = xn[mt][0], xv[mt][1] = xn[mt][1];
+      }
+      if constexpr (BLOCK) sc[0] = sn[0], sc[1] = sn[1];
     }
     float(*partial)[MT][4][32] =
         reinterpret_cast<float(*)[MT][4][32]>(partials + (ti & 1) * kPartialFloats);

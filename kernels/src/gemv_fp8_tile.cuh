@@ -242,6 +242,15 @@ __device__ __forceinline__ void load_step(const LaneTile<T, MT>& L, const float*
   }
 }
 
+/// load_step's block scales alone (kBlock128).
+template <typename T, int MT>
+__device__ __forceinline__ void load_scales(const LaneTile<T, MT>& L, const float* __restrict__ scale,
+                                            int N, int s, float (&sc)[2]) {
+  const float* row = scale + static_cast<int64_t>(s * kStepCols / kFp8ScaleBlock) * N;
+  sc[0] = s < L.steps ? __ldg(row + L.r_lo) : 0.0f;
+  sc[1] = s < L.steps ? __ldg(row + L.r_hi) : 0.0f;
+}
+
 /// acc += one step: the chunk's mmas straight into the sums (kPerRow), or into a zeroed tile that
 /// is scaled by the step's block scales and then added (kBlock128).
 template <typename T, int MT, bool BLOCK>
