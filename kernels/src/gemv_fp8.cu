@@ -226,7 +226,7 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
     const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
     const bool xs =
-        x_bytes <= kFp8GemvXStageMaxBytes &&
+        x_bytes <= kFp8GemvXStageMaxBytes && p.K % 64 == 0 &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
     const auto kernel =
         xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>

@@ -59,7 +59,11 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
 // [tiles][16]).
 template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
-__global__ void __launch_bounds__(W * 32, P)
+// EXPERIMENT (lean): without x in registers the one-tile, per-row-scale kernels fit 40 registers
+// (ptxas: 8 bytes of spills for kStore, none for kSiluMul), so that three 512-thread CTAs, i.e. a
+// CTA of the next kernel (attention's, or a GEMV's where shared memory allows), fit an SM beside
+// two of this one. The grid stays at P CTAs an SM.
+__global__ void __launch_bounds__(W * 32, XS && MT == 1 && !BLOCK ? 3 : P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
@@ -151,14 +155,13 @@ __global__ void __launch_bounds__(W * 32, P)
       float sn[2];
       if constexpr (XS) {
         // x from shared memory for this iteration; only the block scales one iteration ahead.
+        // EXPERIMENT (lean): K % 64 == 0 (the launcher's condition), so c < chunks; lanes of dead
+        // x rows read row M - 1, whose columns of the mma's result are never stored.
         const int c = (warp + it * W) * 4 + t;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
-          if (c < chunks && L.x_live[mt]) {
-            xv[mt][0] = xs_row[mt][2 * c];
-            xv[mt][1] = xs_row[mt][2 * c + 1];
-          }
+          xv[mt][0] = xs_row[mt][2 * c];
+          xv[mt][1] = xs_row[mt][2 * c + 1];
         }
         if constexpr (BLOCK) {
           if (it + 1 < per_tile)
