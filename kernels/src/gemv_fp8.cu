@@ -10,9 +10,9 @@
 // e4m3 -> 16-bit pairs (gemv_fp8_tile.cuh's e4m3x2): fp16 by one cvt.rn.f16x2.e4m3x2 a pair;
 // bf16, which has no such instruction on Hopper (through fp32 it would take four a pair), by
 // moving the sign and the 7 exponent+mantissa bits into place (prmt, shift, mask) and one
-// half-precision multiply by a power of two for the exponent bias. Against the five-instruction
-// shift-and-mask form both take for fp16 before, 515 cached, batch 1: Llama-2-7B (fp16) 2.79
-// against 2.85 ms, Llama-3-8B (bf16) 3.25 against 3.30 (docs/performance.md F23).
+// half-precision multiply by a power of two for the exponent bias. Against the shift-and-mask
+// form both dtypes took before (about six instructions a pair), 515 cached, batch 1: Llama-2-7B
+// (fp16) 2.79 against 2.85 ms, Llama-3-8B (bf16) 3.25 against 3.30 (docs/performance.md F23).
 //
 // Scales: kPerRow multiplies each row's fp32 sum in the epilogue; kBlock128 multiplies each
 // step's mma result (the four lanes of a step cover 64 columns inside one 128-column block)

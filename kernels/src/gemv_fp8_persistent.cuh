@@ -38,6 +38,44 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   stage_norm_inputs<T>(in_only, st, M, N, K, 0);
 }
 
+// XS: x [xs_vecs] uint4 into shared memory `xs` (at most four 16-byte pieces a thread), then a
+// barrier. Plain loads and stores: a cp.async group here would complete only after the weight
+// ring's groups issued before it.
+template <int W, typename T>
+__device__ __forceinline__ void stage_x(uint4* xs, const T* x, int xs_vecs) {
+  static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
+  const uint4* xg = reinterpret_cast<const uint4*>(x);
+  uint4 v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = threadIdx.x + j * W * 32;
+    if (i < xs_vecs) v[j] = __ldg(xg + i);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = threadIdx.x + j * W * 32;
+    if (i < xs_vecs) xs[i] = v[j];
+  }
+  __syncthreads();
+}
+
+// XS: step s's x chunks from the staged rows `xs_row` (load_step's zeros past the end of K and
+// for dead rows).
+template <int MT, typename T>
+__device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
+                                              const uint4* const (&xs_row)[MT], int s,
+                                              uint4 (&xv)[MT][2]) {
+  const int c = s * 4 + L.t;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
+    if (c < L.chunks && L.x_live[mt]) {
+      xv[mt][0] = xs_row[mt][2 * c];
+      xv[mt][1] = xs_row[mt][2 * c + 1];
+    }
+  }
+}
+
 // gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
 // computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
 // streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
@@ -56,8 +94,8 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
 //
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
-// [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows [tiles][M][16] and weights
-// [tiles][16]).
+// [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
+// [tiles][M][16] and weights [tiles][16]).
 template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
@@ -111,30 +149,15 @@ __global__ void __launch_bounds__(W * 32, P)
     attn::cp_async_commit();
   }
 
-  if constexpr (XS) {  // every thread loads its (at most 4) 16-byte pieces, then stores them
-    static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
-    const uint4* xg = reinterpret_cast<const uint4*>(x);
-    uint4 v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = threadIdx.x + j * W * 32;
-      if (i < xs_vecs) v[j] = __ldg(xg + i);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = threadIdx.x + j * W * 32;
-      if (i < xs_vecs) xs[i] = v[j];
-    }
-    __syncthreads();
-  }
+  if constexpr (XS) stage_x<W>(xs, x, xs_vecs);
   // XS: this lane's x rows in shared memory.
   const uint4* xs_row[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) xs_row[mt] = xs + min(8 * mt + g, M - 1) * (K / 8);
 
   int slot = 0;
-  // The x chunks (and block scales) of the iteration about to run: loaded one iteration ahead,
-  // across tiles too, so no iteration waits for them.
+  // The x chunks (not XS) and block scales of the iteration about to run: loaded one iteration
+  // ahead, across tiles too, so no iteration waits for them.
   uint4 xv[MT][2];
   float sc[2];
   if (!XS && per_tile > 0 && tiles > 0)
@@ -151,15 +174,7 @@ __global__ void __launch_bounds__(W * 32, P)
       float sn[2];
       if constexpr (XS) {
         // x from shared memory for this iteration; only the block scales one iteration ahead.
-        const int c = (warp + it * W) * 4 + t;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
-          if (c < chunks && L.x_live[mt]) {
-            xv[mt][0] = xs_row[mt][2 * c];
-            xv[mt][1] = xs_row[mt][2 * c + 1];
-          }
-        }
+        load_staged_x<MT>(L, xs_row, warp + it * W, xv);
         if constexpr (BLOCK) {
           if (it + 1 < per_tile)
             load_scales<T, MT>(L, scale, N, warp + (it + 1) * W, sn);

@@ -22,7 +22,7 @@ constexpr int kStepCols = 4 * kChunk;  // columns one warp covers per step
 static_assert(kFp8ScaleBlock % kStepCols == 0, "a step stays inside one scale block");
 
 /// Two e4m3 values (bytes B0 and B0 + 1 of `v`, B0 even) as a pair of T, exactly. fp16:
-/// cvt.rn.f16x2.e4m3x2. bf16 (no such instruction before Blackwell): the sign and the 7
+/// cvt.rn.f16x2.e4m3x2. bf16 (no such instruction on Hopper): the sign and the 7
 /// exponent+mantissa bits are moved into bf16's places, which gives the value times 2^-120
 /// (subnormal e4m3 landing on subnormal bf16), and one bf16 x2 multiply by 2^120 makes it the
 /// value (half-precision multiplies take subnormal inputs, so every code converts exactly and the
@@ -244,8 +244,9 @@ __device__ __forceinline__ void load_step(const LaneTile<T, MT>& L, const float*
 
 /// load_step's block scales alone (kBlock128).
 template <typename T, int MT>
-__device__ __forceinline__ void load_scales(const LaneTile<T, MT>& L, const float* __restrict__ scale,
-                                            int N, int s, float (&sc)[2]) {
+__device__ __forceinline__ void load_scales(const LaneTile<T, MT>& L,
+                                            const float* __restrict__ scale, int N, int s,
+                                            float (&sc)[2]) {
   const float* row = scale + static_cast<int64_t>(s * kStepCols / kFp8ScaleBlock) * N;
   sc[0] = s < L.steps ? __ldg(row + L.r_lo) : 0.0f;
   sc[1] = s < L.steps ? __ldg(row + L.r_hi) : 0.0f;

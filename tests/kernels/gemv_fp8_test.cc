@@ -233,9 +233,9 @@ TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
   // and 6 tiles a persistent CTA (two an SM, 132 SMs), and 2 tiles of one step a warp. x of at
   // most 32 KB (kFp8GemvXStageMaxBytes; 4 x 4096 exactly) is staged in shared memory by the
   // persistent kernel; 16 x 11008 and 5 x 4096 are loaded from global memory.
-  const Shape shapes[] = {{1, 4096, 4096}, {16, 1040, 11008}, {9, 37, 80},   {3, 261, 4112},
-                          {2, 4500, 4096}, {12, 8200, 272},   {1, 22016, 1024}, {4, 600, 4096},
-                          {5, 600, 4096}};
+  const Shape shapes[] = {{1, 4096, 4096},  {16, 1040, 11008}, {9, 37, 80},
+                          {3, 261, 4112},   {2, 4500, 4096},   {12, 8200, 272},
+                          {1, 22016, 1024}, {4, 600, 4096},    {5, 600, 4096}};
   int pairs = 0;
   for (DType dt : kDTypes)
     for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
