@@ -51,13 +51,22 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  // Persistent: registers capped for 3 CTAs an SM where x is staged, one x tile and per-row
+  // scales (40 a thread), so a CTA of the next kernel fits beside two of these (implied by
+  // persistent == 3, which runs three of its own).
+  bool cap3 = false;
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
 constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
                                {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {16, 1, 3, 2, true}, {8, 1, 3, 4}, {16, 1, 5, 2}};
+// EXPERIMENT (twenty-eighth session, all slower than shape 10 at batch 1, see
+// docs/performance-history.md): 12 caps the staged-x, one-x-tile, per-row kernels at 40
+// registers so that the next kernel's CTAs fit beside two of its own; 13 is 8 warps at four CTAs
+// an SM (the 8B's 384 qkv tiles on 384 CTAs); 14 the persistent ring of 5.
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -226,11 +235,13 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
     const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
     const bool xs =
-        x_bytes <= kFp8GemvXStageMaxBytes &&
+        x_bytes <= kFp8GemvXStageMaxBytes && p.K % 64 == 0 &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
     const auto kernel =
-        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
-           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
+        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true,
+                                        C.cap3>
+           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false,
+                                        C.cap3>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                                              kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
                                                  16 + kPersistentNormOutMaxBytes);

@@ -43,24 +43,26 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 // ring's groups issued before it.
 template <int W, typename T>
 __device__ __forceinline__ void stage_x(uint4* xs, const T* x, int xs_vecs) {
-  static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
+  constexpr int kPieces = kFp8GemvXStageMaxBytes / (W * 32 * 16);  // the most a thread copies
+  static_assert(kPieces * W * 32 * 16 == kFp8GemvXStageMaxBytes);
   const uint4* xg = reinterpret_cast<const uint4*>(x);
-  uint4 v[4];
+  uint4 v[kPieces];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPieces; ++j) {
     const int i = threadIdx.x + j * W * 32;
     if (i < xs_vecs) v[j] = __ldg(xg + i);
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPieces; ++j) {
     const int i = threadIdx.x + j * W * 32;
     if (i < xs_vecs) xs[i] = v[j];
   }
   __syncthreads();
 }
 
-// XS: step s's x chunks from the staged rows `xs_row` (load_step's zeros past the end of K and
-// for dead rows).
+// XS: step s's x chunks from the staged rows `xs_row`. K % 64 == 0 (the launcher stages x only
+// then), so every chunk of every step exists; lanes of dead x rows read row M - 1 (xs_row), whose
+// columns of the mma's result are never stored.
 template <int MT, typename T>
 __device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
                                               const uint4* const (&xs_row)[MT], int s,
@@ -68,11 +70,8 @@ __device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
   const int c = s * 4 + L.t;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    xv[mt][0] = xv[mt][1] = make_uint4(0, 0, 0, 0);
-    if (c < L.chunks && L.x_live[mt]) {
-      xv[mt][0] = xs_row[mt][2 * c];
-      xv[mt][1] = xs_row[mt][2 * c + 1];
-    }
+    xv[mt][0] = xs_row[mt][2 * c];
+    xv[mt][1] = xs_row[mt][2 * c + 1];
   }
 }
 
@@ -96,8 +95,9 @@ __device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
-__global__ void __launch_bounds__(W * 32, P)
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS,
+          bool CAP3>
+__global__ void __launch_bounds__(W * 32, CAP3 && XS && MT == 1 && !BLOCK ? 3 : P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
