@@ -87,9 +87,9 @@ bool CudaRunner::norm_in_gemv(int li, int T) const {
          gemm_->uses_gemv(h_.get(), w.wup, T, H) && gemm_->uses_gemv(act_.get(), w.wdown, T, I);
 }
 
-void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T,
+bool CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T,
                                      int N, int K, int projection, bool norm_in,
-                                     const void* norm_weight) {
+                                     const void* norm_weight, const kernels::RopeKvParams* rope) {
   kernels::Fp8GemvParams p = gemm_->fp8_gemv_params(x, w, y, T, N, K, false);
   p.deep_prologue = fp8_deep_gemv(projection, T);
   p.config = projection_config(projection, w, N, K, T);
@@ -102,7 +102,8 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
     p.norm_out.weight = norm_weight;
     p.norm_out.sumsq = norm_sumsq_.as<float>();
   }
-  gemm_->gemv_fp8(p);
+  p.rope = rope;
+  return gemm_->gemv_fp8(p);
 }
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
@@ -166,30 +167,33 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
+  // RoPE + K/V write (rope_kv's, or the qkv GEMV's epilogue's).
+  auto rope = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
+  rope.num_tokens = T;
+  rope.rotary_dim = c.rope.rotary_dim;
+  rope.qkv = qkv_.get();
+  rope.qkv_stride = c.qkv_dim();
+  rope.qkv_bias = w.bqkv;
+  rope.q_sink = q_sink_.get();
+  rope.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
+  rope.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
+  rope.inv_freq = weights_->inv_freq();
+  rope.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
+  if (rope_table_this_step(plan) || rope_in_qkv(plan)) rope.table = rope_table_.as<float>();
+  const bool rope_in_gemv =
+      rope_in_qkv(plan) && w.wqkv.fp8() && gemm_->uses_gemv(h_.get(), w.wqkv, T, H);
+  bool rope_done = false;
   timed(Profiler::kGemm, [&] {
-    if (norms.qkv_in) {
-      gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true, nullptr);
+    if (norms.qkv_in || rope_in_gemv) {
+      rope_done = gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv,
+                                      norms.qkv_in, nullptr, rope_in_gemv ? &rope : nullptr);
       return;
     }
     gemm_->run(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, false, deep_gemv(kQkv, w.wqkv, T),
                projection_config(kQkv, w.wqkv, c.qkv_dim(), H, T), gemm_rows(T, plan, h_.get(), w.wqkv, H));
   });
-  if (!rope_in_attention(plan))
-    timed(Profiler::kNorm, [&] {
-      auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
-      p.num_tokens = T;
-      p.rotary_dim = c.rope.rotary_dim;
-      p.qkv = qkv_.get();
-      p.qkv_stride = c.qkv_dim();
-      p.qkv_bias = w.bqkv;
-      p.q_sink = q_sink_.get();
-      p.positions = reinterpret_cast<const int64_t*>(dmeta() + L.positions);
-      p.sink_positions = reinterpret_cast<const int64_t*>(dmeta() + L.sink_positions);
-      p.inv_freq = weights_->inv_freq();
-      p.cache_slot = reinterpret_cast<const int32_t*>(dmeta() + L.rope_slot);
-      if (rope_table_this_step(plan)) p.table = rope_table_.as<float>();
-      RILL_CUDA(kernels::launch_rope_kv(p, stream_));
-    });
+  if (!rope_in_attention(plan) && !rope_done)
+    timed(Profiler::kNorm, [&] { RILL_CUDA(kernels::launch_rope_kv(rope, stream_)); });
   timed(Profiler::kAttention, [&] {
     if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv);
     if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
@@ -447,7 +451,7 @@ void CudaRunner::enqueue_forward(const StepPlan& plan, bool copy_logits, bool sa
     RILL_CUDA(kernels::launch_embedding(e, stream_));
   });
   enqueue_all_reduce(x_.get(), sh.tokens, true);  // other ranks' tokens: zero rows here
-  if (rope_in_attention(plan) || rope_table_this_step(plan))
+  if (rope_in_attention(plan) || rope_table_this_step(plan) || rope_in_qkv(plan))
     timed(Profiler::kNorm, [&] {  // the angles of every layer's RoPE
       kernels::RopeTableParams t;
       t.num_tokens = sh.tokens;

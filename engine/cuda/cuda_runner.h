@@ -205,9 +205,11 @@ class CudaRunner final : public ModelRunner {
   // GPU, no o / down bias, every projection through the fp8 GEMV and gate|up with SiLU-and-mul.
   bool norm_in_gemv(int layer, int T) const;
   // An fp8 decode GEMV of projection `projection` with the norm split around it: `norm_in` (x is
-  // an Fp8NormOut's y), `norm_weight` (non-null: Fp8NormOut into y with that weight).
-  void gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T, int N,
-                           int K, int projection, bool norm_in, const void* norm_weight);
+  // an Fp8NormOut's y), `norm_weight` (non-null: Fp8NormOut into y with that weight); `rope`
+  // (qkv only): rope_kv's work in its epilogue where the kernel takes it (returns whether it did).
+  bool gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T, int N,
+                           int K, int projection, bool norm_in, const void* norm_weight,
+                           const kernels::RopeKvParams* rope = nullptr);
   // `consumer` (with its output width N): the linear layer that reads out0 next, whose W8A8 GEMM
   // then takes out0 quantized by the norm, in place of out0 (CudaTuning::fp8_fused_quant).
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
@@ -303,6 +305,14 @@ class CudaRunner final : public ModelRunner {
       return tuning_.rope_in_attention == RopeInAttention::kOn;
     return config_.num_kv_heads == config_.num_heads &&
            attention_splits(plan.shape.decode, plan.max_decode_keys) > 1;
+  }
+
+  // RoPE, the sink copy of q and the K/V write in the qkv GEMV's epilogue this step
+  // (CudaTuning::fp8_rope_in_gemv): decode steps of up to 8 tokens on one GPU without RoPE in
+  // attention; each layer's fp8 qkv GEMV takes it where the kernel does (else rope_kv runs).
+  bool rope_in_qkv(const cuda::StepPlan& plan) const {
+    return tuning_.fp8_rope_in_gemv && plan.shape.prefill == 0 && plan.shape.tokens <= 8 &&
+           !tp_.comm && !rope_in_attention(plan);
   }
 
   // rope_kv reads the step's angles from rope_table_ (kernels::RopeKvParams::table): steps with

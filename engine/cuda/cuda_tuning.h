@@ -104,6 +104,10 @@ struct CudaTuning {
   /// them: two kernels fewer per layer (H100 batch 1: 7B 3.03 against 3.14 ms, 8B 3.50 against
   /// 3.58). Off: add_norm (the norm's output is rounded at another place: docs/quantization.md).
   bool fp8_norm_in_gemv = true;
+  /// fp8 decode steps of up to 8 tokens without RoPE in attention (GQA models): the qkv GEMV
+  /// does RoPE, the sink copy of q and the K/V cache write in its epilogue
+  /// (kernels::Fp8GemvParams::rope) instead of a rope_kv kernel after it; the same bits.
+  bool fp8_rope_in_gemv = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

@@ -97,12 +97,14 @@ kernels::Fp8GemvParams Gemm::fp8_gemv_params(const void* x, const DeviceLinear& 
   return p;
 }
 
-void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
+bool Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
   prequant_x_ = nullptr;
   p.dtype = dtype_;
   if (p.config < 0) p.config = fp8_gemv_config_;
   if (p.config < 0 && p.deep_prologue) p.config = fp8_deep_config_;
+  if (p.rope && !kernels::gemv_fp8_rope_fusable(p)) p.rope = nullptr;
   RILL_CUDA(kernels::launch_gemv_fp8(p, stream_));
+  return p.rope != nullptr;
 }
 
 std::optional<Gemm::Fp8Input> Gemm::fp8_input(const void* x, const DeviceLinear& w, int M,

@@ -74,8 +74,9 @@ class Gemm {
   /// Enqueues Rill's GEMV with its epilogue options (p.dtype is filled in).
   void gemv(kernels::GemvParams p);
   /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
-  /// set_fp8_gemv_config's, else set_fp8_deep_config's when p.deep_prologue).
-  void gemv_fp8(kernels::Fp8GemvParams p);
+  /// set_fp8_gemv_config's, else set_fp8_deep_config's when p.deep_prologue). p.rope is dropped
+  /// where the kernel does not take it (kernels::gemv_fp8_rope_fusable); true when it was taken.
+  bool gemv_fp8(kernels::Fp8GemvParams p);
   /// The fp8 GEMV's parameters for weight w (dtype, shapes, scales; kStore).
   kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
                                          int N, int K, bool y_f32) const;

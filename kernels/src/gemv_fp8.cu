@@ -208,7 +208,9 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         err != cudaSuccess)
       return err;
-    const int grid = persistent_grid(p.N, sms * C.persistent);
+    // RoPE: units of two tiles (N % 32 == 0, gemv_fp8_rope_fusable).
+    const int grid = p.rope ? persistent_grid(p.N / 2, sms * C.persistent)
+                            : persistent_grid(p.N, sms * C.persistent);
     const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
     const int out_bytes = p.norm_out.residual
                               ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
@@ -228,9 +230,23 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const bool xs =
         x_bytes <= kFp8GemvXStageMaxBytes &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
-    const auto kernel =
-        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
-           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
+    RopeArgs<T> rope{};
+    if (p.rope) {
+      const RopeKvParams& r = *p.rope;
+      rope = {static_cast<T*>(p.y), p.N, static_cast<const T*>(r.qkv_bias),
+              static_cast<T*>(r.q_sink), r.table, r.cache_slot, r.cache, r.layout,
+              r.num_heads, r.num_kv_heads, r.head_dim, r.rotary_dim / 2};
+    }
+    const auto pick = [&]<bool ROPE>() {
+      return xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                             true, ROPE>
+                : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                             false, ROPE>;
+    };
+    auto kernel = pick.template operator()<false>();
+    if constexpr (MT == 1 && EPI == GemvEpilogue::kStore) {
+      if (p.rope) kernel = pick.template operator()<true>();
+    }
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                                              kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
                                                  16 + kPersistentNormOutMaxBytes);
@@ -238,7 +254,7 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
       return err;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
                          kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
-                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+                         p.scale, p.y, bias, nrm, rope, p.M, p.N, p.K, y_f32);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);
@@ -326,9 +342,29 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
+  if (p.rope && !gemv_fp8_rope_fusable(p))
+    return invalid_argument("gemv_fp8: rope with shapes it does not take (gemv_fp8_rope_fusable)");
   Fp8GemvParams q = p;
   if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
+}
+
+bool gemv_fp8_rope_fusable(const Fp8GemvParams& p) {
+  if (!p.rope) return false;
+  const RopeKvParams& r = *p.rope;
+  const int config = p.config < 0 ? gemv_fp8_default_config(p.N, p.K, p.deep_prologue) : p.config;
+  const int half = r.rotary_dim / 2;
+  return config >= 0 && config < kNumConfigs && kConfigs[config].persistent > 0 && p.M >= 1 &&
+         p.M <= 8 && p.epilogue == GemvEpilogue::kStore && !p.y_f32 && !p.norm_out.residual &&
+         r.dtype == p.dtype && r.qkv == p.y && r.qkv_stride == p.N && r.num_tokens == p.M &&
+         r.num_heads > 0 && r.num_kv_heads > 0 && r.head_dim > 0 && r.head_dim % 32 == 0 &&
+         r.rotary_dim >= 0 && r.rotary_dim % 2 == 0 && half % kRows == 0 &&
+         (r.head_dim - r.rotary_dim) % 32 == 0 && r.rotary_dim <= r.head_dim &&
+         p.N == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim && (half == 0 || r.table) &&
+         (!r.cache || !r.cache_slot ||
+          (r.layout.num_kv_heads == r.num_kv_heads && r.layout.head_dim == r.head_dim &&
+           r.layout.block_size > 0 && r.layout.num_blocks >= 0 &&
+           kv_dtype_problem(r.layout).empty()));
 }
 
 int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {

@@ -1,6 +1,7 @@
 // gemv_fp8.cu's persistent kernel: CTAs that loop over 16-row tiles, the deep prologue's shape.
 #pragma once
 
+#include "gemv_fp8_rope.cuh"
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
 
@@ -93,16 +94,23 @@ __device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
 // meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
 //
+// ROPE (Fp8GemvParams::rope, one x tile, kStore): the CTA's tiles come in gemv_fp8_rope.cuh's
+// units of two, unit b, b + G, ... (tile i of the CTA is tile (i & 1) of unit b + (i / 2) G);
+// warp 0 keeps the first tile's sums in registers and stores both with launch_rope_kv's work
+// after the second.
+//
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS,
+          bool ROPE>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
                                void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
-                               int M, int N, int K, bool y_f32) {
+                               RopeArgs<T> rope, int M, int N, int K, bool y_f32) {
+  static_assert(!ROPE || (MT == 1 && EPI == GemvEpilogue::kStore));
   extern __shared__ uint4 ring[];
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
@@ -113,7 +121,17 @@ __global__ void __launch_bounds__(W * 32, P)
   float* const norm_smem = reinterpret_cast<float*>(xs + xs_vecs);
   __shared__ float rs[kFp8GemvMaxRows];
   const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
-  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;  // this CTA's
+  // This CTA's tiles (ROPE: two a unit), and the first row of its tile i.
+  const int tiles = ROPE ? 2 * ((tiles_total / 2 - static_cast<int>(blockIdx.x) + G - 1) / G)
+                         : (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;
+  const auto tile_row = [&](int i) {
+    if constexpr (ROPE) {
+      const int2 pair = rope_unit_tiles(rope, blockIdx.x + (i >> 1) * G);
+      return (i & 1 ? pair.y : pair.x) * kRows;
+    } else {
+      return (static_cast<int>(blockIdx.x) + i * G) * kRows;
+    }
+  };
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
   const int chunks = K / kChunk, steps = (chunks + 3) / 4;
   const int per_tile = warp < steps ? (steps - warp + W - 1) / W : 0;  // this warp's iterations
@@ -128,7 +146,7 @@ __global__ void __launch_bounds__(W * 32, P)
   int f_tile = 0, f_it = 0;
   const auto fetch = [&](int slot) {
     if (per_tile > 0 && f_tile < tiles) {
-      const int n0 = (blockIdx.x + f_tile * G) * kRows;
+      const int n0 = tile_row(f_tile);
       const uint4* w_lo = reinterpret_cast<const uint4*>(
           w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
       const uint4* w_hi = reinterpret_cast<const uint4*>(
@@ -161,12 +179,12 @@ __global__ void __launch_bounds__(W * 32, P)
   uint4 xv[MT][2];
   float sc[2];
   if (!XS && per_tile > 0 && tiles > 0)
-    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
-                            xv, sc);
+    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, tile_row(0)), scale, N, warp, xv, sc);
   if (XS && BLOCK && per_tile > 0 && tiles > 0)
-    load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp, sc);
+    load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, tile_row(0)), scale, N, warp, sc);
+  float first[4];  // ROPE, warp 0: the sums of the current unit's first tile
   for (int ti = 0; ti < tiles; ++ti) {
-    const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
+    const LaneTile<T, MT> L(x, w, M, N, K, tile_row(ti));
     float acc[MT][4] = {};
     for (int it = 0; it < per_tile; ++it) {
       fetch(slot == 0 ? S - 1 : slot - 1);
@@ -179,14 +197,14 @@ __global__ void __launch_bounds__(W * 32, P)
           if (it + 1 < per_tile)
             load_scales<T, MT>(L, scale, N, warp + (it + 1) * W, sn);
           else if (ti + 1 < tiles)
-            load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
-                               scale, N, warp, sn);
+            load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, tile_row(ti + 1)), scale, N, warp,
+                               sn);
         }
       } else if (it + 1 < per_tile) {
         load_step<T, MT, BLOCK>(L, scale, N, warp + (it + 1) * W, xn, sn);
       } else if (ti + 1 < tiles) {
-        load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, (blockIdx.x + (ti + 1) * G) * kRows),
-                                scale, N, warp, xn, sn);
+        load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, tile_row(ti + 1)), scale, N, warp,
+                                xn, sn);
       }
       attn::cp_async_wait<S - 1>();
       const uint4* own = ring + slot * kSlot + threadIdx.x;
@@ -209,10 +227,19 @@ __global__ void __launch_bounds__(W * 32, P)
     }
     __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
     if (warp == 0) {
-      NormStage<T> st = st_all;
-      st.res += ti * M * kRows;
-      st.gamma += ti * kRows;
-      reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+      if constexpr (ROPE) {  // the unit's first tile's sums wait in registers for its second
+        float s[MT][4];
+        lane_sums<T, W, MT, BLOCK>(L, partial, scale, nrm, st_all, M, s);
+        if (ti & 1)
+          rope_store_unit<T>(rope, blockIdx.x + (ti >> 1) * G, first, s[0], M, L.g, L.t);
+        else
+          for (int i = 0; i < 4; ++i) first[i] = s[0][i];
+      } else {
+        NormStage<T> st = st_all;
+        st.res += ti * M * kRows;
+        st.gamma += ti * kRows;
+        reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+      }
     }
   }
   attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit

@@ -280,8 +280,32 @@ __device__ __forceinline__ void store_partials(float (*partial)[MT][4][32], int 
     for (int i = 0; i < 4; ++i) partial[warp][mt][i][lane] = acc[mt][i];
 }
 
-/// Warp 0's part of sum_warps_and_store: the partials of the W warps in warp order, the row
-/// scales and 1 / rms, then the epilogue.
+/// Warp 0, lane (g, t): the partials of the W warps in warp order, the row scales and 1 / rms:
+/// s[mt][i] is the sum of x row 8 mt + 2t + (i & 1) and w row n0 + g (+ 8 for i >= 2).
+template <typename T, int W, int MT, bool BLOCK>
+__device__ __forceinline__ void lane_sums(const LaneTile<T, MT>& L,
+                                          const float (*partial)[MT][4][32],
+                                          const float* __restrict__ scale, const NormArgs<T>& nrm,
+                                          const NormStage<T>& st, int M, float (&s)[MT][4]) {
+  const int lane = threadIdx.x & 31;
+  const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + L.r_lo),
+                              BLOCK ? 1.0f : __ldg(scale + L.r_hi)};
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float sum = partial[0][mt][i][lane];
+#pragma unroll
+      for (int v = 1; v < W; ++v) sum += partial[v][mt][i][lane];
+      sum *= row_scale[i >> 1];
+      const int m = 8 * mt + 2 * L.t + (i & 1);
+      if (nrm.in_sumsq && m < M) sum *= st.rs[m];
+      s[mt][i] = sum;
+    }
+  }
+}
+
+/// Warp 0's part of sum_warps_and_store: lane_sums, then the epilogue.
 template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
 __device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
                                                  const float (*partial)[MT][4][32],
@@ -289,23 +313,11 @@ __device__ __forceinline__ void reduce_and_store(const LaneTile<T, MT>& L,
                                                  void* __restrict__ y, const T* __restrict__ bias,
                                                  const NormArgs<T>& nrm, const NormStage<T>& st,
                                                  int M, int N, bool y_f32) {
-  const int lane = threadIdx.x & 31;
-  const float row_scale[2] = {BLOCK ? 1.0f : __ldg(scale + L.r_lo),
-                              BLOCK ? 1.0f : __ldg(scale + L.r_hi)};
+  float s[MT][4];
+  lane_sums<T, W, MT, BLOCK>(L, partial, scale, nrm, st, M, s);
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float sum[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sum[i] = partial[0][mt][i][lane];
-#pragma unroll
-      for (int v = 1; v < W; ++v) sum[i] += partial[v][mt][i][lane];
-      sum[i] *= row_scale[i >> 1];
-      const int m = 8 * mt + 2 * L.t + (i & 1);
-      if (nrm.in_sumsq && m < M) sum[i] *= st.rs[m];
-    }
-    store_tile<T, EPI>(sum, y, bias, nrm, st, M, N, y_f32, L.n0, L.g, L.t, mt);
-  }
+  for (int mt = 0; mt < MT; ++mt)
+    store_tile<T, EPI>(s[mt], y, bias, nrm, st, M, N, y_f32, L.n0, L.g, L.t, mt);
 }
 
 /// The W warps' sums added in warp order through `partial` ([W][MT][4][32] floats of shared

@@ -8,6 +8,7 @@
 
 #include "rill/kernels/common.h"
 #include "rill/kernels/gemv.h"
+#include "rill/kernels/rope.h"
 
 namespace rill::kernels {
 
@@ -77,6 +78,13 @@ struct Fp8GemvParams {
   Fp8NormOut norm_out;
   /// x is an Fp8NormOut's y: its rows' 1 / rms applied to the sums.
   Fp8NormIn norm_in;
+  /// Non-null: y is a decode step's fused q | k | v rows and the epilogue does launch_rope_kv's
+  /// work on them as well (bias, RoPE, the sink copy of q, the K/V cache write), the same bits
+  /// as a kStore GEMV followed by launch_rope_kv: rope->qkv == y, rope->qkv_stride == N,
+  /// rope->num_tokens == M, rope->table given. Each CTA takes its tiles in pairs that hold both
+  /// halves of the rotary pairs, so no kernel boundary separates the projection from the
+  /// rotation. Only where gemv_fp8_rope_fusable() holds.
+  const RopeKvParams* rope = nullptr;
 };
 
 /// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration; the weights
@@ -96,5 +104,10 @@ constexpr int kFp8GemvMaxRows = 16;
 /// cudaErrorInvalidValue (with last_kernel_error_detail) for M > 16, K % 16 != 0, a bad scale
 /// layout, a misaligned or null operand; callers fall back to a GEMM.
 cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream);
+
+/// Whether launch_gemv_fp8 takes p.rope for these shapes: a persistent CTA shape, 1 .. 8 rows,
+/// kStore into the dtype without Fp8NormOut, head_dim % 32 == 0, rotary_dim / 2 % 16 == 0 and
+/// (head_dim - rotary_dim) % 32 == 0 (a tile of 16 rows never straddles a rotary half).
+bool gemv_fp8_rope_fusable(const Fp8GemvParams& p);
 
 }  // namespace rill::kernels
