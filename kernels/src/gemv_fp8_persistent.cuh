@@ -142,17 +142,21 @@ __global__ void __launch_bounds__(W * 32, P)
                             norm_smem, rs};
   const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
 
-  // The copy iterator: this warp's iteration `f_it` of tile `f_tile`, S - 1 ahead of the use.
-  int f_tile = 0, f_it = 0;
+  // The copy iterator: this warp's iteration `f_it` of tile `f_tile` (first row f_n0, worked out
+  // once a tile: ROPE's unit arithmetic divides), S - 1 ahead of the use.
+  int f_tile = 0, f_it = 0, f_n0 = tile_row(0);
   const auto fetch = [&](int slot) {
     if (per_tile > 0 && f_tile < tiles) {
-      const int n0 = tile_row(f_tile);
+      const int n0 = f_n0;
       const uint4* w_lo = reinterpret_cast<const uint4*>(
           w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
       const uint4* w_hi = reinterpret_cast<const uint4*>(
           w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
       copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
-      if (++f_it == per_tile) f_it = 0, ++f_tile;
+      if (++f_it == per_tile) {
+        f_it = 0;
+        if (++f_tile < tiles) f_n0 = tile_row(f_tile);
+      }
     }
     attn::cp_async_commit();  // empty past the end: the group count stays in step
   };
