@@ -229,7 +229,9 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
     const bool xs =
         x_bytes <= kFp8GemvXStageMaxBytes &&
-        C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+        C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024 +
+                        (p.rope ? 32 * kRopeStageFloats * 4 : 0)) <=
+            smem_per_sm;
     RopeArgs<T> rope{};
     if (p.rope) {
       const RopeKvParams& r = *p.rope;

@@ -187,6 +187,8 @@ __global__ void __launch_bounds__(W * 32, P)
   if (XS && BLOCK && per_tile > 0 && tiles > 0)
     load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, tile_row(0)), scale, N, warp, sc);
   float first[4];  // ROPE, warp 0: the sums of the current unit's first tile
+  // ROPE, warp 0: each lane's staged epilogue inputs (gemv_fp8_rope.cuh's rope_stage_unit).
+  __shared__ float rope_stage[ROPE ? 32 * kRopeStageFloats : 1];
   for (int ti = 0; ti < tiles; ++ti) {
     const LaneTile<T, MT> L(x, w, M, N, K, tile_row(ti));
     float acc[MT][4] = {};
@@ -234,10 +236,17 @@ __global__ void __launch_bounds__(W * 32, P)
       if constexpr (ROPE) {  // the unit's first tile's sums wait in registers for its second
         float s[MT][4];
         lane_sums<T, W, MT, BLOCK>(L, partial, scale, nrm, st_all, M, s);
-        if (ti & 1)
-          rope_store_unit<T>(rope, blockIdx.x + (ti >> 1) * G, first, s[0], M, L.g, L.t);
-        else
+        const int unit = blockIdx.x + (ti >> 1) * G;
+        float* const st = rope_stage + threadIdx.x * kRopeStageFloats;
+        if (ti & 1) {
+          // The staged copies joined the group committed by this tile's first iteration; the
+          // wait of iteration S - 1 and later covers it.
+          if (per_tile < S) attn::cp_async_wait<0>();
+          rope_store_unit<T>(rope, unit, first, s[0], st, M, L.g, L.t);
+        } else {
           for (int i = 0; i < 4; ++i) first[i] = s[0][i];
+          rope_stage_unit<T>(rope, unit, st, M, L.g, L.t);
+        }
       } else {
         NormStage<T> st = st_all;
         st.res += ti * M * kRows;

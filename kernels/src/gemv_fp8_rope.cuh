@@ -51,6 +51,39 @@ __device__ __forceinline__ int2 rope_unit_tiles(const RopeArgs<T>& a, int u) {
   return make_int2(base + k, base + k + per);
 }
 
+/// Floats a lane of warp 0 stages in shared memory for its unit's epilogue: the cache slots of x
+/// rows 2t and 2t + 1, then for each of its four sums (rope_store_unit's i) the cos and sin of the
+/// position and of the sink position.
+constexpr int kRopeStageFloats = 18;
+
+/// Warp 0, lane (g, t), after unit u's first tile: cp.async copies of what rope_store_unit reads
+/// of global memory into `st` (this lane's kRopeStageFloats), uncommitted: they join the weight
+/// ring's next group, so the unit's second tile streams on while they land.
+template <typename T>
+__device__ __forceinline__ void rope_stage_unit(const RopeArgs<T>& a, int u, float* st, int M,
+                                                int g, int t) {
+  const int th = a.head_dim / kRows, per = th / 2, hr = a.half / kRows;
+  const int head = u / per, k = u - head * per;
+  const bool is_q = head < a.num_heads, rotary = head < a.num_heads + a.num_kv_heads && k < hr;
+  const int d0 = (rope_unit_tiles(a, u).x - head * th) * kRows;
+  for (int j = 0; j < 2; ++j)
+    if (2 * t + j < M && a.cache_slot)
+      cp_async4(attn::smem_addr(st + j), reinterpret_cast<const float*>(a.cache_slot + 2 * t + j));
+  if (!rotary) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = 2 * t + (i & 1), da = d0 + g + 8 * (i >> 1);
+    if (m >= M) continue;
+    const float* ang = a.table + static_cast<int64_t>(m) * 4 * a.half + da;
+    cp_async4(attn::smem_addr(st + 2 + 4 * i), ang);
+    cp_async4(attn::smem_addr(st + 3 + 4 * i), ang + a.half);
+    if (is_q && a.q_sink) {
+      cp_async4(attn::smem_addr(st + 4 + 4 * i), ang + 2 * a.half);
+      cp_async4(attn::smem_addr(st + 5 + 4 * i), ang + 3 * a.half);
+    }
+  }
+}
+
 /// One element into the cache at element offset `at`: the T value, or it quantized (fp8 cache).
 template <typename T>
 __device__ __forceinline__ void rope_store_cache(const RopeArgs<T>& a, int64_t at, float f,
@@ -62,11 +95,12 @@ __device__ __forceinline__ void rope_store_cache(const RopeArgs<T>& a, int64_t a
 }
 
 /// Warp 0, lane (g, t), one x tile (M <= 8): s0 / s1 are the scaled sums of unit u's first and
-/// second tile (i: x row 2t + (i & 1), tile row g + 8 (i >> 1)). Stores the unit's q | k | v
-/// values, q_sink and the cache entries.
+/// second tile (i: x row 2t + (i & 1), tile row g + 8 (i >> 1)); st: what rope_stage_unit
+/// copied (landed). Stores the unit's q | k | v values, q_sink and the cache entries.
 template <typename T>
 __device__ __forceinline__ void rope_store_unit(const RopeArgs<T>& a, int u, const float (&s0)[4],
-                                                const float (&s1)[4], int M, int g, int t) {
+                                                const float (&s1)[4], const float* st, int M, int g,
+                                                int t) {
   const int th = a.head_dim / kRows, per = th / 2, hr = a.half / kRows;
   const int head = u / per, k = u - head * per;
   const int qk_heads = a.num_heads + a.num_kv_heads;
@@ -85,7 +119,7 @@ __device__ __forceinline__ void rope_store_unit(const RopeArgs<T>& a, int u, con
       xa += to_float<T>(a.bias[col + da]);
       xb += to_float<T>(a.bias[col + db]);
     }
-    const int32_t slot = a.cache_slot ? a.cache_slot[m] : -1;
+    const int32_t slot = a.cache_slot ? __float_as_int(st[i & 1]) : -1;
     const bool store = a.cache && kv_cache_slot_valid(a.layout, slot);
     const int kv_head = head - a.num_heads - (is_v ? a.num_kv_heads : 0);
     const int64_t kc = store && !is_q ? kv_cache_k_offset(a.layout, slot, kv_head) +
@@ -97,13 +131,13 @@ __device__ __forceinline__ void rope_store_unit(const RopeArgs<T>& a, int u, con
                   : nullptr;
     float ya = xa, yb = xb;
     if (rotary) {
-      const float* ang = a.table + static_cast<int64_t>(m) * 4 * a.half;
+      const float* ang = st + 2 + 4 * i;  // cos, sin; the sink's cos, sin
       if (sink) {
-        sink[da] = from_float<T>(rope_first(xa, xb, ang[2 * a.half + da], ang[3 * a.half + da]));
-        sink[db] = from_float<T>(rope_second(xa, xb, ang[2 * a.half + da], ang[3 * a.half + da]));
+        sink[da] = from_float<T>(rope_first(xa, xb, ang[2], ang[3]));
+        sink[db] = from_float<T>(rope_second(xa, xb, ang[2], ang[3]));
       }
-      ya = rope_first(xa, xb, ang[da], ang[a.half + da]);
-      yb = rope_second(xa, xb, ang[da], ang[a.half + da]);
+      ya = rope_first(xa, xb, ang[0], ang[1]);
+      yb = rope_second(xa, xb, ang[0], ang[1]);
     } else if (sink) {
       sink[da] = from_float<T>(xa);
       sink[db] = from_float<T>(xb);
