@@ -51,13 +51,17 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  // Persistent: the grid takes at most this percentage of the SMs' CTA slots, leaving the rest
+  // of some SMs to the next kernel's CTAs (PDL launches them while this one streams).
+  int grid_pct = 100;
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
 constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
                                {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {16, 1, 3, 2, 75}, {16, 1, 3, 2, 60}, {16, 1, 3, 2, 50}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -208,7 +212,7 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         err != cudaSuccess)
       return err;
-    const int grid = persistent_grid(p.N, sms * C.persistent);
+    const int grid = persistent_grid(p.N, sms * C.persistent * C.grid_pct / 100);
     const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
     const int out_bytes = p.norm_out.residual
                               ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
@@ -360,7 +364,8 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "") +
+         (c.grid_pct < 100 ? " grid" + std::to_string(c.grid_pct) + "%" : "");
 }
 
 }  // namespace rill::kernels
