@@ -15,8 +15,8 @@ constexpr int kFp8GemvXStageMaxBytes = 32 * 1024;
 // Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
 template <typename T>
 __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
-                                                        const NormStage<T>& st, int M, int N,
-                                                        int K, int tiles) {
+                                                        const NormStage<T>& st, int M, int N, int K,
+                                                        int tiles) {
   if (nrm.residual) {
     const int per_tile = 4 * M + 2;  // 16-byte copies: 4 a residual row, 2 of the weight
     for (int i = threadIdx.x; i < tiles * per_tile; i += blockDim.x) {
@@ -76,6 +76,69 @@ __device__ __forceinline__ void load_staged_x(const LaneTile<T, MT>& L,
   }
 }
 
+// The norms' inputs of a persistent CTA with `tiles` tiles in shared memory from `smem` on:
+// Fp8NormIn's sums [M][K / 16] (rounded up to 16 bytes), then Fp8NormOut's rows [tiles][M][16]
+// and weights [tiles][16].
+template <typename T>
+__device__ __forceinline__ NormStage<T> norm_stage(float* smem, float* rs, const NormArgs<T>& nrm,
+                                                   int M, int K, int tiles) {
+  float* const res = smem + (nrm.in_sumsq ? (M * (K / kRows) + 3) / 4 * 4 : 0);
+  return {res, reinterpret_cast<T*>(res + (nrm.residual ? tiles * M * kRows : 0)), smem, rs};
+}
+
+// gemv_fp8_persistent_kernel's copy iterator: this warp's iteration `it` of the CTA's tile `tile`
+// (w rows 16 (blockIdx.x + tile G) ..), S - 1 iterations ahead of its use. Each call commits a
+// group, an empty one past the CTA's last tile, so the group count stays in step.
+template <int W>
+struct TileFetcher {
+  const uint8_t* w;  // [N, K] e4m3
+  int N, K, tiles, per_tile;
+  uint32_t mine;  // this thread's place in ring slot 0
+  int tile = 0, it = 0;
+
+  __device__ __forceinline__ void operator()(int slot) {
+    constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot
+    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+    if (per_tile > 0 && tile < tiles) {
+      const int n0 = (blockIdx.x + tile * gridDim.x) * kRows;
+      const uint4* w_lo =
+          reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
+      const uint4* w_hi =
+          reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
+      copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + it * W, t, K / kChunk);
+      if (++it == per_tile) it = 0, ++tile;
+    }
+    attn::cp_async_commit();
+  }
+};
+
+// The end of a persistent CTA's tile ti (lane tile L, the warps' sums `acc`): the partial sums
+// into `partial_floats` (ti's half of the double buffer); after the first tile, the norms'
+// factors (their cp.async group is complete once S - 1 iterations were waited for, else it is
+// waited for here); one barrier; then warp 0 reduces and stores the tile while the others go on.
+template <typename T, int W, int S, int MT, bool BLOCK, GemvEpilogue EPI>
+__device__ __forceinline__ void end_tile(const LaneTile<T, MT>& L, const float (&acc)[MT][4],
+                                         float* partial_floats, int ti, bool first_norms,
+                                         int per_tile, const float* __restrict__ scale,
+                                         void* __restrict__ y, const T* __restrict__ bias,
+                                         const NormArgs<T>& nrm, const NormStage<T>& st_all, int M,
+                                         int N, int K, bool y_f32) {
+  float(*partial)[MT][4][32] = reinterpret_cast<float(*)[MT][4][32]>(partial_floats);
+  store_partials<MT>(partial, L.warp, acc);
+  if (first_norms) {
+    if (per_tile < S - 1) attn::cp_async_wait<0>();
+    __syncthreads();  // every thread's staged copies are visible
+    norm_in_factors<T, W>(nrm, st_all, M, K);
+  }
+  __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
+  if (L.warp == 0) {
+    NormStage<T> st = st_all;
+    st.res += ti * M * kRows;
+    st.gamma += ti * kRows;
+    reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
+  }
+}
+
 // gemv_fp8_ring_kernel made persistent: a grid of at most P CTAs an SM (persistent_grid), CTA b
 // computing the 16-row tiles b, b + G, b + 2G, ... one after another while its cp.async ring
 // streams on across the tiles, so an SM's weight stream does not stop for a CTA to end and the
@@ -106,38 +169,18 @@ __global__ void __launch_bounds__(W * 32, P)
   extern __shared__ uint4 ring[];
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
-  float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
-  // XS: x staged once, [M][K / 8] uint4 (at most 4 a thread).
-  uint4* const xs = reinterpret_cast<uint4*>(partials + 2 * kPartialFloats);
-  const int xs_vecs = XS ? M * K / 8 : 0;
-  float* const norm_smem = reinterpret_cast<float*>(xs + xs_vecs);
   __shared__ float rs[kFp8GemvMaxRows];
   const int G = gridDim.x, tiles_total = (N + kRows - 1) / kRows;
   const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;  // this CTA's
-  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
-  const int chunks = K / kChunk, steps = (chunks + 3) / 4;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+  const int steps = (K / kChunk + 3) / 4;
   const int per_tile = warp < steps ? (steps - warp + W - 1) / W : 0;  // this warp's iterations
-  // Fp8NormIn's sums (rounded up to 16 bytes), then Fp8NormOut's rows and weights.
-  const int parts = nrm.in_sumsq ? (M * (K / kRows) + 3) / 4 * 4 : 0;
-  float* const res = norm_smem + parts;
-  const NormStage<T> st_all{res, reinterpret_cast<T*>(res + (nrm.residual ? tiles * M * kRows : 0)),
-                            norm_smem, rs};
-  const uint32_t mine = attn::smem_addr(ring + threadIdx.x);
-
-  // The copy iterator: this warp's iteration `f_it` of tile `f_tile`, S - 1 ahead of the use.
-  int f_tile = 0, f_it = 0;
-  const auto fetch = [&](int slot) {
-    if (per_tile > 0 && f_tile < tiles) {
-      const int n0 = (blockIdx.x + f_tile * G) * kRows;
-      const uint4* w_lo = reinterpret_cast<const uint4*>(
-          w + static_cast<int64_t>(min(n0 + g, N - 1)) * K);
-      const uint4* w_hi = reinterpret_cast<const uint4*>(
-          w + static_cast<int64_t>(min(n0 + g + 8, N - 1)) * K);
-      copy_w<W, 1>(mine + slot * kSlot * 16, w_lo, w_hi, warp + f_it * W, t, chunks);
-      if (++f_it == per_tile) f_it = 0, ++f_tile;
-    }
-    attn::cp_async_commit();  // empty past the end: the group count stays in step
-  };
+  const int xs_vecs = XS ? M * K / 8 : 0;  // XS: x staged once, [M][K / 8] uint4
+  float* const partials = reinterpret_cast<float*>(ring + S * kSlot);  // [2][kPartialFloats]
+  uint4* const xs = reinterpret_cast<uint4*>(partials + 2 * kPartialFloats);
+  const NormStage<T> st_all =
+      norm_stage<T>(reinterpret_cast<float*>(xs + xs_vecs), rs, nrm, M, K, tiles);
+  TileFetcher<W> fetch{w, N, K, tiles, per_tile, attn::smem_addr(ring + threadIdx.x)};
 
   pdl_launch_dependents();
 #pragma unroll
@@ -160,11 +203,13 @@ __global__ void __launch_bounds__(W * 32, P)
   // ahead, across tiles too, so no iteration waits for them.
   uint4 xv[MT][2];
   float sc[2];
-  if (!XS && per_tile > 0 && tiles > 0)
-    load_step<T, MT, BLOCK>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp,
-                            xv, sc);
-  if (XS && BLOCK && per_tile > 0 && tiles > 0)
-    load_scales<T, MT>(LaneTile<T, MT>(x, w, M, N, K, blockIdx.x * kRows), scale, N, warp, sc);
+  if (per_tile > 0 && tiles > 0) {
+    const LaneTile<T, MT> L0(x, w, M, N, K, blockIdx.x * kRows);
+    if constexpr (!XS)
+      load_step<T, MT, BLOCK>(L0, scale, N, warp, xv, sc);
+    else if constexpr (BLOCK)
+      load_scales<T, MT>(L0, scale, N, warp, sc);
+  }
   for (int ti = 0; ti < tiles; ++ti) {
     const LaneTile<T, MT> L(x, w, M, N, K, (blockIdx.x + ti * G) * kRows);
     float acc[MT][4] = {};
@@ -198,22 +243,9 @@ __global__ void __launch_bounds__(W * 32, P)
       }
       if constexpr (BLOCK) sc[0] = sn[0], sc[1] = sn[1];
     }
-    float(*partial)[MT][4][32] =
-        reinterpret_cast<float(*)[MT][4][32]>(partials + (ti & 1) * kPartialFloats);
-    store_partials<MT>(partial, warp, acc);
-    if (ti == 0 && norms) {
-      // The norms' group is done once S - 1 iterations were waited for; else wait for it here.
-      if (per_tile < S - 1) attn::cp_async_wait<0>();
-      __syncthreads();  // every thread's staged copies are visible
-      norm_in_factors<T, W>(nrm, st_all, M, K);
-    }
-    __syncthreads();  // the partials (and rs) of tile ti; the other buffer is free again
-    if (warp == 0) {
-      NormStage<T> st = st_all;
-      st.res += ti * M * kRows;
-      st.gamma += ti * kRows;
-      reduce_and_store<T, W, MT, BLOCK, EPI>(L, partial, scale, y, bias, nrm, st, M, N, y_f32);
-    }
+    end_tile<T, W, S, MT, BLOCK, EPI>(L, acc, partials + (ti & 1) * kPartialFloats, ti,
+                                      ti == 0 && norms, per_tile, scale, y, bias, nrm, st_all, M, N,
+                                      K, y_f32);
   }
   attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit
 }
