@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -178,12 +179,18 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
       "bytes)\n",
       bytes / 1e9, ones ? "0x01" : "random");
   constexpr int kEngine = -2;  // a row, not a config: the engine's choice per projection
-  std::vector<int> rows = {-1, kEngine};
+  constexpr int kChained = -3;  // the same GEMVs as the engine chains them at one token
+  std::vector<int> rows = {-1, kEngine, kChained};
+  unsigned* counters = nullptr;
+  BENCH_CUDA(cudaMalloc(&counters, rill::kernels::kFp8GemvChainMaxPhases * 4));
+  BENCH_CUDA(cudaMemset(counters, 0, rill::kernels::kFp8GemvChainMaxPhases * 4));
   for (int c = 0; c < rill::kernels::gemv_fp8_num_configs(); ++c) rows.push_back(c);
   for (int config : rows) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    rill::kernels::Fp8GemvChainParams chain;
+    chain.counters = counters;
     for (int i = 0; i < kLayers * 4; ++i) {
       rill::kernels::Fp8GemvParams p;
       p.dtype = rill::kernels::DType::kBF16;
@@ -194,9 +201,19 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
       p.w = w[i];
       p.scale = static_cast<const float*>(sc[i]);
       p.y = y;
-      p.config = config == kEngine ? -1 : config;
+      p.config = config == kEngine || config == kChained ? -1 : config;
       p.deep_prologue = config == kEngine && (i % 4 == 1 || i % 4 == 2);  // o, gate|up
       if (i % 4 == 2) p.epilogue = rill::kernels::GemvEpilogue::kSiluMul;
+      if (config == kChained && i > 0) {  // o, gate|up, down and the next layer's qkv
+        chain.phase[chain.phases++] = p;
+        static const int len = std::getenv("RILL_CHAIN_LEN") ? std::atoi(std::getenv("RILL_CHAIN_LEN")) : 4;  // EXPERIMENT
+        if (chain.phases == len || i + 1 == kLayers * 4) {
+          BENCH_CUDA(rill::kernels::launch_gemv_fp8_chain(chain, stream));
+          chain.phases = 0;
+        }
+        continue;
+      }
+      if (config == kChained) p.deep_prologue = true;
       BENCH_CUDA(rill::kernels::launch_gemv_fp8(p, stream));
     }
     BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
@@ -205,12 +222,14 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
     BENCH_CUDA(cudaGraphExecDestroy(exec));
     BENCH_CUDA(cudaGraphDestroy(graph));
     const double gbps = bytes / (ms * 1e-3) / 1e9;
-    const std::string name = config == kEngine ? "engine (deep o, gate|up)"
-                             : config < 0      ? "default"
+    const std::string name = config == kEngine    ? "engine (deep o, gate|up)"
+                             : config == kChained ? "chained (o .. next qkv)"
+                             : config < 0         ? "default"
                                                : rill::kernels::gemv_fp8_config_name(config);
     std::printf("  %-24s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n", name.c_str(), ms, gbps,
                 100 * gbps / copy_gbps);
   }
+  BENCH_CUDA(cudaFree(counters));
   for (void* p : w) BENCH_CUDA(cudaFree(p));
   for (void* p : sc) BENCH_CUDA(cudaFree(p));
   BENCH_CUDA(cudaFree(x));

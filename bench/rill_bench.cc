@@ -232,6 +232,7 @@ struct Variant {
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
   bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
+  bool fp8_chain = true;         // false: CudaTuning::fp8_gemv_chain off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
   std::vector<std::pair<int, int>> fp8_projection_configs;  // the same for fp8 GEMVs
@@ -304,6 +305,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     v.fp8_norm_in_gemv = false;
     variants.push_back(v);
   }
+  if (args.on("fp8-chain-off-too") && batch == 1) {
+    Variant v{"off: chained fp8 GEMVs"};
+    v.fp8_chain = false;
+    variants.push_back(v);
+  }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
   for (int on : {0, 1}) {
@@ -343,6 +349,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
   t.fp8_norm_in_gemv = v.fp8_norm_in_gemv && base.fp8_norm_in_gemv;
+  t.fp8_gemv_chain = v.fp8_chain && base.fp8_gemv_chain;
   return t;
 }
 
@@ -597,6 +604,9 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-norm-in-gemv", "-1",
               "fp8 weights: 1 decode steps run the residual adds and norms inside the GEMVs "
               "around them, 0 as add_norm kernels; -1: the runner's default");
+  args.flag("fp8-chain-off-too",
+            "also time batch-1 decode with each layer's fp8 GEMVs launched one by one, not "
+            "chained in one launch (CudaTuning::fp8_gemv_chain)");
   args.flag("fp8-norm-off-too",
             "also time decode with the fp8 GEMVs' residual adds and norms as add_norm kernels");
   args.option("carveout", "-1",

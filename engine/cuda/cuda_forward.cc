@@ -87,6 +87,70 @@ bool CudaRunner::norm_in_gemv(int li, int T) const {
          gemm_->uses_gemv(h_.get(), w.wup, T, H) && gemm_->uses_gemv(act_.get(), w.wdown, T, I);
 }
 
+bool CudaRunner::chain_layer(int li, int T) const {
+  if (!tuning_.fp8_gemv_chain || T != 1 || li + 1 >= config_.num_layers || !chain_counters_.get() ||
+      !norm_in_gemv(li, T) || !norm_in_gemv(li + 1, T) || tuning_.fp8_gemv_config >= 0 ||
+      tuning_.fp8_gemv_deep_config >= 0)
+    return false;
+  for (int projection : {kQkv, kO, kUp, kDown})
+    if (!fp8_deep_gemv(projection, T) ||
+        tuning_.fp8_projection_gemv_config[CudaTuning::projection_index(projection)] >= 0)
+      return false;
+  // One scale layout for the chain (a block-scaled checkpoint's weights of at most 128 columns
+  // load as per-row scales).
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const kernels::Fp8ScaleLayout layout = w.wo.scale_layout;
+  return w.wup.scale_layout == layout && w.wdown.scale_layout == layout &&
+         weights_->layers()[li + 1].wqkv.scale_layout == layout;
+}
+
+kernels::Fp8GemvChainParams CudaRunner::chain_params(int li, int T) const {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const cuda::DeviceLayer& next = weights_->layers()[li + 1];
+  const int H = c.hidden_size, I = c.intermediate_size;
+  kernels::Fp8GemvChainParams chain;
+  chain.phases = 4;
+  chain.counters = chain_counters_.as<unsigned>();
+  kernels::Fp8GemvParams& o = chain.phase[0];  // the residual add and the MLP norm's input: h_
+  o = gemm_->fp8_gemv_params(attn_.get(), w.wo, h_.get(), T, H, c.q_dim(), false);
+  o.norm_out = {x_.as<float>(), w.mlp_norm, norm_sumsq_.as<float>()};
+  kernels::Fp8GemvParams& up = chain.phase[1];  // gate|up with SiLU-and-mul: act_
+  up = gemm_->fp8_gemv_params(h_.get(), w.wup, act_.get(), T, 2 * I, H, false);
+  up.epilogue = kernels::GemvEpilogue::kSiluMul;
+  up.bias = w.bup;
+  up.norm_in = {norm_sumsq_.as<float>(), c.norm_eps};
+  kernels::Fp8GemvParams& down = chain.phase[2];  // the residual add, the next attention norm
+  down = gemm_->fp8_gemv_params(act_.get(), w.wdown, h_.get(), T, H, I, false);
+  down.norm_out = {x_.as<float>(), next.attn_norm, norm_sumsq_.as<float>()};
+  kernels::Fp8GemvParams& qkv = chain.phase[3];  // the next layer's qkv: qkv_
+  qkv = gemm_->fp8_gemv_params(h_.get(), next.wqkv, qkv_.get(), T, c.qkv_dim(), H, false);
+  qkv.norm_in = {norm_sumsq_.as<float>(), c.norm_eps};
+  for (kernels::Fp8GemvParams& p : chain.phase) p.dtype = weights_->dtype();
+  return chain;
+}
+
+int CudaRunner::chained_layers() const {
+  int n = 0;
+  for (int li = 0; li < config_.num_layers; ++li)
+    n += chain_layer(li, 1) && kernels::gemv_fp8_chain_supported(chain_params(li, 1));
+  return n;
+}
+
+void CudaRunner::enqueue_gemv_chain(int li, int T) {
+  kernels::Fp8GemvChainParams chain = chain_params(li, T);
+  timed(Profiler::kGemm, [&] {
+    if (kernels::gemv_fp8_chain_supported(chain)) {
+      RILL_CUDA(kernels::launch_gemv_fp8_chain(chain, stream_));
+      return;
+    }
+    for (int i = 0; i < chain.phases; ++i) {  // the same sums, one launch each
+      chain.phase[i].deep_prologue = true;
+      gemm_->gemv_fp8(chain.phase[i]);
+    }
+  });
+}
+
 void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T,
                                      int N, int K, int projection, bool norm_in,
                                      const void* norm_weight) {
@@ -166,7 +230,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  timed(Profiler::kGemm, [&] {
+  if (!norms.qkv_chained) timed(Profiler::kGemm, [&] {
     if (norms.qkv_in) {
       gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true, nullptr);
       return;
@@ -204,6 +268,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       RILL_CUDA(kernels::launch_kv_write(p, stream_));
     });
   }
+  if (norms.chain) return;  // o runs in enqueue_gemv_chain
   timed(Profiler::kGemm, [&] {
     if (norms.mid) {  // the residual add and the MLP norm's input: h_
       gemv_fp8_with_norms(attn_.get(), w.wo, h_.get(), T, H, c.q_dim(), kO, false, w.mlp_norm);
@@ -397,7 +462,13 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   norms.mid = norm_in_gemv(li, T);
   norms.qkv_in = norms.mid && li > 0 && norm_in_gemv(li - 1, T);
   norms.down_out = norms.mid && !last && norm_in_gemv(li + 1, T);
+  norms.chain = chain_layer(li, T);
+  norms.qkv_chained = li > 0 && chain_layer(li - 1, T);
   enqueue_attention(li, plan, norms);
+  if (norms.chain) {
+    enqueue_gemv_chain(li, T);
+    return;
+  }
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
     enqueue_mlp(li, h2_.get(), plan, norms);
     after.delta0 = o_.get();

@@ -234,8 +234,11 @@ void CudaRunner::allocate_buffers() {
   up_ = DeviceMemory(G * up_width * esize(), "activations");
   act_ = DeviceMemory(G * c.intermediate_size * esize(), "activations");
   m_ = DeviceMemory(G * H * esize(), "activations");
-  if (H % 16 == 0)  // 4 bytes a hidden unit (CudaTuning::fp8_norm_in_gemv)
+  if (H % 16 == 0) {  // 4 bytes a hidden unit (CudaTuning::fp8_norm_in_gemv)
     norm_sumsq_ = DeviceMemory(kernels::kFp8GemvMaxRows * (H / 16) * 4, "activations");
+    chain_counters_ = DeviceMemory(kernels::kFp8GemvChainMaxPhases * 4, "activations");
+    RILL_CUDA(cudaMemsetAsync(chain_counters_.get(), 0, chain_counters_.bytes(), stream_));
+  }
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   if (tp_.comm)

@@ -27,6 +27,7 @@
 #include "engine/tp/tp_shard.h"
 #include "rill/kernels/attention.h"
 #include "rill/kernels/elementwise.h"
+#include "rill/kernels/gemv_fp8.h"
 
 namespace rill {
 
@@ -89,6 +90,9 @@ class CudaRunner final : public ModelRunner {
   int kv_element_bytes() const { return static_cast<int>(layout_.element_bytes()); }
   /// The tuning in effect (EngineOptions::cuda_tuning at construction).
   const CudaTuning& tuning() const { return tuning_; }
+  /// Layers whose fp8 GEMVs a one-token decode step chains into one launch
+  /// (CudaTuning::fp8_gemv_chain); 0 where it does not apply.
+  int chained_layers() const;
   /// Replaces the whole tuning (validated first: kInvalidArgument leaves the runner as it was)
   /// and drops the captured CUDA graphs, so later steps launch what it says.
   void set_tuning(const CudaTuning& tuning);
@@ -198,12 +202,21 @@ class CudaRunner final : public ModelRunner {
     bool qkv_in = false;        // qkv reads the previous layer's down output as Fp8NormIn
     bool mid = false;           // o writes the MLP norm's input (Fp8NormOut), gate|up reads it
     bool down_out = false;      // down writes the next layer's attention norm's input
+    bool chain = false;         // o, gate|up, down and the next qkv in one launch (chain_layer)
+    bool qkv_chained = false;   // this layer's qkv ran in the previous layer's chain
   };
   void enqueue_attention(int layer, const cuda::StepPlan& plan, const LayerNorms& norms);
   void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan, const LayerNorms& norms);
   // CudaTuning::fp8_norm_in_gemv for layer `layer` at T tokens: RMSNorm, sequential residual, one
   // GPU, no o / down bias, every projection through the fp8 GEMV and gate|up with SiLU-and-mul.
   bool norm_in_gemv(int layer, int T) const;
+  // CudaTuning::fp8_gemv_chain for layer `layer` at T tokens: one token, norm_in_gemv for this
+  // layer and the next, every fp8 GEMV shape at its default.
+  bool chain_layer(int layer, int T) const;
+  // Layer `layer`'s o, gate|up and down and the next layer's qkv as one chained launch (one launch
+  // each where the kernel does not take them): attn_ -> h_ -> act_ -> h_ -> qkv_.
+  void enqueue_gemv_chain(int layer, int T);
+  kernels::Fp8GemvChainParams chain_params(int layer, int T) const;
   // An fp8 decode GEMV of projection `projection` with the norm split around it: `norm_in` (x is
   // an Fp8NormOut's y), `norm_weight` (non-null: Fp8NormOut into y with that weight).
   void gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T, int N,
@@ -324,6 +337,7 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
   cuda::DeviceMemory norm_sumsq_;  // [kFp8GemvMaxRows, H / 16] fp32: Fp8NormOut's sums of squares
+  cuda::DeviceMemory chain_counters_;  // [kFp8GemvChainMaxPhases] (Fp8GemvChainParams)
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32
   cuda::DeviceMemory gather_;   // tensor parallelism: [world][R][vocab_.padded] fp32

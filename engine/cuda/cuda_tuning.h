@@ -104,6 +104,11 @@ struct CudaTuning {
   /// them: two kernels fewer per layer (H100 batch 1: 7B 3.03 against 3.14 ms, 8B 3.50 against
   /// 3.58). Off: add_norm (the norm's output is rounded at another place: docs/quantization.md).
   bool fp8_norm_in_gemv = true;
+  /// fp8 decode steps of one token with the norms in the GEMVs (fp8_norm_in_gemv): a layer's o,
+  /// gate|up and down and the next layer's qkv run as one chained launch
+  /// (kernels::launch_gemv_fp8_chain), whose weight stream does not stop between them; the same
+  /// bits as four launches. Only where every one of them takes the default deep-prologue shape.
+  bool fp8_gemv_chain = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

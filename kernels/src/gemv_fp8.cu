@@ -286,7 +286,7 @@ cudaError_t launch_config(const Fp8GemvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
+cudaError_t check_gemv_fp8(const Fp8GemvParams& p) {
   if (p.M < 0 || p.N < 0 || p.K < 0) return invalid_argument("gemv_fp8: negative size");
   if (p.M > kFp8GemvMaxRows)
     return invalid_argument("gemv_fp8: M=" + std::to_string(p.M) + " > " +
@@ -326,6 +326,12 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
+  return cudaSuccess;
+}
+
+cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
+  if (cudaError_t err = check_gemv_fp8(p); err != cudaSuccess) return err;
+  if (p.M == 0 || p.N == 0) return cudaSuccess;
   Fp8GemvParams q = p;
   if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });

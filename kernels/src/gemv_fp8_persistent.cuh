@@ -11,12 +11,13 @@ namespace rill::kernels::fp8_gemv {
 constexpr int kFp8GemvXStageMaxBytes = 32 * 1024;
 
 // Fp8NormOut's inputs for the `tiles` tiles a persistent CTA owns (tile i of them at w row
-// 16 (blockIdx.x + i G)): residual rows [i][M][16] in st.res, weights [i][16] in st.gamma; and
-// Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as there.
+// 16 (blockIdx.x + i G), G CTAs taking part): residual rows [i][M][16] in st.res, weights [i][16]
+// in st.gamma; and Fp8NormIn's sums as stage_norm_inputs. Right after pdl_wait(); uncommitted, as
+// there.
 template <typename T>
 __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
                                                         const NormStage<T>& st, int M, int N, int K,
-                                                        int tiles) {
+                                                        int tiles, int G) {
   if (nrm.residual) {
     const int per_tile = 4 * M + 2;  // 16-byte copies: 4 a residual row, 2 of the weight
     for (int i = threadIdx.x; i < tiles * per_tile; i += blockDim.x) {
@@ -40,16 +41,20 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
 
 // XS: x [xs_vecs] uint4 into shared memory `xs` (at most four 16-byte pieces a thread), then a
 // barrier. Plain loads and stores: a cp.async group here would complete only after the weight
-// ring's groups issued before it.
-template <int W, typename T>
+// ring's groups issued before it. COHERENT: x was written by other CTAs of this grid (the
+// chained kernel), so it is loaded through L2 (ld.global.cg), not the read-only path.
+template <int W, bool COHERENT = false, typename T>
 __device__ __forceinline__ void stage_x(uint4* xs, const T* x, int xs_vecs) {
   static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   uint4 v[4];
+  if constexpr (COHERENT)  // called once a phase in a loop: no value kept from the call before
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int i = threadIdx.x + j * W * 32;
-    if (i < xs_vecs) v[j] = __ldg(xg + i);
+    if (i < xs_vecs) v[j] = COHERENT ? __ldcg(xg + i) : __ldg(xg + i);
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -188,7 +193,7 @@ __global__ void __launch_bounds__(W * 32, P)
   pdl_wait();
   const bool norms = nrm.residual || nrm.in_sumsq;
   if (norms) {  // a group of its own, complete once S - 1 iterations have been waited for
-    stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
+    stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles, G);
     attn::cp_async_commit();
   }
 

@@ -628,6 +628,42 @@ TEST(CudaFp8, NormInGemvMatchesTheCpuEngineAndAddNorm) {
   }
 }
 
+// One-token decode steps chain each layer's o, gate|up, down and the next layer's qkv into one
+// launch (CudaTuning::fp8_gemv_chain, on by default): the logits bit for bit those of one launch
+// each, graphs and eager steps, and the chain taken in every layer but the last. The block-scaled
+// fixture's weights of 128 columns load with per-row scales, its down (256 columns) with block
+// scales: its layers run one launch each (the kernel tests cover the chain on block scales).
+TEST(CudaFp8, GemvChainChangesNoBit) {
+  REQUIRE_CUDA();
+  for (const char* name :
+       {"models/rill-shakespeare", "tests/fixtures/fp8_ct_channel", "tests/fixtures/fp8_block"}) {
+    SCOPED_TRACE(name);
+    const Model m = load_model(source_path(name));
+    const std::string quantization = std::string(name).find("fixtures") == std::string::npos
+                                         ? "fp8"
+                                         : "auto";
+    const int chained = std::string(name).find("block") == std::string::npos
+                            ? m.config.num_layers - 1
+                            : 0;
+    const auto prompts = testing::fp8_prompts(m, 1, 40);
+    std::vector<std::vector<int32_t>> tokens(6, std::vector<int32_t>(1));  // [step][seq]
+    for (int step = 0; step < 6; ++step) tokens[step][0] = 5 + 2 * step;
+    for (bool graphs : {true, false}) {
+      SCOPED_TRACE(graphs ? "graphs" : "eager");
+      auto rows = [&](bool chain) {
+        CudaTuning t;
+        t.fp8_gemv_chain = chain;
+        auto r = testing::cuda_runner(m, graphs, "auto", t, quantization);
+        EXPECT_EQ(r->chained_layers(), chain ? chained : 0) << kernels::last_kernel_error_detail();
+        return testing::run_fp8_rows(*r, prompts, tokens);
+      };
+      const Fp8Rows on = rows(true), off = rows(false);
+      EXPECT_EQ(on.prefill, off.prefill);
+      EXPECT_EQ(on.decode, off.decode);
+    }
+  }
+}
+
 // --quantization none on an fp8 checkpoint runs the dequantized weights in bf16: it matches the
 // CPU like any bf16 model.
 TEST(CudaFp8, NoneDequantizesAtLoad) {

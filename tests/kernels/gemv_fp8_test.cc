@@ -3,8 +3,8 @@
 // K with partial steps and partial scale blocks, odd N, per-row and 128-column block scales, both
 // output types, the kSiluMul epilogue with and without bias, every CTA shape (registers and
 // shared-memory rings; a ring equals the register shape of its warps bit for bit), a residual add
-// and RMSNorm split over two GEMVs (Fp8NormOut / Fp8NormIn), and the rejections that send callers
-// to a GEMM.
+// and RMSNorm split over two GEMVs (Fp8NormOut / Fp8NormIn), a layer's GEMVs chained in one launch,
+// and the rejections that send callers to a GEMM.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -525,6 +525,144 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
     for (size_t i = 0; i + 1 < outs.size(); ++i)
       EXPECT_TRUE(outs[i] == outs.back()) << kernels::gemv_fp8_config_name(configs[i]);
   }
+}
+
+// The bytes of a device buffer, for comparisons bit for bit.
+std::vector<uint8_t> bytes_of(const DeviceBuffer& b) {
+  std::vector<uint8_t> v(b.bytes());
+  b.download(v.data());
+  return v;
+}
+
+// A decode layer's GEMVs between two attentions as one chained launch (launch_gemv_fp8_chain): o
+// (Fp8NormOut), gate|up (Fp8NormIn, SiLU-and-mul, with and without bias), down (Fp8NormOut) and
+// the next qkv (Fp8NormIn), and the chain's first one and two phases alone, against the same
+// GEMVs launched one by one with the deep-prologue shape: every output, the residual and the sums
+// of squares bit for bit, three launches in a row (the counters come back to zero each time).
+void check_chain(DType dt, Fp8ScaleLayout layout, int M, int H, int I, int phases, bool bias,
+                 std::mt19937& rng) {
+  SCOPED_TRACE(std::string(dt == DType::kF16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
+               " H=" + std::to_string(H) + " I=" + std::to_string(I) +
+               (layout == Fp8ScaleLayout::kPerRow ? " per-row" : " block128") + " phases " +
+               std::to_string(phases) + (bias ? " bias" : ""));
+  const Fp8Weight wo = random_weight(H, H, layout, rng), wup = random_weight(2 * I, H, layout, rng),
+                  wdown = random_weight(H, I, layout, rng),
+                  wqkv = random_weight(3 * H, H, layout, rng);
+  const DeviceWeight dwo(wo), dwup(wup), dwdown(wdown), dwqkv(wqkv);
+  const std::vector<float> attn = rounded_random(size_t(M) * H, rng, dt, 1.0f);
+  const std::vector<float> r0 = random_vector(size_t(M) * H, rng, 2.0f);
+  const std::vector<float> g_mlp = rounded_random(H, rng, dt, 1.0f);
+  const std::vector<float> g_next = rounded_random(H, rng, dt, 1.0f);
+  const std::vector<float> b_up = rounded_random(2 * I, rng, dt, 0.5f);
+  DeviceBuffer d_attn(attn.size(), 2), d_gmlp(H, 2), d_gnext(H, 2), d_bup(2 * I, 2);
+  d_attn.upload_floats(attn, dt);
+  d_gmlp.upload_floats(g_mlp, dt);
+  d_gnext.upload_floats(g_next, dt);
+  d_bup.upload_floats(b_up, dt);
+  DeviceBuffer counters(kernels::kFp8GemvChainMaxPhases, 4);
+  CUDA_OK(cudaMemset(counters.get(), 0, counters.bytes()));
+
+  // One run, chained or not: the residual, h, the sums, act and qkv.
+  auto run = [&](bool chained) -> std::vector<std::vector<uint8_t>> {
+    DeviceBuffer d_r(r0.size(), 4), d_h(size_t(M) * H, 2), d_ss(size_t(M) * (H / 16), 4),
+        d_act(size_t(M) * I, 2), d_qkv(size_t(M) * 3 * H, 2);
+    d_r.upload_floats(r0, dt);
+    for (DeviceBuffer* b : {&d_h, &d_ss, &d_act, &d_qkv}) b->poison();
+    kernels::Fp8GemvChainParams c;
+    c.counters = counters.as<unsigned>();
+    c.phases = phases;
+    kernels::Fp8GemvParams& o = c.phase[0];
+    o = params(dt, M, wo, dwo, d_attn.get(), d_h.get(), -1);
+    set_norm_out(o, d_r, d_gmlp, d_ss);
+    kernels::Fp8GemvParams& up = c.phase[1];
+    up = params(dt, M, wup, dwup, d_h.get(), d_act.get(), -1);
+    up.epilogue = GemvEpilogue::kSiluMul;
+    if (bias) up.bias = d_bup.get();
+    up.norm_in.sumsq = d_ss.as<float>();
+    kernels::Fp8GemvParams& down = c.phase[2];
+    down = params(dt, M, wdown, dwdown, d_act.get(), d_h.get(), -1);
+    set_norm_out(down, d_r, d_gnext, d_ss);
+    kernels::Fp8GemvParams& qkv = c.phase[3];
+    qkv = params(dt, M, wqkv, dwqkv, d_h.get(), d_qkv.get(), -1);
+    qkv.norm_in.sumsq = d_ss.as<float>();
+    if (chained) {
+      EXPECT_TRUE(kernels::gemv_fp8_chain_supported(c));
+      EXPECT_EQ(kernels::launch_gemv_fp8_chain(c, nullptr), cudaSuccess);
+    } else {
+      for (int i = 0; i < phases; ++i) {
+        c.phase[i].deep_prologue = true;  // the persistent shape the engine runs them with
+        EXPECT_EQ(kernels::launch_gemv_fp8(c.phase[i], nullptr), cudaSuccess);
+      }
+    }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::vector<uint8_t>> out;
+    for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss, &d_act, &d_qkv}) {
+      EXPECT_TRUE(b->check_guards());
+      out.push_back(bytes_of(*b));
+    }
+    return out;
+  };
+  const auto want = run(false);
+  const char* names[] = {"residual", "h", "sumsq", "act", "qkv"};
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto got = run(true);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(got[i] == want[i]) << names[i] << ", launch " << rep;
+    std::vector<unsigned> left(kernels::kFp8GemvChainMaxPhases);
+    counters.download(left.data());
+    for (unsigned v : left) EXPECT_EQ(v, 0u) << "counters after launch " << rep;
+  }
+}
+
+TEST(GemvFp8, ChainEqualsOneLaunchEachBitForBit) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(79);
+  for (DType dt : kDTypes)
+    for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128}) {
+      check_chain(dt, layout, 1, 2048, 5632, 4, false, rng);  // several tiles a CTA
+      check_chain(dt, layout, 2, 1024, 2816, 4, true, rng);
+      check_chain(dt, layout, 12, 256, 512, 4, true, rng);  // two x tiles
+      check_chain(dt, layout, 1, 512, 1408, 2, false, rng);
+      check_chain(dt, layout, 1, 512, 1408, 1, false, rng);
+    }
+}
+
+TEST(GemvFp8, ChainRejectsWhatItCannotDo) {
+  RILL_REQUIRE_GPU();
+  DeviceBuffer x(8 * 8192, 2), w(size_t(64) * 8192, 1), s(64, 4), y(8 * 64, 2), counters(4, 4);
+  kernels::Fp8GemvChainParams c;
+  c.counters = counters.as<unsigned>();
+  c.phases = 1;
+  kernels::Fp8GemvParams& p = c.phase[0];
+  p.dtype = DType::kBF16;
+  p.M = 1;
+  p.N = 64;
+  p.K = 8192;
+  p.x = x.get();
+  p.w = w.get();
+  p.scale = s.as<float>();
+  p.y = y.get();
+  EXPECT_TRUE(kernels::gemv_fp8_chain_supported(c));
+  p.M = 4;  // 64 KB of x: past the shared-memory stage
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  EXPECT_EQ(kernels::launch_gemv_fp8_chain(c, nullptr), cudaErrorInvalidValue);
+  p.M = 1;
+  c.phases = 0;
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  c.phases = kernels::kFp8GemvChainMaxPhases + 1;
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  c.phases = 2;
+  c.phase[1] = p;
+  c.phase[1].dtype = DType::kF16;  // phases of different dtypes
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  c.phase[1] = p;
+  c.phase[1].y_f32 = true;
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  c.phase[1] = p;
+  EXPECT_TRUE(kernels::gemv_fp8_chain_supported(c));
+  c.counters = nullptr;
+  EXPECT_FALSE(kernels::gemv_fp8_chain_supported(c));
+  CUDA_OK(cudaGetLastError());  // rejections launch nothing and leave no error behind
 }
 
 TEST(GemvFp8, RejectsWhatItCannotDo) {

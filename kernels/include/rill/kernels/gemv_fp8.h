@@ -96,5 +96,33 @@ constexpr int kFp8GemvMaxRows = 16;
 /// cudaErrorInvalidValue (with last_kernel_error_detail) for M > 16, K % 16 != 0, a bad scale
 /// layout, a misaligned or null operand; callers fall back to a GEMM.
 cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream);
+/// What launch_gemv_fp8 checks before it launches (cudaSuccess: it would take p).
+cudaError_t check_gemv_fp8(const Fp8GemvParams& p);
+
+/// Most GEMVs one chained launch runs.
+constexpr int kFp8GemvChainMaxPhases = 4;
+/// Decode GEMVs that each read what the one before wrote, in one persistent launch: a layer's
+/// o, gate|up, down and the next layer's qkv between two attentions. The phases run one after
+/// another in the same CTAs (the deep-prologue shape: 16 warps, a cp.async ring of 3, two CTAs an
+/// SM); a CTA that ends its part of a phase signals a counter, and the next phase's x is read
+/// only once every CTA of the phase before has signalled, while the ring already streams the
+/// next phase's weights. So the weight stream does not stop at the kernel boundaries a layer
+/// otherwise has. Each phase computes what launch_gemv_fp8 computes for it with 16 warps (the
+/// deep-prologue and default shapes), bit for bit.
+struct Fp8GemvChainParams {
+  /// phase[0 .. phases - 1]: the same dtype, M, scale layout; kStore into the dtype or kSiluMul;
+  /// config and deep_prologue are ignored.
+  Fp8GemvParams phase[kFp8GemvChainMaxPhases];
+  int phases = 0;
+  /// [kFp8GemvChainMaxPhases] on the device, zero before the first launch; each launch leaves
+  /// them zero again. One launch at a time may use them.
+  unsigned* counters = nullptr;
+};
+/// Whether launch_gemv_fp8_chain takes c: every phase valid for launch_gemv_fp8, M * K of each
+/// phase's x within the shared-memory stage (M = 1 up to K = 16,384), the grid resident at once.
+/// Otherwise run the phases with launch_gemv_fp8, one launch each: the same results.
+bool gemv_fp8_chain_supported(const Fp8GemvChainParams& c);
+/// cudaErrorInvalidValue where gemv_fp8_chain_supported is false.
+cudaError_t launch_gemv_fp8_chain(const Fp8GemvChainParams& c, cudaStream_t stream);
 
 }  // namespace rill::kernels
