@@ -51,13 +51,15 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  int pre = 0;         // persistent: ring iterations issued before the PDL wait (0: stages - 1)
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
-                               {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},    {8, 4, 0},    {16, 1, 0},
+                               {32, 1, 0},    {4, 4, 0},    {16, 1, 4},   {16, 1, 3},
+                               {16, 1, 5},    {16, 1, 6},   {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {16, 1, 3, 2, 1}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -228,9 +230,12 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const bool xs =
         x_bytes <= kFp8GemvXStageMaxBytes &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+    constexpr int kPre = C.pre > 0 ? C.pre : C.stages - 1;
     const auto kernel =
-        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
-           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
+        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true,
+                                        kPre>
+           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false,
+                                        kPre>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                                              kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
                                                  16 + kPersistentNormOutMaxBytes);
@@ -360,7 +365,8 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "") +
+         (c.pre ? " pre" + std::to_string(c.pre) : "");
 }
 
 }  // namespace rill::kernels

@@ -155,11 +155,14 @@ __device__ __forceinline__ void end_tile(const LaneTile<T, MT>& L, const float (
 // The warps' partial sums go through a second, double-buffered area (the ring keeps streaming
 // meanwhile): one barrier a tile, after which warp 0 writes the tile while the others go on.
 // One CTA an SM (16 warps) ran at 55% of copy against 87% for two (docs/performance.md F19).
+// PRE of the ring's S - 1 leading iterations are issued before the PDL wait, the rest right after
+// it: fewer leave more of the memory system to the kernel before (attention before o).
 //
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS,
+          int PRE = S - 1>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
@@ -183,9 +186,12 @@ __global__ void __launch_bounds__(W * 32, P)
   TileFetcher<W> fetch{w, N, K, tiles, per_tile, attn::smem_addr(ring + threadIdx.x)};
 
   pdl_launch_dependents();
+  static_assert(PRE >= 1 && PRE <= S - 1);
 #pragma unroll
-  for (int p = 0; p < S - 1; ++p) fetch(p);
+  for (int p = 0; p < PRE; ++p) fetch(p);
   pdl_wait();
+#pragma unroll
+  for (int p = PRE; p < S - 1; ++p) fetch(p);  // the rest of the ring's lead (PRE < S - 1)
   const bool norms = nrm.residual || nrm.in_sumsq;
   if (norms) {  // a group of its own, complete once S - 1 iterations have been waited for
     stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
