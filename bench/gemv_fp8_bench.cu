@@ -5,7 +5,7 @@
 // times the L2), as decode does. Then every CTA shape at M = 1 and 16 (register-buffered, then the
 // shared-memory rings: "ringS"), and 32 layers of the 7B shape's GEMVs in one CUDA graph (what the
 // GEMVs cost inside a decode step), per shape and as the engine chooses them (the deep prologue
-// for o and gate|up).
+// for every projection).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -146,7 +146,7 @@ void bench_shape(const Shape& s, int l2_bytes, double copy_gbps, cudaStream_t st
 
 // 32 Llama-2-7B layers of fp8 GEMVs at M = 1 (distinct weights, gate|up with SiLU-and-mul) in
 // one CUDA graph: the default shape, the engine's choice at one token (Fp8GemvParams::
-// deep_prologue for o and gate|up, as CudaTuning::fp8_gemv_deep_mask's default rule), then every
+// deep_prologue for all four, as CudaTuning::fp8_gemv_deep_mask's default rule), then every
 // shape forced on all four. Here a GEMV's predecessor is another GEMV, not the short attention or
 // add + norm kernel the engine puts before o and gate|up, so the ring's early loads have less
 // to overlap than in a decode step (rill-bench --trace shows that).
@@ -195,7 +195,7 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
       p.scale = static_cast<const float*>(sc[i]);
       p.y = y;
       p.config = config == kEngine ? -1 : config;
-      p.deep_prologue = config == kEngine && (i % 4 == 1 || i % 4 == 2);  // o, gate|up
+      p.deep_prologue = config == kEngine;  // CudaRunner::fp8_deep_gemv: all but the LM head
       if (i % 4 == 2) p.epilogue = rill::kernels::GemvEpilogue::kSiluMul;
       BENCH_CUDA(rill::kernels::launch_gemv_fp8(p, stream));
     }
@@ -205,7 +205,7 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
     BENCH_CUDA(cudaGraphExecDestroy(exec));
     BENCH_CUDA(cudaGraphDestroy(graph));
     const double gbps = bytes / (ms * 1e-3) / 1e9;
-    const std::string name = config == kEngine ? "engine (deep o, gate|up)"
+    const std::string name = config == kEngine ? "engine (deep, all four)"
                              : config < 0      ? "default"
                                                : rill::kernels::gemv_fp8_config_name(config);
     std::printf("  %-24s %8.3f ms  %6.0f GB/s  %5.1f%% of copy\n", name.c_str(), ms, gbps,
