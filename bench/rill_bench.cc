@@ -232,6 +232,7 @@ struct Variant {
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
   bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
+  bool fp8_o_in_attention = true;  // false: CudaTuning::fp8_o_in_attention off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
   std::vector<std::pair<int, int>> fp8_projection_configs;  // the same for fp8 GEMVs
@@ -304,6 +305,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     v.fp8_norm_in_gemv = false;
     variants.push_back(v);
   }
+  if (args.on("o-in-attention-off-too")) {
+    Variant v{"off: o projection in attention"};
+    v.fp8_o_in_attention = false;
+    variants.push_back(v);
+  }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
   for (int on : {0, 1}) {
@@ -343,6 +349,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
   t.fp8_norm_in_gemv = v.fp8_norm_in_gemv && base.fp8_norm_in_gemv;
+  t.fp8_o_in_attention = v.fp8_o_in_attention && base.fp8_o_in_attention;
   return t;
 }
 
@@ -549,6 +556,9 @@ void declare_flags(cli::Args& args) {
   args.flag("rope-fusion-off-too",
             "also time every decode configuration with RoPE and the K/V write as their own kernel, "
             "not inside decode attention");
+  args.flag("o-in-attention-off-too",
+            "also time every decode configuration with fp8 batch 1's output projection as its "
+            "own GEMV, not inside decode attention (CudaTuning::fp8_o_in_attention)");
   args.flag("rope-fusion-on-too",
             "also time every decode configuration with RoPE forced into decode attention (by "
             "default only models without GQA run it there)");
@@ -597,6 +607,9 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-norm-in-gemv", "-1",
               "fp8 weights: 1 decode steps run the residual adds and norms inside the GEMVs "
               "around them, 0 as add_norm kernels; -1: the runner's default");
+  args.option("fp8-o-in-attention", "-1",
+              "fp8 weights: 1 batch-1 decode runs the output projection inside decode attention "
+              "where the shapes allow, 0 as its own GEMV; -1: the runner's default");
   args.flag("fp8-norm-off-too",
             "also time decode with the fp8 GEMVs' residual adds and norms as add_norm kernels");
   args.option("carveout", "-1",
@@ -639,6 +652,8 @@ int main(int argc, char** argv) {
     if (const int f = args.get_int("fp8-fast-accum"); f >= 0) eo.cuda_tuning.fp8_fast_accum = f != 0;
     if (const int f = args.get_int("fp8-norm-in-gemv"); f >= 0)
       eo.cuda_tuning.fp8_norm_in_gemv = f != 0;
+    if (const int f = args.get_int("fp8-o-in-attention"); f >= 0)
+      eo.cuda_tuning.fp8_o_in_attention = f != 0;
     if (args.get_int("fp8-gemv-max-rows") >= 0)
       eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();

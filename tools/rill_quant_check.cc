@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   args.option("fp8-norm-in-gemv", "-1",
               "CUDA: 1 decode steps run the residual adds and norms inside the fp8 GEMVs, 0 as "
               "add_norm kernels; -1: the runner's default");
+  args.option("fp8-o-in-attention", "-1",
+              "CUDA: 1 batch-1 decode runs the output projection inside decode attention where "
+              "the shapes allow, 0 as its own GEMV; -1: the runner's default");
   args.parse(argc, argv);
   try {
     EngineOptions o = cli::engine_options(args);
@@ -118,6 +121,8 @@ int main(int argc, char** argv) {
     if (const int f = args.get_int("fp8-fast-accum"); f >= 0) o.cuda_tuning.fp8_fast_accum = f != 0;
     if (const int f = args.get_int("fp8-norm-in-gemv"); f >= 0)
       o.cuda_tuning.fp8_norm_in_gemv = f != 0;
+    if (const int f = args.get_int("fp8-o-in-attention"); f >= 0)
+      o.cuda_tuning.fp8_o_in_attention = f != 0;
     const Model m = load_model(args.get("model"));
     const int positions = args.get_int("positions"), decode = args.get_int("decode-positions");
     if (positions < 2 || decode < 1 || decode >= positions)

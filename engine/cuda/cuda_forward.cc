@@ -107,8 +107,20 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
+bool CudaRunner::o_in_attention(const StepPlan& plan) const {
+  const cuda::StepShape& sh = plan.shape;
+  if (!tuning_.fp8_o_in_attention || !wo_heads_.get() || sh.tokens != 1 || sh.decode != 1 ||
+      sh.prefill > 0 || tp_.comm || !tuning_.cluster_merge || tuning_.decode_mma == 1)
+    return false;
+  const int splits = attention_splits(1, plan.max_decode_keys);
+  return kernels::decode_o_supported(1, config_.num_heads, config_.head_dim, config_.hidden_size,
+                                     splits) &&
+         kernels::decode_o_fits(weights_->dtype(), layout_.cache_dtype, splits,
+                                rope_in_attention(plan));
+}
+
 void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache,
-                                          const void* bias) {
+                                          const void* bias, int o_layer) {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   auto p =
@@ -136,6 +148,19 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
                                                                 p.head_dim, p.rope.table != nullptr)
           ? 0
           : tuning_.decode_mma;
+  if (o_layer >= 0) {  // as gemv_fp8_with_norms would run o after it: attn_ -> x_, h_
+    const cuda::DeviceLayer& w = weights_->layers()[o_layer];
+    p.o.w = wo_heads_.as<char>() + size_t(o_layer) * c.hidden_size * c.q_dim();
+    p.o.scale = w.wo.scale;
+    p.o.scale_block = w.wo.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
+    p.o.N = c.hidden_size;
+    p.o.residual = x_.as<float>();
+    p.o.norm_weight = w.mlp_norm;
+    p.o.y = h_.get();
+    p.o.sumsq = norm_sumsq_.as<float>();
+    p.o.workspace = o_ws_.get();
+    p.use_mma = 0;
+  }
   RILL_CUDA(kernels::launch_decode_attention(p, stream_));
 }
 
@@ -190,8 +215,10 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       if (rope_table_this_step(plan)) p.table = rope_table_.as<float>();
       RILL_CUDA(kernels::launch_rope_kv(p, stream_));
     });
+  // The output projection inside decode attention (then no o GEMV below).
+  const bool o_fused = norms.mid && o_in_attention(plan);
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv);
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv, o_fused ? li : -1);
     if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
   });
   if (sh.prefill > 0) {
@@ -205,6 +232,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
     });
   }
   timed(Profiler::kGemm, [&] {
+    if (o_fused) return;
     if (norms.mid) {  // the residual add and the MLP norm's input: h_
       gemv_fp8_with_norms(attn_.get(), w.wo, h_.get(), T, H, c.q_dim(), kO, false, w.mlp_norm);
       return;

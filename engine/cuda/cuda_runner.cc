@@ -105,6 +105,7 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   apply_tuning();
   tp_stage(tp_, "allocating buffers");
   allocate_buffers();
+  prepare_o_in_attention();
   tp_stage(tp_, "sizing the KV pool");
   size_kv_pool(o.gpu_memory_fraction);
   tp_stage(tp_, "allocating host KV memory");
@@ -214,6 +215,7 @@ void CudaRunner::set_tuning(const CudaTuning& t) {
   check_tuning(t);
   tuning_ = t;
   apply_tuning();
+  prepare_o_in_attention();
   drop_graphs();
   if (tuning_.cuda_graphs && tuning_.precapture_graphs) precapture_graphs();
 }
@@ -264,6 +266,26 @@ void CudaRunner::allocate_buffers() {
     h.logprobs = PinnedMemory(size_t(max_batch_) * kLogprobsWidth * 4, "logprobs");
     h.masks = PinnedMemory(mask_bytes, "token masks");
   }
+}
+
+void CudaRunner::prepare_o_in_attention() {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size;
+  if (!tuning_.fp8_o_in_attention || wo_heads_.get() || tp_.comm || c.head_dim != 128 ||
+      c.q_dim() != c.num_heads * 128 || H % 512 || H / 512 < 2 || H / 512 > 8)
+    return;
+  for (const cuda::DeviceLayer& l : weights_->layers())
+    if (!l.wo.fp8() || l.bo) return;
+  const size_t per_layer = size_t(H) * c.q_dim();
+  wo_heads_ = DeviceMemory(per_layer * weights_->layers().size(), "weights");
+  for (size_t li = 0; li < weights_->layers().size(); ++li)
+    RILL_CUDA(kernels::launch_permute_o_weight(weights_->layers()[li].wo.w,
+                                               wo_heads_.as<char>() + li * per_layer, H,
+                                               c.num_heads, stream_));
+  o_ws_ = DeviceMemory(kernels::decode_o_workspace_bytes(c.num_heads, H), "attention workspace");
+  RILL_CUDA(cudaMemsetAsync(o_ws_.get(), 0, o_ws_.bytes(), stream_));
+  spdlog::info("cuda runner: W_o copied for the projection inside decode attention ({:.1f} MiB)",
+               wo_heads_.bytes() / 1048576.0);
 }
 
 void CudaRunner::size_kv_pool(double fraction) {

@@ -227,7 +227,13 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
+  // o_layer >= 0: with that layer's output projection fused in (o_in_attention).
+  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias,
+                                int o_layer = -1);
+  // CudaTuning::fp8_o_in_attention this step, for a layer whose norms run in its GEMVs.
+  bool o_in_attention(const cuda::StepPlan& plan) const;
+  // wo_heads_ and o_ws_, when the tuning asks for them and the model's shapes allow.
+  void prepare_o_in_attention();
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
@@ -334,6 +340,9 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory logprobs_;        // [max_batch, kLogprobsWidth] fp32
   static constexpr int kLogprobsWidth = 1 + 2 * kMaxTopLogprobs;  // kernels::LogprobsParams::out
   cuda::DeviceMemory attn_ws_;  // decode attention split workspace
+  // [layers][H * q_dim] e4m3: W_o in the fused projection's layout (kernels::
+  // launch_permute_o_weight), and that projection's partial sums and counters.
+  cuda::DeviceMemory wo_heads_, o_ws_;
   cuda::DeviceMemory
       cache_;  // [layers][blocks + 1][2][kv_heads][block_size][head_dim], fp16/bf16 or e4m3
   cuda::DeviceMemory output_counts_;  // [max_batch, V] int32 penalty state

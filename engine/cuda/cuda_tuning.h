@@ -104,6 +104,12 @@ struct CudaTuning {
   /// them: two kernels fewer per layer (H100 batch 1: 7B 3.03 against 3.14 ms, 8B 3.50 against
   /// 3.58). Off: add_norm (the norm's output is rounded at another place: docs/quantization.md).
   bool fp8_norm_in_gemv = true;
+  /// fp8 decode steps of one token with the norms in the GEMVs (fp8_norm_in_gemv): attention's
+  /// output projection, its residual add and the MLP norm's input run inside decode attention
+  /// (kernels::DecodeOProjection), whose CTAs load their slices of W_o while they attend, instead
+  /// of as the o GEMV after it. Where the shapes allow (head_dim 128, hidden size 512 x the split
+  /// count, one GPU); the runner then keeps a second copy of W_o in the kernel's layout.
+  bool fp8_o_in_attention = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

@@ -71,6 +71,7 @@
 
 #include "attention_decode_merge.cuh"
 #include "attention_decode_mma.cuh"
+#include "attention_decode_o.cuh"
 #include "attention_decode_rope.cuh"
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
@@ -379,11 +380,12 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
 
 /// Attends split `split`'s key range `range` (not empty) of sequence `seq` for the CTA's nh heads
 /// from h0 and writes the output (one split) or the split's partial result. `smem`: the load ring,
-/// then the merge of the thread groups.
-template <typename T, typename C, int D, int GH, bool kRope>
+/// then the merge of the thread groups. kO: the CTA's slice of W_o is issued (into o_smem) with
+/// the K/V prologue of its last key range, just before pdl_wait().
+template <typename T, typename C, int D, int GH, bool kRope, bool kO>
 __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSeq& sq,
                                              KeyRange range, int split, int seq, int kvh, int h0,
-                                             int nh, T* out, uint4* smem) {
+                                             int nh, T* out, uint4* smem, unsigned char* o_smem) {
   using Shape = DecodeShape<D, C>;
   constexpr int E = Shape::kVec;
   const int lane = threadIdx.x % Shape::kTpr, grp = threadIdx.x / Shape::kTpr;
@@ -424,6 +426,9 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   // Waits for the kernel before (a no-op the second time), then fills q for the sinks or the
   // window.
   const auto query = [&](bool sink) {
+    if constexpr (kO) {  // with the prologue of the last key range (the window's, if any)
+      if (sink != (max(range.lo, num_sink) < range.hi)) o_issue(a, o_smem, h0, split);
+    }
     pdl_wait();
     if constexpr (fused) {
       load_query_roped<T, D, GH, E>(q, raw, bias, angles + (sink ? 2 * a.rot_half : 0), a.rot_half,
@@ -453,7 +458,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
 }
 
 // C: the cache element type (T, or Fp8).
-template <typename T, typename C, int D, int GH, bool kRope>
+template <typename T, typename C, int D, int GH, bool kRope, bool kO = false>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const DecodeArgs a) {
   // See launch.cuh. The sequence table, the block tables and every K/V row but each sequence's
   // newest are not written by this step's kernels, so they are read before pdl_wait(): the first
@@ -463,6 +468,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   if (!a.early_kv_loads) pdl_wait();
 
   __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
+  extern __shared__ __align__(128) unsigned char o_smem[];  // kO: attention_decode_o.cuh
 
   const int split = blockIdx.x, seq = blockIdx.z;
   const int kvh = blockIdx.y / a.head_chunks, chunk = blockIdx.y % a.head_chunks;
@@ -476,8 +482,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   const KeyRange range =
       split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
   if (range.lo < range.hi) {
-    attend_range<T, C, D, GH, kRope>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
+    attend_range<T, C, D, GH, kRope, kO>(a, sq, range, split, seq, kvh, h0, nh, out, smem,
+                                         o_smem);
   } else {  // an empty split, or a sequence without keys
+    if constexpr (kO) o_issue(a, o_smem, h0, split);
     pdl_wait();
     if (a.num_splits == 1) {
       for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) out[i] = from_float<T>(0.0f);
@@ -490,11 +498,38 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
           make_float2(-INFINITY, 0.0f);
     }
   }
-  if (a.num_splits > 1 && a.cluster)
+  if constexpr (kO) {  // the launcher ensures a cluster of num_splits > 1 (GH == 1, D == 128)
+    merge_splits_in_cluster<T, D, GH, true>(
+        a, nh, out, reinterpret_cast<float*>(smem) + DecodeSmem<D, C, GH>::kPartOffset,
+        reinterpret_cast<T*>(o_smem + kOXoOffset));
+    o_project<T>(a, o_smem, h0, split);
+  } else if (a.num_splits > 1 && a.cluster) {
     merge_splits_in_cluster<T, D, GH>(
         a, nh, out, reinterpret_cast<float*>(smem) + DecodeSmem<D, C, GH>::kPartOffset);
-  else if (a.num_splits > 1)
+  } else if (a.num_splits > 1) {
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
+  }
+}
+
+/// Whether clusters of `splits` CTAs of a fused-projection instance fit the device (asked once
+/// per instance and split count; the kernel gets the shared memory it needs and the largest
+/// carveout first, so that two CTAs fit an SM).
+template <typename... Params>
+bool o_kernel_fits(void (*kernel)(Params...), int splits) {
+  static std::atomic<int> fits[kMaxClusterSplits + 1] = {};  // 0 unknown, 1 yes, -1 no
+  if (splits < 2 || splits > kMaxClusterSplits) return false;
+  std::atomic<int>& f = fits[splits];
+  if (f.load() == 0) {
+    const void* k = reinterpret_cast<const void*>(kernel);
+    const bool ok =
+        allow_dynamic_smem(k, kOSmemBytes) == cudaSuccess &&
+        cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) == cudaSuccess &&
+        cluster_size_fits(kernel, splits, kDecodeThreads, kOSmemBytes);
+    if (!ok) cudaGetLastError();
+    f.store(ok ? 1 : -1);
+  }
+  return f.load() > 0;
 }
 
 /// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
@@ -523,6 +558,25 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
     return launch_kernel_in_clusters(dim3(a.cluster ? a.num_splits : 1, 1, 1), kernel, dim3(grid),
                                      dim3(kDecodeThreads), 0, stream, a);
   };
+  // The output projection fused in: one head a CTA, the splits in one cluster (checked by
+  // launch_decode_attention), the slice of W_o in dynamic shared memory.
+  if (args.o.w) {
+    if constexpr (D == kOHeadDim) {
+      const auto launch_o = [&](auto kernel) -> cudaError_t {
+        if (!o_kernel_fits(kernel, args.num_splits))
+          return invalid_argument("decode attention: the output projection needs clusters of " +
+                                  std::to_string(args.num_splits) + " CTAs with " +
+                                  std::to_string(kOSmemBytes) + " bytes of shared memory");
+        return launch_kernel_in_clusters(dim3(args.num_splits, 1, 1), kernel, dim3(grid),
+                                         dim3(kDecodeThreads), kOSmemBytes, stream, args);
+      };
+      const cudaError_t err =
+          args.rope_table ? launch_o(decode_attention_kernel<T, C, D, 1, true, true>)
+                          : launch_o(decode_attention_kernel<T, C, D, 1, false, true>);
+      return err != cudaSuccess ? err : launch_status();
+    }
+    return invalid_argument("decode attention: the output projection needs head_dim 128");
+  }
   // Instances with RoPE fused in are separate, so the plain ones stay exactly as they were.
   const auto by_heads = [&]<bool kRope>() {
     switch (gh) {
@@ -556,6 +610,21 @@ bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fu
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   const int group = num_heads / num_kv_heads;
   return group >= 4 && group <= 8 && (head_dim == 64 || head_dim == 128) && !fused_rope;
+}
+
+bool decode_o_fits(DType dtype, KvDType cache_dtype, int num_splits, bool fused_rope) {
+  bool fits = false;
+  const cudaError_t err = dispatch_dtype(dtype, [&]<typename T>() {
+    return dispatch_kv_dtype<T>(cache_dtype, [&]<typename C>() {
+      fits = fused_rope ? o_kernel_fits(decode_attention_kernel<T, C, kOHeadDim, 1, true, true>,
+                                        num_splits)
+                        : o_kernel_fits(decode_attention_kernel<T, C, kOHeadDim, 1, false, true>,
+                                        num_splits);
+      return cudaSuccess;
+    });
+  });
+  if (err != cudaSuccess) cudaGetLastError();
+  return err == cudaSuccess && fits;
 }
 
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
@@ -600,9 +669,22 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
           "a lane's dims and 16-byte aligned rows");
   }
 
+  if (p.o.w) {
+    if (!decode_o_supported(p.num_seqs, p.num_heads, p.head_dim, p.o.N, p.num_splits) ||
+        !p.cluster_merge || p.use_mma == 1)
+      return invalid_argument(
+          "decode attention: the output projection fused in needs one sequence, head_dim 128, "
+          "N = 512 x num_splits, 2 to 8 splits merged in a cluster and the CUDA-core kernel");
+    if (!p.o.scale || !p.o.residual || !p.o.norm_weight || !p.o.y || !p.o.sumsq ||
+        !p.o.workspace || !attn::aligned16(p.o.w) || !attn::aligned16(p.o.scale) ||
+        !attn::aligned16(p.o.residual) || !attn::aligned16(p.o.workspace))
+      return invalid_argument(
+          "decode attention: the output projection needs its weights, scales, residual, norm "
+          "weight, y, sums and workspace (16-byte aligned)");
+  }
   const bool fp8 = p.layout.cache_dtype == KvDType::kFp8E4M3;
   const int group = p.num_heads / p.num_kv_heads;
-  const int gh = heads_per_cta(group, fp8 ? kMaxHeadsPerCta<Fp8> : kMaxHeadsPerCta<__half>);
+  const int gh = p.o.w ? 1 : heads_per_cta(group, fp8 ? kMaxHeadsPerCta<Fp8> : kMaxHeadsPerCta<__half>);
   DecodeArgs args{};
   args.q = p.q;
   args.q_stride = p.q_stride;
@@ -634,7 +716,20 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   args.k_scale = p.layout.k_scale;
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
-  if (p.use_mma == 1 || (p.use_mma < 0 && mma_fits)) {  // the group in one CTA, on tensor cores
+  if (p.o.w) {
+    args.o = OArgs{p.o.w,
+                   p.o.scale,
+                   p.o.scale_block,
+                   p.o.N,
+                   p.o.residual,
+                   p.o.norm_weight,
+                   p.o.y,
+                   p.o.sumsq,
+                   static_cast<float*>(p.o.workspace),
+                   reinterpret_cast<int*>(static_cast<char*>(p.o.workspace) +
+                                          decode_o_partials_bytes(p.num_heads, p.o.N))};
+  }
+  if (!p.o.w && (p.use_mma == 1 || (p.use_mma < 0 && mma_fits))) {  // the group in one CTA, on tensor cores
     args.head_chunks = 1;
     return launch_decode_attention_mma(args, p.dtype, p.layout.cache_dtype, p.head_dim, p.num_seqs,
                                        p.num_kv_heads, stream);

@@ -38,6 +38,20 @@ constexpr int ws_record_floats(int head_dim) {
   return ws_ml_offset(head_dim) + 4;
 }
 
+/// The output projection fused in (DecodeOProjection; attention_decode_o.cuh); w null: off.
+struct OArgs {
+  const void* w;  // launch_permute_o_weight's layout
+  const float* scale;
+  bool scale_block;  // Fp8ScaleLayout::kBlock128, else per row
+  int N;
+  float* residual;
+  const void* norm_weight;
+  void* y;
+  float* sumsq;
+  float* partials;  // [num_heads][N]
+  int* counters;    // [num_splits]
+};
+
 /// Launch arguments shared by all instantiations (device view of DecodeAttentionParams).
 struct DecodeArgs {
   const void* q;  // row s: [num_heads, head_dim] at q + s * q_stride
@@ -63,6 +77,7 @@ struct DecodeArgs {
   int rot_half;             // rotary_dim / 2
   int kv_heads;             // v heads start at (num_heads + kv_heads) * D in a QKV row
   float k_scale;            // fp8: the newest key is stored as e4m3(k / k_scale)
+  OArgs o;
 };
 
 struct KeyRange {
@@ -214,14 +229,16 @@ __device__ __forceinline__ void merge_splits_if_last(const DecodeArgs& a, int64_
 /// distributed shared memory, exactly as merge_splits_if_last does (same order, same rounding),
 /// without a global round trip or an atomic. A second barrier keeps every CTA's shared memory
 /// alive until all reads are done.
-template <typename T, int D, int GH>
+/// kAll (the output projection fused in): every CTA combines every element and keeps it in `xo`
+/// (the dtype); rank 0 writes out.
+template <typename T, int D, int GH, bool kAll = false>
 __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int nh, T* out,
-                                                        float* part) {
+                                                        float* part, T* xo = nullptr) {
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int rank = static_cast<int>(cluster.block_rank());
-  for (int i = rank * kDecodeThreads + threadIdx.x; i < nh * D;
-       i += kDecodeThreads * a.num_splits) {
+  for (int i = (kAll ? 0 : rank * kDecodeThreads) + threadIdx.x; i < nh * D;
+       i += kAll ? kDecodeThreads : kDecodeThreads * a.num_splits) {
     const int h = i / D, d = i % D;
     // Every split's (m, l, acc) is read before the first is used: one round trip through the
     // cluster's shared memory instead of one per split.
@@ -251,7 +268,9 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& a, int
         }
       }
     }
-    out[i] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    const T val = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    if (!kAll || rank == 0) out[i] = val;
+    if constexpr (kAll) xo[i] = val;
   }
   cluster.sync();
 }

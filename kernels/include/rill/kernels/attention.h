@@ -41,6 +41,47 @@ struct DecodeRope {
   const void* qkv_bias = nullptr;  // [(num_heads + 2 * num_kv_heads) * head_dim] or null
 };
 
+/// Attention's output projection and the residual add + RMSNorm after it, fused into decode
+/// attention for one sequence (the batch-1 decode step of an fp8 model): with `w` set, decode
+/// attention also computes, as the fp8 GEMV with Fp8NormOut would after it,
+///   s[n] = sum_k out[k] * w_o[n, k] * scale,   residual[n] += dtype(s[n]),
+///   y[n] = dtype(residual[n] * norm_weight[n]), sumsq[n / 16] = sum of residual^2 over 16 rows,
+/// with the sums in another order (not bit-identical to the GEMV; within rounding). Each CTA
+/// loads its share of W_o into shared memory while it attends (kernels/src/attention_decode_o.cuh
+/// has the design). Needs decode_o_supported() shapes, cluster_merge, and a device that holds the
+/// clusters (the launch fails with cudaErrorInvalidValue otherwise; decode_o_fits() asks first).
+/// `out` is written as well.
+struct DecodeOProjection {
+  const void* w = nullptr;       // e4m3 in launch_permute_o_weight's layout; null: off
+  const float* scale = nullptr;  // per row [N], or 128 x 128 blocks as [K / 128, N]
+  bool scale_block = false;      // the block layout (head_dim 128: one block column per head)
+  int N = 0;                     // rows of W_o (the hidden size)
+  float* residual = nullptr;     // [N] fp32, updated in place
+  const void* norm_weight = nullptr;  // [N] dtype
+  void* y = nullptr;                  // [N] dtype
+  float* sumsq = nullptr;             // [N / 16]
+  /// decode_o_workspace_bytes(num_heads, N), 16-byte aligned, zeroed once at allocation (its
+  /// counters clean themselves up, as the attention workspace's do).
+  void* workspace = nullptr;
+};
+/// Shapes the fused projection takes: one sequence, head_dim 128, N = 512 x num_splits (each
+/// CTA's slice of W_o is 512 rows x 128 columns, 64 KB), 2 to 8 splits.
+bool decode_o_supported(int num_seqs, int num_heads, int head_dim, int N, int num_splits);
+/// Whether this device holds the fused kernel's clusters (two 113 KB CTAs an SM).
+bool decode_o_fits(DType dtype, KvDType cache_dtype, int num_splits, bool fused_rope);
+inline size_t decode_o_partials_bytes(int num_heads, int N) {
+  return (static_cast<size_t>(num_heads) * N * 4 + 15) / 16 * 16;
+}
+inline size_t decode_o_workspace_bytes(int num_heads, int N) {
+  return decode_o_partials_bytes(num_heads, N) + 64;  // + 8 split counters (and padding)
+}
+/// Writes W_o ([N, num_heads * 128] e4m3, row-major) in the fused projection's layout to `out`
+/// (N * num_heads * 128 bytes): for head h, 16-row tile nt, 64-column block kb and half
+/// (rows + 0 / + 8) the 32 lanes' 16 bytes, lane 4g + t holding row 16 nt + g (+ 8) at columns
+/// h * 128 + 64 kb + 16 t .. + 15. N % 16 == 0.
+cudaError_t launch_permute_o_weight(const void* w, void* out, int N, int num_heads,
+                                    cudaStream_t stream);
+
 struct DecodeAttentionParams {
   DType dtype = DType::kF16;
   int num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
@@ -75,6 +116,8 @@ struct DecodeAttentionParams {
   /// Which kernel runs: -1 chooses (tensor cores where decode_mma_supported() holds), 0 the
   /// CUDA-core kernel, 1 the tensor-core kernel (cudaErrorInvalidValue where it does not apply).
   int use_mma = -1;
+  /// The output projection fused in (see DecodeOProjection); off by default.
+  DecodeOProjection o;
 };
 /// Bytes of the split-K workspace (0 when num_splits <= 1). Layout: records of
 /// (roundup(head_dim, 4) + 4) floats, 16-byte aligned, indexed [num_splits][num_seqs][num_heads]:
