@@ -67,6 +67,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <string>
 
 #include "attention_decode_merge.cuh"
@@ -736,7 +737,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
                    p.o.sumsq,
                    static_cast<float*>(p.o.workspace),
                    reinterpret_cast<int*>(static_cast<char*>(p.o.workspace) +
-                                          decode_o_partials_bytes(p.num_heads, p.o.N))};
+                                          decode_o_partials_bytes(p.num_heads, p.o.N)),
+                   getenv("RILL_O_PROBE") ? atoi(getenv("RILL_O_PROBE")) : 0};
   }
   if (!p.o.w && (p.use_mma == 1 || (p.use_mma < 0 && mma_fits))) {  // the group in one CTA, on tensor cores
     args.head_chunks = 1;

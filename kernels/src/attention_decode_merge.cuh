@@ -50,6 +50,7 @@ struct OArgs {
   float* sumsq;
   float* partials;  // [num_heads][N]
   int* counters;    // [num_splits]
+  int probe;        // PROBE (uncommitted diagnostic)
 };
 
 /// Launch arguments shared by all instantiations (device view of DecodeAttentionParams).

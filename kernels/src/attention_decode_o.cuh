@@ -60,6 +60,10 @@ __device__ __forceinline__ void o_issue(const DecodeArgs& a, unsigned char* dsm,
   const uint32_t bar = o_smem_addr(dsm + kOBarOffset);
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  if (a.o.probe == 1) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+    return;
+  }
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
   const unsigned char* src = static_cast<const unsigned char*>(a.o.w) +
@@ -110,6 +114,7 @@ __device__ __forceinline__ void o_project(const DecodeArgs& a, unsigned char* ds
     xb[kb][4] = v1.x, xb[kb][5] = v1.y, xb[kb][6] = v1.z, xb[kb][7] = v1.w;
   }
   o_wait(dsm);
+  if (a.o.probe == 2) return;
   const uint4* wsm = reinterpret_cast<const uint4*>(dsm);
   float* part = a.o.partials + static_cast<int64_t>(h) * N + rank * R;
   const bool block = a.o.scale_block;
@@ -140,6 +145,7 @@ __device__ __forceinline__ void o_project(const DecodeArgs& a, unsigned char* ds
   }
 
   // The last of the rank's num_heads CTAs sums the heads (same pattern as merge_splits_if_last).
+  if (a.o.probe == 3) return;
   int* s_last = reinterpret_cast<int*>(dsm + kOFlagOffset);
   int* counter = a.o.counters + rank;
   __threadfence();
