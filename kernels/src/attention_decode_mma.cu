@@ -107,6 +107,11 @@ struct MmaShape {
                 "head_dim must be 32, 64 or 128 (256 with an fp8 cache)");
 };
 
+/// RoPE fused in: past MmaShape's bytes, the group's raw q heads ([kMaxGroup][D] of T) and the
+/// step's four angle rows ([4][D / 2] floats at most).
+template <typename T, int D>
+inline constexpr int kRopeSmemBytes = kMaxGroup * D * static_cast<int>(sizeof(T)) + 4 * (D / 2) * 4;
+
 /// The CTA's keys as tiles: tiles [0, n_sink) cover the sinks of the range, the rest its window
 /// keys; tile `tau` holds keys [begin(tau), min(begin(tau) + 16, end(tau))).
 struct KeyTiles {
@@ -167,9 +172,10 @@ __device__ __forceinline__ float roped_elem(const T* x, const T* b, const float*
 /// Where load_q_frags' RoPE comes from (cs_w null: q rows are rotated already).
 template <typename T>
 struct QRope {
+  const T* rows;        // the group's raw q heads, [nh][D], staged in shared memory
   const T* bias;        // of the raw QKV row, or null
-  const float* cs_w;    // table row of the window queries (positions[s])
-  const float* cs_s;    // of the sink queries (sink_positions[s])
+  const float* cs_w;    // table row of the window queries (positions[s]), staged
+  const float* cs_s;    // of the sink queries (sink_positions[s]), staged
   int half;
 };
 
@@ -187,12 +193,11 @@ __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_
       const int d = kFp8 ? 16 * ks + 4 * t + e : 16 * ks + 8 * (e / 2) + 2 * t + e % 2;
       const int64_t at = static_cast<int64_t>(h0 + g) * D + d;
       if (rope.cs_w) {  // q_row is the raw QKV row; q_sink_row only says whether sinks are scored
-        const int64_t head = static_cast<int64_t>(h0 + g) * D;
-        const T* bias = rope.bias ? rope.bias + head : nullptr;
-        fw[ks][e] = g < nh ? roped_elem<T>(q_row + head, bias, rope.cs_w, rope.half, d) : 0.0f;
-        fs[ks][e] = g < nh && q_sink_row
-                        ? roped_elem<T>(q_row + head, bias, rope.cs_s, rope.half, d)
-                        : 0.0f;
+        const T* bias = rope.bias ? rope.bias + static_cast<int64_t>(h0 + g) * D : nullptr;
+        const T* row = rope.rows + g * D;
+        fw[ks][e] = g < nh ? roped_elem<T>(row, bias, rope.cs_w, rope.half, d) : 0.0f;
+        fs[ks][e] = g < nh && q_sink_row ? roped_elem<T>(row, bias, rope.cs_s, rope.half, d)
+                                         : 0.0f;
       } else {
         fw[ks][e] = g < nh ? to_float(q_row[at]) : 0.0f;
         fs[ks][e] = g < nh && q_sink_row ? to_float(q_sink_row[at]) : 0.0f;
@@ -570,10 +575,25 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
       kt.n_sink > 0 && !kRope ? static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride : nullptr;
   QRope<T> rope{};
   if constexpr (kRope) {
-    const float* angles = a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half;
-    rope = QRope<T>{static_cast<const T*>(a.qkv_bias), angles, angles + 2 * a.rot_half,
-                    a.rot_half};
-    q_sink_row = kt.n_sink > 0 ? static_cast<const T*>(a.q) : nullptr;  // a flag here
+    // The group's raw q heads and the step's angles into shared memory with 16-byte loads (one
+    // round trip; element-wise global loads of both rotary halves took about 10 us a layer).
+    T* rows = reinterpret_cast<T*>(smem + Sh::kSmemBytes);
+    float* cs = reinterpret_cast<float*>(smem + Sh::kSmemBytes + kMaxGroup * D * sizeof(T));
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(a.q) +
+                                                      seq * a.q_stride + static_cast<int64_t>(h0) * D);
+    const float4* angles =
+        reinterpret_cast<const float4*>(a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half);
+    const int q_vecs = nh * D * static_cast<int>(sizeof(T)) / 16;
+    for (int i = threadIdx.x; i < q_vecs + a.rot_half; i += kDecodeThreads) {
+      if (i < q_vecs) {
+        reinterpret_cast<uint4*>(rows)[i] = src[i];
+      } else {
+        reinterpret_cast<float4*>(cs)[i - q_vecs] = angles[i - q_vecs];
+      }
+    }
+    __syncthreads();
+    rope = QRope<T>{rows, static_cast<const T*>(a.qkv_bias), cs, cs + 2 * a.rot_half, a.rot_half};
+    q_sink_row = kt.n_sink > 0 ? rows : nullptr;  // only a flag here
   }
   const float scale_log2 =
       a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs,
@@ -650,7 +670,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(co
 template <typename T, typename C, int D, bool kRope>
 cudaError_t launch_mma_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads,
                              cudaStream_t stream) {
-  constexpr int kSmem = MmaShape<D, C>::kSmemBytes;
+  constexpr int kSmem = MmaShape<D, C>::kSmemBytes + (kRope ? kRopeSmemBytes<T, D> : 0);
   const auto kernel = decode_attention_mma_kernel<T, C, D, kRope>;
   if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
       err != cudaSuccess)
