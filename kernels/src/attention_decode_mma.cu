@@ -107,10 +107,14 @@ struct MmaShape {
                 "head_dim must be 32, 64 or 128 (256 with an fp8 cache)");
 };
 
-/// RoPE fused in: past MmaShape's bytes, the group's raw q heads ([kMaxGroup][D] of T) and the
-/// step's four angle rows ([4][D / 2] floats at most).
+/// RoPE fused in: past MmaShape's bytes, the group's raw q heads ([kMaxGroup][D] of T), the
+/// step's four angle rows ([4][D / 2] floats at most), then the rotated window and sink queries
+/// ([kMaxGroup][kRopePitch] of T each; the pitch keeps load_q_frags' reads conflict-free).
+template <int D>
+inline constexpr int kRopePitch = D + 8;
 template <typename T, int D>
-inline constexpr int kRopeSmemBytes = kMaxGroup * D * static_cast<int>(sizeof(T)) + 4 * (D / 2) * 4;
+inline constexpr int kRopeSmemBytes = kMaxGroup * D * static_cast<int>(sizeof(T)) + 4 * (D / 2) * 4 +
+                                      2 * kMaxGroup * kRopePitch<D> * static_cast<int>(sizeof(T));
 
 /// The CTA's keys as tiles: tiles [0, n_sink) cover the sinks of the range, the rest its window
 /// keys; tile `tau` holds keys [begin(tau), min(begin(tau) + 16, end(tau))).
@@ -150,7 +154,8 @@ __device__ __forceinline__ int out_dim(int i, int row) {
 /// cache qf[ks][0] = dims 16ks + 2t, +1 and qf[ks][1] = 16ks + 8 + 2t, +1 (the MMA's order), in T;
 /// with fp8 qf[ks][0] = dims 16ks + 4t, +1 and qf[ks][1] = 16ks + 4t + 2, +3 (the order scores_fp8
 /// reads K in), in fp16 times 2^-e, e >= 0 the least that brings the CTA's largest |q| below 2^15
-/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment.
+/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment; heads `stride`
+/// elements apart.
 /// RoPE fused in (DecodeRope): element d of raw QKV head row x (+ bias b) rotated by the angles of
 /// table row `cs`, rounded to T, with roped()'s arithmetic (what rope_kv stores).
 template <typename T>
@@ -169,20 +174,10 @@ __device__ __forceinline__ float roped_elem(const T* x, const T* b, const float*
   return to_float(from_float<T>(own));
 }
 
-/// Where load_q_frags' RoPE comes from (cs_w null: q rows are rotated already).
-template <typename T>
-struct QRope {
-  const T* rows;        // the group's raw q heads, [nh][D], staged in shared memory
-  const T* bias;        // of the raw QKV row, or null
-  const float* cs_w;    // table row of the window queries (positions[s]), staged
-  const float* cs_s;    // of the sink queries (sink_positions[s]), staged
-  int half;
-};
-
 template <typename T, int D, bool kFp8>
 __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_t (&qs)[D / 16][2],
                                               const T* q_row, const T* q_sink_row, int h0, int nh,
-                                              const QRope<T>& rope = {}) {
+                                              int stride = D) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   float fw[D / 16][4], fs[D / 16][4];
   float amax = 0.0f;
@@ -191,17 +186,9 @@ __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int d = kFp8 ? 16 * ks + 4 * t + e : 16 * ks + 8 * (e / 2) + 2 * t + e % 2;
-      const int64_t at = static_cast<int64_t>(h0 + g) * D + d;
-      if (rope.cs_w) {  // q_row is the raw QKV row; q_sink_row only says whether sinks are scored
-        const T* bias = rope.bias ? rope.bias + static_cast<int64_t>(h0 + g) * D : nullptr;
-        const T* row = rope.rows + g * D;
-        fw[ks][e] = g < nh ? roped_elem<T>(row, bias, rope.cs_w, rope.half, d) : 0.0f;
-        fs[ks][e] = g < nh && q_sink_row ? roped_elem<T>(row, bias, rope.cs_s, rope.half, d)
-                                         : 0.0f;
-      } else {
-        fw[ks][e] = g < nh ? to_float(q_row[at]) : 0.0f;
-        fs[ks][e] = g < nh && q_sink_row ? to_float(q_sink_row[at]) : 0.0f;
-      }
+      const int64_t at = static_cast<int64_t>(h0 + g) * stride + d;
+      fw[ks][e] = g < nh ? to_float(q_row[at]) : 0.0f;
+      fs[ks][e] = g < nh && q_sink_row ? to_float(q_sink_row[at]) : 0.0f;
       amax = fmaxf(amax, fmaxf(fabsf(fw[ks][e]), fabsf(fs[ks][e])));
     }
   float inv = 1.0f, scale = 1.0f;
@@ -573,32 +560,47 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   uint32_t qw[D / 16][2], qs[D / 16][2];
   const T* q_sink_row =
       kt.n_sink > 0 && !kRope ? static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride : nullptr;
-  QRope<T> rope{};
+  const T* q_row = static_cast<const T*>(a.q) + seq * a.q_stride;
+  int q_h0 = h0, q_stride = D;
   if constexpr (kRope) {
     // The group's raw q heads and the step's angles into shared memory with 16-byte loads (one
-    // round trip; element-wise global loads of both rotary halves took about 10 us a layer).
-    T* rows = reinterpret_cast<T*>(smem + Sh::kSmemBytes);
-    float* cs = reinterpret_cast<float*>(smem + Sh::kSmemBytes + kMaxGroup * D * sizeof(T));
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(a.q) +
-                                                      seq * a.q_stride + static_cast<int64_t>(h0) * D);
+    // round trip), then each element rotated once by one thread (rope_kv's arithmetic) into
+    // [nh][kRopePitch] rows for the window and the sink queries, which load_q_frags reads
+    // without bank conflicts. (Each lane rotating its own fragments' elements from global
+    // memory took about 10 us a layer more.)
+    T* raw = reinterpret_cast<T*>(smem + Sh::kSmemBytes);
+    float* cs = reinterpret_cast<float*>(raw + kMaxGroup * D);
+    T* rot_w = reinterpret_cast<T*>(cs + 2 * D);
+    T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
+    const uint4* src = reinterpret_cast<const uint4*>(q_row + static_cast<int64_t>(h0) * D);
     const float4* angles =
         reinterpret_cast<const float4*>(a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half);
     const int q_vecs = nh * D * static_cast<int>(sizeof(T)) / 16;
     for (int i = threadIdx.x; i < q_vecs + a.rot_half; i += kDecodeThreads) {
       if (i < q_vecs) {
-        reinterpret_cast<uint4*>(rows)[i] = src[i];
+        reinterpret_cast<uint4*>(raw)[i] = src[i];
       } else {
         reinterpret_cast<float4*>(cs)[i - q_vecs] = angles[i - q_vecs];
       }
     }
     __syncthreads();
-    rope = QRope<T>{rows, static_cast<const T*>(a.qkv_bias), cs, cs + 2 * a.rot_half, a.rot_half};
-    q_sink_row = kt.n_sink > 0 ? rows : nullptr;  // only a flag here
+    const T* bias = static_cast<const T*>(a.qkv_bias);
+    for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+      const int h = i / D, d = i % D;
+      const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
+      rot_w[h * kRopePitch<D> + d] = from_float<T>(roped_elem<T>(raw + h * D, b, cs, a.rot_half, d));
+      if (kt.n_sink > 0)
+        rot_s[h * kRopePitch<D> + d] =
+            from_float<T>(roped_elem<T>(raw + h * D, b, cs + 2 * a.rot_half, a.rot_half, d));
+    }
+    __syncthreads();
+    q_row = rot_w;
+    q_sink_row = kt.n_sink > 0 ? rot_s : nullptr;
+    q_h0 = 0;
+    q_stride = kRopePitch<D>;
   }
-  const float scale_log2 =
-      a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs,
-                                                   static_cast<const T*>(a.q) + seq * a.q_stride,
-                                                   q_sink_row, h0, nh, rope);
+  const float scale_log2 = a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row,
+                                                                       q_h0, nh, q_stride);
 
   WarpState<D> st;
 #pragma unroll
