@@ -70,7 +70,7 @@ struct CudaTuning {
   /// when attention runs in several splits, where it was measured to pay.
   RopeInAttention rope_in_attention = RopeInAttention::kAuto;
   /// Decode attention on tensor cores (kernels::DecodeAttentionParams::use_mma): -1 where the
-  /// kernel takes the shapes (GQA groups of 4 to 8, RoPE not fused in), 0 never, 1 wherever it
+  /// kernel takes the shapes (GQA groups of 4 to 8), 0 never, 1 wherever it
   /// takes them (as -1 today; kept apart so measurements can name the choice).
   int decode_mma = -1;
   /// fp8 weights: steps of up to this many tokens run the weight-only fp8 GEMV (1 .. 16), larger

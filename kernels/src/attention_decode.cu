@@ -51,7 +51,7 @@
 // always taken from registers (never through the ring, which another CTA's write would race) and
 // written to the cache by the CTAs of head chunk 0.
 //
-// GQA groups of 4 to 8 heads (head_dim 64 or 128, RoPE not fused) go to the tensor-core kernel of
+// GQA groups of 4 to 8 heads (head_dim 64 or 128, RoPE fused in or not) go to the tensor-core kernel of
 // attention_decode_mma.cu instead (DecodeAttentionParams::use_mma forces either), which shares
 // the key order, the split ranges and both split merges with this one.
 //
@@ -555,7 +555,8 @@ bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype) {
 bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fused_rope) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   const int group = num_heads / num_kv_heads;
-  return group >= 4 && group <= 8 && (head_dim == 64 || head_dim == 128) && !fused_rope;
+  (void)fused_rope;  // both kernels take RoPE fused in
+  return group >= 4 && group <= 8 && (head_dim == 64 || head_dim == 128);
 }
 
 size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_dim, int num_splits) {
@@ -579,8 +580,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
       decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim, p.rope.table != nullptr);
   if (p.use_mma == 1 && !mma_fits)
     return invalid_argument(
-        "decode attention: use_mma=1 needs groups of 4 to 8 heads, head_dim 64 or 128 and no "
-        "fused RoPE");
+        "decode attention: use_mma=1 needs groups of 4 to 8 heads and head_dim 64 or 128");
   if (p.num_seqs == 0) return cudaSuccess;
   if (p.q == nullptr || p.seqs == nullptr || p.cache == nullptr || p.out == nullptr)
     return invalid_argument("decode attention: null q, seqs, cache or out");

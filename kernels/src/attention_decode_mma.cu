@@ -44,6 +44,12 @@
 // output of this step's kernels, so the first tiles are issued before pdl_wait(); the newest row
 // (key n_keys - 1) is skipped in those and read directly once the wait has returned, as q is.
 // The grid depends only on the launch arguments (CUDA-graph safe).
+//
+// RoPE fused in (DecodeRope, a separate instance): q (and q for the sinks) is rotated from the raw
+// QKV row as it is loaded into the B fragments, and the newest key's row is never copied from the
+// cache: the lanes that place it compute it from the raw row (rope_kv's arithmetic, see
+// attention_decode_rope.cuh) and write it to the cache as well, so the output and the cache are
+// bit-identical to rope_kv followed by this kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -53,6 +59,7 @@
 
 #include "attention_decode_merge.cuh"
 #include "attention_decode_mma.cuh"
+#include "attention_decode_rope.cuh"
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
 #include "dispatch.cuh"
@@ -100,6 +107,15 @@ struct MmaShape {
                 "head_dim must be 32, 64 or 128 (256 with an fp8 cache)");
 };
 
+/// RoPE fused in: past MmaShape's bytes, the group's raw q heads ([kMaxGroup][D] of T), the
+/// step's four angle rows ([4][D / 2] floats at most), then the rotated window and sink queries
+/// ([kMaxGroup][kRopePitch] of T each; the pitch keeps load_q_frags' reads conflict-free).
+template <int D>
+inline constexpr int kRopePitch = D + 8;
+template <typename T, int D>
+inline constexpr int kRopeSmemBytes = kMaxGroup * D * static_cast<int>(sizeof(T)) + 4 * (D / 2) * 4 +
+                                      2 * kMaxGroup * kRopePitch<D> * static_cast<int>(sizeof(T));
+
 /// The CTA's keys as tiles: tiles [0, n_sink) cover the sinks of the range, the rest its window
 /// keys; tile `tau` holds keys [begin(tau), min(begin(tau) + 16, end(tau))).
 struct KeyTiles {
@@ -138,10 +154,30 @@ __device__ __forceinline__ int out_dim(int i, int row) {
 /// cache qf[ks][0] = dims 16ks + 2t, +1 and qf[ks][1] = 16ks + 8 + 2t, +1 (the MMA's order), in T;
 /// with fp8 qf[ks][0] = dims 16ks + 4t, +1 and qf[ks][1] = 16ks + 4t + 2, +3 (the order scores_fp8
 /// reads K in), in fp16 times 2^-e, e >= 0 the least that brings the CTA's largest |q| below 2^15
-/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment.
+/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment; heads `stride`
+/// elements apart.
+/// RoPE fused in (DecodeRope): element d of raw QKV head row x (+ bias b) rotated by the angles of
+/// table row `cs`, rounded to T, with roped()'s arithmetic (what rope_kv stores).
+template <typename T>
+__device__ __forceinline__ float roped_elem(const T* x, const T* b, const float* cs, int half,
+                                            int d) {
+  float own = to_float(x[d]);
+  if (b) own = own + to_float(b[d]);
+  if (d < 2 * half) {
+    const bool first = d < half;
+    const int pd = first ? d + half : d - half, i0 = first ? d : pd;
+    float other = to_float(x[pd]);
+    if (b) other = other + to_float(b[pd]);
+    const float c = cs[i0], sn = cs[half + i0];
+    own = first ? rope_first(own, other, c, sn) : rope_second(other, own, c, sn);
+  }
+  return to_float(from_float<T>(own));
+}
+
 template <typename T, int D, bool kFp8>
 __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_t (&qs)[D / 16][2],
-                                              const T* q_row, const T* q_sink_row, int h0, int nh) {
+                                              const T* q_row, const T* q_sink_row, int h0, int nh,
+                                              int stride = D) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   float fw[D / 16][4], fs[D / 16][4];
   float amax = 0.0f;
@@ -150,7 +186,7 @@ __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int d = kFp8 ? 16 * ks + 4 * t + e : 16 * ks + 8 * (e / 2) + 2 * t + e % 2;
-      const int64_t at = static_cast<int64_t>(h0 + g) * D + d;
+      const int64_t at = static_cast<int64_t>(h0 + g) * stride + d;
       fw[ks][e] = g < nh ? to_float(q_row[at]) : 0.0f;
       fs[ks][e] = g < nh && q_sink_row ? to_float(q_sink_row[at]) : 0.0f;
       amax = fmaxf(amax, fmaxf(fabsf(fw[ks][e]), fabsf(fs[ks][e])));
@@ -407,13 +443,36 @@ struct TilePipe {
 
   /// Local tile `it` (one of the S - 1 copied early) without the newest key's row, which the
   /// previous kernel wrote: this lane's chunk of it, read now that the wait has returned.
-  __device__ __forceinline__ void place_newest(int it, int jb, int je, bool sink) const {
+  /// With RoPE fused in (`rope`, T the activation type) the chunk is computed from the raw QKV
+  /// row instead, as rope_kv stores it, and written to the cache too (this CTA is the only one
+  /// whose range holds the newest key of its kv head).
+  template <typename T = C>
+  __device__ __forceinline__ void place_newest(int it, int jb, int je, bool sink,
+                                               const DecodeArgs* rope = nullptr, int seq = 0,
+                                               int kvh = 0) const {
     const int j_new = n_keys - 1;
     if (j_new < jb || j_new >= min(je, jb + kTileKeys) || (j_new - jb) % kRowsPerPass != row0)
       return;
     const C* k_new =
         kv.k_row(sink ? j_new : sq.geo.ring_base + attn::ring_offset(sq.head_rel, ring));
     unsigned char* dst = stage(it) + (j_new - jb) * Sh::kRowPitch + c * 16;
+    if (rope) {
+      constexpr int E = 16 / static_cast<int>(sizeof(C));
+      const DecodeArgs& a = *rope;
+      uint4 kn, vn;
+      roped_newest<T, C, E>(static_cast<const T*>(a.q) + seq * a.q_stride,
+                            static_cast<const T*>(a.qkv_bias),
+                            static_cast<int64_t>(a.num_heads + kvh) * D,
+                            static_cast<int64_t>(a.num_heads + a.kv_heads + kvh) * D,
+                            a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half, a.rot_half,
+                            c * E, a.k_scale, a.v_scale, kn, vn);
+      *reinterpret_cast<uint4*>(dst) = kn;
+      *reinterpret_cast<uint4*>(dst + Sh::kVOffset) = vn;
+      unsigned char* w = reinterpret_cast<unsigned char*>(const_cast<C*>(k_new)) + c * 16;
+      *reinterpret_cast<uint4*>(w) = kn;
+      *reinterpret_cast<uint4*>(w + kv.kv_stride * sizeof(C)) = vn;
+      return;
+    }
     *reinterpret_cast<uint4*>(dst) =
         *reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(k_new) + c * 16);
     *reinterpret_cast<uint4*>(dst + Sh::kVOffset) = *reinterpret_cast<const uint4*>(
@@ -464,7 +523,7 @@ __device__ __forceinline__ KeyTiles key_tiles(KeyRange range, int num_sink) {
 
 /// Attends split `split`'s key range (not empty) of sequence `seq` for the group of kv head kvh
 /// and writes the output or the split's partial. `smem`: the warps' pipelines, then the merge.
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, bool kRope>
 __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const DecodeSeq& sq,
                                                  KeyRange range, int split, int seq, int kvh,
                                                  T* out, unsigned char* smem) {
@@ -491,18 +550,57 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   // Prologue: the first S - 1 tiles (their block-table lookups first, in one round trip).
   int first[S - 1][kPasses], ps[kPasses];
 #pragma unroll
-  for (int it = 0; it < S - 1; ++it) pipe.rows(it, early, first[it]);
-  pipe.rows(S - 1, false, ps);
+  // With RoPE fused in the newest row is never copied: this kernel writes it (place_newest).
+  for (int it = 0; it < S - 1; ++it) pipe.rows(it, early || kRope, first[it]);
+  pipe.rows(S - 1, kRope, ps);
 #pragma unroll
   for (int it = 0; it < S - 1; ++it) pipe.copy(it, first[it]);
 
   pdl_wait();  // q, the newest K/V row and every global write come after it
   uint32_t qw[D / 16][2], qs[D / 16][2];
   const T* q_sink_row =
-      kt.n_sink > 0 ? static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride : nullptr;
-  const float scale_log2 =
-      a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(
-                         qw, qs, static_cast<const T*>(a.q) + seq * a.q_stride, q_sink_row, h0, nh);
+      kt.n_sink > 0 && !kRope ? static_cast<const T*>(a.q_sink) + seq * a.q_sink_stride : nullptr;
+  const T* q_row = static_cast<const T*>(a.q) + seq * a.q_stride;
+  int q_h0 = h0, q_stride = D;
+  if constexpr (kRope) {
+    // The group's raw q heads and the step's angles into shared memory with 16-byte loads (one
+    // round trip), then each element rotated once by one thread (rope_kv's arithmetic) into
+    // [nh][kRopePitch] rows for the window and the sink queries, which load_q_frags reads
+    // without bank conflicts. (Each lane rotating its own fragments' elements from global
+    // memory took about 10 us a layer more.)
+    T* raw = reinterpret_cast<T*>(smem + Sh::kSmemBytes);
+    float* cs = reinterpret_cast<float*>(raw + kMaxGroup * D);
+    T* rot_w = reinterpret_cast<T*>(cs + 2 * D);
+    T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
+    const uint4* src = reinterpret_cast<const uint4*>(q_row + static_cast<int64_t>(h0) * D);
+    const float4* angles =
+        reinterpret_cast<const float4*>(a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half);
+    const int q_vecs = nh * D * static_cast<int>(sizeof(T)) / 16;
+    for (int i = threadIdx.x; i < q_vecs + a.rot_half; i += kDecodeThreads) {
+      if (i < q_vecs) {
+        reinterpret_cast<uint4*>(raw)[i] = src[i];
+      } else {
+        reinterpret_cast<float4*>(cs)[i - q_vecs] = angles[i - q_vecs];
+      }
+    }
+    __syncthreads();
+    const T* bias = static_cast<const T*>(a.qkv_bias);
+    for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+      const int h = i / D, d = i % D;
+      const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
+      rot_w[h * kRopePitch<D> + d] = from_float<T>(roped_elem<T>(raw + h * D, b, cs, a.rot_half, d));
+      if (kt.n_sink > 0)
+        rot_s[h * kRopePitch<D> + d] =
+            from_float<T>(roped_elem<T>(raw + h * D, b, cs + 2 * a.rot_half, a.rot_half, d));
+    }
+    __syncthreads();
+    q_row = rot_w;
+    q_sink_row = kt.n_sink > 0 ? rot_s : nullptr;
+    q_h0 = 0;
+    q_stride = kRopePitch<D>;
+  }
+  const float scale_log2 = a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row,
+                                                                       q_h0, nh, q_stride);
 
   WarpState<D> st;
 #pragma unroll
@@ -512,11 +610,15 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
 
   for (int it = 0; it < pipe.n_local; ++it) {
     pipe.copy(it + S - 1, ps);  // into the stage tile it - 1 used (freed by its __syncwarp)
-    pipe.rows(it + S, false, ps);
+    pipe.rows(it + S, kRope, ps);
     attn::cp_async_wait<S - 1>();  // tile it has landed (this lane's copies)
     const int tau = warp + it * kWarps;
     const int jb = kt.begin(tau), je = kt.end(tau);
-    if (early && it < S - 1) pipe.place_newest(it, jb, je, kt.sink(tau));
+    if constexpr (kRope) {
+      pipe.template place_newest<T>(it, jb, je, kt.sink(tau), &a, seq, kvh);
+    } else {
+      if (early && it < S - 1) pipe.place_newest(it, jb, je, kt.sink(tau));
+    }
     __syncwarp();  // the tile is complete for every lane
     const unsigned char* sk = pipe.stage(it);
     attend_tile<T, C, D>(sk, sk + Sh::kVOffset, kt.sink(tau), je - jb, qw, qs, scale_log2, st);
@@ -529,8 +631,9 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
                        static_cast<int64_t>(seq) * a.num_heads + h0, out);
 }
 
-// C: the cache element type (T, or Fp8).
-template <typename T, typename C, int D>
+// C: the cache element type (T, or Fp8). kRope: RoPE fused in (DecodeRope; a.q points at raw QKV
+// rows), a separate instance so that the plain one stays as it was.
+template <typename T, typename C, int D, bool kRope>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(const DecodeArgs a) {
   pdl_launch_dependents();  // see launch.cuh
   if (!a.early_kv_loads) pdl_wait();
@@ -548,7 +651,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(co
   const KeyRange range =
       split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
   if (range.lo < range.hi) {
-    attend_range_mma<T, C, D>(a, sq, range, split, seq, kvh, out, smem);
+    attend_range_mma<T, C, D, kRope>(a, sq, range, split, seq, kvh, out, smem);
   } else {  // an empty split, or a sequence without keys
     pdl_wait();
     if (a.num_splits == 1) {
@@ -566,11 +669,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(co
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
 }
 
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, bool kRope>
 cudaError_t launch_mma_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads,
                              cudaStream_t stream) {
-  constexpr int kSmem = MmaShape<D, C>::kSmemBytes;
-  const auto kernel = decode_attention_mma_kernel<T, C, D>;
+  constexpr int kSmem = MmaShape<D, C>::kSmemBytes + (kRope ? kRopeSmemBytes<T, D> : 0);
+  const auto kernel = decode_attention_mma_kernel<T, C, D, kRope>;
   if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
       err != cudaSuccess)
     return err;
@@ -604,7 +707,9 @@ cudaError_t launch_decode_attention_mma(const DecodeArgs& args, DType dtype, KvD
   return dispatch_dtype(dtype, [&]<typename T>() {
     return dispatch_kv_dtype<T>(cache_dtype, [&]<typename C>() {
       return dispatch_head_dim(HeadDims<64, 128>{}, head_dim, [&]<int D>() {
-        return launch_mma_typed<T, C, D>(args, num_seqs, num_kv_heads, stream);
+        return args.rope_table
+                   ? launch_mma_typed<T, C, D, true>(args, num_seqs, num_kv_heads, stream)
+                   : launch_mma_typed<T, C, D, false>(args, num_seqs, num_kv_heads, stream);
       });
     });
   });

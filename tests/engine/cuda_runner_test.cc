@@ -366,8 +366,9 @@ TEST(CudaRunner, FusedDecodeMatchesUnfused) {
 // RoPE, the bias and the newest K/V write inside decode attention round exactly as the RoPE +
 // K/V-write kernel does: every logit and token is unchanged, for the default model and every
 // fixture (GQA, RoPE scaling, QKV bias, partial rotary), with StreamingLLM sinks and rings that
-// wrap, 16-bit and fp8 caches. Teacher-forced decode steps return logits (eager launches), then
-// greedy steps replay CUDA graphs.
+// wrap, 16-bit and fp8 caches, on the CUDA-core decode kernel and (GQA groups of 4 to 8) on the
+// tensor-core one. Teacher-forced decode steps return logits (eager launches), then greedy steps
+// replay CUDA graphs.
 TEST(CudaRunner, RopeInAttentionChangesNoBit) {
   REQUIRE_CUDA();
   std::vector<std::string> models = {"models/rill-shakespeare"};
@@ -375,13 +376,16 @@ TEST(CudaRunner, RopeInAttentionChangesNoBit) {
   for (const std::string& path : models) {
     const Model m = load_model(source_path(path));
     const int V = m.config.vocab_size, batch = 2, steps = 10;
+    for (const int mma : {0, 1})
     for (const char* kv : {"auto", "fp8"}) {
-      SCOPED_TRACE(path + " kv " + kv);
+      SCOPED_TRACE(path + " kv " + kv + " decode_mma " + std::to_string(mma));
       auto run = [&](bool fused) {
+        // Each kernel against itself (decode_mma 1 falls back to the CUDA-core kernel where the
+        // tensor-core one does not take the shapes).
         auto r =
             cuda_runner(m, true, kv,
                         {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff,
-                         .decode_mma = 0});  // RoPE is fused only into the CUDA-core kernel
+                         .decode_mma = mma});
         std::vector<std::vector<float>> rows;
         std::vector<int32_t> next(batch);
         for (int k = 0; k < batch; ++k) {

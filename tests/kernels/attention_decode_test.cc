@@ -747,7 +747,7 @@ TEST(DecodeAttentionMma, RejectsUnsupportedShapes) {
   EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaSuccess);  // nothing to do
   EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128, false));
   EXPECT_TRUE(kernels::decode_mma_supported(32, 4, 64, false));
-  EXPECT_FALSE(kernels::decode_mma_supported(32, 8, 128, true));    // RoPE fused in
+  EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128, true));     // RoPE fused in too
   EXPECT_FALSE(kernels::decode_mma_supported(32, 2, 128, false));   // group 16
   EXPECT_FALSE(kernels::decode_mma_supported(32, 16, 128, false));  // group 2
 }

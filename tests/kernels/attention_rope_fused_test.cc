@@ -32,13 +32,14 @@ struct FusedCase {
   KvDType kv = KvDType::kSame;
   int head_dim = 128, num_heads = 8, num_kv_heads = 2, rotary_dim = 128, num_splits = 1;
   bool bias = false;
+  int use_mma = 0;  // DecodeAttentionParams::use_mma of both paths
 };
 
 std::string describe(const FusedCase& c) {
   return describe_types(c.dtype, c.kv, 0.5f, 2.0f) + " head_dim=" + std::to_string(c.head_dim) +
          " heads=" + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
          " rotary=" + std::to_string(c.rotary_dim) + " splits=" + std::to_string(c.num_splits) +
-         (c.bias ? " bias" : "");
+         (c.bias ? " bias" : "") + (c.use_mma ? " tensor cores" : "");
 }
 
 // Linear caches, full and wrapped rings, a ring over several splits, and a sequence of three
@@ -156,9 +157,9 @@ void run_path(const FusedCase& c, const Inputs& in, const SharedInputs& d, bool 
   p.num_splits = c.num_splits;
   p.min_keys_per_split = 16;
   p.workspace = d_ws.get();
-  // RoPE is fused only into the CUDA-core kernel: compare it with itself (GQA groups of 4 to 8
-  // would otherwise go to the tensor-core kernel, whose bits differ).
-  p.use_mma = 0;
+  // Each kernel against itself (GQA groups of 4 to 8 would otherwise go to the tensor-core
+  // kernel, whose bits differ from the CUDA-core kernel's).
+  p.use_mma = c.use_mma;
   if (fused) {
     kernels::RopeTableParams t;
     t.num_tokens = n;
@@ -248,6 +249,20 @@ TEST(DecodeAttentionRopeFused, Fp8PartialRotaryBiasAndGroups) {
       {DType::kF16, KvDType::kSame, 256, 4, 1, 256, 4, false},
       {DType::kBF16, KvDType::kSame, 32, 4, 2, 16, 16, true},
   };
+  for (const FusedCase& c : cases) run_case(c);
+}
+
+// The tensor-core kernel (GQA groups of 4 to 8) with RoPE fused in, against rope_kv followed by
+// the same kernel: one CTA, cluster merge, workspace merge; fp8 caches, partial rotary, biases.
+TEST(DecodeAttentionRopeFused, TensorCoreKernelMatchesRopeKvThenItBitwise) {
+  RILL_REQUIRE_GPU();
+  std::vector<FusedCase> cases;
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int splits : {1, 4, 16}) cases.push_back({t, KvDType::kSame, 128, 8, 2, 128, splits, false, 1});
+  cases.push_back({DType::kBF16, KvDType::kFp8E4M3, 128, 32, 8, 64, 8, true, 1});  // 8B-like
+  cases.push_back({DType::kF16, KvDType::kFp8E4M3, 64, 16, 2, 64, 2, true, 1});    // group 8
+  cases.push_back({DType::kBF16, KvDType::kSame, 128, 32, 8, 128, 8, true, 1});
+  cases.push_back({DType::kF16, KvDType::kSame, 64, 20, 4, 32, 16, false, 1});     // group 5
   for (const FusedCase& c : cases) run_case(c);
 }
 
