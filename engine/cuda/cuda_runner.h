@@ -291,19 +291,28 @@ class CudaRunner final : public ModelRunner {
     return w.fp8() ? fp8_deep_gemv(projection, T) : deep_gemv(projection);
   }
   // RoPE inside decode attention (CudaTuning::rope_in_attention). The kAuto rule, from H100
-  // measurements (docs/performance-history.md, ninth session): on for models without GQA when
-  // attention runs in several splits (Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms, batch 8
-  // 0.05-0.07 ms); off with one split, where the rotation lengthens each CTA's long critical path
-  // (7B fp8 4 + 252: 0.05 ms lost), and for GQA (Llama-3-8B lost 0.04-0.16 ms).
+  // measurements (docs/performance-history.md, ninth and thirty-first sessions), only when
+  // attention runs in several splits (with one, the rotation lengthens each CTA's long critical
+  // path: 7B fp8 4 + 252 lost 0.05 ms):
+  //   - models without GQA (the CUDA-core kernel): Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms,
+  //     batch 8 0.05-0.07 ms;
+  //   - GQA groups the tensor-core kernel takes, at 1 or 2 sequences: Llama-3-8B fp8 batch 1
+  //     gained 0.04-0.06 ms, batch 2 0.02-0.04, bf16 batch 1 0.02; batch 8 lost 0.03 (bf16) to
+  //     0.19 ms (fp8), so larger steps keep rope_kv;
+  //   - other GQA groups run the CUDA-core kernel, where Llama-3-8B lost 0.04-0.16 ms.
   bool rope_fusable_ = false;  // the kernel takes this model's shapes (set at construction)
   // RoPE inside decode attention this step: decode rows only.
   bool rope_in_attention(const cuda::StepPlan& plan) const {
     if (!rope_fusable_ || plan.shape.prefill > 0) return false;
     if (tuning_.rope_in_attention != RopeInAttention::kAuto)
       return tuning_.rope_in_attention == RopeInAttention::kOn;
-    return config_.num_kv_heads == config_.num_heads &&
-           attention_splits(plan.shape.decode, plan.max_decode_keys) > 1;
+    if (attention_splits(plan.shape.decode, plan.max_decode_keys) <= 1) return false;
+    if (config_.num_kv_heads == config_.num_heads) return true;
+    return plan.shape.decode <= kRopeInMmaAttentionMaxSeqs && tuning_.decode_mma != 0 &&
+           kernels::decode_mma_supported(config_.num_heads, config_.num_kv_heads,
+                                         config_.head_dim, true);
   }
+  static constexpr int kRopeInMmaAttentionMaxSeqs = 2;
 
   // rope_kv reads the step's angles from rope_table_ (kernels::RopeKvParams::table): steps with
   // prefill, where its CTAs would redo each token's angles in every layer (at 2,048 tokens that

@@ -66,8 +66,9 @@ struct CudaTuning {
   /// Decode attention merges its splits in a thread-block cluster (kernels::
   /// DecodeAttentionParams::cluster_merge), not through a global workspace: shorter tail.
   bool cluster_merge = true;
-  /// RoPE and the newest K/V write inside decode attention; kAuto: on for models without GQA
-  /// when attention runs in several splits, where it was measured to pay.
+  /// RoPE and the newest K/V write inside decode attention; kAuto: on when attention runs in
+  /// several splits, for models without GQA and, on the tensor-core kernel, for GQA steps of 1
+  /// or 2 sequences, where it was measured to pay (CudaRunner::rope_in_attention).
   RopeInAttention rope_in_attention = RopeInAttention::kAuto;
   /// Decode attention on tensor cores (kernels::DecodeAttentionParams::use_mma): -1 where the
   /// kernel takes the shapes (GQA groups of 4 to 8), 0 never, 1 wherever it
