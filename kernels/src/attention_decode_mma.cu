@@ -107,14 +107,10 @@ struct MmaShape {
                 "head_dim must be 32, 64 or 128 (256 with an fp8 cache)");
 };
 
-/// RoPE fused in: past MmaShape's bytes, the group's raw q heads ([kMaxGroup][D] of T), the
-/// step's four angle rows ([4][D / 2] floats at most), then the rotated window and sink queries
-/// ([kMaxGroup][kRopePitch] of T each; the pitch keeps load_q_frags' reads conflict-free).
+/// RoPE fused in: the rotated window and sink queries are rows of kRopePitch elements (the pitch
+/// keeps load_q_frags' reads conflict-free).
 template <int D>
 inline constexpr int kRopePitch = D + 8;
-template <typename T, int D>
-inline constexpr int kRopeSmemBytes = kMaxGroup * D * static_cast<int>(sizeof(T)) + 4 * (D / 2) * 4 +
-                                      2 * kMaxGroup * kRopePitch<D> * static_cast<int>(sizeof(T));
 
 /// The CTA's keys as tiles: tiles [0, n_sink) cover the sinks of the range, the rest its window
 /// keys; tile `tau` holds keys [begin(tau), min(begin(tau) + 16, end(tau))).
@@ -563,35 +559,24 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   const T* q_row = static_cast<const T*>(a.q) + seq * a.q_stride;
   int q_h0 = h0, q_stride = D;
   if constexpr (kRope) {
-    // The group's raw q heads and the step's angles into shared memory with 16-byte loads (one
-    // round trip), then each element rotated once by one thread (rope_kv's arithmetic) into
-    // [nh][kRopePitch] rows for the window and the sink queries, which load_q_frags reads
-    // without bank conflicts. (Each lane rotating its own fragments' elements from global
-    // memory took about 10 us a layer more.)
-    T* raw = reinterpret_cast<T*>(smem + Sh::kSmemBytes);
-    float* cs = reinterpret_cast<float*>(raw + kMaxGroup * D);
-    T* rot_w = reinterpret_cast<T*>(cs + 2 * D);
+    // Each element of the group's q (and, for the sinks, its sink query) rotated once, by one
+    // thread (consecutive threads, consecutive dims: coalesced loads, one round trip), as rope_kv
+    // stores it, into [nh][kRopePitch] rows that load_q_frags reads without bank conflicts. The
+    // rows live in warp 0's last pipeline stage, which no copy uses before the loop below. (Each
+    // lane rotating its own fragments' elements was 7-10 us a layer slower.)
+    static_assert(2 * kMaxGroup * kRopePitch<D> * sizeof(T) <= Sh::kStageBytes);
+    T* rot_w = reinterpret_cast<T*>(smem + (S - 1) * Sh::kStageBytes);
     T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
-    const uint4* src = reinterpret_cast<const uint4*>(q_row + static_cast<int64_t>(h0) * D);
-    const float4* angles =
-        reinterpret_cast<const float4*>(a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half);
-    const int q_vecs = nh * D * static_cast<int>(sizeof(T)) / 16;
-    for (int i = threadIdx.x; i < q_vecs + a.rot_half; i += kDecodeThreads) {
-      if (i < q_vecs) {
-        reinterpret_cast<uint4*>(raw)[i] = src[i];
-      } else {
-        reinterpret_cast<float4*>(cs)[i - q_vecs] = angles[i - q_vecs];
-      }
-    }
-    __syncthreads();
+    const float* angles = a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half;
     const T* bias = static_cast<const T*>(a.qkv_bias);
+    const T* raw = q_row + static_cast<int64_t>(h0) * D;
     for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
       const int h = i / D, d = i % D;
       const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
-      rot_w[h * kRopePitch<D> + d] = from_float<T>(roped_elem<T>(raw + h * D, b, cs, a.rot_half, d));
+      rot_w[h * kRopePitch<D> + d] = from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
       if (kt.n_sink > 0)
-        rot_s[h * kRopePitch<D> + d] =
-            from_float<T>(roped_elem<T>(raw + h * D, b, cs + 2 * a.rot_half, a.rot_half, d));
+        rot_s[h * kRopePitch<D> + d] = from_float<T>(
+            roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
     }
     __syncthreads();
     q_row = rot_w;
@@ -601,6 +586,7 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   }
   const float scale_log2 = a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row,
                                                                        q_h0, nh, q_stride);
+  if constexpr (kRope) __syncthreads();  // every warp has its q: warp 0's last stage is free again
 
   WarpState<D> st;
 #pragma unroll
@@ -672,7 +658,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(co
 template <typename T, typename C, int D, bool kRope>
 cudaError_t launch_mma_typed(const DecodeArgs& args, int num_seqs, int num_kv_heads,
                              cudaStream_t stream) {
-  constexpr int kSmem = MmaShape<D, C>::kSmemBytes + (kRope ? kRopeSmemBytes<T, D> : 0);
+  constexpr int kSmem = MmaShape<D, C>::kSmemBytes;
   const auto kernel = decode_attention_mma_kernel<T, C, D, kRope>;
   if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
       err != cudaSuccess)
