@@ -297,8 +297,9 @@ class CudaRunner final : public ModelRunner {
   //   - models without GQA (the CUDA-core kernel): Llama-2-7B batch 1 @ 515 gained 0.02-0.04 ms,
   //     batch 8 0.05-0.07 ms;
   //   - GQA groups the tensor-core kernel takes, at 1 or 2 sequences: Llama-3-8B fp8 batch 1
-  //     gained 0.04-0.06 ms, batch 2 0.02-0.04, bf16 batch 1 0.02; batch 8 lost 0.03 (bf16) to
-  //     0.19 ms (fp8), so larger steps keep rope_kv;
+  //     gained 0.03-0.05 ms, batch 2 0.02-0.04 (bf16 batch 1 within noise); past 2 the fp8
+  //     steps gained 0.02-0.04 ms or nothing, and bf16 batch 8 lost 0.06, so they keep rope_kv
+  //     (performance.md F27);
   //   - other GQA groups run the CUDA-core kernel, where Llama-3-8B lost 0.04-0.16 ms.
   bool rope_fusable_ = false;  // the kernel takes this model's shapes (set at construction)
   // RoPE inside decode attention this step: decode rows only.
