@@ -51,9 +51,9 @@
 // always taken from registers (never through the ring, which another CTA's write would race) and
 // written to the cache by the CTAs of head chunk 0.
 //
-// GQA groups of 4 to 8 heads (head_dim 64 or 128, RoPE fused in or not) go to the tensor-core kernel of
-// attention_decode_mma.cu instead (DecodeAttentionParams::use_mma forces either), which shares
-// the key order, the split ranges and both split merges with this one.
+// GQA groups of 4 to 8 heads (head_dim 64 or 128, RoPE fused in or not) go to the tensor-core
+// kernel of attention_decode_mma.cu instead (DecodeAttentionParams::use_mma forces either), which
+// shares the key order, the split ranges and both split merges with this one.
 //
 // fp8 (e4m3) cache: the same kernel with 16 elements per 16-byte vector, so a row takes half the
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread

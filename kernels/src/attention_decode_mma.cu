@@ -573,7 +573,8 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
     for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
       const int h = i / D, d = i % D;
       const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
-      rot_w[h * kRopePitch<D> + d] = from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
+      rot_w[h * kRopePitch<D> + d] =
+          from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
       if (kt.n_sink > 0)
         rot_s[h * kRopePitch<D> + d] = from_float<T>(
             roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
