@@ -563,7 +563,7 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
     // thread (consecutive threads, consecutive dims: coalesced loads, one round trip), as rope_kv
     // stores it, into [nh][kRopePitch] rows that load_q_frags reads without bank conflicts. The
     // rows live in warp 0's last pipeline stage, which no copy uses before the loop below. (Each
-    // lane rotating its own fragments' elements was 7-10 us a layer slower.)
+    // lane rotating its own fragments' elements was 5-10 us a layer slower.)
     static_assert(2 * kMaxGroup * kRopePitch<D> * sizeof(T) <= Sh::kStageBytes);
     T* rot_w = reinterpret_cast<T*>(smem + (S - 1) * Sh::kStageBytes);
     T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
