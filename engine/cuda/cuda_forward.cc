@@ -130,10 +130,10 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
     p.rope.rotary_dim = c.rope.rotary_dim;
     p.rope.qkv_bias = bias;
   }
-  // Tensor cores forced on only where that kernel applies (not with RoPE fused in).
+  // Tensor cores forced on only where that kernel applies.
   p.use_mma =
-      tuning_.decode_mma == 1 && !kernels::decode_mma_supported(p.num_heads, p.num_kv_heads,
-                                                                p.head_dim, p.rope.table != nullptr)
+      tuning_.decode_mma == 1 &&
+              !kernels::decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim)
           ? 0
           : tuning_.decode_mma;
   RILL_CUDA(kernels::launch_decode_attention(p, stream_));

@@ -311,7 +311,7 @@ class CudaRunner final : public ModelRunner {
     if (config_.num_kv_heads == config_.num_heads) return true;
     return plan.shape.decode <= kRopeInMmaAttentionMaxSeqs && tuning_.decode_mma != 0 &&
            kernels::decode_mma_supported(config_.num_heads, config_.num_kv_heads,
-                                         config_.head_dim, true);
+                                         config_.head_dim);
   }
   static constexpr int kRopeInMmaAttentionMaxSeqs = 2;
 

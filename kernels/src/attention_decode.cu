@@ -552,10 +552,9 @@ bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype) {
          (rotary_dim / 2) % lane_dims == 0;
 }
 
-bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fused_rope) {
+bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   const int group = num_heads / num_kv_heads;
-  (void)fused_rope;  // both kernels take RoPE fused in
   return group >= 4 && group <= 8 && (head_dim == 64 || head_dim == 128);
 }
 
@@ -577,7 +576,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (p.num_splits > 1 && (p.workspace == nullptr || !attn::aligned16(p.workspace)))
     return invalid_argument("decode attention: num_splits > 1 needs a 16-byte aligned workspace");
   const bool mma_fits =
-      decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim, p.rope.table != nullptr);
+      decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim);
   if (p.use_mma == 1 && !mma_fits)
     return invalid_argument(
         "decode attention: use_mma=1 needs groups of 4 to 8 heads and head_dim 64 or 128");

@@ -45,11 +45,12 @@
 // (key n_keys - 1) is skipped in those and read directly once the wait has returned, as q is.
 // The grid depends only on the launch arguments (CUDA-graph safe).
 //
-// RoPE fused in (DecodeRope, a separate instance): q (and q for the sinks) is rotated from the raw
-// QKV row as it is loaded into the B fragments, and the newest key's row is never copied from the
-// cache: the lanes that place it compute it from the raw row (rope_kv's arithmetic, see
-// attention_decode_rope.cuh) and write it to the cache as well, so the output and the cache are
-// bit-identical to rope_kv followed by this kernel.
+// RoPE fused in (DecodeRope, a separate instance): after pdl_wait() the CTA rotates the group's q
+// (and its sink queries) from the raw QKV row into shared memory, one thread an element, and the B
+// fragments are loaded from there; the newest key's row is never copied from the cache: the lanes
+// that place it compute it from the raw row (rope_kv's arithmetic, see attention_decode_rope.cuh)
+// and write it to the cache as well, so the output and the cache are bit-identical to rope_kv
+// followed by this kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -145,13 +146,6 @@ __device__ __forceinline__ int out_dim(int i, int row) {
   }
 }
 
-/// Q^T's B fragments (k = dims, n = heads) of head h0 + g (zero for g >= nh): qw from q_row and
-/// qs from q_sink_row (zero when null). k-step ks covers dims 16ks .. 16ks + 15: with a 16-bit
-/// cache qf[ks][0] = dims 16ks + 2t, +1 and qf[ks][1] = 16ks + 8 + 2t, +1 (the MMA's order), in T;
-/// with fp8 qf[ks][0] = dims 16ks + 4t, +1 and qf[ks][1] = 16ks + 4t + 2, +3 (the order scores_fp8
-/// reads K in), in fp16 times 2^-e, e >= 0 the least that brings the CTA's largest |q| below 2^15
-/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment; heads `stride`
-/// elements apart.
 /// RoPE fused in (DecodeRope): element d of raw QKV head row x (+ bias b) rotated by the angles of
 /// table row `cs`, rounded to T, with roped()'s arithmetic (what rope_kv stores).
 template <typename T>
@@ -170,6 +164,13 @@ __device__ __forceinline__ float roped_elem(const T* x, const T* b, const float*
   return to_float(from_float<T>(own));
 }
 
+/// Q^T's B fragments (k = dims, n = heads) of head h0 + g (zero for g >= nh): qw from q_row and
+/// qs from q_sink_row (zero when null). k-step ks covers dims 16ks .. 16ks + 15: with a 16-bit
+/// cache qf[ks][0] = dims 16ks + 2t, +1 and qf[ks][1] = 16ks + 8 + 2t, +1 (the MMA's order), in T;
+/// with fp8 qf[ks][0] = dims 16ks + 4t, +1 and qf[ks][1] = 16ks + 4t + 2, +3 (the order scores_fp8
+/// reads K in), in fp16 times 2^-e, e >= 0 the least that brings the CTA's largest |q| below 2^15
+/// (0 for fp16 queries). Returns 2^e. Scalar loads: q rows need no alignment; heads `stride`
+/// elements apart.
 template <typename T, int D, bool kFp8>
 __device__ __forceinline__ float load_q_frags(uint32_t (&qw)[D / 16][2], uint32_t (&qs)[D / 16][2],
                                               const T* q_row, const T* q_sink_row, int h0, int nh,
@@ -576,8 +577,8 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
       rot_w[h * kRopePitch<D> + d] =
           from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
       if (kt.n_sink > 0)
-        rot_s[h * kRopePitch<D> + d] = from_float<T>(
-            roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
+        rot_s[h * kRopePitch<D> + d] =
+            from_float<T>(roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
     }
     __syncthreads();
     q_row = rot_w;
@@ -585,8 +586,8 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
     q_h0 = 0;
     q_stride = kRopePitch<D>;
   }
-  const float scale_log2 = a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row,
-                                                                       q_h0, nh, q_stride);
+  const float scale_log2 =
+      a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row, q_h0, nh, q_stride);
   if constexpr (kRope) __syncthreads();  // every warp has its q: warp 0's last stage is free again
 
   WarpState<D> st;

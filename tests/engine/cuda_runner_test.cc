@@ -376,43 +376,44 @@ TEST(CudaRunner, RopeInAttentionChangesNoBit) {
   for (const std::string& path : models) {
     const Model m = load_model(source_path(path));
     const int V = m.config.vocab_size, batch = 2, steps = 10;
-    for (const int mma : {0, 1})
-    for (const char* kv : {"auto", "fp8"}) {
-      SCOPED_TRACE(path + " kv " + kv + " decode_mma " + std::to_string(mma));
-      auto run = [&](bool fused) {
-        // Each kernel against itself (decode_mma 1 falls back to the CUDA-core kernel where the
-        // tensor-core one does not take the shapes).
-        auto r =
-            cuda_runner(m, true, kv,
-                        {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff,
-                         .decode_mma = mma});
-        std::vector<std::vector<float>> rows;
-        std::vector<int32_t> next(batch);
-        for (int k = 0; k < batch; ++k) {
-          r->add_sequence({SeqId(k), CachePolicy::streaming(2, 7), {.temperature = 0.0f}});
-          std::vector<int32_t> prompt(4 + 5 * k);
-          for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((k * 31 + i * 17) % V);
-          StepInput in{SeqId(k), prompt, LogitsMode::kLast, true};
-          rows.push_back(r->step(std::span<const StepInput>(&in, 1)).logits);
-        }
-        for (int s = 0; s < 2 * steps; ++s) {
-          const bool forced = s < steps;
-          std::vector<StepInput> in;
+    for (const int mma : {0, 1}) {
+      for (const char* kv : {"auto", "fp8"}) {
+        SCOPED_TRACE(path + " kv " + kv + " decode_mma " + std::to_string(mma));
+        auto run = [&](bool fused) {
+          // Each kernel against itself (decode_mma 1 falls back to the CUDA-core kernel where the
+          // tensor-core one does not take the shapes).
+          auto r = cuda_runner(
+              m, true, kv,
+              {.rope_in_attention = fused ? RopeInAttention::kOn : RopeInAttention::kOff,
+               .decode_mma = mma});
+          std::vector<std::vector<float>> rows;
+          std::vector<int32_t> next(batch);
           for (int k = 0; k < batch; ++k) {
-            if (forced) next[k] = (s * 7919 + k * 104729) % V;
-            in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1),
-                          forced ? LogitsMode::kLast : LogitsMode::kNone, true});
+            r->add_sequence({SeqId(k), CachePolicy::streaming(2, 7), {.temperature = 0.0f}});
+            std::vector<int32_t> prompt(4 + 5 * k);
+            for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((k * 31 + i * 17) % V);
+            StepInput in{SeqId(k), prompt, LogitsMode::kLast, true};
+            rows.push_back(r->step(std::span<const StepInput>(&in, 1)).logits);
           }
-          const StepOutput o = r->step(in);
-          if (forced) rows.push_back(o.logits);
-          rows.push_back(std::vector<float>(o.sampled.begin(), o.sampled.end()));
-          if (!forced) next = o.sampled;
-        }
-        return rows;
-      };
-      const auto fused = run(true), plain = run(false);
-      ASSERT_EQ(fused.size(), plain.size());
-      for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "row " << i;
+          for (int s = 0; s < 2 * steps; ++s) {
+            const bool forced = s < steps;
+            std::vector<StepInput> in;
+            for (int k = 0; k < batch; ++k) {
+              if (forced) next[k] = (s * 7919 + k * 104729) % V;
+              in.push_back({SeqId(k), std::span<const int32_t>(&next[k], 1),
+                            forced ? LogitsMode::kLast : LogitsMode::kNone, true});
+            }
+            const StepOutput o = r->step(in);
+            if (forced) rows.push_back(o.logits);
+            rows.push_back(std::vector<float>(o.sampled.begin(), o.sampled.end()));
+            if (!forced) next = o.sampled;
+          }
+          return rows;
+        };
+        const auto fused = run(true), plain = run(false);
+        ASSERT_EQ(fused.size(), plain.size());
+        for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "row " << i;
+      }
     }
   }
 }

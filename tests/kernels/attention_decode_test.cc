@@ -745,11 +745,11 @@ TEST(DecodeAttentionMma, RejectsUnsupportedShapes) {
   EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaErrorInvalidValue);
   p.head_dim = p.layout.head_dim = 128;
   EXPECT_EQ(kernels::launch_decode_attention(p, nullptr), cudaSuccess);  // nothing to do
-  EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128, false));
-  EXPECT_TRUE(kernels::decode_mma_supported(32, 4, 64, false));
-  EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128, true));     // RoPE fused in too
-  EXPECT_FALSE(kernels::decode_mma_supported(32, 2, 128, false));   // group 16
-  EXPECT_FALSE(kernels::decode_mma_supported(32, 16, 128, false));  // group 2
+  EXPECT_TRUE(kernels::decode_mma_supported(32, 8, 128));
+  EXPECT_TRUE(kernels::decode_mma_supported(32, 4, 64));
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 2, 128));   // group 16
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 16, 128));  // group 2
+  EXPECT_FALSE(kernels::decode_mma_supported(32, 8, 96));    // head_dim 96
 }
 
 TEST(DecodeAttention, RejectsUnsupportedArguments) {

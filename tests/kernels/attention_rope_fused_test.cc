@@ -258,11 +258,12 @@ TEST(DecodeAttentionRopeFused, TensorCoreKernelMatchesRopeKvThenItBitwise) {
   RILL_REQUIRE_GPU();
   std::vector<FusedCase> cases;
   for (DType t : {DType::kF16, DType::kBF16})
-    for (int splits : {1, 4, 16}) cases.push_back({t, KvDType::kSame, 128, 8, 2, 128, splits, false, 1});
+    for (int splits : {1, 4, 16})
+      cases.push_back({t, KvDType::kSame, 128, 8, 2, 128, splits, false, 1});
   cases.push_back({DType::kBF16, KvDType::kFp8E4M3, 128, 32, 8, 64, 8, true, 1});  // 8B-like
   cases.push_back({DType::kF16, KvDType::kFp8E4M3, 64, 16, 2, 64, 2, true, 1});    // group 8
   cases.push_back({DType::kBF16, KvDType::kSame, 128, 32, 8, 128, 8, true, 1});
-  cases.push_back({DType::kF16, KvDType::kSame, 64, 20, 4, 32, 16, false, 1});     // group 5
+  cases.push_back({DType::kF16, KvDType::kSame, 64, 20, 4, 32, 16, false, 1});  // group 5
   for (const FusedCase& c : cases) run_case(c);
 }
 

@@ -94,10 +94,11 @@ size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_di
 /// dims, or of 16 with an fp8 cache).
 bool decode_rope_supported(int head_dim, int rotary_dim, KvDType cache_dtype);
 /// True when the tensor-core decode kernel serves these shapes: GQA groups of 4 to 8 query heads
-/// (the 8 columns of one mma.sync tile), head_dim 64 or 128, RoPE fused in or not. It runs the
-/// same math (fp32 softmax, 16-bit P) as prefill attention, one mma per 16 keys and 16 dims instead
-/// of 2 * group FMAs per K/V element, so large-batch GQA decode is no longer issue-bound.
-bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim, bool fused_rope);
+/// (the 8 columns of one mma.sync tile), head_dim 64 or 128, with RoPE fused in (DecodeRope) or
+/// not. It runs the same math (fp32 softmax, 16-bit P) as prefill attention, one mma per 16 keys
+/// and 16 dims instead of 2 * group FMAs per K/V element, so large-batch GQA decode is no longer
+/// issue-bound.
+bool decode_mma_supported(int num_heads, int num_kv_heads, int head_dim);
 cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
 
 /// One prefill chunk of T tokens at stream positions c0 .. c0 + T - 1. The cache holds the
