@@ -112,6 +112,9 @@ struct MmaShape {
 /// keeps load_q_frags' reads conflict-free).
 template <int D>
 inline constexpr int kRopePitch = D + 8;
+template <typename T, typename C, int D>
+inline constexpr bool kRopeRowsFitAStage =
+    2 * kMaxGroup * kRopePitch<D> * static_cast<int>(sizeof(T)) <= MmaShape<D, C>::kStageBytes;
 
 /// The CTA's keys as tiles: tiles [0, n_sink) cover the sinks of the range, the rest its window
 /// keys; tile `tau` holds keys [begin(tau), min(begin(tau) + 16, end(tau))).
@@ -518,6 +521,33 @@ __device__ __forceinline__ KeyTiles key_tiles(KeyRange range, int num_sink) {
   return kt;
 }
 
+/// RoPE fused in: the group's q heads (raw QKV row `raw` from head h0, + bias) and, with sinks,
+/// their sink queries, each element rotated once, by one thread (consecutive threads, consecutive
+/// dims: coalesced loads, one round trip), as rope_kv stores it, into [nh][kRopePitch] rows at
+/// `rows` (window queries, then the sink queries kMaxGroup rows further) that load_q_frags reads
+/// without bank conflicts. `rows` is warp 0's last pipeline stage, which no copy uses before the
+/// key loop. (Each lane rotating its own fragments' elements was 5-10 us a layer slower.)
+/// Ends with a barrier; returns the window rows.
+template <typename T, int D>
+__device__ __forceinline__ const T* rotate_queries(const DecodeArgs& a, const T* raw, int seq,
+                                                   int h0, int nh, bool sinks, unsigned char* rows) {
+  T* rot_w = reinterpret_cast<T*>(rows);
+  T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
+  const float* angles = a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half;
+  const T* bias = static_cast<const T*>(a.qkv_bias);
+  for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
+    const int h = i / D, d = i % D;
+    const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
+    rot_w[h * kRopePitch<D> + d] =
+        from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
+    if (sinks)
+      rot_s[h * kRopePitch<D> + d] =
+          from_float<T>(roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
+  }
+  __syncthreads();
+  return rot_w;
+}
+
 /// Attends split `split`'s key range (not empty) of sequence `seq` for the group of kv head kvh
 /// and writes the output or the split's partial. `smem`: the warps' pipelines, then the merge.
 template <typename T, typename C, int D, bool kRope>
@@ -560,29 +590,10 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   const T* q_row = static_cast<const T*>(a.q) + seq * a.q_stride;
   int q_h0 = h0, q_stride = D;
   if constexpr (kRope) {
-    // Each element of the group's q (and, for the sinks, its sink query) rotated once, by one
-    // thread (consecutive threads, consecutive dims: coalesced loads, one round trip), as rope_kv
-    // stores it, into [nh][kRopePitch] rows that load_q_frags reads without bank conflicts. The
-    // rows live in warp 0's last pipeline stage, which no copy uses before the loop below. (Each
-    // lane rotating its own fragments' elements was 5-10 us a layer slower.)
-    static_assert(2 * kMaxGroup * kRopePitch<D> * sizeof(T) <= Sh::kStageBytes);
-    T* rot_w = reinterpret_cast<T*>(smem + (S - 1) * Sh::kStageBytes);
-    T* rot_s = rot_w + kMaxGroup * kRopePitch<D>;
-    const float* angles = a.rope_table + static_cast<int64_t>(seq) * 4 * a.rot_half;
-    const T* bias = static_cast<const T*>(a.qkv_bias);
-    const T* raw = q_row + static_cast<int64_t>(h0) * D;
-    for (int i = threadIdx.x; i < nh * D; i += kDecodeThreads) {
-      const int h = i / D, d = i % D;
-      const T* b = bias ? bias + static_cast<int64_t>(h0 + h) * D : nullptr;
-      rot_w[h * kRopePitch<D> + d] =
-          from_float<T>(roped_elem<T>(raw + h * D, b, angles, a.rot_half, d));
-      if (kt.n_sink > 0)
-        rot_s[h * kRopePitch<D> + d] =
-            from_float<T>(roped_elem<T>(raw + h * D, b, angles + 2 * a.rot_half, a.rot_half, d));
-    }
-    __syncthreads();
-    q_row = rot_w;
-    q_sink_row = kt.n_sink > 0 ? rot_s : nullptr;
+    static_assert(kRopeRowsFitAStage<T, C, D>);
+    q_row = rotate_queries<T, D>(a, q_row + static_cast<int64_t>(h0) * D, seq, h0, nh,
+                                 kt.n_sink > 0, smem + (S - 1) * Sh::kStageBytes);
+    q_sink_row = kt.n_sink > 0 ? q_row + kMaxGroup * kRopePitch<D> : nullptr;
     q_h0 = 0;
     q_stride = kRopePitch<D>;
   }
