@@ -232,6 +232,7 @@ struct Variant {
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
   bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
+  bool qkv_attention = true;     // false: CudaTuning::qkv_attention off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
   std::vector<std::pair<int, int>> fp8_projection_configs;  // the same for fp8 GEMVs
@@ -306,6 +307,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
   }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
+  if (args.on("qkv-attention-off-too")) {
+    Variant v{"off: qkv GEMV and attention in one kernel"};
+    v.qkv_attention = false;
+    variants.push_back(v);
+  }
   for (int on : {0, 1}) {
     if (!args.on(on ? "rope-fusion-on-too" : "rope-fusion-off-too")) continue;
     Variant v{on ? "forced: RoPE in attention" : "off: RoPE in attention"};
@@ -343,6 +349,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
   t.fp8_norm_in_gemv = v.fp8_norm_in_gemv && base.fp8_norm_in_gemv;
+  t.qkv_attention = v.qkv_attention && base.qkv_attention;
   return t;
 }
 
@@ -597,6 +604,9 @@ void declare_flags(cli::Args& args) {
   args.option("fp8-norm-in-gemv", "-1",
               "fp8 weights: 1 decode steps run the residual adds and norms inside the GEMVs "
               "around them, 0 as add_norm kernels; -1: the runner's default");
+  args.flag("qkv-attention-off-too",
+            "also time decode with the fp8 qkv GEMV and decode attention as two kernels where "
+            "they run as one (CudaTuning::qkv_attention)");
   args.flag("fp8-norm-off-too",
             "also time decode with the fp8 GEMVs' residual adds and norms as add_norm kernels");
   args.option("carveout", "-1",

@@ -11,6 +11,7 @@
 #include "rill/kernels/gemv.h"
 #include "rill/kernels/gemv_fp8.h"
 #include "rill/kernels/logprobs.h"
+#include "rill/kernels/qkv_attention.h"
 #include "rill/kernels/rope.h"
 #include "rill/kernels/sampling.h"
 
@@ -109,6 +110,13 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
 // qkv_ / q_sink_ -> attn_.
 void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache,
                                           const void* bias) {
+  RILL_CUDA(kernels::launch_decode_attention(decode_attention_params(plan, layer_cache, bias),
+                                             stream_));
+}
+
+kernels::DecodeAttentionParams CudaRunner::decode_attention_params(const StepPlan& plan,
+                                                                   void* layer_cache,
+                                                                   const void* bias) const {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   auto p =
@@ -136,7 +144,32 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
               !kernels::decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim)
           ? 0
           : tuning_.decode_mma;
-  RILL_CUDA(kernels::launch_decode_attention(p, stream_));
+  return p;
+}
+
+// The qkv projection and decode attention as one kernel (CudaTuning::qkv_attention): one
+// sequence of one token on a model without GQA, fp8 qkv weights on the GEMV, RoPE inside
+// attention in the kernel's split count. True when it was enqueued.
+bool CudaRunner::enqueue_qkv_attention(int li, const StepPlan& plan, const LayerNorms& norms,
+                                       void* layer_cache) {
+  const ModelConfig& c = config_;
+  const cuda::DeviceLayer& w = weights_->layers()[li];
+  const int H = c.hidden_size;
+  if (!tuning_.qkv_attention || plan.shape.tokens != 1 || plan.shape.decode != 1 ||
+      !w.wqkv.fp8() || tp_.comm || !rope_in_attention(plan) ||
+      attention_splits(1, plan.max_decode_keys) != kernels::decode_qkv_attention_splits(c.head_dim) ||
+      !gemm_->uses_gemv(h_.get(), w.wqkv, 1, H))
+    return false;
+  kernels::Fp8GemvParams g = gemm_->fp8_gemv_params(h_.get(), w.wqkv, qkv_.get(), 1, c.qkv_dim(), H, false);
+  if (norms.qkv_in) {
+    g.norm_in.sumsq = norm_sumsq_.as<float>();
+    g.norm_in.eps = c.norm_eps;
+  }
+  const kernels::DecodeAttentionParams p = decode_attention_params(plan, layer_cache, w.bqkv);
+  if (!kernels::decode_qkv_attention_supported(g, p)) return false;
+  timed(Profiler::kAttention, [&] { RILL_CUDA(kernels::launch_decode_qkv_attention(g, p, stream_)); });
+  if (profiler_) ++profile_.qkv_attention_launches;
+  return true;
 }
 
 // Prefill chunks' causal attention over the cache and the chunk itself: qkv_ / q_sink_ -> attn_.
@@ -166,7 +199,8 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
 
-  timed(Profiler::kGemm, [&] {
+  const bool fused = enqueue_qkv_attention(li, plan, norms, layer_cache);
+  if (!fused) timed(Profiler::kGemm, [&] {
     if (norms.qkv_in) {
       gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true, nullptr);
       return;
@@ -191,7 +225,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       RILL_CUDA(kernels::launch_rope_kv(p, stream_));
     });
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv);
+    if (sh.decode > 0 && !fused) enqueue_decode_attention(plan, layer_cache, w.bqkv);
     if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
   });
   if (sh.prefill > 0) {

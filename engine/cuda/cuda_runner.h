@@ -37,6 +37,7 @@ int cuda_device_count();
 struct StepProfile {
   double gemm_ms = 0, attention_ms = 0, norm_elementwise_ms = 0, sampling_ms = 0, total_ms = 0;
   int steps = 0;
+  int qkv_attention_launches = 0;  // layers whose qkv GEMV and attention ran as one kernel
 };
 
 /// A CudaRunner that is one rank of a tensor-parallel group (engine/tp/): its model is the rank's
@@ -228,6 +229,10 @@ class CudaRunner final : public ModelRunner {
   template <typename Fn>
   void timed(int category, Fn&& fn);
   void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
+  kernels::DecodeAttentionParams decode_attention_params(const cuda::StepPlan& plan,
+                                                         void* layer_cache, const void* bias) const;
+  bool enqueue_qkv_attention(int layer, const cuda::StepPlan& plan, const LayerNorms& norms,
+                             void* layer_cache);
   void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   void quiesce_group(int key);  // tensor-parallel ranks before a graph capture

@@ -70,6 +70,10 @@ struct CudaTuning {
   /// several splits, for models without GQA and, on the tensor-core kernel, for GQA steps of 1
   /// or 2 sequences, where it was measured to pay (CudaRunner::rope_in_attention).
   RopeInAttention rope_in_attention = RopeInAttention::kAuto;
+  /// fp8 decode steps of one token on models without GQA (head_dim 128), RoPE inside attention:
+  /// the qkv GEMV and decode attention as one kernel (kernels::launch_decode_qkv_attention; the
+  /// same bytes), where the automatic split count is the kernel's.
+  bool qkv_attention = true;
   /// Decode attention on tensor cores (kernels::DecodeAttentionParams::use_mma): -1 where the
   /// kernel takes the shapes (GQA groups of 4 to 8), 0 never, 1 wherever it
   /// takes them (as -1 today; kept apart so measurements can name the choice).

@@ -66,6 +66,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -76,8 +77,10 @@
 #include "attention_util.cuh"
 #include "dispatch.cuh"
 #include "fp8.cuh"
+#include "gemv_fp8_persistent.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
+#include "rill/kernels/qkv_attention.h"
 
 namespace rill::kernels {
 namespace {
@@ -497,6 +500,170 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
 }
 
+/// Prefetches into L2 the K and V rows of key range `range` of kv head kvh (all but the newest
+/// key, which this step writes), one 128-byte line a thread and step.
+template <typename C, int D>
+__device__ __forceinline__ void prefetch_kv_l2(const DecodeArgs& a, const DecodeSeq& sq,
+                                               KeyRange range, int kvh) {
+  constexpr int kLines = (D * static_cast<int>(sizeof(C)) + 127) / 128;  // of a K or V row
+  const PagedKv<C> kv = head_kv<C, D>(a, sq, kvh);
+  const int num_sink = max(sq.num_sink, 0);
+  const int n_keys = num_sink + max(sq.window_count, 0);
+  const int ring = sq.geo.ring_size > 0 ? sq.geo.ring_size : 0x7fffffff;
+  for (int i = threadIdx.x; i < (range.hi - range.lo) * 2 * kLines; i += blockDim.x) {
+    const int j = range.lo + i / (2 * kLines), part = i % (2 * kLines);  // K lines, then V lines
+    if (j == n_keys - 1) continue;
+    const int slot =
+        j < num_sink ? j
+                     : sq.geo.ring_base + attn::ring_offset(sq.head_rel - (n_keys - 1 - j), ring);
+    const C* line = kv.k_row(slot) + (part >= kLines ? kv.kv_stride : 0) +
+                    (part % kLines) * (128 / static_cast<int>(sizeof(C)));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+
+constexpr int kQkvWarps = 16;  // the deep-prologue fp8 GEMV's shape: 16 warps, a ring of 3
+constexpr int kQkvStages = 3;
+
+/// The arrival count of head h's CTAs in decode_qkv_attention_kernel: the spare word of the
+/// workspace record (split 0, sequence 0, head h), beside its merge counter. Zero between launches.
+template <int D>
+__device__ __forceinline__ int* head_arrivals(const DecodeArgs& a, int h) {
+  return reinterpret_cast<int*>(ws_record<D>(a, 0, h) + ws_counter_offset(D) + 1);
+}
+
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// The GEMV half of decode_qkv_attention_kernel (not inlined, as the attention half).
+template <typename T, int D, bool BLOCK>
+__device__ __noinline__ void qkv_kernel_gemv(uint4* smem, const T* __restrict__ x,
+                                             const uint8_t* __restrict__ w,
+                                             const float* __restrict__ scale,
+                                             const fp8_gemv::NormArgs<T>& nrm, int K,
+                                             const DecodeArgs& a) {
+  fp8_gemv::persistent_gemv<T, kQkvWarps, kQkvStages, 1, BLOCK, GemvEpilogue::kStore, true>(
+      smem, x, w, scale, const_cast<void*>(a.q), nullptr, nrm, 1, 3 * a.num_heads * D, K, false);
+}
+
+/// The attention half of decode_qkv_attention_kernel (not inlined: its registers stay apart from
+/// the GEMV loop's under the kernel's 64-register bound).
+template <typename T, typename C, int D>
+__device__ __noinline__ void qkv_kernel_attention(const DecodeArgs& a, uint4* smem) {
+  constexpr int S = D / 16;
+  const int split = blockIdx.x % S, h = blockIdx.x / S;
+  const DecodeSeq sq = a.seqs[0];
+  const int n_keys = max(sq.num_sink, 0) + max(sq.window_count, 0);
+  const KeyRange range = split_range(n_keys, split, S, a.min_keys_per_split, a.block_size);
+  T* out = static_cast<T*>(a.out) + static_cast<int64_t>(h) * D;
+  if (range.lo < range.hi) {
+    attend_range<T, C, D, 1, true>(a, sq, range, split, 0, h, h, 1, out, smem);
+  } else if (threadIdx.x == 0) {  // an empty split
+    *reinterpret_cast<float2*>(ws_record<D>(a, split, h) + ws_ml_offset(D)) =
+        make_float2(-INFINITY, 0.0f);
+  }
+  merge_splits_if_last<T, D>(a, h, 1, out, reinterpret_cast<float*>(smem));
+}
+
+/// decode_qkv_attention_kernel: one sequence's qkv projection (fp8 weights) and decode attention,
+/// for models without GQA, in one kernel of G = num_heads * S CTAs, S = D / 16, all resident at
+/// once (checked at launch). The persistent fp8 GEMV (gemv_fp8_persistent.cuh, the deep-prologue
+/// shape, so the same sums) on a grid of G CTAs gives CTA b the tiles b, b + G and b + 2G: rows
+/// 16 (b % S) .. + 15 of head b / S's q, k and v. Each CTA counts itself on its head's arrival
+/// counter once its tiles are stored (fence, then an atomic add) and, with its first 128 threads
+/// (the others exit), waits until the head's S CTAs have arrived: head h's whole raw q, k and v
+/// rows are then in memory, without a kernel boundary between the GEMV and attention. It then
+/// attends split b % S of the keys exactly as decode_attention_kernel with RoPE fused in, and the
+/// last of the S CTAs merges the splits through the workspace as there. A second count after
+/// attention tells the last CTA that every CTA of the head is past its wait, and it resets the
+/// counter. The split's K/V rows (the newest aside) are prefetched into L2 before the GEMV starts,
+/// in place of that kernel's early loads.
+template <typename T, typename C, int D, bool BLOCK>
+__global__ void __launch_bounds__(kQkvWarps * 32, 2)
+    decode_qkv_attention_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
+                                const float* __restrict__ scale, fp8_gemv::NormArgs<T> nrm, int K,
+                                const DecodeArgs a) {
+  extern __shared__ uint4 smem[];  // the GEMV's ring, partials and x; then attention's
+  constexpr int S = D / 16;
+  pdl_launch_dependents();
+  {
+    const DecodeSeq sq = a.seqs[0];
+    const int n_keys = max(sq.num_sink, 0) + max(sq.window_count, 0);
+    const KeyRange range =
+        split_range(n_keys, blockIdx.x % S, S, a.min_keys_per_split, a.block_size);
+    if (range.lo < range.hi && !(a.probe & 1)) prefetch_kv_l2<C, D>(a, sq, range, blockIdx.x / S);
+  }
+  if (a.probe & 8) { pdl_wait(); return; }
+  if (!(a.probe & 16))
+    fp8_gemv::persistent_gemv<T, kQkvWarps, kQkvStages, 1, BLOCK, GemvEpilogue::kStore, true>(
+        smem, x, w, scale, const_cast<void*>(a.q), nullptr, nrm, 1, 3 * a.num_heads * D, K, false);
+  else
+    pdl_wait();
+  if (a.probe & 128) return;
+  int* arrivals = head_arrivals<D>(a, blockIdx.x / S);
+  if (!(a.probe & 64)) __threadfence();  // warp 0's stores of the tiles are visible device-wide before the count...
+  __syncthreads();  // ...for every warp
+  if (threadIdx.x >= kDecodeThreads) return;
+  if (threadIdx.x == 0) {
+    atomicAdd(arrivals, 1);
+    while (!(a.probe & 4) && ld_acquire_gpu(arrivals) < S) {
+    }
+  }
+  __syncthreads();  // the head's q, k and v rows are visible to every thread
+  if (!(a.probe & 2)) qkv_kernel_attention<T, C, D>(a, smem);
+  if (threadIdx.x == 0 && atomicAdd(arrivals, 1) == 2 * S - 1) atomicExch(arrivals, 0);
+}
+
+// PROBE: the GEMV alone through this launcher.
+template <typename T, typename C, int D, bool BLOCK>
+__global__ void __launch_bounds__(kQkvWarps * 32, 2)
+    probe_gemv_only_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
+                           const float* __restrict__ scale, fp8_gemv::NormArgs<T> nrm, int K,
+                           const DecodeArgs a) {
+  extern __shared__ uint4 smem[];
+  pdl_launch_dependents();
+  fp8_gemv::persistent_gemv<T, kQkvWarps, kQkvStages, 1, BLOCK, GemvEpilogue::kStore, true>(
+      smem, x, w, scale, const_cast<void*>(a.q), nullptr, nrm, 1, 3 * a.num_heads * D, K, false);
+}
+
+template <typename T, typename C, int D, bool BLOCK>
+cudaError_t launch_qkv_attention_typed(const Fp8GemvParams& g, const DecodeArgs& a,
+                                       cudaStream_t stream) {
+  constexpr int S = D / 16;
+  const auto kernel = (a.probe & 32) ? probe_gemv_only_kernel<T, C, D, BLOCK> : decode_qkv_attention_kernel<T, C, D, BLOCK>;
+  // The GEMV's ring, double-buffered partials, staged x and Fp8NormIn's sums (as launch_gemv_fp8's
+  // persistent shape); attention reuses the front.
+  const int gemv_bytes = kQkvStages * 2 * kQkvWarps * 32 * 16 + 2 * kQkvWarps * 4 * 32 * 4 +
+                         g.K * static_cast<int>(sizeof(T)) +
+                         (g.norm_in.sumsq ? (g.K / fp8_gemv::kRows + 3) / 4 * 16 : 0);
+  const int bytes = std::max(gemv_bytes, DecodeSmem<D, C, 1>::kVecs * 16);
+  if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+      err != cudaSuccess)
+    return err;
+  // Every CTA must be resident at once: a CTA waits for the others of its head.
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      err != cudaSuccess)
+    return err;
+  if (cudaError_t err =
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQkvWarps * 32, bytes);
+      err != cudaSuccess)
+    return err;
+  if (a.num_heads * S > per_sm * sms)
+    return invalid_argument("decode qkv + attention: " + std::to_string(a.num_heads * S) +
+                            " CTAs do not fit the device at once");
+  const fp8_gemv::NormArgs<T> nrm{nullptr, nullptr, nullptr, g.norm_in.sumsq, g.norm_in.eps};
+  const cudaError_t err =
+      launch_kernel(kernel, dim3(a.num_heads * S), dim3(kQkvWarps * 32), bytes, stream,
+                    static_cast<const T*>(g.x), static_cast<const uint8_t*>(g.w), g.scale, nrm,
+                    g.K, a);
+  return err != cudaSuccess ? err : launch_status();
+}
+
 /// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
 /// use several CTAs.
 int heads_per_cta(int group, int max_gh) {
@@ -541,6 +708,41 @@ cudaError_t launch_decode_typed(const DecodeArgs& args, int num_seqs, int num_kv
   return err != cudaSuccess ? err : launch_status();
 }
 
+/// The kernels' view of p; gh: heads a CTA serves.
+DecodeArgs decode_args(const DecodeAttentionParams& p, int gh) {
+  const int group = p.num_heads / p.num_kv_heads;
+  DecodeArgs args{};
+  args.q = p.q;
+  args.q_stride = p.q_stride;
+  args.q_sink = p.q_sink;
+  args.q_sink_stride = p.q_sink_stride;
+  args.seqs = p.seqs;
+  args.cache = p.cache;
+  args.block_stride = p.layout.block_stride();
+  args.kv_stride = p.layout.kv_stride();
+  args.block_size = p.layout.block_size;
+  args.block_shift = attn::log2_pow2(p.layout.block_size);
+  args.num_heads = p.num_heads;
+  args.group = group;
+  args.head_chunks = (group + gh - 1) / gh;
+  args.num_splits = p.num_splits;
+  args.min_keys_per_split = p.min_keys_per_split > 0 ? p.min_keys_per_split : 1;
+  args.scale_log2 = p.scale * kLog2e;
+  if (p.layout.cache_dtype == KvDType::kFp8E4M3) args.scale_log2 *= p.layout.k_scale;
+  args.v_scale = p.layout.v_scale;
+  args.early_kv_loads = p.early_kv_loads;
+  args.cluster = p.cluster_merge;
+  args.num_seqs = p.num_seqs;
+  args.out = p.out;
+  args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;
+  args.rope_table = p.rope.table;
+  args.qkv_bias = p.rope.qkv_bias;
+  args.rot_half = p.rope.rotary_dim / 2;
+  args.kv_heads = p.num_kv_heads;
+  args.k_scale = p.layout.k_scale;
+  return args;
+}
+
 /// The decode kernels' head dims.
 using DecodeHeadDims = HeadDims<32, 64, 80, 96, 128, 256>;
 
@@ -565,7 +767,10 @@ size_t decode_attention_workspace_bytes(int num_seqs, int num_heads, int head_di
          sizeof(float);
 }
 
-cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+namespace {
+
+/// launch_decode_attention's argument checks: cudaSuccess, or the error (set as the last error).
+cudaError_t check_decode_params(const DecodeAttentionParams& p) {
   if (const cudaError_t e = check_head_dim<DecodeHeadDims>(p.head_dim); e != cudaSuccess) return e;
   if (const std::string why =
           attn::shape_problem(p.num_seqs, p.num_heads, p.num_kv_heads, p.head_dim, p.layout);
@@ -598,39 +803,19 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
           "decode attention: RoPE fused in needs rotary_dim / 2 a multiple of "
           "a lane's dims and 16-byte aligned rows");
   }
+  return cudaSuccess;
+}
 
+}  // namespace
+
+cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  if (const cudaError_t e = check_decode_params(p); e != cudaSuccess) return e;
+  if (p.num_seqs == 0) return cudaSuccess;
+  const bool mma_fits = decode_mma_supported(p.num_heads, p.num_kv_heads, p.head_dim);
   const bool fp8 = p.layout.cache_dtype == KvDType::kFp8E4M3;
   const int group = p.num_heads / p.num_kv_heads;
   const int gh = heads_per_cta(group, fp8 ? kMaxHeadsPerCta<Fp8> : kMaxHeadsPerCta<__half>);
-  DecodeArgs args{};
-  args.q = p.q;
-  args.q_stride = p.q_stride;
-  args.q_sink = p.q_sink;
-  args.q_sink_stride = p.q_sink_stride;
-  args.seqs = p.seqs;
-  args.cache = p.cache;
-  args.block_stride = p.layout.block_stride();
-  args.kv_stride = p.layout.kv_stride();
-  args.block_size = p.layout.block_size;
-  args.block_shift = attn::log2_pow2(p.layout.block_size);
-  args.num_heads = p.num_heads;
-  args.group = group;
-  args.head_chunks = (group + gh - 1) / gh;
-  args.num_splits = p.num_splits;
-  args.min_keys_per_split = p.min_keys_per_split > 0 ? p.min_keys_per_split : 1;
-  args.scale_log2 = p.scale * kLog2e;
-  if (fp8) args.scale_log2 *= p.layout.k_scale;
-  args.v_scale = p.layout.v_scale;
-  args.early_kv_loads = p.early_kv_loads;
-  args.cluster = p.cluster_merge;
-  args.num_seqs = p.num_seqs;
-  args.out = p.out;
-  args.ws = p.num_splits > 1 ? static_cast<float*>(p.workspace) : nullptr;
-  args.rope_table = p.rope.table;
-  args.qkv_bias = p.rope.qkv_bias;
-  args.rot_half = p.rope.rotary_dim / 2;
-  args.kv_heads = p.num_kv_heads;
-  args.k_scale = p.layout.k_scale;
+  DecodeArgs args = decode_args(p, gh);
   if (static_cast<int64_t>(p.num_kv_heads) * args.head_chunks > 65535)
     return invalid_argument("decode attention: too many kv heads");
   if (p.use_mma == 1 || (p.use_mma < 0 && mma_fits)) {  // the group in one CTA, on tensor cores
@@ -643,6 +828,45 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
       return dispatch_head_dim(DecodeHeadDims{}, p.head_dim, [&]<int D>() {
         return launch_decode_typed<T, C, D>(args, p.num_seqs, p.num_kv_heads, gh, stream);
       });
+    });
+  });
+}
+
+}  // namespace rill::kernels
+
+namespace rill::kernels {
+
+int decode_qkv_attention_splits(int head_dim) {
+  return head_dim / fp8_gemv::kRows;
+}
+
+bool decode_qkv_attention_supported(const Fp8GemvParams& g, const DecodeAttentionParams& p) {
+  return p.num_seqs == 1 && g.M == 1 && p.num_heads > 0 && p.num_kv_heads == p.num_heads &&
+         p.head_dim == 128 && g.dtype == p.dtype &&
+         g.N == 3 * p.num_heads * p.head_dim && g.K > 0 && g.K % fp8_gemv::kRows == 0 &&
+         g.K * 2 <= fp8_gemv::kFp8GemvXStageMaxBytes &&
+         (!g.norm_in.sumsq || g.K / fp8_gemv::kRows <= kFp8NormInMaxSums) &&
+         g.epilogue == GemvEpilogue::kStore && !g.bias && !g.y_f32 && !g.norm_out.residual &&
+         (g.scale_layout == Fp8ScaleLayout::kPerRow ||
+          g.scale_layout == Fp8ScaleLayout::kBlock128) &&
+         g.y == p.q && g.x && g.w && g.scale && is_aligned16(g.x) && is_aligned16(g.w) &&
+         p.rope.table && p.workspace && p.num_splits == decode_qkv_attention_splits(p.head_dim);
+}
+
+cudaError_t launch_decode_qkv_attention(const Fp8GemvParams& g, const DecodeAttentionParams& p,
+                                        cudaStream_t stream) {
+  if (const cudaError_t e = check_decode_params(p); e != cudaSuccess) return e;
+  if (!decode_qkv_attention_supported(g, p))
+    return invalid_argument("decode qkv + attention: unsupported launch (see "
+                            "decode_qkv_attention_supported)");
+  DecodeArgs args = decode_args(p, 1);
+  args.cluster = false;  // the workspace merge (see decode_qkv_attention_kernel)
+  if (const char* e = std::getenv("RILL_QKV_PROBE")) args.probe = std::atoi(e);
+  const bool block = g.scale_layout == Fp8ScaleLayout::kBlock128;
+  return dispatch_dtype(p.dtype, [&]<typename T>() {
+    return dispatch_kv_dtype<T>(p.layout.cache_dtype, [&]<typename C>() {
+      return block ? launch_qkv_attention_typed<T, C, 128, true>(g, args, stream)
+                   : launch_qkv_attention_typed<T, C, 128, false>(g, args, stream);
     });
   });
 }

@@ -63,6 +63,7 @@ struct DecodeArgs {
   int rot_half;             // rotary_dim / 2
   int kv_heads;             // v heads start at (num_heads + kv_heads) * D in a QKV row
   float k_scale;            // fp8: the newest key is stored as e4m3(k / k_scale)
+  int probe;                // PROBE (not for commit)
 };
 
 struct KeyRange {

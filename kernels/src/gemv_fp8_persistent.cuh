@@ -159,14 +159,17 @@ __device__ __forceinline__ void end_tile(const LaneTile<T, MT>& L, const float (
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
-__global__ void __launch_bounds__(W * 32, P)
-    gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
-                               const uint8_t* __restrict__ w,    // [N, K] e4m3
-                               const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                               void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
-                               int M, int N, int K, bool y_f32) {
-  extern __shared__ uint4 ring[];
+//
+// persistent_gemv is the kernel's body, also run by decode_qkv_attention_kernel
+// (attention_decode.cu) before its attention; `ring` is the dynamic shared memory.
+template <typename T, int W, int S, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
+__device__ __forceinline__ void persistent_gemv(uint4* ring,
+                                                const T* __restrict__ x,          // [M, K]
+                                                const uint8_t* __restrict__ w,    // [N, K] e4m3
+                                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
+                                                void* __restrict__ y, const T* __restrict__ bias,
+                                                const NormArgs<T>& nrm, int M, int N, int K,
+                                                bool y_f32) {
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
   __shared__ float rs[kFp8GemvMaxRows];
@@ -248,6 +251,17 @@ __global__ void __launch_bounds__(W * 32, P)
                                       K, y_f32);
   }
   attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit
+}
+
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
+__global__ void __launch_bounds__(W * 32, P)
+    gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
+                               const uint8_t* __restrict__ w,    // [N, K] e4m3
+                               const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
+                               void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
+                               int M, int N, int K, bool y_f32) {
+  extern __shared__ uint4 ring[];
+  persistent_gemv<T, W, S, MT, BLOCK, EPI, XS>(ring, x, w, scale, y, bias, nrm, M, N, K, y_f32);
 }
 
 /// Tiles (16 rows each) per CTA and the grid of the persistent kernel for N rows on `sms` SMs:

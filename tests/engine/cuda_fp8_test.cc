@@ -20,6 +20,7 @@
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/fp8_runs.h"
 #include "tests/engine/golden.h"
+#include "tests/engine/random_model.h"
 
 #ifdef RILL_HAVE_CUDA
 #include "engine/cuda/gemm.h"
@@ -625,6 +626,50 @@ TEST(CudaFp8, NormInGemvMatchesTheCpuEngineAndAddNorm) {
                 d.decode);
     EXPECT_GT(d.decode, 0.0);  // the switch reached the decode steps
     EXPECT_LT(d.decode, kDecodeTol);
+  }
+}
+
+// One decode token on a model without GQA (head_dim 128) runs its fp8 qkv GEMV and decode
+// attention as one kernel (CudaTuning::qkv_attention) when attention takes that kernel's 8 splits
+// (449 to 960 keys): the same logits, bit for bit, as the two kernels, with 16-bit and fp8
+// caches, linear and StreamingLLM, in CUDA graphs and eagerly, where the profile counts the fused
+// launches (so the test knows the path ran).
+TEST(CudaFp8, QkvAttentionChangesNoBit) {
+  REQUIRE_CUDA();
+  ModelConfig c = testing::tiny_llama_config();
+  c.hidden_size = 256;
+  c.intermediate_size = 384;
+  c.num_heads = c.num_kv_heads = 2;
+  c.head_dim = c.rope.rotary_dim = 128;
+  c.num_layers = 3;
+  const Model m = testing::random_model(c, {.seed = 5, .fan_in_scaled = true});
+  std::mt19937 rng(9);
+  std::vector<std::vector<int32_t>> prompts(1, std::vector<int32_t>(500));
+  for (int32_t& t : prompts[0]) t = int32_t(rng() % c.vocab_size);
+  const int steps = 6;
+  std::vector<std::vector<int32_t>> tokens(steps, std::vector<int32_t>(1));
+  for (int s = 0; s < steps; ++s) tokens[s][0] = int32_t((11 + 7 * s) % c.vocab_size);
+  for (const char* kv : {"auto", "fp8"}) {
+    for (const CachePolicy& policy : {CachePolicy::full(), CachePolicy::streaming(4, 496)}) {
+      for (const bool graphs : {true, false}) {
+        SCOPED_TRACE(std::string("kv ") + kv + " " + policy.to_string() +
+                     (graphs ? " graphs" : " eager"));
+        int launches = 0;
+        auto rows = [&](bool fused) {
+          CudaTuning t;
+          t.qkv_attention = fused;
+          auto r = testing::cuda_runner(m, graphs, kv, t, "fp8");
+          if (!graphs) r->set_profiling(true);
+          Fp8Rows out = testing::run_fp8_rows(*r, prompts, tokens, policy);
+          if (fused) launches = r->profile().qkv_attention_launches;
+          return out;
+        };
+        const Fp8Rows on = rows(true), off = rows(false);
+        EXPECT_EQ(on.prefill, off.prefill);
+        EXPECT_EQ(on.decode, off.decode);
+        if (!graphs) EXPECT_EQ(launches, steps * c.num_layers);
+      }
+    }
   }
 }
 
