@@ -126,6 +126,7 @@ void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::
   if (q.targets.empty())
     invalid(source, "config group '" + groups->begin().key() + "' has no targets");
   q.ignore = string_list(qc, "ignore", source);
+  q.kv_cache_scheme = qc.contains("kv_cache_scheme") && !qc["kv_cache_scheme"].is_null();
 }
 
 // quant_method "fp8": transformers' FineGrainedFP8Config (weight_block_size [128, 128],
@@ -226,7 +227,9 @@ std::string QuantizationConfig::describe() const {
       s += "static per-tensor";
       break;
   }
-  return s + " activations)";
+  s += " activations";
+  if (kv_cache_scheme) s += "; the checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1";
+  return s + ")";
 }
 
 QuantizationConfig parse_quantization_config(const json& config, const std::string& source) {
