@@ -228,7 +228,8 @@ std::string QuantizationConfig::describe() const {
       break;
   }
   s += " activations";
-  if (kv_cache_scheme) s += "; the checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1";
+  if (kv_cache_scheme)
+    s += "; the checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1";
   return s + ")";
 }
 

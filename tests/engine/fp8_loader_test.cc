@@ -83,9 +83,10 @@ TEST(QuantizationConfig, ParsesCompressedTensorsFp8Schemes) {
   kv["quantization_config"]["kv_cache_scheme"] = fp8_args("tensor");
   const auto with_kv = parse_quantization_config(kv, "c");
   EXPECT_TRUE(with_kv.kv_cache_scheme);
-  EXPECT_EQ(with_kv.describe(),
-            "fp8 (compressed-tensors, per-channel weight scales, dynamic per-token activations; the "
-            "checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1)");
+  EXPECT_EQ(
+      with_kv.describe(),
+      "fp8 (compressed-tensors, per-channel weight scales, dynamic per-token activations; the "
+      "checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1)");
   EXPECT_FALSE(dyn.kv_cache_scheme);
   kv["quantization_config"]["kv_cache_scheme"] = nullptr;
   EXPECT_FALSE(parse_quantization_config(kv, "c").kv_cache_scheme);
