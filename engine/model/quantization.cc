@@ -100,6 +100,14 @@ void parse_ct_inputs(const json& a, QuantizationConfig& q, const std::string& so
     unsupported(source, "compressed-tensors dynamic activations with strategy '" + strategy + "'");
 }
 
+// The checkpoint carries calibrated KV-cache scales: compressed-tensors' (and vLLM fp8's)
+// `kv_cache_scheme`, or AutoFP8's `kv_cache_quant_targets` (k_proj / v_proj output scales).
+bool has_kv_cache_scales(const json& qc) {
+  const auto scheme = qc.find("kv_cache_scheme"), targets = qc.find("kv_cache_quant_targets");
+  return (scheme != qc.end() && !scheme->is_null()) ||
+         (targets != qc.end() && targets->is_array() && !targets->empty());
+}
+
 void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::string& source) {
   q.method = QuantMethod::kCompressedTensors;
   if (qc.contains("sparsity_config") && qc["sparsity_config"].is_object() &&
@@ -126,7 +134,7 @@ void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::
   if (q.targets.empty())
     invalid(source, "config group '" + groups->begin().key() + "' has no targets");
   q.ignore = string_list(qc, "ignore", source);
-  q.kv_cache_scheme = qc.contains("kv_cache_scheme") && !qc["kv_cache_scheme"].is_null();
+  q.kv_cache_scheme = has_kv_cache_scales(qc);
 }
 
 // quant_method "fp8": transformers' FineGrainedFP8Config (weight_block_size [128, 128],
@@ -157,6 +165,7 @@ void parse_fp8(const json& qc, QuantizationConfig& q, const std::string& source)
     q.ignore = string_list(qc, "modules_to_not_convert", source);
   }
   q.targets = {"Linear"};
+  q.kv_cache_scheme = has_kv_cache_scales(qc);
   // The output embedding is never converted (transformers' get_keys_to_not_convert, AutoFP8).
   q.ignore.insert(q.ignore.end(), {"lm_head", "embed_out"});
 }

@@ -46,9 +46,9 @@ struct QuantizationConfig {
   std::vector<std::string> ignore;
   /// compressed-tensors `targets`: "Linear" (every linear layer), module names or "re:" patterns.
   std::vector<std::string> targets;
-  /// compressed-tensors `kv_cache_scheme` was given (the "-FP8-KV" checkpoints): its calibrated
-  /// per-layer k / v scales are not read, and an fp8 KV cache keeps scales of 1 (describe() says
-  /// so).
+  /// The checkpoint carries calibrated per-layer KV-cache scales (compressed-tensors'
+  /// `kv_cache_scheme`, the "-FP8-KV" checkpoints; AutoFP8's `kv_cache_quant_targets`): they are
+  /// not read, and an fp8 KV cache keeps scales of 1 (describe() says so).
   bool kv_cache_scheme = false;
 
   bool quantized() const { return method != QuantMethod::kNone; }

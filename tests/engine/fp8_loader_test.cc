@@ -90,6 +90,15 @@ TEST(QuantizationConfig, ParsesCompressedTensorsFp8Schemes) {
   EXPECT_FALSE(dyn.kv_cache_scheme);
   kv["quantization_config"]["kv_cache_scheme"] = nullptr;
   EXPECT_FALSE(parse_quantization_config(kv, "c").kv_cache_scheme);
+  // AutoFP8's per-tensor format with k / v output scales.
+  const json autofp8 = {{"quantization_config",
+                         {{"quant_method", "fp8"},
+                          {"activation_scheme", "static"},
+                          {"kv_cache_quant_targets", {"k_proj", "v_proj"}}}}};
+  EXPECT_TRUE(parse_quantization_config(autofp8, "c").kv_cache_scheme);
+  json plain_fp8 = autofp8;
+  plain_fp8["quantization_config"].erase("kv_cache_quant_targets");
+  EXPECT_FALSE(parse_quantization_config(plain_fp8, "c").kv_cache_scheme);
 }
 
 TEST(QuantizationConfig, ParsesTransformersFp8BlockFormat) {
