@@ -38,10 +38,8 @@ struct CpuRunner::Layer {
   std::vector<float> wo, bo;      // [hidden, q_dim]
   std::vector<float> wgate, bgate, wup, bup;  // [intermediate, hidden]
   std::vector<float> wdown, bdown;            // [hidden, intermediate]
+  KvScales kv_scales;  // of the emulated fp8 cache (1 unless the checkpoint calibrated them)
 };
-
-// Per-tensor scale of the emulated fp8 cache (uncalibrated, as the CUDA runner).
-constexpr float kFp8KvScale = 1.0f;
 
 struct CpuRunner::Chunk {
   SeqId id;
@@ -193,6 +191,7 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& opt)
     l.bup = f32(w.up_bias);
     l.wdown = linear(w.down, fp8);
     l.bdown = f32(w.down_bias);
+    l.kv_scales = w.kv_scales;
     layers_.push_back(std::move(l));
   }
   const int64_t block_floats = 2ll * c.num_kv_heads * opt.block_size * c.head_dim;
@@ -399,7 +398,8 @@ void CpuRunner::write_kv(int layer, const Chunk& c, const float* qkv) {
         float* dst = kv_ptr(layer, block, kv, kh, static_cast<int>(slot % bs));
         const float* src = qkv + t * cf.qkv_dim() + cf.q_dim() + kv * cf.kv_dim() + kh * hd;
         if (fp8_kv_) {
-          for (int d = 0; d < hd; ++d) dst[d] = fp8::e4m3_round_trip(src[d], kFp8KvScale);
+          const KvScales& s = layers_[layer].kv_scales;
+          for (int d = 0; d < hd; ++d) dst[d] = fp8::e4m3_round_trip(src[d], kv ? s.v : s.k);
         } else {
           std::memcpy(dst, src, hd * sizeof(float));
         }

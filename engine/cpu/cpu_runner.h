@@ -39,7 +39,8 @@ struct CpuRunnerOptions {
   int num_blocks = 0;
   int64_t host_kv_cache_bytes = 64ll << 20;  // offloaded caches (ModelRunner::offload_sequence)
   /// kFp8E4M3 emulates the CUDA runner's fp8 cache: every stored K/V value is rounded through
-  /// e4m3 (scale 1) and decode tokens attend to their own K/V as stored (the pool stays fp32).
+  /// e4m3 with its layer's scales (LayerWeights::kv_scales) and decode tokens attend to their own
+  /// K/V as stored (the pool stays fp32).
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   /// kFp8: the decoder's linear weights as the CUDA runner holds them in fp8, dequantized
   /// (16/32-bit ones quantized per channel first); kNone: as stored (fp8 ones dequantized).

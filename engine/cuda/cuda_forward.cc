@@ -108,11 +108,11 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
 // qkv_ / q_sink_ -> attn_.
 void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cache,
-                                          const void* bias) {
+                                          const kernels::KvCacheLayout& layout, const void* bias) {
   const ModelConfig& c = config_;
   const cuda::StepShape& sh = plan.shape;
   auto p =
-      attention_params<kernels::DecodeAttentionParams>(weights_->dtype(), c, layer_cache, layout_);
+      attention_params<kernels::DecodeAttentionParams>(weights_->dtype(), c, layer_cache, layout);
   p.num_seqs = sh.decode;
   p.q = qkv_.get();
   p.q_stride = c.qkv_dim();
@@ -140,10 +140,11 @@ void CudaRunner::enqueue_decode_attention(const StepPlan& plan, void* layer_cach
 }
 
 // Prefill chunks' causal attention over the cache and the chunk itself: qkv_ / q_sink_ -> attn_.
-void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cache) {
+void CudaRunner::enqueue_prefill_attention(const StepPlan& plan, void* layer_cache,
+                                           const kernels::KvCacheLayout& layout) {
   const ModelConfig& c = config_;
   auto p =
-      attention_params<kernels::PrefillAttentionParams>(weights_->dtype(), c, layer_cache, layout_);
+      attention_params<kernels::PrefillAttentionParams>(weights_->dtype(), c, layer_cache, layout);
   p.num_seqs = plan.shape.prefill;
   p.qkv = qkv_.get();
   p.qkv_stride = c.qkv_dim();
@@ -165,6 +166,11 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   const int T = sh.tokens, H = c.hidden_size;
   char* layer_cache =
       cache_.as<char>() + size_t(li) * layout_.layer_stride() * layout_.element_bytes();
+  kernels::KvCacheLayout layout = layout_;
+  if (layout.cache_dtype == kernels::KvDType::kFp8E4M3) {  // the layer's (calibrated) scales
+    layout.k_scale = w.kv_scales.k;
+    layout.v_scale = w.kv_scales.v;
+  }
 
   timed(Profiler::kGemm, [&] {
     if (norms.qkv_in) {
@@ -176,7 +182,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   });
   if (!rope_in_attention(plan))
     timed(Profiler::kNorm, [&] {
-      auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout_);
+      auto p = layer_cache_params<kernels::RopeKvParams>(dt, c, layer_cache, layout);
       p.num_tokens = T;
       p.rotary_dim = c.rope.rotary_dim;
       p.qkv = qkv_.get();
@@ -191,12 +197,12 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
       RILL_CUDA(kernels::launch_rope_kv(p, stream_));
     });
   timed(Profiler::kAttention, [&] {
-    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, w.bqkv);
-    if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache);
+    if (sh.decode > 0) enqueue_decode_attention(plan, layer_cache, layout, w.bqkv);
+    if (sh.prefill > 0) enqueue_prefill_attention(plan, layer_cache, layout);
   });
   if (sh.prefill > 0) {
     timed(Profiler::kNorm, [&] {  // prefill chunks store their K/V after attending to the old cache
-      auto p = layer_cache_params<kernels::KvWriteParams>(dt, c, layer_cache, layout_);
+      auto p = layer_cache_params<kernels::KvWriteParams>(dt, c, layer_cache, layout);
       p.num_tokens = T;
       p.qkv = qkv_.get();
       p.qkv_stride = c.qkv_dim();

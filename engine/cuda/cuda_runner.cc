@@ -94,7 +94,9 @@ CudaRunner::CudaRunner(const Model& model, const EngineOptions& o, CudaTpRank tp
   layout_.block_size = o.block_size;
   layout_.head_dim = config_.head_dim;
   if (kv_dtype == KvCacheDType::kFp8E4M3) {
-    layout_.cache_dtype = kernels::KvDType::kFp8E4M3;  // scales 1, as vLLM without calibration
+    // Scales 1, as vLLM without calibration; each layer's calibrated ones where the checkpoint
+    // has them (DeviceLayer::kv_scales, set per layer in enqueue_attention).
+    layout_.cache_dtype = kernels::KvDType::kFp8E4M3;
     layout_.k_scale = layout_.v_scale = 1.0f;
   }
   rope_fusable_ = kernels::decode_rope_supported(config_.head_dim, config_.rope.rotary_dim,

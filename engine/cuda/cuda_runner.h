@@ -227,8 +227,11 @@ class CudaRunner final : public ModelRunner {
   // Runs fn, between CUDA events of Profiler category `category` while profiling.
   template <typename Fn>
   void timed(int category, Fn&& fn);
-  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache, const void* bias);
-  void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache);
+  // `layout`: layout_ with the layer's KV-cache scales.
+  void enqueue_decode_attention(const cuda::StepPlan& plan, void* layer_cache,
+                                const kernels::KvCacheLayout& layout, const void* bias);
+  void enqueue_prefill_attention(const cuda::StepPlan& plan, void* layer_cache,
+                                 const kernels::KvCacheLayout& layout);
   int attention_splits(int decode_seqs, int max_keys) const;  // decode attention's split count
   void quiesce_group(int key);  // tensor-parallel ranks before a graph capture
   // The decode graph of a bucket's step; `sample`: with the sampling kernel (else the forward

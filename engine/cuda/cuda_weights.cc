@@ -211,7 +211,8 @@ DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype, WeightQua
   final_norm_ = at(fnorm);
   final_norm_bias_ = at(fnorm_b);
   inv_freq_ = reinterpret_cast<const float*>(base + up.float_offset_of(freq));
-  for (const Slots& s : slots) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slots& s = slots[i];
     DeviceLayer d;
     d.attn_norm = at(s.an);
     d.attn_norm_bias = at(s.anb);
@@ -225,6 +226,7 @@ DeviceWeights::DeviceWeights(const Model& model, kernels::DType dtype, WeightQua
     d.bup = at(s.upb);
     d.wdown = lin(s.down);
     d.bdown = at(s.bdown);
+    d.kv_scales = w.layers[i].kv_scales;
     layers_.push_back(d);
   }
 }

@@ -42,6 +42,7 @@ struct DeviceLayer {
   const void* bup = nullptr;            // [2I] / [I] or null, rows as wup's
   DeviceLinear wdown;                   // [H, I]
   const void* bdown = nullptr;          // [H] or null
+  KvScales kv_scales;                   // an fp8 KV cache's (1 unless calibrated)
 };
 
 class DeviceWeights {

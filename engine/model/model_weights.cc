@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/model/fp8_weights.h"
+#include "engine/model/kv_cache_scales.h"
 
 namespace rill {
 namespace {
@@ -36,7 +37,8 @@ class Picker {
       Tensor want;
       want.shape = shape;
       throw Error(ErrorCode::kInvalidArgument, source_ + ": tensor '" + name + "' has shape " +
-                                                   it->second.shape_str() + ", expected " + want.shape_str());
+                                                   it->second.shape_str() + ", expected " +
+                                                   want.shape_str());
     }
     return it->second;
   }
@@ -79,16 +81,19 @@ ModelWeights map_llama_family(const ModelConfig& c, const Picker& p) {
 
 // GPT-NeoX fuses q/k/v per head: rows [head][q|k|v][head_dim]. Split into separate q, k, v
 // tensors (rows [head][head_dim]) so every architecture shares one layout.
-void split_neox_qkv(const Tensor& fused, int heads, int head_dim, Tensor* out[3], const std::string& name) {
+void split_neox_qkv(const Tensor& fused, int heads, int head_dim, Tensor* out[3],
+                    const std::string& name) {
   const size_t es = dtype_size(fused.dtype);
   const int64_t cols = fused.shape.size() == 2 ? fused.shape[1] : 1;
   const size_t row_bytes = static_cast<size_t>(cols) * es;
   for (int part = 0; part < 3; ++part) {
-    auto buf = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(heads) * head_dim * row_bytes);
+    auto buf =
+        std::make_shared<std::vector<std::byte>>(static_cast<size_t>(heads) * head_dim * row_bytes);
     for (int hd = 0; hd < heads; ++hd) {
       const auto* src = static_cast<const std::byte*>(fused.data) +
                         (static_cast<size_t>(hd) * 3 + part) * head_dim * row_bytes;
-      std::memcpy(buf->data() + static_cast<size_t>(hd) * head_dim * row_bytes, src, head_dim * row_bytes);
+      std::memcpy(buf->data() + static_cast<size_t>(hd) * head_dim * row_bytes, src,
+                  head_dim * row_bytes);
     }
     Tensor& t = *out[part];
     t.name = name + "[" + "qkv"[part] + "]";
@@ -146,7 +151,10 @@ ModelWeights map_gpt_neox(const ModelConfig& c, const Picker& p) {
 ModelWeights map_hf_weights(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
                             const std::string& source) {
   Picker p(tensors, config.quant, source);
-  return config.arch == Arch::kGptNeoX ? map_gpt_neox(config, p) : map_llama_family(config, p);
+  ModelWeights w =
+      config.arch == Arch::kGptNeoX ? map_gpt_neox(config, p) : map_llama_family(config, p);
+  read_kv_cache_scales(config, tensors, w, source);
+  return w;
 }
 
 }  // namespace rill

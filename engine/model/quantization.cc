@@ -100,12 +100,28 @@ void parse_ct_inputs(const json& a, QuantizationConfig& q, const std::string& so
     unsupported(source, "compressed-tensors dynamic activations with strategy '" + strategy + "'");
 }
 
-// The checkpoint carries calibrated KV-cache scales: compressed-tensors' (and vLLM fp8's)
-// `kv_cache_scheme`, or AutoFP8's `kv_cache_quant_targets` (k_proj / v_proj output scales).
-bool has_kv_cache_scales(const json& qc) {
-  const auto scheme = qc.find("kv_cache_scheme"), targets = qc.find("kv_cache_quant_targets");
-  return (scheme != qc.end() && !scheme->is_null()) ||
-         (targets != qc.end() && targets->is_array() && !targets->empty());
+// The checkpoint's calibrated KV-cache scales: compressed-tensors' (and vLLM fp8's)
+// `kv_cache_scheme` (8-bit float, static, per tensor or per attention head), or AutoFP8's
+// `kv_cache_quant_targets` (k_proj / v_proj output scales, per tensor).
+void parse_kv_scheme(const json& qc, QuantizationConfig& q) {
+  const auto targets = qc.find("kv_cache_quant_targets");
+  if (targets != qc.end() && targets->is_array() && !targets->empty())
+    q.kv_scales = KvScaleScheme::kPerTensor;
+  const auto it = qc.find("kv_cache_scheme");
+  if (it == qc.end() || it->is_null()) return;
+  q.kv_scales = KvScaleScheme::kPerTensor;
+  if (!it->is_object()) return;  // e.g. a bare "fp8"
+  const json& s = *it;
+  const std::string strategy = str_or(s, "strategy", "tensor");
+  const bool dynamic =
+      s.contains("dynamic") && s["dynamic"].is_boolean() && s["dynamic"].get<bool>();
+  if (str_or(s, "type", "float") != "float" || s.value("num_bits", 8) != 8 || dynamic ||
+      (strategy != "tensor" && strategy != "attn_head")) {
+    q.kv_scales = KvScaleScheme::kUnsupported;
+    q.kv_scheme_summary = (dynamic ? "dynamic " : "") + args_summary(s);
+  } else if (strategy == "attn_head") {
+    q.kv_scales = KvScaleScheme::kPerHead;
+  }
 }
 
 void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::string& source) {
@@ -134,7 +150,7 @@ void parse_compressed_tensors(const json& qc, QuantizationConfig& q, const std::
   if (q.targets.empty())
     invalid(source, "config group '" + groups->begin().key() + "' has no targets");
   q.ignore = string_list(qc, "ignore", source);
-  q.kv_cache_scheme = has_kv_cache_scales(qc);
+  parse_kv_scheme(qc, q);
 }
 
 // quant_method "fp8": transformers' FineGrainedFP8Config (weight_block_size [128, 128],
@@ -165,7 +181,7 @@ void parse_fp8(const json& qc, QuantizationConfig& q, const std::string& source)
     q.ignore = string_list(qc, "modules_to_not_convert", source);
   }
   q.targets = {"Linear"};
-  q.kv_cache_scheme = has_kv_cache_scales(qc);
+  parse_kv_scheme(qc, q);
   // The output embedding is never converted (transformers' get_keys_to_not_convert, AutoFP8).
   q.ignore.insert(q.ignore.end(), {"lm_head", "embed_out"});
 }
@@ -237,8 +253,19 @@ std::string QuantizationConfig::describe() const {
       break;
   }
   s += " activations";
-  if (kv_cache_scheme)
-    s += "; the checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1";
+  switch (kv_scales) {
+    case KvScaleScheme::kNone:
+      break;
+    case KvScaleScheme::kPerTensor:
+      s += "; calibrated per-tensor KV-cache scales for --kv-cache-dtype fp8";
+      break;
+    case KvScaleScheme::kPerHead:
+      s += "; calibrated per-head KV-cache scales for --kv-cache-dtype fp8 (each layer's largest)";
+      break;
+    case KvScaleScheme::kUnsupported:
+      s += "; KV-cache scheme " + kv_scheme_summary + " is not supported: its scales are not read";
+      break;
+  }
   return s + ")";
 }
 

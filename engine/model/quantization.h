@@ -35,6 +35,17 @@ enum class ActivationQuant {
   kStaticPerTensor,  // the checkpoint's `input_scale`
 };
 
+/// Calibrated KV-cache scales in a checkpoint: compressed-tensors' (and vLLM fp8's)
+/// `kv_cache_scheme`, the "-FP8-KV" checkpoints, or AutoFP8's `kv_cache_quant_targets`. An fp8
+/// KV cache (`--kv-cache-dtype fp8`) stores e4m3(k / k_scale) and e4m3(v / v_scale) with them;
+/// without them it uses scales of 1, as vLLM does without calibration.
+enum class KvScaleScheme {
+  kNone,
+  kPerTensor,  // one k and one v scale a layer
+  kPerHead,    // one a KV head (llm-compressor's "attn_head"): the cache uses each layer's largest
+  kUnsupported,  // not an fp8 scheme (e.g. int8) or dynamic: no scales are read
+};
+
 struct QuantizationConfig {
   QuantMethod method = QuantMethod::kNone;
   WeightScaleKind weights = WeightScaleKind::kChannel;
@@ -46,10 +57,11 @@ struct QuantizationConfig {
   std::vector<std::string> ignore;
   /// compressed-tensors `targets`: "Linear" (every linear layer), module names or "re:" patterns.
   std::vector<std::string> targets;
-  /// The checkpoint carries calibrated per-layer KV-cache scales (compressed-tensors'
-  /// `kv_cache_scheme`, the "-FP8-KV" checkpoints; AutoFP8's `kv_cache_quant_targets`): they are
-  /// not read, and an fp8 KV cache keeps scales of 1 (describe() says so).
-  bool kv_cache_scheme = false;
+  /// Calibrated fp8 KV-cache scales the checkpoint carries (read_kv_cache_scales reads them).
+  KvScaleScheme kv_scales = KvScaleScheme::kNone;
+  /// kUnsupported: the scheme as the checkpoint states it (e.g. "int8 (type=int, num_bits=8,
+  /// strategy=tensor)"), for describe().
+  std::string kv_scheme_summary;
 
   bool quantized() const { return method != QuantMethod::kNone; }
   /// Name of the scale tensor beside "<module>.weight": "weight_scale" or "weight_scale_inv".

@@ -1,5 +1,8 @@
 #include "engine/runner/cache_identity.h"
 
+#include <cstdio>
+#include <cstring>
+
 namespace rill {
 
 std::string kv_cache_identity(const Model& model, std::string_view runner,
@@ -15,6 +18,18 @@ std::string kv_cache_identity(const Model& model, std::string_view runner,
         n(c.rope.factor);
   id += ";stored=" + std::string(dtype_name(c.stored_dtype)) +
         ";compute=" + std::string(compute_dtype) + ";kv=" + std::string(kv_dtype);
+  if (kv_dtype.starts_with("fp8")) {       // what the stored bytes are multiplied by
+    uint64_t h = 14695981039346656037ull;  // FNV-1a over the layers' (k, v) scale bits
+    for (const LayerWeights& l : model.weights.layers)
+      for (float s : {l.kv_scales.k, l.kv_scales.v}) {
+        uint32_t bits;
+        std::memcpy(&bits, &s, sizeof(bits));
+        for (int b = 0; b < 4; ++b) h = (h ^ ((bits >> (8 * b)) & 0xffu)) * 1099511628211ull;
+      }
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+    id += ";kv_scales=" + std::string(hex);
+  }
   return id;
 }
 

@@ -12,7 +12,8 @@ namespace rill {
 
 /// "runner=<runner>;model=<path>;arch=...;shape=...;stored=<dtype>;compute=<dtype>;kv=<dtype>":
 /// the model (path, architecture, sizes, RoPE), the dtype its weights are stored in and computed
-/// in (quantization), and the KV cache's element type.
+/// in (quantization), and the KV cache's element type; for an fp8 cache (kv_dtype "fp8...") also
+/// ";kv_scales=<hash>" of the layers' KV-cache scales.
 std::string kv_cache_identity(const Model& model, std::string_view runner,
                               std::string_view compute_dtype, std::string_view kv_dtype);
 

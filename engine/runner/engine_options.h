@@ -29,8 +29,9 @@ struct EngineOptions {
   std::string dtype = "auto";        // CUDA runner: auto | float16 | bfloat16
   int max_batch = 256;               // CUDA runner: most sequences in one step
   int max_step_tokens = 8192;        // CUDA runner: most tokens in one step (prefill chunks)
-  std::string kv_cache_dtype = "auto";  // auto (the model's dtype) | fp8 (e4m3, scales 1; the CPU
-                                        // runner rounds K/V through it to emulate the CUDA one)
+  std::string kv_cache_dtype = "auto";  // auto (the model's dtype) | fp8 (e4m3 with the
+                                        // checkpoint's calibrated scales, else 1; the CPU runner
+                                        // rounds K/V through it to emulate the CUDA one)
   std::string quantization = "auto";  // decoder linear weights: auto (what the checkpoint says) |
                                       // fp8 (e4m3; per-channel scales at load where the
                                       // checkpoint has none) | none (the model dtype)

@@ -261,6 +261,34 @@ TEST(CpuRunner, Fp8KvCacheRoundsStoredKeysAndValues) {
   EXPECT_GT(rel_l2(one_fp8, one_fp32), 1e-5) << "the decode token's own V went through e4m3";
 }
 
+// A checkpoint whose K and V reach past e4m3's 448: with scales of 1 the fp8 cache clips them;
+// with the layer's calibrated scales (LayerWeights::kv_scales) it keeps them.
+TEST(CpuRunner, Fp8KvCacheAppliesTheLayersCalibratedScales) {
+  Model m = random_model(tiny_llama_config());
+  // k and v 400 times larger (a few hundred to a few thousand), q 400 times smaller: the same
+  // attention logits (RoPE is linear), values and outputs that scale with v.
+  for (LayerWeights& l : m.weights.layers)
+    for (auto [t, f] : {std::pair{&l.k, 400.0f}, {&l.v, 400.0f}, {&l.q, 1 / 400.0f}}) {
+      std::vector<float> w = t->to_f32();
+      for (float& x : w) x *= f;
+      *t = make_f32_tensor(t->name, t->shape, std::move(w));
+    }
+  const auto tokens = token_stream(60, m.config.vocab_size);
+  auto error = [&](const Model& model) {
+    CpuRunner fp32(model, {.num_threads = 2});
+    CpuRunner fp8(model, {.num_threads = 2, .kv_cache_dtype = KvCacheDType::kFp8E4M3});
+    const CachePolicy p = CachePolicy::streaming(4, 20);
+    return rel_l2(all_logits(fp8, tokens, p, 8), all_logits(fp32, tokens, p, 8));
+  };
+  const double clipped = error(m);
+  for (LayerWeights& l : m.weights.layers) l.kv_scales = {.k = 16, .v = 12};  // 448 x: 7168, 5376
+  const double scaled = error(m);
+  EXPECT_GT(clipped, 0.05);
+  EXPECT_LT(scaled, clipped / 4) << "clipped " << clipped << ", scaled " << scaled;
+  // Rounding alone, as with the unscaled model's values (Fp8KvCacheRoundsStoredKeysAndValues).
+  EXPECT_GT(scaled, 1e-5);
+}
+
 TEST(CpuRunner, UnknownKvCacheDtypeIsRejected) {
   const Model m = random_model(tiny_llama_config());
   EngineOptions o;

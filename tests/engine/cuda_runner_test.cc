@@ -206,6 +206,39 @@ TEST(CudaRunner, Fp8KvCacheOnAFixtureMatchesTheCpuEmulation) {
                         0.1, 3e-2);
 }
 
+// Calibrated KV-cache scales (LayerWeights::kv_scales, a checkpoint's k_scale / v_scale): the
+// default model with k and v 2048 times larger and q and o 2048 times smaller, the same function
+// (exact in bf16), whose K/V (up to about 7,000) an fp8 cache with scales of 1 clips. Each layer
+// gets its own scales; the CUDA engine must apply them as the CPU emulation does.
+TEST(CudaRunner, Fp8KvCacheAppliesTheLayersCalibratedScales) {
+  REQUIRE_CUDA();
+  Model m = load_model(source_path("models/rill-shakespeare"));
+  for (LayerWeights& l : m.weights.layers)
+    for (auto [t, f] : {std::pair{&l.k, 2048.0f}, {&l.v, 2048.0f}, {&l.q, 1 / 2048.0f},
+                        {&l.o, 1 / 2048.0f}}) {
+      std::vector<float> w = t->to_f32();
+      for (float& x : w) x *= f;
+      *t = make_f32_tensor(t->name, t->shape, std::move(w));
+    }
+  const auto ids = load_golden("default_eval_ids.json").at("eval_ids").get<std::vector<int32_t>>();
+  const std::vector<int32_t> tokens(ids.begin(), ids.begin() + 300);
+  const CachePolicy p = CachePolicy::streaming(4, 60);
+  const int V = m.config.vocab_size;
+  auto cpu_logits = [&](KvCacheDType kv) {
+    CpuRunner cpu(m, {.num_threads = 4, .kv_cache_dtype = kv});
+    return all_logits(cpu, tokens, p, 37);
+  };
+  const auto exact = cpu_logits(KvCacheDType::kAuto), unscaled = cpu_logits(KvCacheDType::kFp8E4M3);
+  for (size_t i = 0; i < m.weights.layers.size(); ++i)
+    m.weights.layers[i].kv_scales = {.k = 24.0f + 4 * i, .v = 20.0f + 4 * i};
+  const auto scaled = cpu_logits(KvCacheDType::kFp8E4M3);
+  // The emulation: scales of 1 clip (the logits 0.12 of their norm away on the CPU, against the
+  // 0.015 the engines may differ by), the calibrated ones only round (0.003).
+  EXPECT_GT(row_errors(unscaled, exact, V).mean, 0.08);
+  EXPECT_LT(row_errors(scaled, exact, V).mean, 0.01);
+  check_fp8_against_cpu(m, tokens, {p, CachePolicy::full()}, {1, 37}, 6e-2, 1.5e-2);
+}
+
 TEST(CudaRunner, Fp8KvPoolHoldsTwiceTheTokens) {
   REQUIRE_CUDA();
   const Model m = load_model(source_path("models/rill-shakespeare"));

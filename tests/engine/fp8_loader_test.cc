@@ -77,28 +77,46 @@ TEST(QuantizationConfig, ParsesCompressedTensorsFp8Schemes) {
   EXPECT_FALSE(parse_quantization_config(json::object(), "c").quantized());
   EXPECT_EQ(parse_quantization_config(json::object(), "c").describe(), "none");
 
-  // An "-FP8-KV" checkpoint: the weights load, the calibrated KV-cache scales are not read, and
-  // the description says so.
+  EXPECT_EQ(dyn.kv_scales, KvScaleScheme::kNone);
+}
+
+// KV-cache schemes: an "-FP8-KV" checkpoint's calibrated scales (per tensor or per head), AutoFP8's
+// k / v output scales, and schemes whose scales are not read; each named in the description.
+TEST(QuantizationConfig, ParsesKvCacheSchemes) {
   json kv = ct_config(fp8_args("channel"), fp8_args("token", true));
   kv["quantization_config"]["kv_cache_scheme"] = fp8_args("tensor");
   const auto with_kv = parse_quantization_config(kv, "c");
-  EXPECT_TRUE(with_kv.kv_cache_scheme);
-  EXPECT_EQ(
-      with_kv.describe(),
-      "fp8 (compressed-tensors, per-channel weight scales, dynamic per-token activations; the "
-      "checkpoint's KV-cache scales are not read: an fp8 KV cache uses 1)");
-  EXPECT_FALSE(dyn.kv_cache_scheme);
+  EXPECT_EQ(with_kv.kv_scales, KvScaleScheme::kPerTensor);
+  EXPECT_EQ(with_kv.describe(),
+            "fp8 (compressed-tensors, per-channel weight scales, dynamic per-token activations; "
+            "calibrated per-tensor KV-cache scales for --kv-cache-dtype fp8)");
+  kv["quantization_config"]["kv_cache_scheme"] = fp8_args("attn_head");
+  const auto per_head = parse_quantization_config(kv, "c");
+  EXPECT_EQ(per_head.kv_scales, KvScaleScheme::kPerHead);
+  EXPECT_NE(per_head.describe().find("per-head KV-cache scales for --kv-cache-dtype fp8 (each "
+                                     "layer's largest)"),
+            std::string::npos);
+  kv["quantization_config"]["kv_cache_scheme"] = {
+      {"num_bits", 8}, {"type", "int"}, {"strategy", "tensor"}, {"symmetric", true}};
+  const auto int8 = parse_quantization_config(kv, "c");
+  EXPECT_EQ(int8.kv_scales, KvScaleScheme::kUnsupported);
+  EXPECT_NE(int8.describe().find("KV-cache scheme int8 (type=int, num_bits=8, strategy=tensor) is "
+                                 "not supported: its scales are not read"),
+            std::string::npos)
+      << int8.describe();
+  kv["quantization_config"]["kv_cache_scheme"] = fp8_args("tensor", true);
+  EXPECT_EQ(parse_quantization_config(kv, "c").kv_scales, KvScaleScheme::kUnsupported);
   kv["quantization_config"]["kv_cache_scheme"] = nullptr;
-  EXPECT_FALSE(parse_quantization_config(kv, "c").kv_cache_scheme);
+  EXPECT_EQ(parse_quantization_config(kv, "c").kv_scales, KvScaleScheme::kNone);
   // AutoFP8's per-tensor format with k / v output scales.
   const json autofp8 = {{"quantization_config",
                          {{"quant_method", "fp8"},
                           {"activation_scheme", "static"},
                           {"kv_cache_quant_targets", {"k_proj", "v_proj"}}}}};
-  EXPECT_TRUE(parse_quantization_config(autofp8, "c").kv_cache_scheme);
+  EXPECT_EQ(parse_quantization_config(autofp8, "c").kv_scales, KvScaleScheme::kPerTensor);
   json plain_fp8 = autofp8;
   plain_fp8["quantization_config"].erase("kv_cache_quant_targets");
-  EXPECT_FALSE(parse_quantization_config(plain_fp8, "c").kv_cache_scheme);
+  EXPECT_EQ(parse_quantization_config(plain_fp8, "c").kv_scales, KvScaleScheme::kNone);
 }
 
 TEST(QuantizationConfig, ParsesTransformersFp8BlockFormat) {
