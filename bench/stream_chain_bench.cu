@@ -213,6 +213,7 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint3
 // accumulate false: d is overwritten.
 __device__ __forceinline__ void wgmma_m64n16k32(float (&d)[8], const uint32_t (&a)[4], uint64_t b,
                                                 bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma: sm_90a only
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
@@ -220,6 +221,21 @@ __device__ __forceinline__ void wgmma_m64n16k32(float (&d)[8], const uint32_t (&
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+#else
+  __trap();
+#endif
+}
+
+// 0: wgmma.fence (registers written before the wgmmas that read them), 1: commit the wgmmas
+// issued since the last commit as a group, 2: wait for every group.
+__device__ __forceinline__ void wgmma_sync(int what) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (what == 0) asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  if (what == 1) asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  if (what == 2) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#else
+  __trap();
+#endif
 }
 
 // Four warpgroups; warpgroup q takes the 256-byte K stages q, q + 4, ... of every 16-row tile
@@ -289,14 +305,14 @@ __global__ void __launch_bounds__(512, P) wgmma_kernel(Job j) {
             a[s4][2] = *reinterpret_cast<const uint32_t*>(xrow + kk + 16);
           }
         }
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        wgmma_sync(0);
 #pragma unroll
         for (int s4 = 0; s4 < 4; ++s4)  // 32 bytes of K: four core matrices from 512 (4 half + s4)
           wgmma_m64n16k32(h[half], a[s4], gmma_desc(base + 512 * (4 * half + s4), 256, 128),
                           s4 > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        wgmma_sync(1);
       }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      wgmma_sync(2);
 #pragma unroll
       for (int e = 0; e < 8; ++e) d[e] += h[0][e] + h[1][e];
       slot = slot == S - 1 ? 0 : slot + 1;
