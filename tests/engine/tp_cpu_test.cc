@@ -139,6 +139,31 @@ TEST(TpCpu, Fp8CheckpointWeights) {
   for (int world : {2, 4}) expect_sharded_equal(m, world);
 }
 
+// An fp8 KV cache with calibrated per-layer scales (LayerWeights::kv_scales): every rank keeps
+// its layer's scales, and the group's logits equal one runner's.
+TEST(TpCpu, Fp8KvCacheKeepsTheCalibratedScales) {
+  Model m = random_model(config(8, 2, false));
+  const CpuRunnerOptions fp8{.num_threads = 1, .kv_cache_dtype = KvCacheDType::kFp8E4M3};
+  CpuRunner unscaled(m, fp8);
+  const auto plain = generate(unscaled, prompt(9, m.config.vocab_size), 10);
+  for (size_t i = 0; i < m.weights.layers.size(); ++i)  // e4m3 saturates K past 448 / 256 = 1.75
+    m.weights.layers[i].kv_scales = {.k = 1.0f / 256 + 0.002f * i, .v = 1.0f / 128};
+  CpuRunner scaled(m, fp8);
+  const auto clipped = generate(scaled, prompt(9, m.config.vocab_size), 10);
+  double apart = 0;
+  for (size_t i = 0; i < plain.logits.size(); ++i)
+    apart = std::max(apart, std::abs(double(plain.logits[i]) - clipped.logits[i]));
+  EXPECT_GT(apart, 1e-2) << "the scales must change this model's logits";
+  for (int rank : {0, 1})
+    for (size_t i = 0; i < m.weights.layers.size(); ++i) {
+      const KvScales s = tp::shard_model(m, 2, rank).weights.layers[i].kv_scales;
+      EXPECT_EQ(s.k, m.weights.layers[i].kv_scales.k);
+      EXPECT_EQ(s.v, m.weights.layers[i].kv_scales.v);
+    }
+  for (int world : {2, 4})
+    expect_sharded_equal(m, world, fp8);
+}
+
 // A 2-D fp8 weight with scales of `block_rows` x `block_cols`.
 Tensor fp8_weight(int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols) {
   std::mt19937 rng(5);
