@@ -160,8 +160,7 @@ TEST(TpCpu, Fp8KvCacheKeepsTheCalibratedScales) {
       EXPECT_EQ(s.k, m.weights.layers[i].kv_scales.k);
       EXPECT_EQ(s.v, m.weights.layers[i].kv_scales.v);
     }
-  for (int world : {2, 4})
-    expect_sharded_equal(m, world, fp8);
+  for (int world : {2, 4}) expect_sharded_equal(m, world, fp8);
 }
 
 // A 2-D fp8 weight with scales of `block_rows` x `block_cols`.
