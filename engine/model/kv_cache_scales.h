@@ -1,10 +1,10 @@
 // Calibrated fp8 KV-cache scales of a checkpoint (QuantizationConfig::kv_scales): one k and one
-// v scale a layer, under the names the quantizers write them (vLLM reads the same):
-//   <attn>.k_scale / <attn>.v_scale                    llm-compressor (compressed-tensors), vLLM
-//   fp8 <attn>.k_proj.k_scale / <attn>.v_proj.v_scale      NVIDIA ModelOpt
-//   <attn>.k_proj.output_scale / .v_proj.output_scale  AutoFP8, older compressed-tensors
-//   <attn>.kv_scale                                    older AutoFP8: one scale for both
-// where <attn> is "model.layers.<i>.self_attn" (GPT-NeoX: "gpt_neox.layers.<i>.attention").
+// v scale a layer, under the names the quantizers write them (vLLM reads the same), <attn> being
+// "model.layers.<i>.self_attn" (GPT-NeoX: "gpt_neox.layers.<i>.attention"):
+//   - llm-compressor (compressed-tensors), vLLM fp8: <attn>.k_scale, <attn>.v_scale;
+//   - NVIDIA ModelOpt: <attn>.k_proj.k_scale, <attn>.v_proj.v_scale;
+//   - AutoFP8, older compressed-tensors: <attn>.k_proj.output_scale, <attn>.v_proj.output_scale;
+//   - older AutoFP8: <attn>.kv_scale, one scale for both.
 #pragma once
 
 #include <map>
