@@ -199,6 +199,55 @@ __global__ void __launch_bounds__((C + 1) * 32) bulk_kernel(Job j) {
   if (s == 0x9e3779b9u) *j.sink = s;
 }
 
+// ---- warp bulk: every warp its own ring of bulk copies ---------------------------------------
+// W warps, each streaming its own (tile, piece) items through a private ring of S stages of
+// 16 rows x P bytes: lanes 0-15 copy one row's piece each (cp.async.bulk onto the stage's
+// mbarrier), the warp reads the stage and refills the slot itself. No producer warp, no barrier
+// between warps: a slot is refilled as soon as the one warp that reads it is done. Warp w takes
+// pieces w, w + W, ... (P bytes of K) of each of the CTA's tiles.
+template <int W, int S, int P>
+__global__ void __launch_bounds__(W * 32, 2) warp_bulk_kernel(Job j) {
+  extern __shared__ __align__(128) uint8_t smem[];  // [W][S][16][P], then full [W][S]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* const ring = smem + warp * S * kRows * P;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + W * S * kRows * P) + warp * S;
+  const int G = gridDim.x, tiles_total = j.N / kRows;
+  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;
+  const int pieces = (j.K + P - 1) / P;
+  const int per_tile = warp < pieces ? (pieces - warp + W - 1) / W : 0;
+  const int total = tiles * per_tile;
+  if (lane == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(full + i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  const auto issue = [&](int i) {  // item i into slot i % S
+    const int slot = i % S, tile = i / per_tile, k0 = (warp + (i % per_tile) * W) * P;
+    const int n0 = (blockIdx.x + tile * G) * kRows;
+    const uint32_t bytes = min(P, j.K - k0);
+    if (lane == 0) mbar_expect(full + slot, bytes * kRows);
+    __syncwarp();
+    if (lane < kRows)
+      bulk_copy(ring + (slot * kRows + lane) * P, j.w + static_cast<int64_t>(n0 + lane) * j.K + k0,
+                bytes, full + slot);
+  };
+  pdl_launch_dependents();
+  for (int i = 0; i < min(S, total); ++i) issue(i);
+  pdl_wait();
+  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
+  for (int i = 0; i < total; ++i) {
+    const int slot = i % S;
+    mbar_wait(full + slot, (i / S) & 1);
+    const uint4* st = reinterpret_cast<const uint4*>(ring + slot * kRows * P);
+#pragma unroll
+    for (int v = lane; v < kRows * P / 16; v += 32) s += add_bytes(st[v]);
+    __syncwarp();
+    if (i + S < total) issue(i + S);
+  }
+  write_output(j.y, s);
+  if (s == 0x9e3779b9u) *j.sink = s;
+}
+
 // ---- wgmma: a tensor-core consumer reading the weights from shared memory ------------------
 constexpr int kStage = 256;  // K bytes of the 16 rows a warpgroup stage (4 KB)
 
@@ -351,6 +400,7 @@ struct Variant {
   std::string name;
   bool bulk;
   int warps, stages, per_sm;  // bulk: consumer warps; wgmma: warps 0
+  int piece = 0;              // warp bulk: bytes of a row a stage (bulk false)
 };
 
 int grid_for(int N, int slots) {  // persistent_grid: fewest tiles a CTA, then fewest CTAs
@@ -398,7 +448,45 @@ void run_wgmma(int sms, const Job& j, cudaStream_t s, bool pdl) {
   launch(kernel, grid_for(j.N, P * sms), 512, smem, s, j, pdl);
 }
 
+template <int W, int S, int P>
+void run_warp_bulk(int sms, const Job& j, cudaStream_t s, bool pdl) {
+  const int smem = W * S * kRows * P + W * S * 8;
+  BENCH_CUDA(cudaFuncSetAttribute(warp_bulk_kernel<W, S, P>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch(warp_bulk_kernel<W, S, P>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
+}
+
 void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
+  if (v.piece > 0) {
+    const int key = v.warps * 10000 + v.piece * 10 + v.stages;
+    switch (key) {
+      case 160643:
+        return run_warp_bulk<16, 3, 64>(sms, j, s, pdl);
+      case 160644:
+        return run_warp_bulk<16, 4, 64>(sms, j, s, pdl);
+      case 160646:
+        return run_warp_bulk<16, 6, 64>(sms, j, s, pdl);
+      case 161282:
+        return run_warp_bulk<16, 2, 128>(sms, j, s, pdl);
+      case 161283:
+        return run_warp_bulk<16, 3, 128>(sms, j, s, pdl);
+      case 81286:
+        return run_warp_bulk<8, 6, 128>(sms, j, s, pdl);
+      case 82562:
+        return run_warp_bulk<8, 2, 256>(sms, j, s, pdl);
+      case 82563:
+        return run_warp_bulk<8, 3, 256>(sms, j, s, pdl);
+      case 45123:
+        return run_warp_bulk<4, 3, 512>(sms, j, s, pdl);
+      case 162561:
+        return run_warp_bulk<16, 1, 256>(sms, j, s, pdl);
+      case 122561:
+        return run_warp_bulk<12, 1, 256>(sms, j, s, pdl);
+      default:
+        std::fprintf(stderr, "no warp bulk shape %d\n", key);
+        std::exit(2);
+    }
+  }
   if (!v.bulk && v.warps == 0) {
     if (v.per_sm == 1)
       return v.stages == 6 ? run_wgmma<6, 1>(sms, j, s, pdl) : run_wgmma<8, 1>(sms, j, s, pdl);
@@ -577,13 +665,30 @@ int main(int argc, char** argv) {
   const Job whole{w, static_cast<int>(total / 4096), 4096, xy, xy + kXBytes / 16, sink};
 
   const std::vector<Variant> variants = {
-      {"cp.async 16w ring 3, 2/SM", false, 16, 3, 2}, {"bulk 16+1w ring 3, 2/SM", true, 16, 3, 2},
-      {"bulk 8+1w ring 4, 2/SM", true, 8, 4, 2},      {"bulk 8+1w ring 6, 1/SM", true, 8, 6, 1},
-      {"bulk 8+1w ring 8, 1/SM", true, 8, 8, 1},      {"bulk 16+1w ring 6, 1/SM", true, 16, 6, 1},
-      {"bulk 4+1w ring 6, 1/SM", true, 4, 6, 1},      {"bulk 8+1w ring 6, 2/SM", true, 8, 6, 2},
-      {"bulk 4+1w ring 3, 3/SM", true, 4, 3, 3},      {"wgmma 4wg ring 3, 2/SM", false, 0, 3, 2},
-      {"wgmma 4wg ring 4, 2/SM", false, 0, 4, 2},     {"wgmma 4wg ring 6, 1/SM", false, 0, 6, 1},
+      {"cp.async 16w ring 3, 2/SM", false, 16, 3, 2},
+      {"bulk 16+1w ring 3, 2/SM", true, 16, 3, 2},
+      {"bulk 8+1w ring 4, 2/SM", true, 8, 4, 2},
+      {"bulk 8+1w ring 6, 1/SM", true, 8, 6, 1},
+      {"bulk 8+1w ring 8, 1/SM", true, 8, 8, 1},
+      {"bulk 16+1w ring 6, 1/SM", true, 16, 6, 1},
+      {"bulk 4+1w ring 6, 1/SM", true, 4, 6, 1},
+      {"bulk 8+1w ring 6, 2/SM", true, 8, 6, 2},
+      {"bulk 4+1w ring 3, 3/SM", true, 4, 3, 3},
+      {"wgmma 4wg ring 3, 2/SM", false, 0, 3, 2},
+      {"wgmma 4wg ring 4, 2/SM", false, 0, 4, 2},
+      {"wgmma 4wg ring 6, 1/SM", false, 0, 6, 1},
       {"wgmma 4wg ring 8, 1/SM", false, 0, 8, 1},
+      {"warp bulk 16w 16x64 ring 3", false, 16, 3, 2, 64},
+      {"warp bulk 16w 16x64 ring 4", false, 16, 4, 2, 64},
+      {"warp bulk 16w 16x64 ring 6", false, 16, 6, 2, 64},
+      {"warp bulk 16w 16x128 ring 2", false, 16, 2, 2, 128},
+      {"warp bulk 16w 16x128 ring 3", false, 16, 3, 2, 128},
+      {"warp bulk 8w 16x128 ring 6", false, 8, 6, 2, 128},
+      {"warp bulk 8w 16x256 ring 2", false, 8, 2, 2, 256},
+      {"warp bulk 8w 16x256 ring 3", false, 8, 3, 2, 256},
+      {"warp bulk 4w 16x512 ring 3", false, 4, 3, 2, 512},
+      {"warp bulk 16w 16x256 ring 1", false, 16, 1, 2, 256},
+      {"warp bulk 12w 16x256 ring 1", false, 12, 1, 2, 256},
   };
   std::printf(
       "stream chain: %d layers of the Llama-2-7B fp8 GEMVs (%.2f GB, %s bytes), %d SMs; "

@@ -35,6 +35,7 @@
 #include <string>
 
 #include "dispatch.cuh"
+#include "gemv_fp8_bulk.cuh"
 #include "gemv_fp8_persistent.cuh"
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
@@ -51,13 +52,15 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  int bulk = 0;  // > 0: gemv_fp8_bulk_kernel, pieces of this many steps, `stages` a warp's ring
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
-                               {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+constexpr Config kConfigs[] = {{16, 2, 0},      {8, 2, 0},        {8, 4, 0},       {16, 1, 0},
+                               {32, 1, 0},      {4, 4, 0},        {16, 1, 4},      {16, 1, 3},
+                               {16, 1, 5},      {16, 1, 6},       {16, 1, 3, 2},   {16, 1, 4, 2},
+                               {8, 1, 2, 2, 4}, {16, 1, 1, 2, 4}, {16, 1, 2, 2, 2}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -78,8 +81,8 @@ __global__ void __launch_bounds__(W * 32)
     gemv_fp8_kernel(const T* __restrict__ x,          // [M, K]
                     const uint8_t* __restrict__ w,    // [N, K] e4m3
                     const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                    void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M,
-                    int N, int K, bool y_f32) {
+                    void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M, int N,
+                    int K, bool y_f32) {
   __shared__ float partial[W][MT][4][32];
   __shared__ float res[kFp8GemvMaxRows * kRows], rs[kFp8GemvMaxRows];
   __shared__ __align__(16) T gamma[kRows];
@@ -139,8 +142,8 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
     gemv_fp8_ring_kernel(const T* __restrict__ x,          // [M, K]
                          const uint8_t* __restrict__ w,    // [N, K] e4m3
                          const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
-                         void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
-                         int M, int N, int K, bool y_f32) {
+                         void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm, int M,
+                         int N, int K, bool y_f32) {
   static_assert(ring_bytes<W, U, S>() >= W * MT * 4 * 32 * int(sizeof(float)),
                 "the ring holds the partials");
   extern __shared__ uint4 ring[];  // then Fp8NormIn's sums: M * K / 16 floats
@@ -187,7 +190,6 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
                                             y_f32);
 }
 
-
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
 cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
@@ -201,7 +203,47 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   // kFp8NormInMaxSums of them (one attribute value per kernel).
   const int norm_bytes = p.norm_in.sumsq ? p.M * (p.K / kRows) * 4 : 0;
   constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
-  if constexpr (C.persistent) {
+  if constexpr (C.bulk) {
+    static_assert(C.unroll == 1 && C.stages > 0 && C.persistent == 2);
+    int device = 0, sms = 0, smem_per_sm = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        err != cudaSuccess)
+      return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(
+            &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+        err != cudaSuccess)
+      return err;
+    const int grid = persistent_grid(p.N, sms * C.persistent);
+    const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
+    const int out_bytes =
+        p.norm_out.residual ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T))) : 0;
+    constexpr int kBytes =
+        bulk_ring_bytes<C.warps, C.stages, C.bulk>() + 2 * C.warps * MT * 4 * 32 * 4;
+    const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+    const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+    // x staged while two CTAs an SM still fit (1 KB a CTA is the system's); larger norm inputs
+    // only cost the second CTA.
+    const bool xs =
+        x_bytes <= kFp8GemvXStageMaxBytes &&
+        C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+    const auto kernel =
+        xs ? gemv_fp8_bulk_kernel<T, C.warps, C.stages, C.bulk, MT, BLOCK, EPI, true>
+           : gemv_fp8_bulk_kernel<T, C.warps, C.stages, C.bulk, MT, BLOCK, EPI, false>;
+    constexpr int kMaxBytes =
+        kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes;
+    static_assert(kMaxBytes <= 227 * 1024, "the bulk kernel's most shared memory fits an SM");
+    if (out_bytes > kPersistentNormOutMaxBytes)
+      return invalid_argument("gemv_fp8: the bulk kernel takes at most " +
+                              std::to_string(kPersistentNormOutMaxBytes) +
+                              " bytes of norm_out rows a CTA");
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
+                         kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
+                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+  } else if constexpr (C.persistent) {
     static_assert(C.unroll == 1 && C.stages > 1);
     int device = 0, sms = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
@@ -210,9 +252,8 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
       return err;
     const int grid = persistent_grid(p.N, sms * C.persistent);
     const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
-    const int out_bytes = p.norm_out.residual
-                              ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
-                              : 0;
+    const int out_bytes =
+        p.norm_out.residual ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T))) : 0;
     if (out_bytes > kPersistentNormOutMaxBytes)  // the ring twin, the same sums
       return launch_shape<T, Config{C.warps, 1, C.stages}, MT, BLOCK, EPI>(p, stream);
     // x staged in shared memory when it is small enough and P CTAs an SM still fit (1 KB a CTA
@@ -231,9 +272,9 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const auto kernel =
         xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
            : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
-                                                 16 + kPersistentNormOutMaxBytes);
+    if (cudaError_t err = allow_dynamic_smem(
+            reinterpret_cast<const void*>(kernel),
+            kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes);
         err != cudaSuccess)
       return err;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
@@ -250,8 +291,8 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const auto kernel = gemv_fp8_ring_kernel<T, C.warps, C.unroll, C.stages, MT, BLOCK, EPI>;
     constexpr int kBytes = ring_bytes<C.warps, C.unroll, C.stages>();
     // Once per kernel and device (a thread per GPU under tensor parallelism), not per launch.
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kNormMaxBytes);
+    if (cudaError_t err =
+            allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kBytes + kNormMaxBytes);
         err != cudaSuccess)
       return err;
     return launch_kernel(kernel, dim3(blocks), dim3(C.warps * 32), kBytes + norm_bytes, stream, x,
@@ -353,14 +394,17 @@ int gemv_fp8_num_configs() {
 GemvConfigInfo gemv_fp8_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
   const Config& c = kConfigs[config];
-  return {c.warps, c.unroll, c.stages, true};
+  return {c.warps, c.unroll, c.stages, true, c.bulk > 0};
 }
 
 std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") +
+         (c.bulk         ? " bulk" + std::to_string(c.bulk * 64)
+          : c.persistent ? " persistent"
+                         : "");
 }
 
 }  // namespace rill::kernels

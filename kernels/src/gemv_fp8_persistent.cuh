@@ -38,21 +38,21 @@ __device__ __forceinline__ void stage_norm_inputs_tiles(const NormArgs<T>& nrm,
   stage_norm_inputs<T>(in_only, st, M, N, K, 0);
 }
 
-// XS: x [xs_vecs] uint4 into shared memory `xs` (at most four 16-byte pieces a thread), then a
+// XS: x [xs_vecs] uint4 into shared memory `xs` (at most kFp8GemvXStageMaxBytes), then a
 // barrier. Plain loads and stores: a cp.async group here would complete only after the weight
 // ring's groups issued before it.
 template <int W, typename T>
 __device__ __forceinline__ void stage_x(uint4* xs, const T* x, int xs_vecs) {
-  static_assert(W * 32 * 4 * 16 >= kFp8GemvXStageMaxBytes);
+  constexpr int kPer = (kFp8GemvXStageMaxBytes / 16 + W * 32 - 1) / (W * 32);  // uint4 a thread
   const uint4* xg = reinterpret_cast<const uint4*>(x);
-  uint4 v[4];
+  uint4 v[kPer];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * W * 32;
     if (i < xs_vecs) v[j] = __ldg(xg + i);
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * W * 32;
     if (i < xs_vecs) xs[i] = v[j];
   }
@@ -114,19 +114,19 @@ struct TileFetcher {
 
 // The end of a persistent CTA's tile ti (lane tile L, the warps' sums `acc`): the partial sums
 // into `partial_floats` (ti's half of the double buffer); after the first tile, the norms'
-// factors (their cp.async group is complete once S - 1 iterations were waited for, else it is
-// waited for here); one barrier; then warp 0 reduces and stores the tile while the others go on.
-template <typename T, int W, int S, int MT, bool BLOCK, GemvEpilogue EPI>
+// factors (their cp.async copies waited for here when `norms_pending`); one barrier; then warp 0
+// reduces and stores the tile while the others go on.
+template <typename T, int W, int MT, bool BLOCK, GemvEpilogue EPI>
 __device__ __forceinline__ void end_tile(const LaneTile<T, MT>& L, const float (&acc)[MT][4],
                                          float* partial_floats, int ti, bool first_norms,
-                                         int per_tile, const float* __restrict__ scale,
+                                         bool norms_pending, const float* __restrict__ scale,
                                          void* __restrict__ y, const T* __restrict__ bias,
                                          const NormArgs<T>& nrm, const NormStage<T>& st_all, int M,
                                          int N, int K, bool y_f32) {
   float(*partial)[MT][4][32] = reinterpret_cast<float(*)[MT][4][32]>(partial_floats);
   store_partials<MT>(partial, L.warp, acc);
   if (first_norms) {
-    if (per_tile < S - 1) attn::cp_async_wait<0>();
+    if (norms_pending) attn::cp_async_wait<0>();
     __syncthreads();  // every thread's staged copies are visible
     norm_in_factors<T, W>(nrm, st_all, M, K);
   }
@@ -243,9 +243,10 @@ __global__ void __launch_bounds__(W * 32, P)
       }
       if constexpr (BLOCK) sc[0] = sn[0], sc[1] = sn[1];
     }
-    end_tile<T, W, S, MT, BLOCK, EPI>(L, acc, partials + (ti & 1) * kPartialFloats, ti,
-                                      ti == 0 && norms, per_tile, scale, y, bias, nrm, st_all, M, N,
-                                      K, y_f32);
+    // The norms' group is complete once S - 1 iterations were waited for.
+    end_tile<T, W, MT, BLOCK, EPI>(L, acc, partials + (ti & 1) * kPartialFloats, ti,
+                                   ti == 0 && norms, per_tile < S - 1, scale, y, bias, nrm, st_all,
+                                   M, N, K, y_f32);
   }
   attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit
 }

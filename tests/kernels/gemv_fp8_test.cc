@@ -273,7 +273,7 @@ TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
             if (ri.stages == 0) continue;
             for (int reg = 0; reg < kernels::gemv_fp8_num_configs(); ++reg) {
               const kernels::GemvConfigInfo gi = kernels::gemv_fp8_config_info(reg);
-              if (gi.stages != 0 || gi.warps != ri.warps) continue;
+              if (gi.stages != 0 || gi.warps != ri.warps || gi.pieces != ri.pieces) continue;
               ++pairs;
               EXPECT_TRUE(out[ring] == out[reg])
                   << label(dt, sh.M, N, sh.K, layout, ring) << (silu ? " silu" : "")
@@ -439,8 +439,10 @@ void check_norm_split(DType dt, int M, int K1, int H, int N2, Fp8ScaleLayout lay
     double total = 0;
     for (int b = 0; b < H / 16; ++b) {
       double part = 0;
-      for (int n = 16 * b; n < 16 * b + 16; ++n) part += double(r[size_t(m) * H + n]) * r[size_t(m) * H + n];
-      EXPECT_NEAR(ss[size_t(m) * (H / 16) + b], part, 2e-6 * part + 1e-30) << "m " << m << " b " << b;
+      for (int n = 16 * b; n < 16 * b + 16; ++n)
+        part += double(r[size_t(m) * H + n]) * r[size_t(m) * H + n];
+      EXPECT_NEAR(ss[size_t(m) * (H / 16) + b], part, 2e-6 * part + 1e-30)
+          << "m " << m << " b " << b;
       total += part;
     }
     rs[m] = 1.0 / std::sqrt(total / H + eps);
@@ -469,9 +471,9 @@ TEST(GemvFp8, NormSplitOverTwoGemvs) {
     for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128})
       for (int config : configs) {
         check_norm_split(dt, 1, 1024, 4096, 768, layout, config, rng);  // 7B's hidden size
-        check_norm_split(dt, 16, 208, 320, 48, layout, config, rng);   // two x tiles
-        check_norm_split(dt, 5, 64, 16, 40, layout, config, rng);      // one CTA of rows
-        check_norm_split(dt, 2, 256, 16384, 64, layout, config, rng);  // 4 tiles a persistent CTA
+        check_norm_split(dt, 16, 208, 320, 48, layout, config, rng);    // two x tiles
+        check_norm_split(dt, 5, 64, 16, 40, layout, config, rng);       // one CTA of rows
+        check_norm_split(dt, 2, 256, 16384, 64, layout, config, rng);   // 4 tiles a persistent CTA
       }
 }
 

@@ -24,14 +24,14 @@ enum class GemvEpilogue : int {
 
 struct GemvParams {
   DType dtype = DType::kF16;
-  int M = 0, N = 0, K = 0;        // M <= 8
-  const void* x = nullptr;        // [M, K]
-  const void* w = nullptr;        // [N, K]
-  void* y = nullptr;              // [M, N] (dtype), or fp32 when y_f32; kSiluMul: [M, N / 2]
-  bool y_f32 = false;             // kStore only
+  int M = 0, N = 0, K = 0;  // M <= 8
+  const void* x = nullptr;  // [M, K]
+  const void* w = nullptr;  // [N, K]
+  void* y = nullptr;        // [M, N] (dtype), or fp32 when y_f32; kSiluMul: [M, N / 2]
+  bool y_f32 = false;       // kStore only
   GemvEpilogue epilogue = GemvEpilogue::kStore;
-  const void* bias = nullptr;     // kSiluMul: optional [N], rows as w's
-  int config = -1;  // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
+  const void* bias = nullptr;  // kSiluMul: optional [N], rows as w's
+  int config = -1;             // CTA shape 0 .. gemv_num_configs() - 1; -1: gemv_default_config
   /// For the default shape: the kernel launched before this one is short (a norm, RoPE,
   /// attention), so its CTAs sit resident under PDL for a while before their inputs are ready:
   /// stage the weights through shared memory, which lets more of them stream before the wait.
@@ -56,6 +56,8 @@ inline GemvParams gemv_params(DType dtype, int M, int N, int K, const void* x, c
 struct GemvConfigInfo {
   int warps = 0, unroll = 0, stages = 0;
   bool silu = false;
+  /// fp8: the warps take 256-byte pieces of K (the bulk kernel), not 64-byte steps: other sums.
+  bool pieces = false;
 };
 /// The CTA shapes launch_gemv offers (rill-gemv-bench compares them).
 int gemv_num_configs();
@@ -66,7 +68,8 @@ int gemv_default_config(int N, int K, bool deep_prologue = false);
 /// The shape of `warps` warps x 1 step with a shared-memory ring of `stages` iterations (the
 /// same sums as the default shape with those warps, at another depth), or -1 when none exists.
 int gemv_ring_config(int warps, int stages);
-/// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back to a GEMM.
+/// cudaErrorInvalidValue when M > 8 or K is not a multiple of 8 (16-byte rows); callers fall back
+/// to a GEMM.
 cudaError_t launch_gemv(const GemvParams& p, cudaStream_t stream);
 
 }  // namespace rill::kernels
