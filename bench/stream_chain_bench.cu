@@ -20,6 +20,9 @@
 //             the stage and refilling it itself (no producer warp, no wait between warps). With
 //             P = 256 this streamed at 102-104% of copy, against 93.5% for cp.async; a GEMV built
 //             on it was no faster than the persistent kernel (docs/performance.md F30).
+//   tma 2d    the same rings, each stage one cp.async.bulk.tensor.2d copy of a box of 16 rows
+//             x B bytes. B = 64 (one step of the persistent kernel's warp) ran at 70-81% of copy,
+//             128 at 92%, 256 at 100-102%: the rows' width, not the number of copies, decides.
 //   wgmma     (a probe of a tensor-core consumer, not an engine kernel) the cp.async staging
 //             into the core-matrix layout wgmma reads (8 rows x 16 bytes), four warpgroups of
 //             a CTA splitting K in 256-byte stages, each stage consumed by eight
@@ -30,6 +33,8 @@
 //             GEMV, and its sums were 2.6e-4 of max |y| off with fresh sums every 128 of K
 //             (docs/performance.md F29).
 // Also one kernel over all the bytes (the bulk shape), for the ceiling of a single long grid.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -253,6 +258,78 @@ __global__ void __launch_bounds__(W * 32, 2) warp_bulk_kernel(Job j) {
   if (s == 0x9e3779b9u) *j.sink = s;
 }
 
+// ---- tma 2d: every warp its own ring, one tensor copy a stage -------------------------------
+// warp_bulk_kernel's rings with each stage one cp.async.bulk.tensor.2d copy of a box of 16 rows x
+// B bytes (a tensor map over w [N, K]) instead of 16 row copies: with B = 64 a warp's stage is
+// exactly one step of gemv_fp8_persistent_kernel's warp (the same bytes in the same places).
+template <int W, int S, int B>
+__global__ void __launch_bounds__(W * 32, 2)
+    tma_kernel(const __grid_constant__ CUtensorMap map, Job j) {
+  extern __shared__ __align__(128) uint8_t smem[];  // [W][S][16][B], then full [W][S]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* const ring = smem + warp * S * kRows * B;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + W * S * kRows * B) + warp * S;
+  const int G = gridDim.x, tiles_total = j.N / kRows;
+  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;
+  const int pieces = (j.K + B - 1) / B;
+  const int per_tile = warp < pieces ? (pieces - warp + W - 1) / W : 0;
+  const int total = tiles * per_tile;
+  if (lane == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(full + i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  const auto issue = [&](int i) {  // item i into slot i % S
+    const int slot = i % S, k0 = (warp + (i % per_tile) * W) * B;
+    const int n0 = (blockIdx.x + (i / per_tile) * G) * kRows;
+    if (lane == 0) {
+      mbar_expect(full + slot, kRows * B);
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(ring + slot * kRows * B)),
+          "l"(reinterpret_cast<uint64_t>(&map)), "r"(k0), "r"(n0), "r"(smem_u32(full + slot))
+          : "memory");
+    }
+  };
+  pdl_launch_dependents();
+  for (int i = 0; i < min(S, total); ++i) issue(i);
+  pdl_wait();
+  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
+  for (int i = 0; i < total; ++i) {
+    const int slot = i % S;
+    mbar_wait(full + slot, (i / S) & 1);
+    const uint4* st = reinterpret_cast<const uint4*>(ring + slot * kRows * B);
+#pragma unroll
+    for (int v = lane; v < kRows * B / 16; v += 32) s += add_bytes(st[v]);
+    __syncwarp();
+    if (i + S < total) issue(i + S);
+  }
+  write_output(j.y, s);
+  if (s == 0x9e3779b9u) *j.sink = s;
+}
+
+// A tensor map over w [N, K] bytes with boxes of 16 rows x `box` bytes.
+CUtensorMap weight_map(const Job& j, int box) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    BENCH_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                cudaEnableDefault, &q));
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(j.K), cuuint64_t(j.N)}, strides[1] = {cuuint64_t(j.K)};
+  const cuuint32_t boxes[2] = {cuuint32_t(box), kRows}, elem[2] = {1, 1};
+  if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(j.w), dims, strides, boxes,
+             elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+    std::exit(1);
+  }
+  return m;
+}
+
 // ---- wgmma: a tensor-core consumer reading the weights from shared memory ------------------
 constexpr int kStage = 256;  // K bytes of the 16 rows a warpgroup stage (4 KB)
 
@@ -405,7 +482,7 @@ struct Variant {
   std::string name;
   bool bulk;
   int warps, stages, per_sm;  // bulk: consumer warps; wgmma: warps 0
-  int piece = 0;              // warp bulk: bytes of a row a stage (bulk false)
+  int piece = 0;  // warp bulk: bytes of a row a stage (bulk false); tma 2d: minus those bytes
 };
 
 int grid_for(int N, int slots) {  // persistent_grid: fewest tiles a CTA, then fewest CTAs
@@ -461,7 +538,46 @@ void run_warp_bulk(int sms, const Job& j, cudaStream_t s, bool pdl) {
   launch(warp_bulk_kernel<W, S, P>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
 }
 
+template <int W, int S, int B>
+void run_tma(int sms, const Job& j, cudaStream_t s, bool pdl) {
+  const int smem = W * S * kRows * B + W * S * 8;
+  const auto kernel = tma_kernel<W, S, B>;
+  BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const CUtensorMap map = weight_map(j, B);
+  cudaLaunchConfig_t c = {};
+  c.gridDim = dim3(grid_for(j.N, 2 * sms));
+  c.blockDim = dim3(W * 32);
+  c.dynamicSmemBytes = smem;
+  c.stream = s;
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  c.attrs = &a;
+  c.numAttrs = 1;
+  BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, map, j));
+}
+
 void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
+  if (v.piece < 0) {  // tma 2d: boxes of 16 rows x -piece bytes
+    const int key = v.warps * 10000 - v.piece * 10 + v.stages;
+    switch (key) {
+      case 160643:
+        return run_tma<16, 3, 64>(sms, j, s, pdl);
+      case 160644:
+        return run_tma<16, 4, 64>(sms, j, s, pdl);
+      case 160646:
+        return run_tma<16, 6, 64>(sms, j, s, pdl);
+      case 161283:
+        return run_tma<16, 3, 128>(sms, j, s, pdl);
+      case 162561:
+        return run_tma<16, 1, 256>(sms, j, s, pdl);
+      case 82562:
+        return run_tma<8, 2, 256>(sms, j, s, pdl);
+      default:
+        std::fprintf(stderr, "no tma shape %d\n", key);
+        std::exit(2);
+    }
+  }
   if (v.piece > 0) {
     const int key = v.warps * 10000 + v.piece * 10 + v.stages;
     switch (key) {
@@ -694,6 +810,12 @@ int main(int argc, char** argv) {
       {"warp bulk 4w 16x512 ring 3", false, 4, 3, 2, 512},
       {"warp bulk 16w 16x256 ring 1", false, 16, 1, 2, 256},
       {"warp bulk 12w 16x256 ring 1", false, 12, 1, 2, 256},
+      {"tma 2d 16w 16x64 ring 3", false, 16, 3, 2, -64},
+      {"tma 2d 16w 16x64 ring 4", false, 16, 4, 2, -64},
+      {"tma 2d 16w 16x64 ring 6", false, 16, 6, 2, -64},
+      {"tma 2d 16w 16x128 ring 3", false, 16, 3, 2, -128},
+      {"tma 2d 16w 16x256 ring 1", false, 16, 1, 2, -256},
+      {"tma 2d 8w 16x256 ring 2", false, 8, 2, 2, -256},
   };
   std::printf(
       "stream chain: %d layers of the Llama-2-7B fp8 GEMVs (%.2f GB, %s bytes), %d SMs; "
