@@ -90,7 +90,10 @@ struct Job {
 };
 
 // ---- cp.async: gemv_fp8_persistent_kernel's staging ----------------------------------------
-template <int W, int S>
+// PF > 0: lanes 0-15 of warp 0 also pull whole rows into the L2 (cp.async.bulk.prefetch.L2, one
+// row each) of the tile PF - (PF > 2) ahead, at the start of every tile; PF >= 2 also the first
+// PF - 1 tiles before the PDL wait.
+template <int W, int S, int PF = 0>
 __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
   extern __shared__ uint4 ring[];  // [S][2][W * 32]
   const int G = gridDim.x, tiles_total = j.N / kRows;
@@ -115,7 +118,17 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
+  const auto prefetch_tile = [&](int tile) {
+    if (PF > 0 && threadIdx.x < kRows && tile < tiles) {
+      const uint8_t* row =
+          j.w + static_cast<int64_t>((blockIdx.x + tile * G) * kRows + threadIdx.x) * j.K;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(j.K) : "memory");
+    }
+  };
+  constexpr int kAhead = PF > 2 ? 2 : 1;
   pdl_launch_dependents();
+  if (PF >= 2)
+    for (int p = 0; p < kAhead; ++p) prefetch_tile(p);
 #pragma unroll
   for (int p = 0; p < S - 1; ++p) fetch(p);
   pdl_wait();
@@ -123,6 +136,7 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
   int slot = 0;
   for (int ti = 0; ti < tiles; ++ti)
     for (int it = 0; it < per_tile; ++it) {
+      if (PF > 0 && it == 0) prefetch_tile(ti + kAhead);
       fetch(slot == 0 ? S - 1 : slot - 1);
       asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
       const uint4* own = ring + slot * 2 * W * 32 + threadIdx.x;
@@ -482,7 +496,8 @@ struct Variant {
   std::string name;
   bool bulk;
   int warps, stages, per_sm;  // bulk: consumer warps; wgmma: warps 0
-  int piece = 0;  // warp bulk: bytes of a row a stage (bulk false); tma 2d: minus those bytes
+  int piece = 0;        // warp bulk: bytes of a row a stage (bulk false); tma 2d: minus those bytes
+  int l2_prefetch = 0;  // cp.async: cp_async_kernel's PF
 };
 
 int grid_for(int N, int slots) {  // persistent_grid: fewest tiles a CTA, then fewest CTAs
@@ -505,12 +520,12 @@ void launch(K kernel, int grid, int threads, int smem, cudaStream_t s, const Job
   BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, j));
 }
 
-template <int W, int S>
+template <int W, int S, int PF = 0>
 void run_cp_async(int sms, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = S * 2 * W * 32 * 16;
-  BENCH_CUDA(cudaFuncSetAttribute(cp_async_kernel<W, S>,
+  BENCH_CUDA(cudaFuncSetAttribute(cp_async_kernel<W, S, PF>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  launch(cp_async_kernel<W, S>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
+  launch(cp_async_kernel<W, S, PF>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
 }
 
 template <int C, int S>
@@ -613,7 +628,18 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
       return v.stages == 6 ? run_wgmma<6, 1>(sms, j, s, pdl) : run_wgmma<8, 1>(sms, j, s, pdl);
     return v.stages == 3 ? run_wgmma<3>(sms, j, s, pdl) : run_wgmma<4>(sms, j, s, pdl);
   }
-  if (!v.bulk) return run_cp_async<16, 3>(sms, j, s, pdl);
+  if (!v.bulk) {
+    switch (v.l2_prefetch) {
+      case 1:
+        return run_cp_async<16, 3, 1>(sms, j, s, pdl);
+      case 2:
+        return run_cp_async<16, 3, 2>(sms, j, s, pdl);
+      case 3:
+        return run_cp_async<16, 3, 3>(sms, j, s, pdl);
+      default:
+        return run_cp_async<16, 3>(sms, j, s, pdl);
+    }
+  }
   const int key = v.warps * 100 + v.stages;
   switch (key) {
     case 804:
@@ -810,6 +836,9 @@ int main(int argc, char** argv) {
       {"warp bulk 4w 16x512 ring 3", false, 4, 3, 2, 512},
       {"warp bulk 16w 16x256 ring 1", false, 16, 1, 2, 256},
       {"warp bulk 12w 16x256 ring 1", false, 12, 1, 2, 256},
+      {"cp.async + L2 next tile", false, 16, 3, 2, 0, 1},
+      {"cp.async + L2 first, next", false, 16, 3, 2, 0, 2},
+      {"cp.async + L2 2 ahead", false, 16, 3, 2, 0, 3},
       {"tma 2d 16w 16x64 ring 3", false, 16, 3, 2, -64},
       {"tma 2d 16w 16x64 ring 4", false, 16, 4, 2, -64},
       {"tma 2d 16w 16x64 ring 6", false, 16, 6, 2, -64},
