@@ -223,14 +223,18 @@ __global__ void __launch_bounds__((C + 1) * 32) bulk_kernel(Job j) {
   if (s == 0x9e3779b9u) *j.sink = s;
 }
 
-// ---- warp bulk: every warp its own ring of bulk copies ---------------------------------------
+// ---- warp rings: every warp its own ring of bulk copies ---------------------------------------
 // W warps, each streaming its own (tile, piece) items through a private ring of S stages of
-// 16 rows x P bytes: lanes 0-15 copy one row's piece each (cp.async.bulk onto the stage's
-// mbarrier), the warp reads the stage and refills the slot itself. No producer warp, no barrier
-// between warps: a slot is refilled as soon as the one warp that reads it is done. Warp w takes
-// pieces w, w + W, ... (P bytes of K) of each of the CTA's tiles.
-template <int W, int S, int P>
-__global__ void __launch_bounds__(W * 32, 2) warp_bulk_kernel(Job j) {
+// 16 rows x P bytes: the warp reads a stage and refills the slot itself (no producer warp, no
+// barrier between warps: a slot is refilled as soon as the one warp that reads it is done).
+// Warp w takes pieces w, w + W, ... (P bytes of K) of each of the CTA's tiles. A stage is
+// TENSOR: one cp.async.bulk.tensor.2d copy of a box of 16 rows x P bytes (`map` over w [N, K]);
+// with P = 64 a warp's stage is exactly one step of gemv_fp8_persistent_kernel's warp;
+// else: 16 row copies (cp.async.bulk by lanes 0-15, one row each). Both complete on the stage's
+// mbarrier.
+template <int W, int S, int P, bool TENSOR>
+__global__ void __launch_bounds__(W * 32, 2)
+    warp_ring_kernel(const __grid_constant__ CUtensorMap map, Job j) {
   extern __shared__ __align__(128) uint8_t smem[];  // [W][S][16][P], then full [W][S]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint8_t* const ring = smem + warp * S * kRows * P;
@@ -246,14 +250,26 @@ __global__ void __launch_bounds__(W * 32, 2) warp_bulk_kernel(Job j) {
   }
   __syncwarp();
   const auto issue = [&](int i) {  // item i into slot i % S
-    const int slot = i % S, tile = i / per_tile, k0 = (warp + (i % per_tile) * W) * P;
-    const int n0 = (blockIdx.x + tile * G) * kRows;
-    const uint32_t bytes = min(P, j.K - k0);
-    if (lane == 0) mbar_expect(full + slot, bytes * kRows);
-    __syncwarp();
-    if (lane < kRows)
-      bulk_copy(ring + (slot * kRows + lane) * P, j.w + static_cast<int64_t>(n0 + lane) * j.K + k0,
-                bytes, full + slot);
+    const int slot = i % S, k0 = (warp + (i % per_tile) * W) * P;
+    const int n0 = (blockIdx.x + (i / per_tile) * G) * kRows;
+    uint8_t* const stage = ring + slot * kRows * P;
+    if constexpr (TENSOR) {
+      if (lane == 0) {
+        mbar_expect(full + slot, kRows * P);  // the whole box, bytes past K zero-filled
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(stage)),
+            "l"(reinterpret_cast<uint64_t>(&map)), "r"(k0), "r"(n0), "r"(smem_u32(full + slot))
+            : "memory");
+      }
+    } else {
+      const uint32_t bytes = min(P, j.K - k0);
+      if (lane == 0) mbar_expect(full + slot, bytes * kRows);
+      __syncwarp();
+      if (lane < kRows)
+        bulk_copy(stage + lane * P, j.w + static_cast<int64_t>(n0 + lane) * j.K + k0, bytes,
+                  full + slot);
+    }
   };
   pdl_launch_dependents();
   for (int i = 0; i < min(S, total); ++i) issue(i);
@@ -265,56 +281,6 @@ __global__ void __launch_bounds__(W * 32, 2) warp_bulk_kernel(Job j) {
     const uint4* st = reinterpret_cast<const uint4*>(ring + slot * kRows * P);
 #pragma unroll
     for (int v = lane; v < kRows * P / 16; v += 32) s += add_bytes(st[v]);
-    __syncwarp();
-    if (i + S < total) issue(i + S);
-  }
-  write_output(j.y, s);
-  if (s == 0x9e3779b9u) *j.sink = s;
-}
-
-// ---- tma 2d: every warp its own ring, one tensor copy a stage -------------------------------
-// warp_bulk_kernel's rings with each stage one cp.async.bulk.tensor.2d copy of a box of 16 rows x
-// B bytes (a tensor map over w [N, K]) instead of 16 row copies: with B = 64 a warp's stage is
-// exactly one step of gemv_fp8_persistent_kernel's warp (the same bytes in the same places).
-template <int W, int S, int B>
-__global__ void __launch_bounds__(W * 32, 2)
-    tma_kernel(const __grid_constant__ CUtensorMap map, Job j) {
-  extern __shared__ __align__(128) uint8_t smem[];  // [W][S][16][B], then full [W][S]
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  uint8_t* const ring = smem + warp * S * kRows * B;
-  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + W * S * kRows * B) + warp * S;
-  const int G = gridDim.x, tiles_total = j.N / kRows;
-  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;
-  const int pieces = (j.K + B - 1) / B;
-  const int per_tile = warp < pieces ? (pieces - warp + W - 1) / W : 0;
-  const int total = tiles * per_tile;
-  if (lane == 0) {
-    for (int i = 0; i < S; ++i) mbar_init(full + i, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncwarp();
-  const auto issue = [&](int i) {  // item i into slot i % S
-    const int slot = i % S, k0 = (warp + (i % per_tile) * W) * B;
-    const int n0 = (blockIdx.x + (i / per_tile) * G) * kRows;
-    if (lane == 0) {
-      mbar_expect(full + slot, kRows * B);
-      asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(ring + slot * kRows * B)),
-          "l"(reinterpret_cast<uint64_t>(&map)), "r"(k0), "r"(n0), "r"(smem_u32(full + slot))
-          : "memory");
-    }
-  };
-  pdl_launch_dependents();
-  for (int i = 0; i < min(S, total); ++i) issue(i);
-  pdl_wait();
-  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
-  for (int i = 0; i < total; ++i) {
-    const int slot = i % S;
-    mbar_wait(full + slot, (i / S) & 1);
-    const uint4* st = reinterpret_cast<const uint4*>(ring + slot * kRows * B);
-#pragma unroll
-    for (int v = lane; v < kRows * B / 16; v += 32) s += add_bytes(st[v]);
     __syncwarp();
     if (i + S < total) issue(i + S);
   }
@@ -505,8 +471,9 @@ int grid_for(int N, int slots) {  // persistent_grid: fewest tiles a CTA, then f
   return (tiles + per - 1) / per;
 }
 
-template <typename K>
-void launch(K kernel, int grid, int threads, int smem, cudaStream_t s, const Job& j, bool pdl) {
+template <typename K, typename... Args>
+void launch(K kernel, int grid, int threads, int smem, cudaStream_t s, bool pdl,
+            const Args&... args) {
   cudaLaunchConfig_t c = {};
   c.gridDim = dim3(grid);
   c.blockDim = dim3(threads);
@@ -517,7 +484,7 @@ void launch(K kernel, int grid, int threads, int smem, cudaStream_t s, const Job
   a.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   c.attrs = &a;
   c.numAttrs = 1;
-  BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, j));
+  BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, args...));
 }
 
 template <int W, int S, int PF = 0>
@@ -525,7 +492,7 @@ void run_cp_async(int sms, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = S * 2 * W * 32 * 16;
   BENCH_CUDA(cudaFuncSetAttribute(cp_async_kernel<W, S, PF>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  launch(cp_async_kernel<W, S, PF>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
+  launch(cp_async_kernel<W, S, PF>, grid_for(j.N, 2 * sms), W * 32, smem, s, pdl, j);
 }
 
 template <int C, int S>
@@ -533,7 +500,7 @@ void run_bulk(int sms, int per_sm, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = S * kRows * kPitch + 2 * S * 8;
   BENCH_CUDA(
       cudaFuncSetAttribute(bulk_kernel<C, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  launch(bulk_kernel<C, S>, grid_for(j.N, per_sm * sms), (C + 1) * 32, smem, s, j, pdl);
+  launch(bulk_kernel<C, S>, grid_for(j.N, per_sm * sms), (C + 1) * 32, smem, s, pdl, j);
 }
 
 template <int S, int P = 2>
@@ -542,34 +509,16 @@ void run_wgmma(int sms, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = (3 * j.K + 127) / 128 * 128 + 4 * S * kRows * kStage + 4 * 16 * 4;
   BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (3 * 11008 + 127) / 128 * 128 + 4 * S * kRows * kStage + 256));
-  launch(kernel, grid_for(j.N, P * sms), 512, smem, s, j, pdl);
+  launch(kernel, grid_for(j.N, P * sms), 512, smem, s, pdl, j);
 }
 
-template <int W, int S, int P>
-void run_warp_bulk(int sms, const Job& j, cudaStream_t s, bool pdl) {
+template <int W, int S, int P, bool TENSOR>
+void run_warp_ring(int sms, const Job& j, cudaStream_t s, bool pdl) {
   const int smem = W * S * kRows * P + W * S * 8;
-  BENCH_CUDA(cudaFuncSetAttribute(warp_bulk_kernel<W, S, P>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  launch(warp_bulk_kernel<W, S, P>, grid_for(j.N, 2 * sms), W * 32, smem, s, j, pdl);
-}
-
-template <int W, int S, int B>
-void run_tma(int sms, const Job& j, cudaStream_t s, bool pdl) {
-  const int smem = W * S * kRows * B + W * S * 8;
-  const auto kernel = tma_kernel<W, S, B>;
+  const auto kernel = warp_ring_kernel<W, S, P, TENSOR>;
   BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const CUtensorMap map = weight_map(j, B);
-  cudaLaunchConfig_t c = {};
-  c.gridDim = dim3(grid_for(j.N, 2 * sms));
-  c.blockDim = dim3(W * 32);
-  c.dynamicSmemBytes = smem;
-  c.stream = s;
-  cudaLaunchAttribute a = {};
-  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  c.attrs = &a;
-  c.numAttrs = 1;
-  BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, map, j));
+  const CUtensorMap map = TENSOR ? weight_map(j, P) : CUtensorMap{};
+  launch(kernel, grid_for(j.N, 2 * sms), W * 32, smem, s, pdl, map, j);
 }
 
 void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
@@ -577,17 +526,17 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
     const int key = v.warps * 10000 - v.piece * 10 + v.stages;
     switch (key) {
       case 160643:
-        return run_tma<16, 3, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 3, 64, true>(sms, j, s, pdl);
       case 160644:
-        return run_tma<16, 4, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 4, 64, true>(sms, j, s, pdl);
       case 160646:
-        return run_tma<16, 6, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 6, 64, true>(sms, j, s, pdl);
       case 161283:
-        return run_tma<16, 3, 128>(sms, j, s, pdl);
+        return run_warp_ring<16, 3, 128, true>(sms, j, s, pdl);
       case 162561:
-        return run_tma<16, 1, 256>(sms, j, s, pdl);
+        return run_warp_ring<16, 1, 256, true>(sms, j, s, pdl);
       case 82562:
-        return run_tma<8, 2, 256>(sms, j, s, pdl);
+        return run_warp_ring<8, 2, 256, true>(sms, j, s, pdl);
       default:
         std::fprintf(stderr, "no tma shape %d\n", key);
         std::exit(2);
@@ -597,27 +546,27 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
     const int key = v.warps * 10000 + v.piece * 10 + v.stages;
     switch (key) {
       case 160643:
-        return run_warp_bulk<16, 3, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 3, 64, false>(sms, j, s, pdl);
       case 160644:
-        return run_warp_bulk<16, 4, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 4, 64, false>(sms, j, s, pdl);
       case 160646:
-        return run_warp_bulk<16, 6, 64>(sms, j, s, pdl);
+        return run_warp_ring<16, 6, 64, false>(sms, j, s, pdl);
       case 161282:
-        return run_warp_bulk<16, 2, 128>(sms, j, s, pdl);
+        return run_warp_ring<16, 2, 128, false>(sms, j, s, pdl);
       case 161283:
-        return run_warp_bulk<16, 3, 128>(sms, j, s, pdl);
+        return run_warp_ring<16, 3, 128, false>(sms, j, s, pdl);
       case 81286:
-        return run_warp_bulk<8, 6, 128>(sms, j, s, pdl);
+        return run_warp_ring<8, 6, 128, false>(sms, j, s, pdl);
       case 82562:
-        return run_warp_bulk<8, 2, 256>(sms, j, s, pdl);
+        return run_warp_ring<8, 2, 256, false>(sms, j, s, pdl);
       case 82563:
-        return run_warp_bulk<8, 3, 256>(sms, j, s, pdl);
+        return run_warp_ring<8, 3, 256, false>(sms, j, s, pdl);
       case 45123:
-        return run_warp_bulk<4, 3, 512>(sms, j, s, pdl);
+        return run_warp_ring<4, 3, 512, false>(sms, j, s, pdl);
       case 162561:
-        return run_warp_bulk<16, 1, 256>(sms, j, s, pdl);
+        return run_warp_ring<16, 1, 256, false>(sms, j, s, pdl);
       case 122561:
-        return run_warp_bulk<12, 1, 256>(sms, j, s, pdl);
+        return run_warp_ring<12, 1, 256, false>(sms, j, s, pdl);
       default:
         std::fprintf(stderr, "no warp bulk shape %d\n", key);
         std::exit(2);
