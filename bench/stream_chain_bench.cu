@@ -148,6 +148,63 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
   if (s == 0x9e3779b9u) *j.sink = s;  // keeps the sums
 }
 
+// ---- cp.async wide: each warp's iteration R steps (R x 64 bytes) of each of 16 rows ------------
+// cp_async_kernel with warp w taking pieces w, w + W, ... of R consecutive steps: a copy
+// instruction covers 32 / (4 R) rows x R * 64 bytes (4 R lanes a row) instead of 8 rows x 64
+// bytes, and the warp reads its stage after its wait and a __syncwarp (a lane reads what other
+// lanes copied), as a GEMV consumer with another lane mapping would.
+template <int W, int S, int R>
+__global__ void __launch_bounds__(W * 32, 2) cp_async_wide_kernel(Job j) {
+  extern __shared__ uint4 ring[];        // [S][W][16 rows][R * 4] uint4
+  constexpr int kStage = kRows * R * 4;  // uint4 a warp's stage
+  constexpr int kLanesRow = 4 * R, kRowsInstr = 32 / kLanesRow;
+  const int G = gridDim.x, tiles_total = j.N / kRows;
+  const int tiles = (tiles_total - static_cast<int>(blockIdx.x) + G - 1) / G;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pieces = (j.K + 64 * R - 1) / (64 * R);
+  const int per_tile = warp < pieces ? (pieces - warp + W - 1) / W : 0;
+  uint4* const mine = ring + warp * kStage;  // slot s at + s * W * kStage
+  int f_tile = 0, f_it = 0;
+  const auto fetch = [&](int slot) {
+    if (per_tile > 0 && f_tile < tiles) {
+      const int n0 = (blockIdx.x + f_tile * G) * kRows;
+      const int c = (warp + f_it * W) * R * 4 + lane % kLanesRow;  // 16-byte chunk of the row
+      const bool ok = c < j.K / 16;
+#pragma unroll
+      for (int i = 0; i < kRows / kRowsInstr; ++i) {
+        const int r = i * kRowsInstr + lane / kLanesRow;
+        const uint8_t* src = j.w + static_cast<int64_t>(n0 + r) * j.K + 16 * min(c, j.K / 16 - 1);
+        const uint32_t dst = smem_u32(mine + slot * W * kStage + r * kLanesRow + lane % kLanesRow);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
+      }
+      if (++f_it == per_tile) f_it = 0, ++f_tile;
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  pdl_launch_dependents();
+#pragma unroll
+  for (int p = 0; p < S - 1; ++p) fetch(p);
+  pdl_wait();
+  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
+  int slot = 0;
+  for (int ti = 0; ti < tiles; ++ti)
+    for (int it = 0; it < per_tile; ++it) {
+      fetch(slot == 0 ? S - 1 : slot - 1);
+      asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+      __syncwarp();
+      const uint4* st = mine + slot * W * kStage;
+#pragma unroll
+      for (int v = lane; v < kStage; v += 32) s += add_bytes(st[(v + 5 * (v / 32)) % kStage]);
+      __syncwarp();  // read before the slot is refilled
+      slot = slot == S - 1 ? 0 : slot + 1;
+    }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  write_output(j.y, s);
+  if (s == 0x9e3779b9u) *j.sink = s;
+}
+
 // ---- bulk: a producer warp, cp.async.bulk and mbarriers -------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* b, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
@@ -464,6 +521,7 @@ struct Variant {
   int warps, stages, per_sm;  // bulk: consumer warps; wgmma: warps 0
   int piece = 0;        // warp bulk: bytes of a row a stage (bulk false); tma 2d: minus those bytes
   int l2_prefetch = 0;  // cp.async: cp_async_kernel's PF
+  int wide = 0;         // cp.async: steps a warp's iteration (cp_async_wide_kernel's R)
 };
 
 int grid_for(int N, int slots) {  // persistent_grid: fewest tiles a CTA, then fewest CTAs
@@ -485,6 +543,14 @@ void launch(K kernel, int grid, int threads, int smem, cudaStream_t s, bool pdl,
   c.attrs = &a;
   c.numAttrs = 1;
   BENCH_CUDA(cudaLaunchKernelEx(&c, kernel, args...));
+}
+
+template <int W, int S, int R>
+void run_cp_async_wide(int sms, const Job& j, cudaStream_t s, bool pdl) {
+  const int smem = S * W * kRows * R * 64;
+  BENCH_CUDA(cudaFuncSetAttribute(cp_async_wide_kernel<W, S, R>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch(cp_async_wide_kernel<W, S, R>, grid_for(j.N, 2 * sms), W * 32, smem, s, pdl, j);
 }
 
 template <int W, int S, int PF = 0>
@@ -576,6 +642,25 @@ void run(const Variant& v, int sms, const Job& j, cudaStream_t s, bool pdl) {
     if (v.per_sm == 1)
       return v.stages == 6 ? run_wgmma<6, 1>(sms, j, s, pdl) : run_wgmma<8, 1>(sms, j, s, pdl);
     return v.stages == 3 ? run_wgmma<3>(sms, j, s, pdl) : run_wgmma<4>(sms, j, s, pdl);
+  }
+  if (!v.bulk && v.wide > 0) {
+    switch (v.warps * 100 + v.wide * 10 + v.stages) {
+      case 1613:
+        return run_cp_async_wide<16, 3, 1>(sms, j, s, pdl);
+      case 1622:
+        return run_cp_async_wide<16, 2, 2>(sms, j, s, pdl);
+      case 1623:
+        return run_cp_async_wide<16, 3, 2>(sms, j, s, pdl);
+      case 1641:
+        return run_cp_async_wide<16, 1, 4>(sms, j, s, pdl);
+      case 842:
+        return run_cp_async_wide<8, 2, 4>(sms, j, s, pdl);
+      case 843:
+        return run_cp_async_wide<8, 3, 4>(sms, j, s, pdl);
+      default:
+        std::fprintf(stderr, "no wide cp.async shape\n");
+        std::exit(2);
+    }
   }
   if (!v.bulk) {
     switch (v.l2_prefetch) {
@@ -785,6 +870,12 @@ int main(int argc, char** argv) {
       {"warp bulk 4w 16x512 ring 3", false, 4, 3, 2, 512},
       {"warp bulk 16w 16x256 ring 1", false, 16, 1, 2, 256},
       {"warp bulk 12w 16x256 ring 1", false, 12, 1, 2, 256},
+      {"cp.async 16w 16x64 ring 3 *", false, 16, 3, 2, 0, 0, 1},
+      {"cp.async 16w 16x128 ring 2 *", false, 16, 2, 2, 0, 0, 2},
+      {"cp.async 16w 16x128 ring 3 *", false, 16, 3, 2, 0, 0, 2},
+      {"cp.async 16w 16x256 ring 1 *", false, 16, 1, 2, 0, 0, 4},
+      {"cp.async 8w 16x256 ring 2 *", false, 8, 2, 2, 0, 0, 4},
+      {"cp.async 8w 16x256 ring 3 *", false, 8, 3, 2, 0, 0, 4},
       {"cp.async + L2 next tile", false, 16, 3, 2, 0, 1},
       {"cp.async + L2 first, next", false, 16, 3, 2, 0, 2},
       {"cp.async + L2 2 ahead", false, 16, 3, 2, 0, 3},
