@@ -38,6 +38,7 @@
 #include "gemv_fp8_bulk.cuh"
 #include "gemv_fp8_persistent.cuh"
 #include "gemv_fp8_tile.cuh"
+#include "gemv_fp8_wide.cuh"
 #include "launch.cuh"
 #include "rill/kernels/gemv_fp8.h"
 
@@ -53,14 +54,17 @@ struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
   int bulk = 0;  // > 0: gemv_fp8_bulk_kernel, pieces of this many steps, `stages` a warp's ring
+  bool wide = false;  // gemv_fp8_wide_kernel (persistent, two steps a warp's iteration)
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {{16, 2, 0},      {8, 2, 0},        {8, 4, 0},       {16, 1, 0},
-                               {32, 1, 0},      {4, 4, 0},        {16, 1, 4},      {16, 1, 3},
-                               {16, 1, 5},      {16, 1, 6},       {16, 1, 3, 2},   {16, 1, 4, 2},
-                               {8, 1, 2, 2, 4}, {16, 1, 1, 2, 4}, {16, 1, 2, 2, 2}};
+constexpr Config kConfigs[] = {
+    {16, 2, 0},           {8, 2, 0},        {8, 4, 0},        {16, 1, 0},
+    {32, 1, 0},           {4, 4, 0},        {16, 1, 4},       {16, 1, 3},
+    {16, 1, 5},           {16, 1, 6},       {16, 1, 3, 2},    {16, 1, 4, 2},
+    {8, 1, 2, 2, 4},      {16, 1, 1, 2, 4}, {16, 1, 2, 2, 2}, {16, 1, 2, 2, 0, true},
+    {8, 1, 4, 2, 0, true}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -203,7 +207,43 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   // kFp8NormInMaxSums of them (one attribute value per kernel).
   const int norm_bytes = p.norm_in.sumsq ? p.M * (p.K / kRows) * 4 : 0;
   constexpr int kNormMaxBytes = kFp8NormInMaxSums * 4;
-  if constexpr (C.bulk) {
+  if constexpr (C.wide) {
+    static_assert(C.unroll == 1 && C.stages > 1 && C.persistent == 2);
+    int device = 0, sms = 0, smem_per_sm = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        err != cudaSuccess)
+      return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(
+            &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+        err != cudaSuccess)
+      return err;
+    const int grid = persistent_grid(p.N, sms * C.persistent);
+    const int tiles = (blocks + grid - 1) / grid;
+    const int out_bytes =
+        p.norm_out.residual ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T))) : 0;
+    if (out_bytes > kPersistentNormOutMaxBytes)
+      return invalid_argument("gemv_fp8: the wide kernel takes at most " +
+                              std::to_string(kPersistentNormOutMaxBytes) +
+                              " bytes of norm_out rows a CTA");
+    constexpr int kBytes = C.stages * C.warps * kWideSlotVecs * 16 + 2 * C.warps * MT * 4 * 32 * 4;
+    const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+    const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+    const bool xs =
+        x_bytes <= kFp8GemvXStageMaxBytes &&
+        C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+    const auto kernel = xs ? gemv_fp8_wide_kernel<T, C.warps, C.stages, MT, BLOCK, EPI, true>
+                           : gemv_fp8_wide_kernel<T, C.warps, C.stages, MT, BLOCK, EPI, false>;
+    constexpr int kMaxBytes =
+        kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes + 16 + kPersistentNormOutMaxBytes;
+    static_assert(kMaxBytes <= 227 * 1024, "the wide kernel's most shared memory fits an SM");
+    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxBytes);
+        err != cudaSuccess)
+      return err;
+    return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
+                         kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
+                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+  } else if constexpr (C.bulk) {
     static_assert(C.unroll == 1 && C.stages > 0 && C.persistent == 2);
     int device = 0, sms = 0, smem_per_sm = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
@@ -394,7 +434,7 @@ int gemv_fp8_num_configs() {
 GemvConfigInfo gemv_fp8_config_info(int config) {
   if (config < 0 || config >= kNumConfigs) return {};
   const Config& c = kConfigs[config];
-  return {c.warps, c.unroll, c.stages, true, c.bulk > 0};
+  return {c.warps, c.unroll, c.stages, true, c.bulk > 0 || c.wide};
 }
 
 std::string gemv_fp8_config_name(int config) {
@@ -402,7 +442,8 @@ std::string gemv_fp8_config_name(int config) {
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
          (c.stages ? " ring" + std::to_string(c.stages) : "") +
-         (c.bulk         ? " bulk" + std::to_string(c.bulk * 64)
+         (c.wide         ? " wide"
+          : c.bulk       ? " bulk" + std::to_string(c.bulk * 64)
           : c.persistent ? " persistent"
                          : "");
 }
