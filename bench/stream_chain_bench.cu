@@ -20,6 +20,9 @@
 //             the stage and refilling it itself (no producer warp, no wait between warps). With
 //             P = 256 this streamed at 102-104% of copy, against 93.5% for cp.async; a GEMV built
 //             on it was no faster than the persistent kernel (docs/performance.md F30).
+//   cp.async wide  the cp.async ring with a warp's iteration R consecutive steps (R x 64 bytes of
+//             each row, 4 R lanes a row): 128-byte rows streamed at 99-100% of copy; a GEMV on
+//             them was no faster (docs/performance.md F30).
 //   tma 2d    the same rings, each stage one cp.async.bulk.tensor.2d copy of a box of 16 rows
 //             x B bytes. B = 64 (one step of the persistent kernel's warp) ran at 70-81% of copy,
 //             128 at 92%, 256 at 100-102%: the rows' width, not the number of copies, decides.
