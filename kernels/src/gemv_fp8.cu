@@ -59,12 +59,25 @@ struct Config {
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
-constexpr Config kConfigs[] = {
-    {16, 2, 0},           {8, 2, 0},        {8, 4, 0},        {16, 1, 0},
-    {32, 1, 0},           {4, 4, 0},        {16, 1, 4},       {16, 1, 3},
-    {16, 1, 5},           {16, 1, 6},       {16, 1, 3, 2},    {16, 1, 4, 2},
-    {8, 1, 2, 2, 4},      {16, 1, 1, 2, 4}, {16, 1, 2, 2, 2}, {16, 1, 2, 2, 0, true},
-    {8, 1, 4, 2, 0, true}};
+constexpr Config kConfigs[] = {{16, 2, 0},
+                               {8, 2, 0},
+                               {8, 4, 0},
+                               {16, 1, 0},
+                               {32, 1, 0},
+                               {4, 4, 0},
+                               {16, 1, 4},
+                               {16, 1, 3},
+                               {16, 1, 5},
+                               {16, 1, 6},
+                               {16, 1, 3, 2},
+                               {16, 1, 4, 2},
+                               {8, 1, 2, 2, 4},
+                               {16, 1, 1, 2, 4},
+                               {16, 1, 2, 2, 2},
+                               {16, 1, 2, 2, 0, true},
+                               {8, 1, 4, 2, 0, true},
+                               {8, 1, 5, 2, 0, true},
+                               {8, 1, 6, 2, 0, true}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
