@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -144,15 +145,17 @@ void bench_shape(const Shape& s, int l2_bytes, double copy_gbps, cudaStream_t st
   release(b);
 }
 
-// 32 Llama-2-7B layers of fp8 GEMVs at M = 1 (distinct weights, gate|up with SiLU-and-mul) in
-// one CUDA graph: the default shape, the engine's choice at one token (Fp8GemvParams::
-// deep_prologue for all four, as CudaTuning::fp8_gemv_deep_mask's default rule), then every
-// shape forced on all four. Here a GEMV's predecessor is another GEMV, not the short attention or
-// add + norm kernel the engine puts before o and gate|up, so the ring's early loads have less
-// to overlap than in a decode step (rill-bench --trace shows that).
-void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
-  constexpr int kLayers = 32, H = 4096, I = 11008;
-  const int shapes[4][2] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
+// 32 layers of fp8 GEMVs (the Llama-2-7B's unless --chain-shapes says) at M = 1 (distinct weights,
+// gate|up with SiLU-and-mul) in one CUDA graph: the default shape, the engine's choice at one token
+// (Fp8GemvParams:: deep_prologue for all four, as CudaTuning::fp8_gemv_deep_mask's default rule),
+// then every shape forced on all four. Here a GEMV's predecessor is another GEMV, not the short
+// attention or add + norm kernel the engine puts before o and gate|up, so the ring's early loads
+// have less to overlap than in a decode step (rill-bench --trace shows that). `shapes`: the layer's
+// four projections as {N, K} (qkv, o, gate|up, down); the 7B's by default.
+void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&shapes)[4][2]) {
+  constexpr int kLayers = 32;
+  int I = 0, N_max = 0;  // the largest K and N: x and y
+  for (const auto& s : shapes) I = std::max(I, s[1]), N_max = std::max(N_max, s[0]);
   std::vector<void*> w(kLayers * 4), sc(kLayers * 4);
   double bytes = 0;
   for (int i = 0; i < kLayers * 4; ++i) {
@@ -170,13 +173,14 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
   }
   void *x, *y;
   BENCH_CUDA(cudaMalloc(&x, size_t(I) * 2));
-  BENCH_CUDA(cudaMalloc(&y, size_t(2 * I) * 2));
+  BENCH_CUDA(cudaMalloc(&y, size_t(N_max) * 2));
   rill::bench::fill_uniform_half(x, I, 1, 1.0f, stream);
   BENCH_CUDA(cudaStreamSynchronize(stream));
   std::printf(
-      "\n32 Llama-2-7B layers of fp8 GEMVs at M = 1 in one CUDA graph (%.2f GB, %s weight "
-      "bytes)\n",
-      bytes / 1e9, ones ? "0x01" : "random");
+      "\n32 layers of fp8 GEMVs (N x K %d x %d, %d x %d, %d x %d, %d x %d) at M = 1 in one CUDA "
+      "graph (%.2f GB, %s weight bytes)\n",
+      shapes[0][0], shapes[0][1], shapes[1][0], shapes[1][1], shapes[2][0], shapes[2][1],
+      shapes[3][0], shapes[3][1], bytes / 1e9, ones ? "0x01" : "random");
   constexpr int kEngine = -2;  // a row, not a config: the engine's choice per projection
   std::vector<int> rows = {-1, kEngine};
   for (int c = 0; c < rill::kernels::gemv_fp8_num_configs(); ++c) rows.push_back(c);
@@ -219,19 +223,41 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones) {
 
 }  // namespace
 
+// "N:K,N:K,N:K,N:K" (qkv, o, gate|up, down) into `out`; false if malformed.
+bool parse_chain_shapes(const std::string& text, std::array<std::array<int, 2>, 4>& out) {
+  int n = 0, used = 0;
+  const char* p = text.c_str();
+  for (auto& s : out) {
+    if (std::sscanf(p, "%d:%d%n", &s[0], &s[1], &used) != 2 || s[0] <= 0 || s[1] <= 0 ||
+        s[1] % 16 != 0)
+      return false;
+    p += used;
+    if (++n < 4 && *p++ != ',') return false;
+  }
+  return *p == '\0' && out[2][0] % 16 == 0;  // gate|up: whole SiLU-and-mul tiles
+}
+
 int main(int argc, char** argv) {
   bool chain_only = false, ones = false;
+  std::vector<std::array<std::array<int, 2>, 4>> chains;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--chain-only") {
       chain_only = true;
+    } else if (a == "--chain-shapes" && i + 1 < argc &&
+               parse_chain_shapes(argv[i + 1], chains.emplace_back())) {
+      ++i;
     } else if (a == "--weights" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "ones" || std::string(argv[i + 1]) == "random")) {
       ones = std::string(argv[++i]) == "ones";
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--chain-only] [--weights ones|random]\n"
-                   "  --weights: the layer chain's weight bytes (default random; ones: all 0x01)\n",
+                   "usage: %s [--chain-only] [--weights ones|random] [--chain-shapes "
+                   "N:K,N:K,N:K,N:K]...\n"
+                   "  --weights: the layer chain's weight bytes (default random; ones: all 0x01)\n"
+                   "  --chain-shapes: a layer chain of these qkv, o, gate|up and down shapes "
+                   "(repeatable;\n    default the Llama-2-7B's: 12288:4096,4096:4096,22016:4096,"
+                   "4096:11008)\n",
                    argv[0]);
       return 2;
     }
@@ -247,7 +273,13 @@ int main(int argc, char** argv) {
                           {"l3_down", 4096, 14336}};
   if (!chain_only)
     for (const Shape& s : shapes) bench_shape(s, l2_bytes, ceil.copy_gbps, stream);
-  layer_chain(stream, ceil.copy_gbps, ones);
+  if (chains.empty())
+    chains.push_back({{{12288, 4096}, {4096, 4096}, {22016, 4096}, {4096, 11008}}});
+  for (const auto& c : chains) {
+    const int shapes[4][2] = {
+        {c[0][0], c[0][1]}, {c[1][0], c[1][1]}, {c[2][0], c[2][1]}, {c[3][0], c[3][1]}};
+    layer_chain(stream, ceil.copy_gbps, ones, shapes);
+  }
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;
 }

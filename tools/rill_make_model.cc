@@ -4,7 +4,9 @@
 //   rill-make-model --config llama2-7b --out /tmp/llama2-7b
 //   rill-make-model --config path/to/config.json --out DIR
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -222,6 +224,16 @@ json synthetic_tokenizer(int vocab, int bos, int eos) {
                      {"ignore_merges", false}, {"vocab", v}, {"merges", merges}}}};
 }
 
+// The projections whose outputs are added to the residual stream (Llama-style and GPT-NeoX names).
+bool writes_residual(const std::string& name) {
+  for (const char* end : {".o_proj.weight", ".down_proj.weight", ".attention.dense.weight",
+                          ".mlp.dense_4h_to_h.weight"})
+    if (name.size() > std::strlen(end) && name.compare(name.size() - std::strlen(end),
+                                                       std::string::npos, end) == 0)
+      return true;
+  return false;
+}
+
 void write_json(const fs::path& p, const json& j) {
   std::ofstream out(p);
   out << j.dump(2) << "\n";
@@ -239,6 +251,11 @@ int main(int argc, char** argv) {
   args.option("init-std", "0.02",
               "standard deviation of the random weights (0.02: transformers' default; a smaller "
               "model keeps a larger one's per-layer gains with 0.02 * sqrt(4096 / hidden_size))");
+  args.flag("scaled-residual-init",
+            "the projections that write into the residual stream (attention's output, the MLP's "
+            "down) get --init-std / sqrt(2 x layers), as GPT-2 and Megatron-LM initialise them: "
+            "each layer then adds a small update to the stream, as in trained checkpoints, "
+            "instead of one as large as the stream");
   args.parse(argc, argv);
   try {
     if (args.get("out").empty()) args.fail("--out is required");
@@ -276,7 +293,11 @@ int main(int argc, char** argv) {
     st.write(reinterpret_cast<const char*>(&hlen), 8);
     st.write(h.data(), static_cast<std::streamsize>(h.size()));
     const uint64_t seed = static_cast<uint64_t>(args.get_int64("seed")) * 0x100000001B3ull + 1;
-    for (size_t i = 0; i < specs.size(); ++i) write_tensor(st, specs[i], t, seed + i * 0x51ED27ull, float(init_std));
+    const double residual_std =
+        args.on("scaled-residual-init") ? init_std / std::sqrt(2.0 * mc.num_layers) : init_std;
+    for (size_t i = 0; i < specs.size(); ++i)
+      write_tensor(st, specs[i], t, seed + i * 0x51ED27ull,
+                   float(writes_residual(specs[i].name) ? residual_std : init_std));
     st.close();
     if (!st) throw Error(ErrorCode::kInvalidArgument, (out / "model.safetensors").string() + ": write failed");
     write_json(out / "config.json", cfg);

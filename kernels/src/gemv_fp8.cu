@@ -35,6 +35,7 @@
 #include <string>
 
 #include "dispatch.cuh"
+#include "gemv_fp8_pairk.cuh"
 #include "gemv_fp8_persistent.cuh"
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
@@ -51,13 +52,16 @@ using namespace fp8_gemv;  // NOLINT(google-build-using-namespace): this file's 
 struct Config {
   int warps, unroll, stages;
   int persistent = 0;  // > 0: gemv_fp8_persistent_kernel, this many CTAs an SM (stages > 1)
+  bool pairk = false;  // persistent with 8-row tiles (gemv_fp8_pairk.cuh) where it applies
 };
 // 16 x 2 moves as many bytes per step as the 16-bit GEMV's default (64 per row per warp). The
 // rings are its twins (16 warps, the same sums) at depths 3 .. 6: 16 KB a slot, so up to 96 KB,
-// two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
+// two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM; then the ring of 3 with
+// 8-row tiles (up to 4 x rows and the plain store; else the 16-row kernel).
 constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
                                {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {16, 1, 3, 2, true}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -188,6 +192,34 @@ __global__ void __launch_bounds__(W * 32, W <= 16 ? 2 : 1)
 }
 
 
+// gemv_fp8_pairk_kernel for a pair-k config (M <= 4, the plain store, no Fp8NormOut).
+template <typename T, Config C, bool BLOCK>
+cudaError_t launch_pairk(const Fp8GemvParams& p, const NormArgs<T>& nrm, int device, int sms,
+                         cudaStream_t stream) {
+  int smem_per_sm = 0;
+  if (cudaError_t err = cudaDeviceGetAttribute(
+          &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      err != cudaSuccess)
+    return err;
+  constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * 2 * 32 * 4;
+  const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+  const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+  const bool xs = x_bytes <= kFp8GemvXStageMaxBytes &&
+                  C.persistent * (kBytes + x_bytes + parts_bytes + 1024) <= smem_per_sm;
+  const auto kernel = xs ? gemv_fp8_pairk_kernel<T, C.warps, C.stages, C.persistent, BLOCK, true>
+                         : gemv_fp8_pairk_kernel<T, C.warps, C.stages, C.persistent, BLOCK, false>;
+  if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
+                                           kBytes + kFp8GemvXStageMaxBytes +
+                                               kFp8NormInMaxSums * 4 + 16);
+      err != cudaSuccess)
+    return err;
+  const int grid = persistent_pair_grid(p.N, sms * C.persistent);
+  return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
+                       kBytes + (xs ? x_bytes : 0) + parts_bytes, stream,
+                       static_cast<const T*>(p.x), static_cast<const uint8_t*>(p.w), p.scale, p.y,
+                       nrm, p.M, p.N, p.K, p.y_f32);
+}
+
 template <typename T, Config C, int MT, bool BLOCK, GemvEpilogue EPI>
 cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
   const int blocks = (p.N + kRows - 1) / kRows;
@@ -208,6 +240,9 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         err != cudaSuccess)
       return err;
+    if constexpr (C.pairk && MT == 1 && EPI == GemvEpilogue::kStore)
+      if (p.M <= kPairMaxXRows && !p.norm_out.residual)
+        return launch_pairk<T, C, BLOCK>(p, nrm, device, sms, stream);
     const int grid = persistent_grid(p.N, sms * C.persistent);
     const int tiles = (blocks + grid - 1) / grid;  // the most a CTA takes
     const int out_bytes = p.norm_out.residual
@@ -360,7 +395,8 @@ std::string gemv_fp8_config_name(int config) {
   if (config < 0 || config >= kNumConfigs) return "?";
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
-         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+         (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "") +
+         (c.pairk ? " 8-row" : "");
 }
 
 }  // namespace rill::kernels

@@ -270,7 +270,10 @@ TEST(GemvFp8, RingShapesEqualRegisterShapesBitForBit) {
           }
           for (int ring = 0; ring < kernels::gemv_fp8_num_configs(); ++ring) {
             const kernels::GemvConfigInfo ri = kernels::gemv_fp8_config_info(ring);
-            if (ri.stages == 0) continue;
+            // The 8-row tiles add in their own order (checked by EveryKernelShape).
+            if (ri.stages == 0 ||
+                kernels::gemv_fp8_config_name(ring).find("8-row") != std::string::npos)
+              continue;
             for (int reg = 0; reg < kernels::gemv_fp8_num_configs(); ++reg) {
               const kernels::GemvConfigInfo gi = kernels::gemv_fp8_config_info(reg);
               if (gi.stages != 0 || gi.warps != ri.warps) continue;
