@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -152,7 +153,8 @@ void bench_shape(const Shape& s, int l2_bytes, double copy_gbps, cudaStream_t st
 // attention or add + norm kernel the engine puts before o and gate|up, so the ring's early loads
 // have less to overlap than in a decode step (rill-bench --trace shows that). `shapes`: the layer's
 // four projections as {N, K} (qkv, o, gate|up, down); the 7B's by default.
-void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&shapes)[4][2]) {
+void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&shapes)[4][2],
+                 int x_replicas) {
   constexpr int kLayers = 32;
   int I = 0, N_max = 0;  // the largest K and N: x and y
   for (const auto& s : shapes) I = std::max(I, s[1]), N_max = std::max(N_max, s[0]);
@@ -172,15 +174,16 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&s
     bytes += n + shapes[i % 4][0] * 4.0;
   }
   void *x, *y;
-  BENCH_CUDA(cudaMalloc(&x, size_t(I) * 2));
+  BENCH_CUDA(cudaMalloc(&x, size_t(x_replicas) * I * 2));
   BENCH_CUDA(cudaMalloc(&y, size_t(N_max) * 2));
-  rill::bench::fill_uniform_half(x, I, 1, 1.0f, stream);
+  // x_replicas copies at a stride of each GEMV's K (timing only: their values need not agree).
+  rill::bench::fill_uniform_half(x, size_t(x_replicas) * I, 1, 1.0f, stream);
   BENCH_CUDA(cudaStreamSynchronize(stream));
   std::printf(
       "\n32 layers of fp8 GEMVs (N x K %d x %d, %d x %d, %d x %d, %d x %d) at M = 1 in one CUDA "
-      "graph (%.2f GB, %s weight bytes)\n",
+      "graph (%.2f GB, %s weight bytes, x in %d copies)\n",
       shapes[0][0], shapes[0][1], shapes[1][0], shapes[1][1], shapes[2][0], shapes[2][1],
-      shapes[3][0], shapes[3][1], bytes / 1e9, ones ? "0x01" : "random");
+      shapes[3][0], shapes[3][1], bytes / 1e9, ones ? "0x01" : "random", x_replicas);
   constexpr int kEngine = -2;  // a row, not a config: the engine's choice per projection
   std::vector<int> rows = {-1, kEngine};
   for (int c = 0; c < rill::kernels::gemv_fp8_num_configs(); ++c) rows.push_back(c);
@@ -195,6 +198,7 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&s
       p.N = shapes[i % 4][0];
       p.K = shapes[i % 4][1];
       p.x = x;
+      p.x_replicas = x_replicas;
       p.w = w[i];
       p.scale = static_cast<const float*>(sc[i]);
       p.y = y;
@@ -240,10 +244,13 @@ bool parse_chain_shapes(const std::string& text, std::array<std::array<int, 2>, 
 int main(int argc, char** argv) {
   bool chain_only = false, ones = false;
   std::vector<std::array<std::array<int, 2>, 4>> chains;
+  std::vector<int> x_replicas;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--chain-only") {
       chain_only = true;
+    } else if (a == "--x-replicas" && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) {
+      x_replicas.push_back(std::atoi(argv[++i]));
     } else if (a == "--chain-shapes" && i + 1 < argc &&
                parse_chain_shapes(argv[i + 1], chains.emplace_back())) {
       ++i;
@@ -273,12 +280,13 @@ int main(int argc, char** argv) {
                           {"l3_down", 4096, 14336}};
   if (!chain_only)
     for (const Shape& s : shapes) bench_shape(s, l2_bytes, ceil.copy_gbps, stream);
+  if (x_replicas.empty()) x_replicas.push_back(1);
   if (chains.empty())
     chains.push_back({{{12288, 4096}, {4096, 4096}, {22016, 4096}, {4096, 11008}}});
   for (const auto& c : chains) {
     const int shapes[4][2] = {
         {c[0][0], c[0][1]}, {c[1][0], c[1][1]}, {c[2][0], c[2][1]}, {c[3][0], c[3][1]}};
-    layer_chain(stream, ceil.copy_gbps, ones, shapes);
+    for (int r : x_replicas) layer_chain(stream, ceil.copy_gbps, ones, shapes, r);
   }
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;

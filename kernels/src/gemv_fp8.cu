@@ -238,7 +238,7 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
       return err;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
                          kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
-                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
+                         p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32, p.x_replicas);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kNormMaxBytes);
@@ -322,6 +322,7 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
       return invalid_argument("gemv_fp8: norm_in takes M * K / 16 <= " +
                               std::to_string(kFp8NormInMaxSums));
   }
+  if (p.x_replicas < 1) return invalid_argument("gemv_fp8: x_replicas must be >= 1");
   if (p.M == 0 || p.N == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))

@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(W * 32, P)
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
                                void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
-                               int M, int N, int K, bool y_f32) {
+                               int M, int N, int K, bool y_f32, int x_replicas) {
+  x += static_cast<int64_t>(blockIdx.x % x_replicas) * M * K;  // this CTA's copy of x
   extern __shared__ uint4 ring[];
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;

@@ -77,6 +77,9 @@ struct Fp8GemvParams {
   Fp8NormOut norm_out;
   /// x is an Fp8NormOut's y: its rows' 1 / rms applied to the sums.
   Fp8NormIn norm_in;
+  /// x holds this many equal copies, [x_replicas][M][K]; the persistent shapes' CTA b reads copy
+  /// b % x_replicas (the CTAs' reads of x spread over more L2 lines).
+  int x_replicas = 1;
 };
 
 /// A CTA shape: `warps` split K, each taking `unroll` 64-column steps per iteration; the weights
