@@ -6,6 +6,8 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <array>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -21,6 +23,7 @@
 #include "engine/cuda/cuda_runner.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "rill/kernels/probe.h"
 #include "rill/kernels/gemv.h"
 #include "rill/kernels/gemv_fp8.h"
 #include "tools/common/engine_flags.h"
@@ -620,6 +623,120 @@ void declare_flags(cli::Args& args) {
   cli::add_cache_flags(args);
 }
 
+// Diagnostic (branch exp/fp8-stamps, RILL_PROBE=1): where the last decode step's layers spent
+// their time, from the kernels' %globaltimer stamps (rill/kernels/probe.h): each event's
+// min / median / max over a launch's CTAs, in us after the previous kernel's last CTA ended,
+// averaged over the launches kept.
+void probe_report() {
+  using namespace kernels;
+  std::vector<uint64_t> att(kProbeStampWords), gemv(kProbeStampWords);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA(probe_read_attention_stamps(att.data()));
+  BENCH_CUDA(probe_read_gemv_stamps(gemv.data()));
+  const auto stamp = [&](int kind, int slot, int cta, int e) {
+    const std::vector<uint64_t>& t = kind == 0 ? att : gemv;
+    return t[((size_t(kind) * kProbeSlots + slot) * kProbeCtas + cta) * kProbeEvents + e];
+  };
+  const auto last_event = [](int kind) { return kind == 0 ? 5 : 4; };
+  const auto end_of = [&](int kind, int slot) {
+    uint64_t m = 0;
+    for (int c = 0; c < kProbeCtas; ++c)
+      if (stamp(kind, slot, c, 0)) m = std::max(m, stamp(kind, slot, c, last_event(kind)));
+    return m;
+  };
+  const char* kinds[] = {"attention", "o", "gate|up", "down", "qkv"};
+  const char* att_events[] = {"start", "wait returned", "q ready", "keys attended", "groups merged",
+                              "end"};
+  const char* gemv_events[] = {"start", "wait returned", "x staged", "last tile computed", "end",
+                               "first tile stored"};
+  std::printf("\nprobe: us after the previous kernel's last CTA ended (the launches averaged)\n");
+  for (int kind : {4, 0, 1, 2, 3}) {
+    const int prev = kind == 4 ? 3 : kind == 0 ? 4 : kind - 1;
+    double sums[kProbeEvents][3] = {};
+    int layers = 0, ctas = 0;
+    for (int s = 0; s < kProbeSlots; ++s) {
+      // The predecessor's launch: the last to end before this launch's first wait returned (the
+      // kinds' launch counts need not agree modulo the slots).
+      uint64_t wait = ~0ull, ref = 0;
+      for (int c = 0; c < kProbeCtas; ++c)
+        if (stamp(kind, s, c, 0) && stamp(kind, s, c, 1)) wait = std::min(wait, stamp(kind, s, c, 1));
+      for (int p = 0; p < kProbeSlots; ++p) {
+        const uint64_t e = end_of(prev, p);
+        if (e && e <= wait) ref = std::max(ref, e);
+      }
+      if (!ref || wait - ref > 200000) continue;  // no predecessor in the last step's stamps
+      ++layers;
+      for (int e = 0; e < kProbeEvents; ++e) {
+        std::vector<double> v;
+        for (int c = 0; c < kProbeCtas; ++c)
+          if (stamp(kind, s, c, 0) && stamp(kind, s, c, e))
+            v.push_back((double(stamp(kind, s, c, e)) - double(ref)) / 1e3);
+        if (v.empty()) continue;
+        std::sort(v.begin(), v.end());
+        ctas = std::max(ctas, int(v.size()));
+        sums[e][0] += v.front();
+        sums[e][1] += v[v.size() / 2];
+        sums[e][2] += v.back();
+      }
+    }
+    if (!layers) continue;
+    std::printf("  %s (%d CTAs, %d launches), after %s:\n", kinds[kind], ctas, layers, kinds[prev]);
+    {  // per SM: its first CTA of this kernel against its predecessor's CTAs there
+      std::vector<double> after_first, after_last;
+      std::vector<int> prev_ctas;
+      for (int s = 0; s < kProbeSlots; ++s) {
+        uint64_t wait = ~0ull, ref = 0;
+        int ref_slot = -1;
+        for (int c = 0; c < kProbeCtas; ++c)
+          if (stamp(kind, s, c, 0) && stamp(kind, s, c, 1)) wait = std::min(wait, stamp(kind, s, c, 1));
+        for (int p = 0; p < kProbeSlots; ++p) {
+          const uint64_t e = end_of(prev, p);
+          if (e && e <= wait && e > ref) ref = e, ref_slot = p;
+        }
+        if (ref_slot < 0 || wait - ref > 200000) continue;
+        std::map<int, std::array<uint64_t, 3>> sm;  // first prev end, last prev end, first start
+        std::map<int, int> count;
+        for (int c = 0; c < kProbeCtas; ++c) {
+          if (!stamp(prev, ref_slot, c, 0)) continue;
+          const int id = int(stamp(prev, ref_slot, c, kProbeEvents - 1));
+          const uint64_t e = stamp(prev, ref_slot, c, last_event(prev));
+          auto [it, fresh] = sm.try_emplace(id, std::array<uint64_t, 3>{e, e, ~0ull});
+          if (!fresh) it->second[0] = std::min(it->second[0], e), it->second[1] = std::max(it->second[1], e);
+          ++count[id];
+        }
+        for (int c = 0; c < kProbeCtas; ++c) {
+          if (!stamp(kind, s, c, 0)) continue;
+          const int id = int(stamp(kind, s, c, kProbeEvents - 1));
+          auto it = sm.find(id);
+          if (it != sm.end()) it->second[2] = std::min(it->second[2], stamp(kind, s, c, 0));
+        }
+        for (const auto& [id, v] : sm) {
+          if (v[2] == ~0ull) continue;
+          after_first.push_back((double(v[2]) - double(v[0])) / 1e3);
+          after_last.push_back((double(v[2]) - double(v[1])) / 1e3);
+          prev_ctas.push_back(count[id]);
+        }
+      }
+      const auto med = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::vector<double> two_first, two_last;
+      for (size_t i = 0; i < prev_ctas.size(); ++i)
+        if (prev_ctas[i] == 2) two_first.push_back(after_first[i]), two_last.push_back(after_last[i]);
+      std::printf("    per SM, its first CTA starts after the SM's first / last %s CTA ended: "
+                  "median %.2f / %.2f us (SMs with two of them: %.2f / %.2f, %zu of %zu)\n",
+                  kinds[prev], med(after_first), med(after_last), med(two_first), med(two_last),
+                  two_first.size(), after_first.size());
+    }
+    for (int e = 0; e < kProbeEvents - 1; ++e)
+      std::printf("    %-20s min %7.2f  median %7.2f  max %7.2f\n",
+                  kind == 0 ? att_events[e] : gemv_events[e], sums[e][0] / layers,
+                  sums[e][1] / layers, sums[e][2] / layers);
+  }
+}
+
 int main(int argc, char** argv) {
   cli::Args args("rill-bench",
                  "Decode and prefill benchmarks of the CUDA engine, against measured ceilings.");
@@ -667,6 +784,7 @@ int main(int argc, char** argv) {
     if (args.on("breakdown")) breakdown(b);
     if (args.on("trace")) trace_table(b);
     if (args.on("prefill-trace")) prefill_trace(b);
+    if (std::getenv("RILL_PROBE")) probe_report();
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "rill-bench: error (%s): %s\n", error_code_name(e.code()), e.what());

@@ -74,10 +74,12 @@
 #include "attention_decode_rope.cuh"
 #include "attention_mma.cuh"
 #include "attention_util.cuh"
+#include "probe_stamps.cuh"
 #include "dispatch.cuh"
 #include "fp8.cuh"
 #include "launch.cuh"
 #include "rill/kernels/attention.h"
+#include "rill/kernels/probe.h"
 
 namespace rill::kernels {
 namespace {
@@ -383,7 +385,8 @@ __device__ __forceinline__ void merge_groups(const DecodeArgs& a,
 template <typename T, typename C, int D, int GH, bool kRope>
 __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSeq& sq,
                                              KeyRange range, int split, int seq, int kvh, int h0,
-                                             int nh, T* out, uint4* smem) {
+                                             int nh, T* out, uint4* smem,
+                                             probe::Stamps& ps) {
   using Shape = DecodeShape<D, C>;
   constexpr int E = Shape::kVec;
   const int lane = threadIdx.x % Shape::kTpr, grp = threadIdx.x / Shape::kTpr;
@@ -425,6 +428,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
   // window.
   const auto query = [&](bool sink) {
     pdl_wait();
+    ps.mark(1);
     if constexpr (fused) {
       load_query_roped<T, D, GH, E>(q, raw, bias, angles + (sink ? 2 * a.rot_half : 0), a.rot_half,
                                     h0, nh, lane, active, a.scale_log2);
@@ -434,6 +438,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
     } else {
       load_query<T, D, GH, E>(q, raw, h0, nh, lane, a.scale_log2);
     }
+    ps.mark(2);
   };
   if (range.lo < sink_end) {
     attend_keys<T, C, D, GH>(
@@ -447,9 +452,11 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
         [&] { query(false); }, newest);
   }
 
+  ps.mark(3);
   __syncthreads();  // every thread is done with the ring: reuse it for the merge
   merge_groups<T, C, D, GH>(a, st, reinterpret_cast<float*>(smem), grp, lane, active, nh, split,
                             static_cast<int64_t>(seq) * a.num_heads + h0, out);
+  ps.mark(4);
 }
 
 // C: the cache element type (T, or Fp8).
@@ -459,6 +466,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   // newest are not written by this step's kernels, so they are read before pdl_wait(): the first
   // K/V loads overlap the kernels before this one. pdl_wait() comes before q, the newest row and
   // any global write.
+  probe::Stamps ps;
+  ps.mark(0);
   pdl_launch_dependents();
   if (!a.early_kv_loads) pdl_wait();
 
@@ -476,7 +485,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   const KeyRange range =
       split_range(n_keys, split, a.num_splits, a.min_keys_per_split, a.block_size);
   if (range.lo < range.hi) {
-    attend_range<T, C, D, GH, kRope>(a, sq, range, split, seq, kvh, h0, nh, out, smem);
+    attend_range<T, C, D, GH, kRope>(a, sq, range, split, seq, kvh, h0, nh, out, smem, ps);
   } else {  // an empty split, or a sequence without keys
     pdl_wait();
     if (a.num_splits == 1) {
@@ -495,6 +504,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
         a, nh, out, reinterpret_cast<float*>(smem) + DecodeSmem<D, C, GH>::kPartOffset);
   else if (a.num_splits > 1)
     merge_splits_if_last<T, D>(a, row0, nh, out, reinterpret_cast<float*>(smem));
+  ps.mark(5);
+  ps.flush(0);
 }
 
 /// Heads per CTA (GH): the GQA group rounded up to 1, 2, 4 or 8, at most max_gh; larger groups
@@ -645,6 +656,10 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
       });
     });
   });
+}
+
+cudaError_t probe_read_attention_stamps(uint64_t* host) {
+  return cudaMemcpyFromSymbol(host, probe::g_stamps, sizeof(probe::g_stamps));
 }
 
 }  // namespace rill::kernels

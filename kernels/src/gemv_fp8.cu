@@ -39,6 +39,7 @@
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
 #include "rill/kernels/gemv_fp8.h"
+#include "rill/kernels/probe.h"
 
 namespace rill::kernels {
 namespace {
@@ -228,9 +229,16 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const bool xs =
         x_bytes <= kFp8GemvXStageMaxBytes &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
+    const bool out = nrm.residual != nullptr;
     const auto kernel =
-        xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
-           : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
+        xs ? (out ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                               true, true>
+                  : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                               true, false>)
+           : (out ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                               false, true>
+                  : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI,
+                                               false, false>);
     if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                                              kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
                                                  16 + kPersistentNormOutMaxBytes);
@@ -361,6 +369,10 @@ std::string gemv_fp8_config_name(int config) {
   const Config& c = kConfigs[config];
   return std::to_string(c.warps) + "w x" + std::to_string(c.unroll) +
          (c.stages ? " ring" + std::to_string(c.stages) : "") + (c.persistent ? " persistent" : "");
+}
+
+cudaError_t probe_read_gemv_stamps(uint64_t* host) {
+  return cudaMemcpyFromSymbol(host, probe::g_stamps, sizeof(probe::g_stamps));
 }
 
 }  // namespace rill::kernels

@@ -3,6 +3,7 @@
 
 #include "gemv_fp8_tile.cuh"
 #include "launch.cuh"
+#include "probe_stamps.cuh"
 
 namespace rill::kernels::fp8_gemv {
 
@@ -159,13 +160,15 @@ __device__ __forceinline__ void end_tile(const LaneTile<T, MT>& L, const float (
 // Shared memory: the ring [S][2][W * 32] uint4, the partials [2][W][MT][4][32] floats, x
 // [M][K] (XS), then the norms' inputs (Fp8NormIn's sums [M][K / 16], Fp8NormOut's rows
 // [tiles][M][16] and weights [tiles][16]).
-template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS>
+template <typename T, int W, int S, int P, int MT, bool BLOCK, GemvEpilogue EPI, bool XS,
+          bool NORM_OUT>
 __global__ void __launch_bounds__(W * 32, P)
     gemv_fp8_persistent_kernel(const T* __restrict__ x,          // [M, K]
                                const uint8_t* __restrict__ w,    // [N, K] e4m3
                                const float* __restrict__ scale,  // [N] or [ceil(K / 128), N]
                                void* __restrict__ y, const T* __restrict__ bias, NormArgs<T> nrm,
                                int M, int N, int K, bool y_f32) {
+  if constexpr (!NORM_OUT) nrm.residual = nullptr;  // Fp8NormOut compiled out
   extern __shared__ uint4 ring[];
   constexpr int kSlot = 2 * W * 32;  // uint4 per ring slot (one step of every thread)
   constexpr int kPartialFloats = W * MT * 4 * 32;
@@ -181,11 +184,14 @@ __global__ void __launch_bounds__(W * 32, P)
   const NormStage<T> st_all =
       norm_stage<T>(reinterpret_cast<float*>(xs + xs_vecs), rs, nrm, M, K, tiles);
   TileFetcher<W> fetch{w, N, K, tiles, per_tile, attn::smem_addr(ring + threadIdx.x)};
+  probe::Stamps ps;
+  ps.mark(0);
 
   pdl_launch_dependents();
 #pragma unroll
   for (int p = 0; p < S - 1; ++p) fetch(p);
   pdl_wait();
+  ps.mark(1);
   const bool norms = nrm.residual || nrm.in_sumsq;
   if (norms) {  // a group of its own, complete once S - 1 iterations have been waited for
     stage_norm_inputs_tiles<T>(nrm, st_all, M, N, K, tiles);
@@ -193,6 +199,7 @@ __global__ void __launch_bounds__(W * 32, P)
   }
 
   if constexpr (XS) stage_x<W>(xs, x, xs_vecs);
+  ps.mark(2);
   // XS: this lane's x rows in shared memory.
   const uint4* xs_row[MT];
 #pragma unroll
@@ -243,11 +250,15 @@ __global__ void __launch_bounds__(W * 32, P)
       }
       if constexpr (BLOCK) sc[0] = sn[0], sc[1] = sn[1];
     }
+    if (ti + 1 == tiles) ps.mark(3);
     end_tile<T, W, S, MT, BLOCK, EPI>(L, acc, partials + (ti & 1) * kPartialFloats, ti,
                                       ti == 0 && norms, per_tile, scale, y, bias, nrm, st_all, M, N,
                                       K, y_f32);
+    if (ti == 0) ps.mark(5);
   }
   attn::cp_async_wait<0>();  // nothing in flight into shared memory at exit
+  ps.mark(4);
+  ps.flush(EPI == GemvEpilogue::kSiluMul ? 2 : nrm.residual ? (N == K ? 1 : 3) : 4);
 }
 
 /// Tiles (16 rows each) per CTA and the grid of the persistent kernel for N rows on `sms` SMs:
