@@ -32,6 +32,8 @@
 // iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does;
 // gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's
 // shape).
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "dispatch.cuh"
@@ -226,8 +228,14 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * MT * 4 * 32 * 4;
     const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
     const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+    // Diagnostic: RILL_XS_MAX_BYTES lowers the staging limit (e.g. 16384: down's x of 22 KB is
+    // then loaded from global memory, the 4096-wide projections' 8 KB still staged).
+    static const int xs_max = [] {
+      const char* v = std::getenv("RILL_XS_MAX_BYTES");
+      return v ? std::atoi(v) : kFp8GemvXStageMaxBytes;
+    }();
     const bool xs =
-        x_bytes <= kFp8GemvXStageMaxBytes &&
+        x_bytes <= std::min(xs_max, kFp8GemvXStageMaxBytes) &&
         C.persistent * (kBytes + x_bytes + parts_bytes + out_bytes + 1024) <= smem_per_sm;
     const bool out = nrm.residual != nullptr;
     const auto kernel =
