@@ -32,6 +32,7 @@
 // iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does;
 // gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's
 // shape).
+#include <algorithm>
 #include <string>
 
 #include "dispatch.cuh"
@@ -57,7 +58,8 @@ struct Config {
 // two CTAs an SM; then the persistent rings of 3 and 4, two CTAs an SM.
 constexpr Config kConfigs[] = {{16, 2, 0},    {8, 2, 0},  {8, 4, 0},  {16, 1, 0},
                                {32, 1, 0},    {4, 4, 0},  {16, 1, 4}, {16, 1, 3},
-                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2}};
+                               {16, 1, 5},    {16, 1, 6}, {16, 1, 3, 2}, {16, 1, 4, 2},
+                               {32, 1, 3, 1}};
 // Fp8NormOut's staged rows and weights a persistent CTA may take (else its ring twin runs).
 constexpr int kPersistentNormOutMaxBytes = 16 * 1024;
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
@@ -231,9 +233,11 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
     const auto kernel =
         xs ? gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, true>
            : gemv_fp8_persistent_kernel<T, C.warps, C.stages, C.persistent, MT, BLOCK, EPI, false>;
-    if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
-                                             kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes +
-                                                 16 + kPersistentNormOutMaxBytes);
+    if (cudaError_t err = allow_dynamic_smem(
+            reinterpret_cast<const void*>(kernel),
+            std::min(kBytes + kFp8GemvXStageMaxBytes + kNormMaxBytes + 16 +
+                         kPersistentNormOutMaxBytes,
+                     smem_per_sm - 1024 - static_cast<int>(sizeof(float)) * kFp8GemvMaxRows));
         err != cudaSuccess)
       return err;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
