@@ -1,5 +1,8 @@
 #include "engine/model/quantization.h"
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -29,6 +32,45 @@ std::string str_or(const json& j, const char* key, const std::string& fallback) 
   return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
+// An int field: `fallback` when absent or null, kNotAnInt when it is anything but an integer
+// within int's range (a string, a fraction, 1e300: converting such a float to int would be
+// undefined), so that every comparison with a supported value fails.
+constexpr int kNotAnInt = std::numeric_limits<int>::min();
+int int_or(const json& j, const char* key, int fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (it->is_number_unsigned())
+    return it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max())
+               ? static_cast<int>(it->get<uint64_t>())
+               : kNotAnInt;
+  if (it->is_number_integer()) {
+    const int64_t x = it->get<int64_t>();
+    return x > kNotAnInt && x <= std::numeric_limits<int>::max() ? static_cast<int>(x) : kNotAnInt;
+  }
+  if (it->is_number_float()) {
+    const double x = it->get<double>();
+    return x == std::trunc(x) && x > kNotAnInt && x <= std::numeric_limits<int>::max()
+               ? static_cast<int>(x)
+               : kNotAnInt;
+  }
+  return kNotAnInt;
+}
+
+// A bool field: `fallback` when absent or null; any other type is not a bool (json's value()
+// would throw a type error instead of a rill::Error).
+bool bool_or(const json& j, const char* key, bool fallback, const std::string& source) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) invalid(source, std::string("'") + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+// A field as the config wrote it, for messages ("?" when absent).
+std::string raw(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() ? "?" : it->is_string() ? it->get<std::string>() : it->dump();
+}
+
 std::vector<std::string> string_list(const json& j, const char* key, const std::string& source) {
   std::vector<std::string> out;
   auto it = j.find(key);
@@ -43,9 +85,8 @@ std::vector<std::string> string_list(const json& j, const char* key, const std::
 
 // "int4 weights (type=int, num_bits=4, strategy=group)": what a compressed-tensors args object is.
 std::string args_summary(const json& a) {
-  const std::string type = str_or(a, "type", "?");
-  const int bits = a.value("num_bits", 0);
-  return type + std::to_string(bits) + " (type=" + type + ", num_bits=" + std::to_string(bits) +
+  const std::string type = str_or(a, "type", "?"), bits = raw(a, "num_bits");
+  return type + bits + " (type=" + type + ", num_bits=" + bits +
          ", strategy=" + str_or(a, "strategy", "?") + ")";
 }
 
@@ -53,9 +94,10 @@ std::string args_summary(const json& a) {
 // scales.
 void parse_ct_weights(const json& w, QuantizationConfig& q, const std::string& source) {
   if (!w.is_object()) unsupported(source, "compressed-tensors scheme without weight quantization");
-  if (str_or(w, "type", "") != "float" || w.value("num_bits", 0) != 8)
+  if (str_or(w, "type", "") != "float" || int_or(w, "num_bits", 0) != 8)
     unsupported(source, "compressed-tensors weights " + args_summary(w));
-  if (!w.value("symmetric", true)) unsupported(source, "compressed-tensors asymmetric fp8 weights");
+  if (!bool_or(w, "symmetric", true, source))
+    unsupported(source, "compressed-tensors asymmetric fp8 weights");
   if (w.contains("dynamic") && w["dynamic"].is_boolean() && w["dynamic"].get<bool>())
     unsupported(source, "compressed-tensors dynamic weight scales");
   const std::string strategy = str_or(w, "strategy", "");
@@ -82,7 +124,7 @@ void parse_ct_inputs(const json& a, QuantizationConfig& q, const std::string& so
   q.activations = q.weights == WeightScaleKind::kBlock ? ActivationQuant::kDynamicPerGroup
                                                        : ActivationQuant::kDynamicPerToken;
   if (a.is_null()) return;  // weight-only: prefill GEMMs quantize activations per token anyway
-  if (!a.is_object() || str_or(a, "type", "") != "float" || a.value("num_bits", 0) != 8)
+  if (!a.is_object() || str_or(a, "type", "") != "float" || int_or(a, "num_bits", 0) != 8)
     unsupported(source, "compressed-tensors input activations " + args_summary(a));
   const bool dynamic = a.contains("dynamic") && !a["dynamic"].is_null() &&
                        !(a["dynamic"].is_boolean() && !a["dynamic"].get<bool>());
@@ -93,9 +135,9 @@ void parse_ct_inputs(const json& a, QuantizationConfig& q, const std::string& so
     q.activations = ActivationQuant::kStaticPerTensor;
     return;
   }
-  if (strategy == "group" && a.value("group_size", 0) != 128)
-    unsupported(source, "compressed-tensors dynamic activation groups of " +
-                            std::to_string(a.value("group_size", 0)) + " (only 128)");
+  if (strategy == "group" && int_or(a, "group_size", 0) != 128)
+    unsupported(source, "compressed-tensors dynamic activation groups of " + raw(a, "group_size") +
+                            " (only 128)");
   if (strategy != "token" && strategy != "tensor" && strategy != "group")
     unsupported(source, "compressed-tensors dynamic activations with strategy '" + strategy + "'");
 }
@@ -115,7 +157,7 @@ void parse_kv_scheme(const json& qc, QuantizationConfig& q) {
   const std::string strategy = str_or(s, "strategy", "tensor");
   const bool dynamic =
       s.contains("dynamic") && s["dynamic"].is_boolean() && s["dynamic"].get<bool>();
-  if (str_or(s, "type", "float") != "float" || s.value("num_bits", 8) != 8 || dynamic ||
+  if (str_or(s, "type", "float") != "float" || int_or(s, "num_bits", 8) != 8 || dynamic ||
       (strategy != "tensor" && strategy != "attn_head")) {
     q.kv_scales = KvScaleScheme::kUnsupported;
     q.kv_scheme_summary = (dynamic ? "dynamic " : "") + args_summary(s);

@@ -228,6 +228,48 @@ TEST(QuantizationConfig, MalformedFieldsAreInvalidArguments) {
   json bad_list = ct_config(fp8_args("channel"), nullptr);
   bad_list["quantization_config"]["ignore"] = "lm_head";
   EXPECT_EQ(code_of(bad_list), ErrorCode::kInvalidArgument);
+  json bad_symmetric = ct_config(fp8_args("channel"), nullptr);
+  bad_symmetric["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = "yes";
+  EXPECT_EQ(code_of(bad_symmetric), ErrorCode::kInvalidArgument);
+}
+
+// Numeric fields that are no int (past int's range, fractions, strings) are refused like any
+// other value but 8 / 128, never converted (a float past int's range would be undefined
+// behaviour: the model_config fuzzer found num_bits = 1e300).
+TEST(QuantizationConfig, NumbersPastIntAreRefusedNotConverted) {
+  auto code_of = [](const json& j) {
+    try {
+      parse_quantization_config(j, "c");
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;
+  };
+  json block = fp8_args("block");
+  block["block_structure"] = {128, 128};
+  for (const json& bits : {json(1e300), json(-1e300), json(8.5), json("8"), json(1ull << 40),
+                           json(-(1ll << 40)), json(true)}) {
+    SCOPED_TRACE(bits.dump());
+    json w = fp8_args("channel");
+    w["num_bits"] = bits;
+    EXPECT_EQ(code_of(ct_config(w, nullptr)), ErrorCode::kUnsupported);
+    json a = fp8_args("token", true);
+    a["num_bits"] = bits;
+    EXPECT_EQ(code_of(ct_config(fp8_args("channel"), a)), ErrorCode::kUnsupported);
+    json g = fp8_args("group", true);
+    g["group_size"] = bits;
+    EXPECT_EQ(code_of(ct_config(block, g)), ErrorCode::kUnsupported);
+    json kv = ct_config(fp8_args("channel"), nullptr);
+    kv["quantization_config"]["kv_cache_scheme"] = {
+        {"num_bits", bits}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false}};
+    EXPECT_EQ(parse_quantization_config(kv, "c").kv_scales, KvScaleScheme::kUnsupported);
+  }
+  json w = fp8_args("channel");
+  w["num_bits"] = 8.0;  // an integral float is the integer
+  EXPECT_TRUE(parse_quantization_config(ct_config(w, nullptr), "c").quantized());
+  json g = fp8_args("group", true);
+  g["group_size"] = 128;
+  EXPECT_TRUE(parse_quantization_config(ct_config(block, g), "c").quantized());
 }
 
 TEST(QuantizationConfig, ResolvesTheRequestedMode) {
