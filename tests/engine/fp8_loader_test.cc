@@ -209,15 +209,17 @@ TEST(QuantizationConfig, RefusesEveryOtherSchemeNamingIt) {
   refused(two, "2 config groups");
 }
 
+// The code parse_quantization_config refuses `j` with (kInternal: accepted).
+ErrorCode code_of(const json& j) {
+  try {
+    parse_quantization_config(j, "c");
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kInternal;
+}
+
 TEST(QuantizationConfig, MalformedFieldsAreInvalidArguments) {
-  auto code_of = [](const json& j) {
-    try {
-      parse_quantization_config(j, "c");
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return ErrorCode::kInternal;
-  };
   EXPECT_EQ(code_of({{"quantization_config", 3}}), ErrorCode::kInvalidArgument);
   json no_groups = ct_config(fp8_args("channel"), nullptr);
   no_groups["quantization_config"].erase("config_groups");
@@ -237,14 +239,6 @@ TEST(QuantizationConfig, MalformedFieldsAreInvalidArguments) {
 // other value but 8 / 128, never converted (a float past int's range would be undefined
 // behaviour: the model_config fuzzer found num_bits = 1e300).
 TEST(QuantizationConfig, NumbersPastIntAreRefusedNotConverted) {
-  auto code_of = [](const json& j) {
-    try {
-      parse_quantization_config(j, "c");
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return ErrorCode::kInternal;
-  };
   json block = fp8_args("block");
   block["block_structure"] = {128, 128};
   for (const json& bits : {json(1e300), json(-1e300), json(8.5), json("8"), json(1ull << 40),
