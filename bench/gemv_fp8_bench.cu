@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -223,18 +224,22 @@ void layer_chain(cudaStream_t stream, double copy_gbps, bool ones, const int (&s
 
 }  // namespace
 
-// "N:K,N:K,N:K,N:K" (qkv, o, gate|up, down) into `out`; false if malformed.
+// "N:K,N:K,N:K,N:K" (qkv, o, gate|up, down) into `out`; false if malformed or out of int's
+// range (from_chars reports that, where sscanf's %d would be undefined).
 bool parse_chain_shapes(const std::string& text, std::array<std::array<int, 2>, 4>& out) {
-  int n = 0, used = 0;
-  const char* p = text.c_str();
-  for (auto& s : out) {
-    if (std::sscanf(p, "%d:%d%n", &s[0], &s[1], &used) != 2 || s[0] <= 0 || s[1] <= 0 ||
-        s[1] % 16 != 0)
-      return false;
-    p += used;
-    if (++n < 4 && *p++ != ',') return false;
-  }
-  return *p == '\0' && out[2][0] % 16 == 0;  // gate|up: whole SiLU-and-mul tiles
+  const char *p = text.data(), *end = text.data() + text.size();
+  for (int i = 0; i < 4; ++i)
+    for (int d = 0; d < 2; ++d) {
+      const auto [next, ec] = std::from_chars(p, end, out[i][d]);
+      if (ec != std::errc() || out[i][d] <= 0) return false;
+      p = next;
+      const char sep = d == 0 ? ':' : i < 3 ? ',' : '\0';
+      if (sep == '\0') break;
+      if (p == end || *p++ != sep) return false;
+    }
+  for (const auto& s : out)
+    if (s[1] % 16 != 0) return false;      // K: whole 16-byte chunks
+  return p == end && out[2][0] % 16 == 0;  // gate|up: whole SiLU-and-mul tiles
 }
 
 int main(int argc, char** argv) {
