@@ -29,13 +29,6 @@ __device__ __forceinline__ uint32_t add_bytes(uint4 v) {
   return v.x + v.y + v.z + v.w;
 }
 
-// 16 bytes from global `src` into shared `dst` by cp.async (zeros when !ok).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(ok ? 16 : 0)
-               : "memory");
-}
-
 // After the wait: the previous kernel's output, read as the GEMV reads x (L2).
 __device__ __forceinline__ uint32_t read_input(const uint4* x, int tid, int threads) {
   uint32_t s = 0;
@@ -59,34 +52,10 @@ struct Job {
   float* yf = nullptr;          // wgmma: y [N]
 };
 
-// The cp.async kernels' ring: `start()`, then S - 1 iterations fetched before the PDL wait; then
-// for each of the CTA's tiles `tile_start(ti)` and `per_tile` iterations that each refill the
-// slot before theirs, wait for their own and add it up (`consume(slot)` returns the sum).
-// Returns the input's and the slots' sum.
-template <int S, typename Start, typename Fetch, typename TileStart, typename Consume>
-__device__ __forceinline__ uint32_t cp_async_ring(const Job& j, int tiles, int per_tile,
-                                                  Start&& start, Fetch&& fetch,
-                                                  TileStart&& tile_start, Consume&& consume) {
-  pdl_launch_dependents();
-  start();
-#pragma unroll
-  for (int p = 0; p < S - 1; ++p) fetch(p);
-  pdl_wait();
-  uint32_t s = read_input(j.x, threadIdx.x, blockDim.x);
-  int slot = 0;
-  for (int ti = 0; ti < tiles; ++ti)
-    for (int it = 0; it < per_tile; ++it) {
-      if (it == 0) tile_start(ti);
-      fetch(slot == 0 ? S - 1 : slot - 1);
-      asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
-      s += consume(slot);
-      slot = slot == S - 1 ? 0 : slot + 1;
-    }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  return s;
-}
-
 // ---- cp.async: gemv_fp8_persistent_kernel's staging ----------------------------------------
+// Each cp.async kernel keeps its own ring loop, as F30 measured them (638f889): a shared loop
+// helper (d34789c) ran some of these rings 5-16% slower on the H100 (2026-11-28: the 64-byte
+// ring of 3 2.436 ms, the 128- and 256-byte rings of 2 2.535 / 2.564, against 2.31 / 2.19 / 2.21).
 // PF > 0: lanes 0-15 of warp 0 also pull whole rows into the L2 (cp.async.bulk.prefetch.L2, one
 // row each) of the tile PF - (PF > 2) ahead, at the start of every tile; PF >= 2 also the first
 // PF - 1 tiles before the PDL wait.
@@ -105,8 +74,12 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
       const bool ok = c < chunks;
       const uint8_t* lo = j.w + static_cast<int64_t>(n0 + g) * j.K + 16 * min(c, chunks - 1);
       const uint32_t dst = smem_u32(ring + slot * 2 * W * 32 + threadIdx.x);
-      cp_async16(dst, lo, ok);
-      cp_async16(dst + W * 32 * 16, lo + 8 * j.K, ok);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(lo),
+                   "r"(ok ? 16 : 0)
+                   : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + W * 32 * 16),
+                   "l"(lo + 8 * j.K), "r"(ok ? 16 : 0)
+                   : "memory");
       if (++f_it == per_tile) f_it = 0, ++f_tile;
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -119,20 +92,24 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_kernel(Job j) {
     }
   };
   constexpr int kAhead = PF > 2 ? 2 : 1;
-  const uint32_t s = cp_async_ring<S>(
-      j, tiles, per_tile,
-      [&] {
-        if (PF >= 2)
-          for (int p = 0; p < kAhead; ++p) prefetch_tile(p);
-      },
-      fetch,
-      [&](int ti) {
-        if (PF > 0) prefetch_tile(ti + kAhead);
-      },
-      [&](int slot) {
-        const uint4* own = ring + slot * 2 * W * 32 + threadIdx.x;
-        return add_bytes(own[0]) + add_bytes(own[W * 32]);
-      });
+  pdl_launch_dependents();
+  if (PF >= 2)
+    for (int p = 0; p < kAhead; ++p) prefetch_tile(p);
+#pragma unroll
+  for (int p = 0; p < S - 1; ++p) fetch(p);
+  pdl_wait();
+  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
+  int slot = 0;
+  for (int ti = 0; ti < tiles; ++ti)
+    for (int it = 0; it < per_tile; ++it) {
+      if (PF > 0 && it == 0) prefetch_tile(ti + kAhead);
+      fetch(slot == 0 ? S - 1 : slot - 1);
+      asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+      const uint4* own = ring + slot * 2 * W * 32 + threadIdx.x;
+      s += add_bytes(own[0]) + add_bytes(own[W * 32]);
+      slot = slot == S - 1 ? 0 : slot + 1;
+    }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   write_output(j.y, s);
   if (s == 0x9e3779b9u) *j.sink = s;  // keeps the sums
 }
@@ -164,26 +141,36 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_wide_kernel(Job j) {
         const int r = i * kRowsInstr + lane / kLanesRow;
         const uint8_t* src = j.w + static_cast<int64_t>(n0 + r) * j.K + 16 * min(c, j.K / 16 - 1);
         const uint32_t dst = smem_u32(mine + slot * W * kStage + r * kLanesRow + lane % kLanesRow);
-        cp_async16(dst, src, ok);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
       }
       if (++f_it == per_tile) f_it = 0, ++f_tile;
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
-  const uint32_t s = cp_async_ring<S>(
-      j, tiles, per_tile, [] {}, fetch, [](int) {},
-      [&](int slot) {
-        __syncwarp();  // the other lanes' copies
-        const uint4* st = mine + slot * W * kStage;
-        uint32_t sum = 0;
+  pdl_launch_dependents();
 #pragma unroll
-        for (int v = lane; v < kStage; v += 32) sum += add_bytes(st[(v + 5 * (v / 32)) % kStage]);
-        __syncwarp();  // read before the slot is refilled
-        return sum;
-      });
+  for (int p = 0; p < S - 1; ++p) fetch(p);
+  pdl_wait();
+  uint32_t s = read_input(j.x, threadIdx.x, W * 32);
+  int slot = 0;
+  for (int ti = 0; ti < tiles; ++ti)
+    for (int it = 0; it < per_tile; ++it) {
+      fetch(slot == 0 ? S - 1 : slot - 1);
+      asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+      __syncwarp();
+      const uint4* st = mine + slot * W * kStage;
+#pragma unroll
+      for (int v = lane; v < kStage; v += 32) s += add_bytes(st[(v + 5 * (v / 32)) % kStage]);
+      __syncwarp();  // read before the slot is refilled
+      slot = slot == S - 1 ? 0 : slot + 1;
+    }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   write_output(j.y, s);
   if (s == 0x9e3779b9u) *j.sink = s;
 }
+
 
 // ---- bulk: a producer warp, cp.async.bulk and mbarriers -------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* b, int count) {
