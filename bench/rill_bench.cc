@@ -232,6 +232,7 @@ struct Variant {
   int rope_in_attention = -1;  // -1: the runner's rule, 0 / 1: forced off / on
   int decode_mma = -1;         // CudaTuning::decode_mma (-1: the runner's rule)
   bool fp8_norm_in_gemv = true;  // false: CudaTuning::fp8_norm_in_gemv off
+  bool fp8_pair = true;          // false: CudaTuning::fp8_pair_down_qkv off
   // CTA shapes of single GEMVs (CudaTuning::projection_gemv_config): projection -> shape.
   std::vector<std::pair<int, int>> projection_configs;
   std::vector<std::pair<int, int>> fp8_projection_configs;  // the same for fp8 GEMVs
@@ -304,6 +305,11 @@ std::vector<Variant> decode_variants(const cli::Args& args, int batch) {
     v.fp8_norm_in_gemv = false;
     variants.push_back(v);
   }
+  if (args.on("fp8-pair-off-too")) {
+    Variant v{"off: fp8 down + next qkv as one kernel"};
+    v.fp8_pair = false;
+    variants.push_back(v);
+  }
   if (args.on("fusion-off-too") && batch <= 8)
     variants.push_back({"off: fusion", true, true, true, false});
   for (int on : {0, 1}) {
@@ -343,6 +349,7 @@ CudaTuning variant_tuning(const Variant& v, const CudaTuning& base) {
     t.rope_in_attention = v.rope_in_attention == 1 ? RopeInAttention::kOn : RopeInAttention::kOff;
   if (v.decode_mma >= 0) t.decode_mma = v.decode_mma;
   t.fp8_norm_in_gemv = v.fp8_norm_in_gemv && base.fp8_norm_in_gemv;
+  t.fp8_pair_down_qkv = v.fp8_pair && base.fp8_pair_down_qkv;
   return t;
 }
 
@@ -599,6 +606,11 @@ void declare_flags(cli::Args& args) {
               "around them, 0 as add_norm kernels; -1: the runner's default");
   args.flag("fp8-norm-off-too",
             "also time decode with the fp8 GEMVs' residual adds and norms as add_norm kernels");
+  args.option("fp8-pair-down-qkv", "-1",
+              "fp8 weights: 1 a layer's down GEMV and the next layer's qkv run as one kernel "
+              "(with the norms in the GEMVs), 0 as two; -1: the runner's default");
+  args.flag("fp8-pair-off-too",
+            "also time decode with each down GEMV and the next qkv as two kernels");
   args.option("carveout", "-1",
               "shared-memory carveout (percent) every kernel asks for; -1: the driver's choice");
   args.flag("early-kv-off-too",
@@ -639,6 +651,8 @@ int main(int argc, char** argv) {
     if (const int f = args.get_int("fp8-fast-accum"); f >= 0) eo.cuda_tuning.fp8_fast_accum = f != 0;
     if (const int f = args.get_int("fp8-norm-in-gemv"); f >= 0)
       eo.cuda_tuning.fp8_norm_in_gemv = f != 0;
+    if (const int f = args.get_int("fp8-pair-down-qkv"); f >= 0)
+      eo.cuda_tuning.fp8_pair_down_qkv = f != 0;
     if (args.get_int("fp8-gemv-max-rows") >= 0)
       eo.cuda_tuning.fp8_gemv_max_rows = args.get_int("fp8-gemv-max-rows");
     const auto t_load = Clock::now();

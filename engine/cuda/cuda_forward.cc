@@ -87,9 +87,20 @@ bool CudaRunner::norm_in_gemv(int li, int T) const {
          gemm_->uses_gemv(h_.get(), w.wup, T, H) && gemm_->uses_gemv(act_.get(), w.wdown, T, I);
 }
 
+bool CudaRunner::pair_down_qkv(int T) const {
+  return tuning_.fp8_pair_down_qkv && T <= 8 && pair_barrier_.get();
+}
+
 void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T,
                                      int N, int K, int projection, bool norm_in,
                                      const void* norm_weight) {
+  gemm_->gemv_fp8(fp8_norm_gemv_params(x, w, y, T, N, K, projection, norm_in, norm_weight));
+}
+
+kernels::Fp8GemvParams CudaRunner::fp8_norm_gemv_params(const void* x, const cuda::DeviceLinear& w,
+                                                        void* y, int T, int N, int K,
+                                                        int projection, bool norm_in,
+                                                        const void* norm_weight) const {
   kernels::Fp8GemvParams p = gemm_->fp8_gemv_params(x, w, y, T, N, K, false);
   p.deep_prologue = fp8_deep_gemv(projection, T);
   p.config = projection_config(projection, w, N, K, T);
@@ -102,7 +113,7 @@ void CudaRunner::gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w,
     p.norm_out.weight = norm_weight;
     p.norm_out.sumsq = norm_sumsq_.as<float>();
   }
-  gemm_->gemv_fp8(p);
+  return p;
 }
 
 // Decode rows' attention over the paged cache (split count from the step's longest key range):
@@ -173,6 +184,7 @@ void CudaRunner::enqueue_attention(int li, const StepPlan& plan, const LayerNorm
   }
 
   timed(Profiler::kGemm, [&] {
+    if (norms.qkv_paired) return;  // run by the previous layer's down launch
     if (norms.qkv_in) {
       gemv_fp8_with_norms(h_.get(), w.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true, nullptr);
       return;
@@ -299,6 +311,16 @@ void CudaRunner::enqueue_mlp(int li, const void* in, const StepPlan& plan,
     if (p.out_fp8) gemm_->prequantized(act_.get(), T);
   });
   timed(Profiler::kGemm, [&] {
+    if (norms.down_paired) {  // with the next layer's qkv, which reads h_
+      const cuda::DeviceLayer& next = weights_->layers()[li + 1];
+      gemm_->gemv_fp8_pair(
+          fp8_norm_gemv_params(act_.get(), w.wdown, h_.get(), T, H, I, kDown, false,
+                               next.attn_norm),
+          fp8_norm_gemv_params(h_.get(), next.wqkv, qkv_.get(), T, c.qkv_dim(), H, kQkv, true,
+                               nullptr),
+          pair_barrier_.get());
+      return;
+    }
     if (norms.down_out) {  // the residual add and the next layer's attention norm's input: h_
       gemv_fp8_with_norms(act_.get(), w.wdown, h_.get(), T, H, I, kDown, false,
                           weights_->layers()[li + 1].attn_norm);
@@ -403,6 +425,8 @@ void CudaRunner::enqueue_layer(int li, const StepPlan& plan) {
   norms.mid = norm_in_gemv(li, T);
   norms.qkv_in = norms.mid && li > 0 && norm_in_gemv(li - 1, T);
   norms.down_out = norms.mid && !last && norm_in_gemv(li + 1, T);
+  norms.qkv_paired = norms.qkv_in && pair_down_qkv(T);
+  norms.down_paired = norms.down_out && pair_down_qkv(T);
   enqueue_attention(li, plan, norms);
   if (c.parallel_residual) {  // x + attn(ln1(x)) + mlp(ln2(x)): h2_ holds ln2(x)
     enqueue_mlp(li, h2_.get(), plan, norms);

@@ -236,8 +236,11 @@ void CudaRunner::allocate_buffers() {
   up_ = DeviceMemory(G * up_width * esize(), "activations");
   act_ = DeviceMemory(G * c.intermediate_size * esize(), "activations");
   m_ = DeviceMemory(G * H * esize(), "activations");
-  if (H % 16 == 0)  // 4 bytes a hidden unit (CudaTuning::fp8_norm_in_gemv)
+  if (H % 16 == 0) {  // 4 bytes a hidden unit (CudaTuning::fp8_norm_in_gemv)
     norm_sumsq_ = DeviceMemory(kernels::kFp8GemvMaxRows * (H / 16) * 4, "activations");
+    pair_barrier_ = DeviceMemory(kernels::kFp8PairBarrierBytes, "activations");
+    RILL_CUDA(cudaMemsetAsync(pair_barrier_.get(), 0, pair_barrier_.bytes(), stream_));
+  }
   normed_ = DeviceMemory(R * H * esize(), "activations");
   logits_ = DeviceMemory(R * V * 4, "logits");
   if (tp_.comm)

@@ -198,6 +198,8 @@ class CudaRunner final : public ModelRunner {
     bool qkv_in = false;        // qkv reads the previous layer's down output as Fp8NormIn
     bool mid = false;           // o writes the MLP norm's input (Fp8NormOut), gate|up reads it
     bool down_out = false;      // down writes the next layer's attention norm's input
+    bool qkv_paired = false;    // qkv_in, and qkv ran in the previous layer's down launch
+    bool down_paired = false;   // down_out, and the next layer's qkv runs in down's launch
   };
   void enqueue_attention(int layer, const cuda::StepPlan& plan, const LayerNorms& norms);
   void enqueue_mlp(int layer, const void* in, const cuda::StepPlan& plan, const LayerNorms& norms);
@@ -208,6 +210,11 @@ class CudaRunner final : public ModelRunner {
   // an Fp8NormOut's y), `norm_weight` (non-null: Fp8NormOut into y with that weight).
   void gemv_fp8_with_norms(const void* x, const cuda::DeviceLinear& w, void* y, int T, int N,
                            int K, int projection, bool norm_in, const void* norm_weight);
+  kernels::Fp8GemvParams fp8_norm_gemv_params(const void* x, const cuda::DeviceLinear& w, void* y,
+                                              int T, int N, int K, int projection, bool norm_in,
+                                              const void* norm_weight) const;
+  // CudaTuning::fp8_pair_down_qkv at T tokens (where both layers take the norms in their GEMVs).
+  bool pair_down_qkv(int T) const;
   // `consumer` (with its output width N): the linear layer that reads out0 next, whose W8A8 GEMM
   // then takes out0 quantized by the norm, in place of out0 (CudaTuning::fp8_fused_quant).
   void enqueue_add_norm(kernels::AddNormParams p, const cuda::StepPlan& plan, bool gather,
@@ -336,6 +343,7 @@ class CudaRunner final : public ModelRunner {
   cuda::DeviceMemory up_;       // [T, 2I] (gated) or [T, I]
   cuda::DeviceMemory act_;      // [T, I]
   cuda::DeviceMemory m_;        // [T, H]
+  cuda::DeviceMemory pair_barrier_;  // kernels::launch_gemv_fp8_pair's grid barrier
   cuda::DeviceMemory norm_sumsq_;  // [kFp8GemvMaxRows, H / 16] fp32: Fp8NormOut's sums of squares
   cuda::DeviceMemory normed_;   // [R, H]
   cuda::DeviceMemory logits_;   // [R, V] fp32

@@ -105,6 +105,11 @@ struct CudaTuning {
   /// them: two kernels fewer per layer (H100 batch 1: 7B 3.03 against 3.14 ms, 8B 3.50 against
   /// 3.58). Off: add_norm (the norm's output is rounded at another place: docs/quantization.md).
   bool fp8_norm_in_gemv = true;
+  /// With fp8_norm_in_gemv: a layer's down projection and the next layer's qkv, which reads its
+  /// norm, run as one kernel of persistent CTAs with a grid barrier between them
+  /// (kernels::launch_gemv_fp8_pair) instead of two kernels, so qkv's CTAs need not find SMs
+  /// after down's leave them (docs/quantization.md).
+  bool fp8_pair_down_qkv = true;
   /// Tensor parallelism: steps of up to this many tokens (at most 16,384) on 2
   /// GPUs, this / (N - 1) on N, sum the o and down projections' partial sums over peer memory
   /// inside the residual add that follows them (kernels::PeerSum) when every pair of the group's

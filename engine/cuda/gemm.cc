@@ -97,12 +97,24 @@ kernels::Fp8GemvParams Gemm::fp8_gemv_params(const void* x, const DeviceLinear& 
   return p;
 }
 
-void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
-  prequant_x_ = nullptr;
+void Gemm::resolve_fp8_gemv(kernels::Fp8GemvParams& p) const {
   p.dtype = dtype_;
   if (p.config < 0) p.config = fp8_gemv_config_;
   if (p.config < 0 && p.deep_prologue) p.config = fp8_deep_config_;
+}
+
+void Gemm::gemv_fp8(kernels::Fp8GemvParams p) {
+  prequant_x_ = nullptr;
+  resolve_fp8_gemv(p);
   RILL_CUDA(kernels::launch_gemv_fp8(p, stream_));
+}
+
+void Gemm::gemv_fp8_pair(kernels::Fp8GemvParams first, kernels::Fp8GemvParams second,
+                         void* barrier) {
+  prequant_x_ = nullptr;
+  resolve_fp8_gemv(first);
+  resolve_fp8_gemv(second);
+  RILL_CUDA(kernels::launch_gemv_fp8_pair(first, second, barrier, stream_));
 }
 
 std::optional<Gemm::Fp8Input> Gemm::fp8_input(const void* x, const DeviceLinear& w, int M,

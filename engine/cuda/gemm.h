@@ -76,6 +76,9 @@ class Gemm {
   /// Enqueues the fp8 GEMV (p.dtype and, when p.config < 0, the forced shape filled in:
   /// set_fp8_gemv_config's, else set_fp8_deep_config's when p.deep_prologue).
   void gemv_fp8(kernels::Fp8GemvParams p);
+  /// `first` then `second` (which reads first's output), as gemv_fp8 each, through
+  /// kernels::launch_gemv_fp8_pair: one kernel where it takes them. `barrier`: its device memory.
+  void gemv_fp8_pair(kernels::Fp8GemvParams first, kernels::Fp8GemvParams second, void* barrier);
   /// The fp8 GEMV's parameters for weight w (dtype, shapes, scales; kStore).
   kernels::Fp8GemvParams fp8_gemv_params(const void* x, const DeviceLinear& w, void* y, int M,
                                          int N, int K, bool y_f32) const;
@@ -116,6 +119,8 @@ class Gemm {
     return deep_prologue && deep_config_ >= 0 ? deep_config_ : gemv_config_;
   }
   void run_cublas(const void* x, const void* w, void* y, int M, int N, int K, bool y_f32);
+  // p.dtype, and the forced shape where p.config < 0 (gemv_fp8's rule).
+  void resolve_fp8_gemv(kernels::Fp8GemvParams& p) const;
   Fp8Gemm::Problem fp8_problem(const DeviceLinear& w, int M, int N, int K, bool y_f32) const {
     const bool block = w.scale_layout == kernels::Fp8ScaleLayout::kBlock128;
     return {M, N, K, block, dtype_, y_f32, fp8_fast_accum_ && !block};

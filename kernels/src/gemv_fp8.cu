@@ -32,6 +32,9 @@
 // iterations before its PDL wait (Fp8GemvParams::deep_prologue), as gemv.cu's ring kernel does;
 // gemv_fp8_persistent_kernel is that ring in CTAs that loop over tiles (the deep prologue's
 // shape).
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "dispatch.cuh"
@@ -68,6 +71,12 @@ constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kDeepConfig = 10;
 static_assert(kConfigs[kDeepConfig].warps == kConfigs[0].warps &&
               kConfigs[kDeepConfig].stages > 0 && kConfigs[kDeepConfig].persistent > 0);
+
+// Experiment knobs (branch only).
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
 
 // grid (ceil(N / 16)), block W * 32. K % 16 == 0, x and w 16-byte aligned. MT x tiles of 8 rows.
 // Weights are double-buffered in registers: the loads of the next U steps are issued before the
@@ -236,8 +245,9 @@ cudaError_t launch_shape(const Fp8GemvParams& p, cudaStream_t stream) {
                                                  16 + kPersistentNormOutMaxBytes);
         err != cudaSuccess)
       return err;
+    const int pad = p.norm_in.sumsq && EPI == GemvEpilogue::kStore ? env_int("RILL_QKV_PAD") : 0;
     return launch_kernel(kernel, dim3(grid), dim3(C.warps * 32),
-                         kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes, stream, x, w,
+                         kBytes + (xs ? x_bytes : 0) + parts_bytes + out_bytes + pad, stream, x, w,
                          p.scale, p.y, bias, nrm, p.M, p.N, p.K, y_f32);
   } else if constexpr (C.stages == 0) {
     const auto kernel = gemv_fp8_kernel<T, C.warps, C.unroll, MT, BLOCK, EPI>;
@@ -284,9 +294,7 @@ cudaError_t launch_config(const Fp8GemvParams& p, cudaStream_t stream) {
   }
 }
 
-}  // namespace
-
-cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
+cudaError_t check_params(const Fp8GemvParams& p) {
   if (p.M < 0 || p.N < 0 || p.K < 0) return invalid_argument("gemv_fp8: negative size");
   if (p.M > kFp8GemvMaxRows)
     return invalid_argument("gemv_fp8: M=" + std::to_string(p.M) + " > " +
@@ -326,9 +334,134 @@ cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
   if (!p.x || !p.w || !p.y || !p.scale) return invalid_argument("gemv_fp8: null pointer");
   if (!is_aligned16(p.x) || !is_aligned16(p.w))
     return invalid_argument("gemv_fp8: x and w must be 16-byte aligned");
+  return cudaSuccess;
+}
+
+// gemv_fp8_pair_kernel's grid and shared memory for `a` then `b`; `fused` false where they run
+// as two kernels.
+struct PairShape {
+  bool fused = false;
+  int g1 = 0, g2 = 0, smem = 0;
+};
+
+template <typename T, bool BLOCK>
+cudaError_t pair_shape(const Fp8GemvParams& a, const Fp8GemvParams& b, PairShape& out) {
+  constexpr Config C = kConfigs[kDeepConfig];
+  out = {};
+  int device = 0, sms = 0, smem_per_sm = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      err != cudaSuccess)
+    return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(
+          &smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      err != cudaSuccess)
+    return err;
+  // What persistent_gemv keeps past the ring and the partials (launch_shape's rule, x staged).
+  const auto extra_bytes = [](const Fp8GemvParams& p, int grid) {
+    const int tiles = ((p.N + kRows - 1) / kRows + grid - 1) / grid;
+    const int out_bytes = p.norm_out.residual
+                              ? tiles * (p.M * kRows * 4 + kRows * static_cast<int>(sizeof(T)))
+                              : 0;
+    const int x_bytes = p.M * p.K * static_cast<int>(sizeof(T));
+    if (out_bytes > kPersistentNormOutMaxBytes || x_bytes > kFp8GemvXStageMaxBytes) return -1;
+    const int parts_bytes = p.norm_in.sumsq ? (p.M * (p.K / kRows) + 3) / 4 * 16 : 0;
+    return x_bytes + parts_bytes + out_bytes;
+  };
+  const int g1 = persistent_grid(a.N, sms * C.persistent);
+  const int g2 = persistent_grid(b.N, sms * C.persistent);
+  const int e1 = extra_bytes(a, g1), e2 = extra_bytes(b, g2);
+  constexpr int kBytes = ring_bytes<C.warps, 1, C.stages>() + 2 * C.warps * 4 * 32 * 4;
+  const int smem = kBytes + std::max(e1, e2);
+  if (e1 < 0 || e2 < 0 || C.persistent * (smem + 1024) > smem_per_sm) return cudaSuccess;
+  const auto kernel = gemv_fp8_pair_kernel<T, C.warps, C.stages, C.persistent, BLOCK>;
+  if (cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+      err != cudaSuccess)
+    return err;
+  // Every CTA resident at once, or the barrier would wait for CTAs that cannot start.
+  int per_sm = 0;
+  if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                      C.warps * 32, smem);
+      err != cudaSuccess)
+    return err;
+  if (per_sm * sms < std::max(g1, g2)) return cudaSuccess;
+  out = {true, g1, g2, smem};
+  return cudaSuccess;
+}
+
+// launch_gemv_fp8_pair past its checks: one pair kernel, or (dry_run) only whether it would run.
+template <typename T>
+cudaError_t launch_pair(const Fp8GemvParams& a, const Fp8GemvParams& b, void* barrier,
+                        cudaStream_t stream, bool dry_run, bool& fused) {
+  const auto go = [&]<bool BLOCK>() -> cudaError_t {
+    PairShape shape;
+    if (cudaError_t err = pair_shape<T, BLOCK>(a, b, shape); err != cudaSuccess) return err;
+    fused = shape.fused;
+    if (!fused || dry_run) return cudaSuccess;
+    constexpr Config C = kConfigs[kDeepConfig];
+    const auto args = [](const Fp8GemvParams& p) {
+      const NormArgs<T> nrm{p.norm_out.residual, static_cast<const T*>(p.norm_out.weight),
+                            p.norm_out.sumsq, p.norm_in.sumsq, p.norm_in.eps};
+      return PersistentGemv<T>{static_cast<const T*>(p.x), static_cast<const uint8_t*>(p.w),
+                               p.scale, p.y, nrm, p.M, p.N, p.K, p.y_f32};
+    };
+    return launch_kernel(gemv_fp8_pair_kernel<T, C.warps, C.stages, C.persistent, BLOCK>,
+                         dim3(std::max(shape.g1, shape.g2)), dim3(C.warps * 32), shape.smem,
+                         stream, args(a), shape.g1, args(b), shape.g2,
+                         static_cast<GridBarrierState*>(barrier), env_int("RILL_PAIR_SPIN_NS"),
+                         env_int("RILL_PAIR_ARRIVE_LATE"));
+  };
+  return a.scale_layout == Fp8ScaleLayout::kBlock128 ? go.template operator()<true>()
+                                                     : go.template operator()<false>();
+}
+
+// Both checked and non-empty: whether the pair kernel may take them at all.
+bool pair_applies(const Fp8GemvParams& a, const Fp8GemvParams& b, const void* barrier) {
+  const auto deep = [](const Fp8GemvParams& p) {
+    return (p.config < 0 ? gemv_fp8_default_config(p.N, p.K, p.deep_prologue) : p.config) ==
+           kDeepConfig;
+  };
+  return barrier && (reinterpret_cast<uintptr_t>(barrier) & 7) == 0 && a.dtype == b.dtype &&
+         a.scale_layout == b.scale_layout && a.epilogue == GemvEpilogue::kStore &&
+         b.epilogue == GemvEpilogue::kStore && a.M <= 8 && b.M <= 8 && deep(a) && deep(b);
+}
+
+}  // namespace
+
+cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream) {
+  if (cudaError_t err = check_params(p); err != cudaSuccess || p.M == 0 || p.N == 0) return err;
   Fp8GemvParams q = p;
   if (q.config < 0) q.config = gemv_fp8_default_config(p.N, p.K, p.deep_prologue);
   return dispatch_dtype(q.dtype, [&]<typename T>() { return launch_config<T>(q, stream); });
+}
+
+cudaError_t launch_gemv_fp8_pair(const Fp8GemvParams& first, const Fp8GemvParams& second,
+                                 void* barrier, cudaStream_t stream) {
+  if (cudaError_t err = check_params(first); err != cudaSuccess) return err;
+  if (cudaError_t err = check_params(second); err != cudaSuccess) return err;
+  bool fused = false;
+  if (first.M > 0 && first.N > 0 && second.M > 0 && second.N > 0 &&
+      pair_applies(first, second, barrier))
+    if (cudaError_t err = dispatch_dtype(first.dtype, [&]<typename T>() {
+          return launch_pair<T>(first, second, barrier, stream, false, fused);
+        });
+        err != cudaSuccess || fused)
+      return err;
+  if (cudaError_t err = launch_gemv_fp8(first, stream); err != cudaSuccess) return err;
+  return launch_gemv_fp8(second, stream);
+}
+
+bool gemv_fp8_pair_fuses(const Fp8GemvParams& first, const Fp8GemvParams& second,
+                         const void* barrier) {
+  if (check_params(first) != cudaSuccess || check_params(second) != cudaSuccess ||
+      first.M == 0 || first.N == 0 || second.M == 0 || second.N == 0 ||
+      !pair_applies(first, second, barrier))
+    return false;
+  bool fused = false;
+  const cudaError_t err = dispatch_dtype(first.dtype, [&]<typename T>() {
+    return launch_pair<T>(first, second, const_cast<void*>(barrier), nullptr, true, fused);
+  });
+  return err == cudaSuccess && fused;
 }
 
 int gemv_fp8_default_config(int /*N*/, int /*K*/, bool deep_prologue) {

@@ -628,6 +628,31 @@ TEST(CudaFp8, NormInGemvMatchesTheCpuEngineAndAddNorm) {
   }
 }
 
+// A layer's down GEMV and the next layer's qkv as one kernel (CudaTuning::fp8_pair_down_qkv, with
+// the norms in the GEMVs): the same logits, bit for bit, as two kernels, at batch 1 and 2, with
+// per-channel and 128 x 128 block scales.
+TEST(CudaFp8, DownAndQkvInOneKernelChangeNothing) {
+  REQUIRE_CUDA();
+  for (const char* name : {"fp8_ct_channel", "fp8_block"})
+    for (int batch : {1, 2}) {
+      SCOPED_TRACE(std::string(name) + " batch " + std::to_string(batch));
+      const Model m = load_model(source_path(std::string("tests/fixtures/") + name));
+      const auto prompts = testing::fp8_prompts(m, batch, 40);
+      std::vector<std::vector<int32_t>> tokens(6, std::vector<int32_t>(batch));  // [step][seq]
+      for (int step = 0; step < 6; ++step)
+        for (int i = 0; i < batch; ++i) tokens[step][i] = 7 + step + 5 * i;
+      auto rows = [&](bool pair) {
+        CudaTuning t;
+        t.fp8_pair_down_qkv = pair;
+        auto r = testing::cuda_runner(m, true, "auto", t, "auto");
+        return testing::run_fp8_rows(*r, prompts, tokens);
+      };
+      const Fp8Rows paired = rows(true), two = rows(false);
+      EXPECT_EQ(paired.prefill, two.prefill);
+      EXPECT_EQ(paired.decode, two.decode);
+    }
+}
+
 // --quantization none on an fp8 checkpoint runs the dequantized weights in bf16: it matches the
 // CPU like any bf16 model.
 TEST(CudaFp8, NoneDequantizesAtLoad) {

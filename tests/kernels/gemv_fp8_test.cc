@@ -527,6 +527,81 @@ TEST(GemvFp8, PersistentNormOutPastItsStagingEqualsTheRing) {
   }
 }
 
+// A layer's down projection (Fp8NormOut) and the next qkv (Fp8NormIn) in one kernel with a grid
+// barrier between them (launch_gemv_fp8_pair): the bits of the two launches, launch after launch
+// on one barrier. One kernel at the 7B's and 8B's shapes (on Hopper), and where x fits in shared
+// memory; two where it does not (2 rows of the 7B's down: 44 KB).
+TEST(GemvFp8, PairEqualsTwoLaunchesBitForBit) {
+  RILL_REQUIRE_GPU();
+  std::mt19937 rng(79);
+  int device = 0, major = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  DeviceBuffer barrier(2, 4);
+  CUDA_OK(cudaMemset(barrier.get(), 0, kernels::kFp8PairBarrierBytes));
+  struct Shape {
+    int M, K1, H, N2;
+    bool one_kernel;  // on Hopper
+  };
+  const Shape shapes[] = {{1, 11008, 4096, 12288, true},  // Llama-2-7B
+                          {1, 14336, 4096, 6144, true},   // Llama-3-8B
+                          {2, 11008, 4096, 12288, false},
+                          {5, 64, 256, 40, true},
+                          {8, 1024, 2048, 3072, true}};
+  for (const Shape& s : shapes)
+    for (DType dt : kDTypes)
+      for (Fp8ScaleLayout layout : {Fp8ScaleLayout::kPerRow, Fp8ScaleLayout::kBlock128}) {
+        SCOPED_TRACE(label(dt, s.M, s.H, s.K1, layout, -1) + " -> N2=" + std::to_string(s.N2));
+        CUDA_OK(cudaMemset(barrier.get(), 0, kernels::kFp8PairBarrierBytes));  // a new grid
+        const Fp8Weight w1 = random_weight(s.H, s.K1, layout, rng);
+        const Fp8Weight w2 = random_weight(s.N2, s.H, layout, rng);
+        const std::vector<float> x =
+            rounded_random(size_t(s.M) * s.K1, rng, dt, 1.0f / std::sqrt(float(s.K1)));
+        const std::vector<float> r0 = random_vector(size_t(s.M) * s.H, rng, 2.0f);
+        const std::vector<float> gamma = rounded_random(s.H, rng, dt, 1.0f);
+        const DeviceWeight dw1(w1), dw2(w2);
+        DeviceBuffer d_x(x.size(), 2), d_gamma(s.H, 2), d_r(r0.size(), 4),
+            d_h(size_t(s.M) * s.H, 2), d_ss(size_t(s.M) * (s.H / 16), 4),
+            d_y(size_t(s.M) * s.N2, 2);
+        d_x.upload_floats(x, dt);
+        d_gamma.upload_floats(gamma, dt);
+        kernels::Fp8GemvParams p1 = params(dt, s.M, w1, dw1, d_x.get(), d_h.get(), -1);
+        set_norm_out(p1, d_r, d_gamma, d_ss);
+        kernels::Fp8GemvParams p2 = params(dt, s.M, w2, dw2, d_h.get(), d_y.get(), -1);
+        p2.norm_in.sumsq = d_ss.as<float>();
+        p1.deep_prologue = p2.deep_prologue = true;
+        auto run = [&](bool pair, std::vector<float>& all) {  // r, h, the sums of squares and y
+          d_r.upload_floats(r0, dt);
+          for (DeviceBuffer* b : {&d_h, &d_ss, &d_y}) b->poison();
+          if (pair) {
+            CUDA_OK(kernels::launch_gemv_fp8_pair(p1, p2, barrier.get(), nullptr));
+          } else {
+            CUDA_OK(kernels::launch_gemv_fp8(p1, nullptr));
+            CUDA_OK(kernels::launch_gemv_fp8(p2, nullptr));
+          }
+          CUDA_OK(cudaDeviceSynchronize());
+          all.clear();
+          for (const DeviceBuffer* b : {&d_r, &d_h, &d_ss, &d_y}) {
+            EXPECT_TRUE(b->check_guards());
+            const std::vector<float> v = b->download_floats(dt);
+            all.insert(all.end(), v.begin(), v.end());
+          }
+          EXPECT_FALSE(has_nonfinite(all));
+        };
+        std::vector<float> two, one;
+        run(false, two);
+        for (int rep = 0; rep < 3; ++rep) {
+          run(true, one);
+          EXPECT_TRUE(one == two) << "launch " << rep;
+        }
+        const bool fuses = kernels::gemv_fp8_pair_fuses(p1, p2, barrier.get());
+        if (major >= 9) {
+          EXPECT_EQ(fuses, s.one_kernel);
+        }
+        EXPECT_FALSE(kernels::gemv_fp8_pair_fuses(p1, p2, nullptr));
+      }
+}
+
 TEST(GemvFp8, RejectsWhatItCannotDo) {
   kernels::Fp8GemvParams p;
   p.M = 17;  // more rows than two mma tiles

@@ -4,6 +4,7 @@
 // accumulation. The same epilogues as the 16-bit GEMV (gemv.h): kStore and kSiluMul.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "rill/kernels/common.h"
@@ -96,5 +97,22 @@ constexpr int kFp8GemvMaxRows = 16;
 /// cudaErrorInvalidValue (with last_kernel_error_detail) for M > 16, K % 16 != 0, a bad scale
 /// layout, a misaligned or null operand; callers fall back to a GEMM.
 cudaError_t launch_gemv_fp8(const Fp8GemvParams& p, cudaStream_t stream);
+
+/// Device memory launch_gemv_fp8_pair's grid barrier keeps between launches: zeroed once, 8-byte
+/// aligned, used by one stream at a time.
+constexpr size_t kFp8PairBarrierBytes = 8;
+
+/// launch_gemv_fp8(first) then launch_gemv_fp8(second), where `second` reads what `first` wrote
+/// (a decode layer's down projection with Fp8NormOut, then the next layer's qkv with Fp8NormIn),
+/// as one kernel of persistent CTAs with a grid barrier between the two when both take the deep
+/// prologue's shape (deep_prologue, config -1 or that shape), kStore, the same dtype and scale
+/// layout, at most 8 rows, x small enough to stage in shared memory, and every CTA of the grid
+/// fits on the GPU at once; else as the two launches. The same outputs either way, bit for bit.
+/// Errors as launch_gemv_fp8's.
+cudaError_t launch_gemv_fp8_pair(const Fp8GemvParams& first, const Fp8GemvParams& second,
+                                 void* barrier, cudaStream_t stream);
+/// Whether launch_gemv_fp8_pair runs these as one kernel on the current device.
+bool gemv_fp8_pair_fuses(const Fp8GemvParams& first, const Fp8GemvParams& second,
+                         const void* barrier);
 
 }  // namespace rill::kernels
