@@ -59,6 +59,7 @@
 // threads (head_dim 128: 8) and a step twice the keys for the same bytes in flight; each thread
 // keeps 16 dims of q and of the accumulators (GH is capped at 4 to stay in registers) and
 // converts K/V in registers. k_scale is folded into the query scale, v_scale into the output.
+#include <cstdlib>
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -434,6 +435,7 @@ __device__ __forceinline__ void attend_range(const DecodeArgs& a, const DecodeSe
     } else {
       load_query<T, D, GH, E>(q, raw, h0, nh, lane, a.scale_log2);
     }
+    if (a.late_dependents) pdl_launch_dependents();
   };
   if (range.lo < sink_end) {
     attend_keys<T, C, D, GH>(
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
   // newest are not written by this step's kernels, so they are read before pdl_wait(): the first
   // K/V loads overlap the kernels before this one. pdl_wait() comes before q, the newest row and
   // any global write.
-  pdl_launch_dependents();
+  if (!a.late_dependents) pdl_launch_dependents();
   if (!a.early_kv_loads) pdl_wait();
 
   __shared__ uint4 smem[DecodeSmem<D, C, GH>::kVecs];  // the load ring, then the merge
@@ -622,6 +624,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t
   if (fp8) args.scale_log2 *= p.layout.k_scale;
   args.v_scale = p.layout.v_scale;
   args.early_kv_loads = p.early_kv_loads;
+  if (const char* v = std::getenv("RILL_ATTN_LATE_DEP")) args.late_dependents = std::atoi(v);
   args.cluster = p.cluster_merge;
   args.num_seqs = p.num_seqs;
   args.out = p.out;

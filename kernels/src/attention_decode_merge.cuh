@@ -56,6 +56,7 @@ struct DecodeArgs {
                   // sum p * v, (max logit, sum p) in base 2, the group counter; see the top
   float v_scale;  // fp8 cache: applied to the accumulated values
   bool early_kv_loads;
+  int late_dependents;  // experiment: 1 the next kernel is launched once q is loaded
   bool cluster;  // the splits of a group form one thread-block cluster and merge through DSMEM
   // RoPE fused in (DecodeRope); rope_table null when not. q then points at raw QKV rows.
   const float* rope_table;  // [num_seqs][4][rot_half]

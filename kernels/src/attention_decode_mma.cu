@@ -600,6 +600,7 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
   const float scale_log2 =
       a.scale_log2 * load_q_frags<T, D, kIsFp8<C>>(qw, qs, q_row, q_sink_row, q_h0, nh, q_stride);
   if constexpr (kRope) __syncthreads();  // every warp has its q: warp 0's last stage is free again
+  if (a.late_dependents) pdl_launch_dependents();
 
   WarpState<D> st;
 #pragma unroll
@@ -634,7 +635,7 @@ __device__ __forceinline__ void attend_range_mma(const DecodeArgs& a, const Deco
 // rows), a separate instance so that the plain one stays as it was.
 template <typename T, typename C, int D, bool kRope>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_mma_kernel(const DecodeArgs a) {
-  pdl_launch_dependents();  // see launch.cuh
+  if (!a.late_dependents) pdl_launch_dependents();  // see launch.cuh
   if (!a.early_kv_loads) pdl_wait();
   using Sh = MmaShape<D, C>;
   extern __shared__ __align__(16) unsigned char smem[];
