@@ -171,7 +171,6 @@ __global__ void __launch_bounds__(W * 32, 2) cp_async_wide_kernel(Job j) {
   if (s == 0x9e3779b9u) *j.sink = s;
 }
 
-
 // ---- bulk: a producer warp, cp.async.bulk and mbarriers -------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* b, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
